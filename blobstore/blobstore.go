@@ -1,0 +1,82 @@
+package blobstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// Errors returned by every Store. Backends translate their own errors (minio's
+// NoSuchKey, os.ErrNotExist) to these at their edge.
+var (
+	// ErrNotFound means no object exists under the key.
+	ErrNotFound = errors.New("blobstore: object not found")
+	// ErrNotSupported means the backend cannot do the operation (for example a
+	// presigned URL from the file backend).
+	ErrNotSupported = errors.New("blobstore: operation not supported by this backend")
+	// ErrInvalidKey means a key is not of the form <kind>/sha256/<64 hex>.
+	ErrInvalidKey = errors.New("blobstore: invalid key")
+	// ErrDigestMismatch means PutOptions.Digest was set and the caller's content did
+	// not hash to it while PutOptions.VerifyDigest was true.
+	ErrDigestMismatch = errors.New("blobstore: content does not match digest")
+)
+
+// Object describes a stored object.
+type Object struct {
+	// Key is the object's name: "<kind>/sha256/<hex>".
+	Key string
+	// Digest is "sha256:<hex>", the address the key was built from.
+	Digest string
+	// SHA256 is "sha256:<hex>" of the stored bytes. It equals Digest unless the
+	// object was stored under a caller-provided address (PutOptions.Digest).
+	SHA256 string
+	// Size is the length of the stored bytes.
+	Size int64
+	// ContentType is the media type given at Put ("application/octet-stream" if none).
+	ContentType string
+}
+
+// PutOptions tune Put. The zero value stores the bytes under the hash of their content.
+type PutOptions struct {
+	// ContentType of the object; default "application/octet-stream".
+	ContentType string
+	// Digest, when set ("sha256:<hex>"), is the address to store the object under
+	// instead of the hash of its bytes. Bundles use it: their address is the digest of
+	// their canonical tree, not of the gzip bytes. Default: empty.
+	Digest string
+	// Size is the length of r when known, or -1 (the default, 0, is read as unknown too
+	// unless r is empty). Backends use it to pick an upload strategy; it is checked.
+	Size int64
+}
+
+// GetOptions select a byte range. The zero value reads the whole object.
+type GetOptions struct {
+	// Offset of the first byte to read; default 0.
+	Offset int64
+	// Length to read from Offset; 0 means to the end.
+	Length int64
+}
+
+// Store is a content-addressed object store. Every method is safe for concurrent use.
+// Keys are "<kind>/sha256/<hex>"; kinds are short lower-case words ("bundles",
+// "outputs", "checkpoints", "logs").
+type Store interface {
+	// Put streams r into the store under "<kind>/sha256/<hex>" and returns the
+	// stored object. The sha256 is computed while writing; nothing holds the whole
+	// content in memory. A reader never sees a partial object. Putting content that is
+	// already stored is a no-op that returns the existing object.
+	Put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error)
+	// Get opens the object (or a range of it) for reading; the caller closes it.
+	// ErrNotFound if absent.
+	Get(ctx context.Context, key string, opts GetOptions) (io.ReadCloser, Object, error)
+	// Stat describes the object; ErrNotFound if absent.
+	Stat(ctx context.Context, key string) (Object, error)
+	// Delete removes the object; deleting an absent object is not an error.
+	Delete(ctx context.Context, key string) error
+	// PresignGet returns a URL that reads the object without credentials until
+	// expiry; ErrNotSupported where the backend has no such URLs.
+	PresignGet(ctx context.Context, key string, expiry time.Duration) (string, error)
+	// Ping checks that the store answers (readiness).
+	Ping(ctx context.Context) error
+}
