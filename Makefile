@@ -1,0 +1,60 @@
+# Cairn's build. `make demo` runs the main job, `make test` passes the tests.
+GO        ?= go
+GOBIN     ?= $(shell $(GO) env GOPATH)/bin
+BIN       := bin/cairn
+VERSITYGW_VERSION   := v1.8.0
+STATICCHECK_VERSION := 2025.1.1
+# Fuzz time per target inside `make test`.
+FUZZTIME  ?= 5s
+
+export PATH := $(GOBIN):$(PATH)
+
+.PHONY: all build test test-go fuzz dev demo bench lint tools openapi client clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/cairn
+
+## tools: install what tests and linting need (versitygw S3 server, staticcheck) if missing.
+tools:
+	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+
+## test: everything, with the race detector, against real PostgreSQL and S3 servers.
+test: tools build test-go fuzz
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+## fuzz: each fuzz target for $(FUZZTIME).
+fuzz:
+	@for target in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$(git ls-files '*_test.go' 2>/dev/null || find . -name '*_test.go') | sed 's/^func //' | sort -u); do \
+		pkg=$$(dirname $$(grep -l "^func $$target(" $$(git ls-files '*_test.go' 2>/dev/null || find . -name '*_test.go') | head -1)); \
+		echo "fuzz $$target in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) ./$$pkg || exit 1; \
+	done
+
+## dev: run `cairn dev` in ./.cairn.
+dev: build
+	./$(BIN) dev
+
+## demo: build, start cairn dev in a temporary folder, deploy and run the examples.
+demo: build
+	@echo "make demo: the runtime arrives with issue 3; for now it starts cairn dev and checks readiness"
+	@scripts/demo.sh
+
+## bench: Cairn's numbers beside River's and the machine's floor.
+bench: build
+	@echo "make bench: not yet (issue 6)"
+
+## lint: go vet and staticcheck.
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+## openapi: regenerate api/openapi.yaml from the code.
+openapi:
+	$(GO) run ./cmd/cairn openapi > api/openapi.yaml
+
+clean:
+	rm -rf bin

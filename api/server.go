@@ -1,0 +1,105 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Title and the API version stamped into the OpenAPI document.
+const (
+	Title      = "Cairn API"
+	APIVersion = "1.0.0"
+)
+
+// Config tunes a Server. A nil *Config means all defaults.
+type Config struct {
+	// Logger receives request logs; default: discard.
+	Logger *slog.Logger
+	// ReadyCheck, when set, is an extra readiness check run by GET /readyz after the
+	// database, blob store and schema checks; default none.
+	ReadyCheck func(ctx context.Context) error
+	// Tokens are the bearer tokens and their roles; default none, so every
+	// protected operation answers 401.
+	Tokens *Tokens
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Tokens == nil {
+		out.Tokens = &Tokens{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out
+}
+
+// Server holds the API's routes and their dependencies. It is safe for concurrent use.
+type Server struct {
+	store  *catalog.Store
+	blobs  blobstore.Store
+	cfg    Config
+	logger *slog.Logger
+	mux    *http.ServeMux
+	api    huma.API
+}
+
+// New registers every operation and returns the server. store and blobs are required.
+func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
+	c := cfg.withDefaults()
+	s := &Server{
+		store:  store,
+		blobs:  blobs,
+		cfg:    c,
+		logger: c.Logger.With("component", "api"),
+		mux:    http.NewServeMux(),
+	}
+	useProblems()
+	s.api = humago.New(s.mux, NewConfig())
+	s.api.UseMiddleware(s.authMiddleware)
+	s.registerHealth()
+	s.registerWorkflows()
+	return s
+}
+
+// NewConfig returns the Huma configuration of the Cairn API: OpenAPI 3.1 at
+// /openapi.json and /openapi.yaml, docs at /docs, no $schema links in bodies.
+func NewConfig() huma.Config {
+	cfg := huma.DefaultConfig(Title, APIVersion)
+	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
+	cfg.Info.Description = "Cairn is a durable, serverless-style function runtime on PostgreSQL and S3-compatible object storage."
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS; roles viewer, operator, admin."},
+	}
+	return cfg
+}
+
+// API returns the Huma API (its OpenAPI document, for export and tests).
+func (s *Server) API() huma.API { return s.api }
+
+// Handler returns the HTTP handler with request IDs, logging and panic recovery.
+func (s *Server) Handler() http.Handler {
+	return s.withRequestID(s.withRecovery(s.withLogging(s.mux)))
+}
+
+// register adds an operation whose handler errors are mapped to problems in one place
+// (problemFor). role is the least role that may call it (RoleNone: public).
+func register[I, O any](s *Server, op huma.Operation, role Role, h func(context.Context, *I) (*O, error)) {
+	huma.Register(s.api, withRole(op, role), func(ctx context.Context, in *I) (*O, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, s.problemFor(ctx, err)
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,168 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Workflow is a named workflow.
+type Workflow struct {
+	Name          string    `json:"name" doc:"workflow name"`
+	Description   string    `json:"description" doc:"description from the newest version's manifest"`
+	LatestVersion int       `json:"latest_version" doc:"newest version number"`
+	CreatedAt     time.Time `json:"created_at" doc:"when version 1 was uploaded"`
+	UpdatedAt     time.Time `json:"updated_at" doc:"when the newest version was uploaded"`
+}
+
+// Version is an immutable version of a workflow.
+type Version struct {
+	Workflow    string          `json:"workflow" doc:"workflow name"`
+	Version     int             `json:"version" doc:"version number, from 1"`
+	Digest      string          `json:"digest" doc:"bundle digest, sha256:<hex> of the canonical tree"`
+	Size        int64           `json:"size" doc:"size of the canonical bundle archive in bytes"`
+	Fingerprint string          `json:"fingerprint" doc:"sha256 of the normalized definition"`
+	CreatedAt   time.Time       `json:"created_at" doc:"upload time"`
+	Definition  json.RawMessage `json:"definition,omitempty" doc:"normalized definition (defaults filled in); only on a single version"`
+}
+
+func workflowOf(w *catalog.Workflow) Workflow {
+	return Workflow{Name: w.Name, Description: w.Description, LatestVersion: w.LatestVersion,
+		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC()}
+}
+
+func versionOf(v *catalog.Version, withDefinition bool) Version {
+	out := Version{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize,
+		Fingerprint: v.Fingerprint, CreatedAt: v.CreatedAt.UTC()}
+	if withDefinition {
+		out.Definition = v.Definition
+	}
+	return out
+}
+
+// PageParams are the query parameters of every list.
+type PageParams struct {
+	Cursor string `query:"cursor" maxLength:"512" doc:"next_cursor of the previous page"`
+	Limit  int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"page size"`
+}
+
+// List is a page of items.
+type List[T any] struct {
+	Items      []T    `json:"items" doc:"this page"`
+	NextCursor string `json:"next_cursor,omitempty" doc:"cursor of the next page; absent on the last page"`
+}
+
+type listOutput[T any] struct {
+	Body List[T]
+}
+
+type workflowOutput struct{ Body Workflow }
+type versionOutput struct{ Body Version }
+
+type workflowNameParam struct {
+	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
+}
+
+func (s *Server) registerWorkflows() {
+	register(s, huma.Operation{
+		OperationID: "listWorkflows",
+		Method:      http.MethodGet,
+		Path:        "/v1/workflows",
+		Summary:     "List workflows",
+		Description: "Workflows ordered by name, keyset-paginated.",
+		Tags:        []string{"workflows"},
+		Errors:      []int{http.StatusBadRequest},
+	}, RoleViewer, func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
+		var after string
+		if err := decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
+			return nil, err
+		}
+		rows, err := s.store.WorkflowList(ctx, &catalog.WorkflowListParams{After: after, Limit: in.Limit + 1})
+		if err != nil {
+			return nil, err
+		}
+		out := &listOutput[Workflow]{}
+		out.Body.Items = make([]Workflow, 0, len(rows))
+		for i := range rows {
+			if i == in.Limit {
+				out.Body.NextCursor = encodeCursor("workflows", "", rows[i-1].Name)
+				break
+			}
+			out.Body.Items = append(out.Body.Items, workflowOf(&rows[i]))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "getWorkflow",
+		Method:      http.MethodGet,
+		Path:        "/v1/workflows/{name}",
+		Summary:     "Get a workflow",
+		Tags:        []string{"workflows"},
+		Errors:      []int{http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *workflowNameParam) (*workflowOutput, error) {
+		w, err := s.store.WorkflowGet(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &workflowOutput{Body: workflowOf(w)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "listVersions",
+		Method:      http.MethodGet,
+		Path:        "/v1/workflows/{name}/versions",
+		Summary:     "List a workflow's versions",
+		Description: "Versions newest first, keyset-paginated.",
+		Tags:        []string{"workflows"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *struct {
+		workflowNameParam
+		PageParams
+	}) (*listOutput[Version], error) {
+		var before int
+		if err := decodeCursor(in.Cursor, "versions", in.Name, &before); err != nil {
+			return nil, err
+		}
+		if _, err := s.store.WorkflowGet(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		rows, err := s.store.VersionList(ctx, &catalog.VersionListParams{Workflow: in.Name, Before: before, Limit: in.Limit + 1})
+		if err != nil {
+			return nil, err
+		}
+		out := &listOutput[Version]{}
+		out.Body.Items = make([]Version, 0, len(rows))
+		for i := range rows {
+			if i == in.Limit {
+				out.Body.NextCursor = encodeCursor("versions", in.Name, rows[i-1].Version)
+				break
+			}
+			out.Body.Items = append(out.Body.Items, versionOf(&rows[i], false))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "getVersion",
+		Method:      http.MethodGet,
+		Path:        "/v1/workflows/{name}/versions/{version}",
+		Summary:     "Get a version with its normalized definition",
+		Tags:        []string{"workflows"},
+		Errors:      []int{http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *struct {
+		workflowNameParam
+		Version int `path:"version" minimum:"1" doc:"version number"`
+	}) (*versionOutput, error) {
+		v, err := s.store.VersionGet(ctx, in.Name, in.Version)
+		if err != nil {
+			return nil, err
+		}
+		return &versionOutput{Body: versionOf(v, true)}, nil
+	})
+}

@@ -1,0 +1,138 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	_ "github.com/lib/pq" // the "postgres" driver
+)
+
+// Config tunes a Store. A nil *Config means all defaults.
+type Config struct {
+	// Logger receives the store's logs; default: a logger that discards.
+	Logger *slog.Logger
+	// MaxOpenConns bounds the connection pool; default 20.
+	MaxOpenConns int
+	// MaxIdleConns bounds idle connections kept; default MaxOpenConns.
+	MaxIdleConns int
+	// ConnMaxLifetime recycles connections; default 30 minutes.
+	ConnMaxLifetime time.Duration
+	// TxRetries is how many times InTx re-runs a transaction that failed with
+	// ErrRetryable; default 5.
+	TxRetries int
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.MaxOpenConns <= 0 {
+		out.MaxOpenConns = 20
+	}
+	if out.MaxIdleConns <= 0 {
+		out.MaxIdleConns = out.MaxOpenConns
+	}
+	if out.ConnMaxLifetime <= 0 {
+		out.ConnMaxLifetime = 30 * time.Minute
+	}
+	if out.TxRetries <= 0 {
+		out.TxRetries = 5
+	}
+	return out
+}
+
+// Store is the catalog. It is safe for concurrent use.
+type Store struct {
+	db  *sqlx.DB
+	cfg Config
+}
+
+// Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It
+// does not check the schema: see CheckSchema.
+func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
+	db, err := sqlx.Open("postgres", url)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	s := New(db, cfg)
+	if err := s.Ping(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// New wraps an open database handle and applies the pool settings of cfg.
+func New(db *sqlx.DB, cfg *Config) *Store {
+	c := cfg.withDefaults()
+	db.SetMaxOpenConns(c.MaxOpenConns)
+	db.SetMaxIdleConns(c.MaxIdleConns)
+	db.SetConnMaxLifetime(c.ConnMaxLifetime)
+	return &Store{db: db, cfg: c}
+}
+
+// DB returns the underlying handle (for migrations and tests).
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
+
+// InTx runs fn in a transaction and commits it, or rolls back when fn fails. A
+// transaction that fails with ErrRetryable is run again, up to Config.TxRetries
+// times, so fn must not have effects outside the transaction.
+func (s *Store) InTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	var err error
+	for i := 0; ; i++ {
+		err = s.inTxOnce(ctx, fn)
+		if err == nil || !errors.Is(err, ErrRetryable) || i >= s.cfg.TxRetries || ctx.Err() != nil {
+			return err
+		}
+		s.cfg.Logger.DebugContext(ctx, "retrying transaction", "error", err, "try", i+1)
+	}
+}
+
+func (s *Store) inTxOnce(ctx context.Context, fn func(tx *sqlx.Tx) error) (err error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", translateError(err))
+	}
+	defer func() {
+		if err != nil {
+			// The rollback must happen even when ctx is canceled.
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(tx); err != nil {
+		return translateError(err)
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", translateError(err))
+	}
+	return nil
+}
+
+// nullTime converts a nullable timestamp for JSON-facing structs.
+func nullTime(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	v := t.Time.UTC()
+	return &v
+}

@@ -1,0 +1,228 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+)
+
+const (
+	sqlBundleInsert = `
+INSERT INTO bundles (digest, size, blob_key) VALUES ($1, $2, $3)
+ON CONFLICT (digest) DO NOTHING`
+
+	sqlBundleGet = `
+SELECT digest, size, blob_key, created_at FROM bundles WHERE digest = $1`
+
+	// Bumping latest_version takes the workflow's row lock, so concurrent uploads of
+	// one workflow get consecutive numbers, none lost and none shared.
+	sqlWorkflowBumpVersion = `
+INSERT INTO workflows (name, latest_version, description) VALUES ($1, 1, $2)
+ON CONFLICT (name) DO UPDATE
+SET latest_version = workflows.latest_version + 1,
+    description = EXCLUDED.description,
+    updated_at = now()
+RETURNING latest_version`
+
+	sqlVersionInsert = `
+INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint)
+VALUES ($1, $2, $3, $4, $5)`
+
+	versionColumns = `
+v.workflow, v.version, v.bundle_digest, v.definition, v.fingerprint, v.created_at, b.size AS bundle_size`
+
+	sqlVersionByDigest = `
+SELECT ` + versionColumns + `
+FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
+WHERE v.bundle_digest = $1`
+
+	sqlVersionGet = `
+SELECT ` + versionColumns + `
+FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
+WHERE v.workflow = $1 AND v.version = $2`
+
+	sqlVersionLatest = `
+SELECT ` + versionColumns + `
+FROM workflows w
+JOIN workflow_versions v ON v.workflow = w.name AND v.version = w.latest_version
+JOIN bundles b ON b.digest = v.bundle_digest
+WHERE w.name = $1`
+
+	sqlVersionList = `
+SELECT ` + versionColumns + `
+FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
+WHERE v.workflow = $1 AND ($2::integer = 0 OR v.version < $2)
+ORDER BY v.version DESC
+LIMIT $3`
+
+	workflowColumns = `name, description, latest_version, created_at, updated_at`
+
+	sqlWorkflowGet = `SELECT ` + workflowColumns + ` FROM workflows WHERE name = $1`
+
+	sqlWorkflowList = `
+SELECT ` + workflowColumns + ` FROM workflows
+WHERE name > $1
+ORDER BY name
+LIMIT $2`
+)
+
+// Bundle is a stored bundle archive.
+type Bundle struct {
+	Digest    string    `db:"digest"`
+	Size      int64     `db:"size"`
+	BlobKey   string    `db:"blob_key"`
+	CreatedAt time.Time `db:"created_at"`
+}
+
+// Workflow is a named workflow and its newest version number.
+type Workflow struct {
+	Name          string    `db:"name"`
+	Description   string    `db:"description"`
+	LatestVersion int       `db:"latest_version"`
+	CreatedAt     time.Time `db:"created_at"`
+	UpdatedAt     time.Time `db:"updated_at"`
+}
+
+// Version is an immutable version of a workflow: its bundle and normalized
+// definition.
+type Version struct {
+	Workflow     string          `db:"workflow"`
+	Version      int             `db:"version"`
+	BundleDigest string          `db:"bundle_digest"`
+	Definition   json.RawMessage `db:"definition"`
+	Fingerprint  string          `db:"fingerprint"`
+	CreatedAt    time.Time       `db:"created_at"`
+	BundleSize   int64           `db:"bundle_size"`
+}
+
+// VersionRegisterParams describe an uploaded bundle to register.
+type VersionRegisterParams struct {
+	Workflow    string
+	Description string
+	Digest      string
+	Size        int64
+	BlobKey     string
+	Definition  json.RawMessage
+	Fingerprint string
+}
+
+// VersionRegister records the bundle and the next version of its workflow in one
+// transaction. A digest registered before returns its existing version and
+// created=false; concurrent registrations of one workflow get consecutive numbers.
+func (s *Store) VersionRegister(ctx context.Context, p *VersionRegisterParams) (v *Version, created bool, err error) {
+	// A concurrent upload of the same digest makes the insert below conflict; the
+	// second try then finds the version the other one registered.
+	for try := 0; try < 2; try++ {
+		v, created, err = s.versionRegisterOnce(ctx, p)
+		if !errors.Is(err, ErrConflict) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("register version of %s: %w", p.Workflow, err)
+	}
+	return v, created, nil
+}
+
+func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParams) (*Version, bool, error) {
+	var out Version
+	created := false
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, sqlBundleInsert, p.Digest, p.Size, p.BlobKey); err != nil {
+			return err
+		}
+		err := tx.GetContext(ctx, &out, sqlVersionByDigest, p.Digest)
+		if err == nil {
+			return nil
+		}
+		if err = translateError(err); !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		var next int
+		if err := tx.GetContext(ctx, &next, sqlWorkflowBumpVersion, p.Workflow, p.Description); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint); err != nil {
+			return err
+		}
+		created = true
+		return tx.GetContext(ctx, &out, sqlVersionGet, p.Workflow, next)
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, created, nil
+}
+
+// BundleGet returns the bundle with digest; ErrNotFound if none.
+func (s *Store) BundleGet(ctx context.Context, digest string) (*Bundle, error) {
+	var b Bundle
+	if err := s.db.GetContext(ctx, &b, sqlBundleGet, digest); err != nil {
+		return nil, fmt.Errorf("get bundle %s: %w", digest, translateError(err))
+	}
+	return &b, nil
+}
+
+// VersionGet returns a version of a workflow; version 0 means the latest.
+// ErrNotFound if the workflow or version does not exist.
+func (s *Store) VersionGet(ctx context.Context, workflow string, version int) (*Version, error) {
+	var v Version
+	var err error
+	if version == 0 {
+		err = s.db.GetContext(ctx, &v, sqlVersionLatest, workflow)
+	} else {
+		err = s.db.GetContext(ctx, &v, sqlVersionGet, workflow, version)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get version %d of %s: %w", version, workflow, translateError(err))
+	}
+	return &v, nil
+}
+
+// VersionListParams select a page of versions, newest first.
+type VersionListParams struct {
+	Workflow string
+	// Before, when > 0, lists versions below it (the keyset cursor).
+	Before int
+	// Limit is the page size (1..1000).
+	Limit int
+}
+
+// VersionList returns a page of a workflow's versions, newest first.
+func (s *Store) VersionList(ctx context.Context, p *VersionListParams) ([]Version, error) {
+	var out []Version
+	if err := s.db.SelectContext(ctx, &out, sqlVersionList, p.Workflow, p.Before, p.Limit); err != nil {
+		return nil, fmt.Errorf("list versions of %s: %w", p.Workflow, translateError(err))
+	}
+	return out, nil
+}
+
+// WorkflowGet returns a workflow; ErrNotFound if none.
+func (s *Store) WorkflowGet(ctx context.Context, name string) (*Workflow, error) {
+	var w Workflow
+	if err := s.db.GetContext(ctx, &w, sqlWorkflowGet, name); err != nil {
+		return nil, fmt.Errorf("get workflow %s: %w", name, translateError(err))
+	}
+	return &w, nil
+}
+
+// WorkflowListParams select a page of workflows by name.
+type WorkflowListParams struct {
+	// After lists names greater than it (the keyset cursor); "" starts at the top.
+	After string
+	// Limit is the page size (1..1000).
+	Limit int
+}
+
+// WorkflowList returns a page of workflows ordered by name.
+func (s *Store) WorkflowList(ctx context.Context, p *WorkflowListParams) ([]Workflow, error) {
+	var out []Workflow
+	if err := s.db.SelectContext(ctx, &out, sqlWorkflowList, p.After, p.Limit); err != nil {
+		return nil, fmt.Errorf("list workflows: %w", translateError(err))
+	}
+	return out, nil
+}
