@@ -1,0 +1,247 @@
+package bundle
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ManifestPath is the path of the manifest in a bundle: cairn.yaml at its root.
+const ManifestPath = "cairn.yaml"
+
+// Manifest is the content of cairn.yaml, as written by the user (DESIGN.md §3).
+// ParseManifest decodes it, Validate checks it, Normalize turns it into the Definition
+// that the catalog stores and the engine runs.
+type Manifest struct {
+	// Name is the workflow's name: ^[a-z0-9][a-z0-9-]{0,62}$.
+	Name string `yaml:"name" json:"name"`
+	// Description is free text, at most 4096 bytes.
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+	// Defaults apply to every step that does not set the field itself.
+	Defaults *Defaults `yaml:"defaults,omitempty" json:"defaults,omitempty"`
+	// Steps are the nodes of the DAG; at least one.
+	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Defaults are the timeout and retry policy of the steps that do not set their own.
+type Defaults struct {
+	// Timeout of one attempt; default 5m.
+	Timeout *Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retry policy; each unset field falls back to the built-in default (see
+	// RetryPolicy).
+	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
+}
+
+// Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda and Builtin is set.
+type Step struct {
+	// Key names the step: ^[a-z0-9][a-z0-9_-]{0,62}$, unique in the manifest.
+	Key string `yaml:"key" json:"key"`
+	// Needs lists the keys of the steps that must succeed before this one runs.
+	Needs []string `yaml:"needs,omitempty" json:"needs,omitempty"`
+	// Exec is the argv of a program of the bundle: Exec[0] is a path relative to the
+	// bundle root ("./bin/fetch" or "bin/fetch") naming an executable file.
+	Exec []string `yaml:"exec,omitempty" json:"exec,omitempty"`
+	// HTTP calls an HTTP endpoint.
+	HTTP *HTTPSpec `yaml:"http,omitempty" json:"http,omitempty"`
+	// Lambda invokes an AWS Lambda function.
+	Lambda *LambdaSpec `yaml:"lambda,omitempty" json:"lambda,omitempty"`
+	// Builtin names a built-in function: noop, echo, sleep or fail.
+	Builtin string `yaml:"builtin,omitempty" json:"builtin,omitempty"`
+	// With holds static parameters, passed to the function as "params".
+	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
+	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.
+	Timeout *Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retry policy; each unset field falls back to Defaults.Retry, then to the
+	// built-in default.
+	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
+}
+
+// HTTPSpec is the function of an http step: a POST of the envelope to URL.
+type HTTPSpec struct {
+	// URL is absolute, http or https.
+	URL string `yaml:"url" json:"url"`
+	// Headers are added to the request. Names are canonicalized in the Definition;
+	// the headers Cairn sets itself (Cairn-*, Idempotency-Key, Content-Type,
+	// Content-Length, Host, Transfer-Encoding) are refused.
+	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
+}
+
+// LambdaSpec is the function of a lambda step.
+type LambdaSpec struct {
+	// Function is the function's name or ARN; required.
+	Function string `yaml:"function" json:"function"`
+	// Qualifier is an optional version or alias.
+	Qualifier string `yaml:"qualifier,omitempty" json:"qualifier,omitempty"`
+}
+
+// Backoff is how the delay between attempts grows.
+type Backoff string
+
+// The backoff kinds, for attempt n >= 1 (the delay before attempt n+1):
+// fixed waits Delay, linear n×Delay, exponential 2^(n-1)×Delay; each capped by
+// MaxDelay.
+const (
+	BackoffFixed       Backoff = "fixed"
+	BackoffLinear      Backoff = "linear"
+	BackoffExponential Backoff = "exponential"
+)
+
+// RetryPolicy is a retry policy as written; nil fields are unset and fall back, field
+// by field, to the defaults' policy and then to the built-in default: max_attempts 1,
+// backoff fixed, delay 1s, max_delay max(delay, 1h), jitter 0.
+type RetryPolicy struct {
+	// MaxAttempts counts the first try: 1..100.
+	MaxAttempts *int `yaml:"max_attempts,omitempty" json:"max_attempts,omitempty"`
+	// Backoff is fixed, linear or exponential; "" is unset.
+	Backoff Backoff `yaml:"backoff,omitempty" json:"backoff,omitempty"`
+	// Delay is the base delay: 0..24h.
+	Delay *Duration `yaml:"delay,omitempty" json:"delay,omitempty"`
+	// MaxDelay caps the delay: 0..24h and >= Delay.
+	MaxDelay *Duration `yaml:"max_delay,omitempty" json:"max_delay,omitempty"`
+	// Jitter randomizes each delay by up to ±Jitter×delay: 0..1.
+	Jitter *float64 `yaml:"jitter,omitempty" json:"jitter,omitempty"`
+}
+
+// Duration is a time.Duration written as a string: "2s", "5m", "1h30m" in YAML and
+// JSON (time.ParseDuration syntax; a bare 0 is accepted too). It marshals to JSON as
+// its canonical string, "2m0s" for 2m.
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// String returns the canonical form: time.Duration's String, "1m30s".
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalYAML parses a duration string. Errors name the line.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Value != "0") {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf(
+			"line %d: invalid duration %q: must be a string with a unit, like \"30s\" or \"5m\"", n.Line, n.Value)}}
+	}
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf(
+			"line %d: invalid duration %q: use a number with a unit, like \"30s\" or \"5m\"", n.Line, n.Value)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML returns the canonical string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// MarshalJSON returns the canonical string, quoted.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON parses a quoted duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string: %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseManifest decodes cairn.yaml. Unknown fields, fields of the wrong type, duplicate
+// keys, bad durations and several YAML documents are errors; it does not check the
+// values otherwise (see Validate). Every error is a *ValidationError (several are
+// joined) with Path ManifestPath, matching ErrInvalid; YAML-level errors name the line.
+//
+// ParseManifest does not limit the size of data: the caller does (Extract and Scan
+// enforce Limits.MaxManifestSize). It is safe for concurrent use.
+func ParseManifest(data []byte) (m *Manifest, err error) {
+	// yaml.v3 reports errors by panicking and recovering internally; should a hostile
+	// document reach a panic it does not recover, it is still only a bad manifest.
+	defer func() {
+		if r := recover(); r != nil {
+			m, err = nil, &ValidationError{Path: ManifestPath, Message: fmt.Sprintf("invalid YAML: %v", r)}
+		}
+	}()
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var out Manifest
+	if err := dec.Decode(&out); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &ValidationError{Path: ManifestPath, Message: "manifest is empty"}
+		}
+		return nil, yamlError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, &ValidationError{Path: ManifestPath, Message: "manifest has more than one YAML document"}
+	}
+	return &out, nil
+}
+
+// yamlError turns a yaml.v3 error into ValidationErrors with readable messages.
+func yamlError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		return &ValidationError{Path: ManifestPath, Message: "invalid YAML: " + msg}
+	}
+	errs := make([]error, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		errs = append(errs, &ValidationError{Path: ManifestPath, Message: rewriteTypeError(e)})
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	reUnknownField = regexp.MustCompile(`^(line \d+): field (.*) not found in type (\S+)$`)
+	reFieldTwice   = regexp.MustCompile(`^(line \d+): field (.*) already set in type (\S+)$`)
+	reCannot       = regexp.MustCompile("^(line \\d+): cannot unmarshal (\\S+) `(.*)` into (\\S+)$")
+)
+
+// typeWords names Go types of yaml.v3 messages in words a user knows.
+var typeWords = map[string]string{
+	"[]bundle.Step":           "a list of steps",
+	"bundle.Manifest":         "the manifest",
+	"bundle.Defaults":         "defaults",
+	"bundle.Step":             "a step",
+	"bundle.HTTPSpec":         "an http spec",
+	"bundle.LambdaSpec":       "a lambda spec",
+	"bundle.RetryPolicy":      "a retry policy",
+	"bundle.Backoff":          "a backoff",
+	"map[string]interface {}": "a mapping",
+	"map[string]string":       "a mapping of strings",
+	"[]string":                "a list of strings",
+	"string":                  "a string",
+	"float64":                 "a number",
+	"int":                     "an integer",
+}
+
+// describeType returns the words for the Go type name t.
+func describeType(t string) string {
+	if w, ok := typeWords[strings.TrimPrefix(t, "*")]; ok {
+		return w
+	}
+	return t
+}
+
+// rewriteTypeError rewrites one yaml.v3 TypeError message.
+func rewriteTypeError(msg string) string {
+	if m := reUnknownField.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s: unknown field %q in %s", m[1], m[2], describeType(m[3]))
+	}
+	if m := reFieldTwice.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s: field %q set twice in %s", m[1], m[2], describeType(m[3]))
+	}
+	if m := reCannot.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("%s: cannot use %s %q as %s", m[1], strings.TrimPrefix(m[2], "!!"), m[3], describeType(m[4]))
+	}
+	return msg
+}
