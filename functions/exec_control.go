@@ -1,0 +1,265 @@
+package functions
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// controlMessage is one line on an exec handler's control descriptor. Exactly one
+// field is set.
+type controlMessage struct {
+	Checkpoint     json.RawMessage `json:"checkpoint"`
+	CheckpointFile *string         `json:"checkpoint_file"`
+	Progress       json.RawMessage `json:"progress"`
+	Error          *controlError   `json:"error"`
+}
+
+// controlError is the body of an {"error": …} control message.
+type controlError struct {
+	Message string `json:"message"`
+	// Retryable defaults to true: only an explicit false makes the failure terminal.
+	Retryable *bool `json:"retryable"`
+}
+
+// parseControlMessage decodes one control line (without its newline).
+func parseControlMessage(line []byte) (*controlMessage, error) {
+	var m controlMessage
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil, fmt.Errorf("decode control message: %w", err)
+	}
+	set := 0
+	if m.Checkpoint != nil {
+		set++
+	}
+	if m.CheckpointFile != nil {
+		set++
+		if *m.CheckpointFile == "" {
+			return nil, errors.New("control message: checkpoint_file is empty")
+		}
+	}
+	if m.Progress != nil {
+		set++
+	}
+	if m.Error != nil {
+		set++
+	}
+	if set != 1 {
+		return nil, errors.New("control message: want exactly one of checkpoint, checkpoint_file, progress, error")
+	}
+	return &m, nil
+}
+
+// readControl reads newline-delimited control messages until EOF (or the read
+// deadline set when the attempt ends) and hands them to the sink. Lines longer
+// than MaxControlLine are skipped, never buffered whole. A Sink error wrapping
+// ErrLeaseLost aborts the attempt.
+func (r *execRun) readControl(ctx context.Context) {
+	limit := r.exec.maxControlLine
+	br := bufio.NewReaderSize(r.controlR, min(limit+1, 64<<10))
+	var line []byte
+	skipping := false
+	lineNo := 0
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(chunk) > 0 {
+			complete := chunk[len(chunk)-1] == '\n'
+			if complete {
+				chunk = chunk[:len(chunk)-1]
+			}
+			if !skipping {
+				if len(line)+len(chunk) > limit {
+					lineNo++
+					skipping = true
+					line = line[:0]
+					r.note("control message %d longer than %d bytes: skipped", lineNo, limit)
+				} else {
+					line = append(line, chunk...)
+				}
+			}
+			if complete {
+				if !skipping {
+					lineNo++
+					if !r.handleControl(ctx, lineNo, line) {
+						return
+					}
+				}
+				skipping = false
+				line = line[:0]
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil {
+			// EOF, or the read deadline: a last line without its newline counts.
+			if !skipping && len(line) > 0 && errors.Is(err, io.EOF) {
+				r.handleControl(ctx, lineNo+1, line)
+			}
+			return
+		}
+	}
+}
+
+// handleControl acts on one control line. It returns false when the attempt was
+// aborted and reading should stop.
+func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bool {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return true
+	}
+	m, err := parseControlMessage(line)
+	if err != nil {
+		r.note("control message %d ignored: %v", lineNo, err)
+		return true
+	}
+
+	var op string
+	switch {
+	case m.Checkpoint != nil:
+		op = "checkpoint"
+		err = r.sink.Checkpoint(ctx, m.Checkpoint)
+	case m.CheckpointFile != nil:
+		op = "checkpoint_file"
+		path := *m.CheckpointFile
+		if !filepath.IsAbs(path) {
+			// The handler's working directory is the bundle.
+			path = filepath.Join(r.bundleDir, path)
+		}
+		err = r.sink.CheckpointFile(ctx, path)
+	case m.Progress != nil:
+		op = "progress"
+		err = r.sink.Progress(ctx, m.Progress)
+	case m.Error != nil:
+		msg := m.Error.Message
+		if msg == "" {
+			msg = "the function reported an error without a message"
+		}
+		r.setFunctionError(&Error{
+			Message:   msg,
+			Retryable: m.Error.Retryable == nil || *m.Error.Retryable,
+			Code:      CodeFunctionError,
+		})
+		return true
+	}
+	if err == nil {
+		return true
+	}
+	if errors.Is(err, ErrLeaseLost) {
+		r.abort(err)
+		return false
+	}
+	if ctx.Err() != nil {
+		// The attempt is being stopped; Invoke reports ctx's cause.
+		return true
+	}
+	// A checkpoint that could not be stored costs progress on a retry, not
+	// correctness: note it where the function's author will look, and go on.
+	r.note("control message %d (%s) failed: %v", lineNo, op, err)
+	r.logger.WarnContext(ctx, "exec control message failed", "op", op, "error", err)
+	return true
+}
+
+// note writes a line of Cairn's own into the attempt's log.
+func (r *execRun) note(format string, args ...any) {
+	_ = r.logW.write([]byte("cairn: " + fmt.Sprintf(format, args...) + "\n"))
+}
+
+// lockedLog serialises writes to a Sink's log: the stderr copy and the control
+// reader's notes come from different goroutines. After the first failed write
+// the log is abandoned (stderr's tail is still kept for the failure message).
+type lockedLog struct {
+	sink   Sink
+	logger *slog.Logger
+
+	mu     sync.Mutex
+	w      io.Writer
+	failed bool
+}
+
+func (l *lockedLog) write(p []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failed {
+		return nil
+	}
+	if l.w == nil {
+		l.w = l.sink.Log()
+	}
+	if _, err := l.w.Write(p); err != nil {
+		l.failed = true
+		l.logger.Warn("write exec log; dropping the rest", "error", err)
+		return err
+	}
+	return nil
+}
+
+// tailBuffer keeps the last size bytes written to it. It is safe for
+// concurrent use.
+type tailBuffer struct {
+	mu   sync.Mutex
+	buf  []byte
+	next int  // where the next byte goes
+	full bool // buf has wrapped at least once
+}
+
+func newTailBuffer(size int) *tailBuffer {
+	return &tailBuffer{buf: make([]byte, size)}
+}
+
+// Write never fails.
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(p)
+	if len(p) >= len(t.buf) {
+		copy(t.buf, p[len(p)-len(t.buf):])
+		t.next, t.full = 0, true
+		return n, nil
+	}
+	c := copy(t.buf[t.next:], p)
+	if c < len(p) {
+		copy(t.buf, p[c:])
+		t.full = true
+	}
+	t.next = (t.next + len(p)) % len(t.buf)
+	if t.next == 0 && len(p) > 0 {
+		t.full = true
+	}
+	return n, nil
+}
+
+// String returns the tail as trimmed valid UTF-8, starting with "…" when bytes
+// were dropped.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	var b []byte
+	if t.full {
+		b = append(append(b, t.buf[t.next:]...), t.buf[:t.next]...)
+	} else {
+		b = append(b, t.buf[:t.next]...)
+	}
+	full := t.full
+	t.mu.Unlock()
+
+	if full {
+		// Do not start in the middle of a character.
+		for i := 0; i < utf8.UTFMax && len(b) > 0 && !utf8.RuneStart(b[0]); i++ {
+			b = b[1:]
+		}
+	}
+	s := strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD"))
+	if full && s != "" {
+		s = "…" + s
+	}
+	return s
+}

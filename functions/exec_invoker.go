@@ -1,0 +1,621 @@
+package functions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of ExecConfig.
+const (
+	// DefaultKillGrace is ExecConfig.KillGrace's default.
+	DefaultKillGrace = 2 * time.Second
+	// DefaultMaxControlLine is ExecConfig.MaxControlLine's default: 1 MiB.
+	DefaultMaxControlLine = 1 << 20
+)
+
+// EnvControlFD names the environment variable that tells an exec handler which
+// file descriptor takes its control messages (always 3).
+const EnvControlFD = "CAIRN_CONTROL_FD"
+
+const (
+	// controlFD is the child's descriptor for control messages: ExtraFiles[0].
+	controlFD = 3
+	// stderrTailSize is how much of the end of stderr goes into a failure's message.
+	stderrTailSize = 2 << 10
+	// pipeCloseDelay is how long, after the process group was sent SIGKILL, the
+	// invoker waits for stdout, stderr and the control pipe to reach EOF before it
+	// stops reading them: a process that left the group (setsid) may hold them.
+	pipeCloseDelay = 250 * time.Millisecond
+	// copyBufferSize is the chunk size of the stdout and stderr copies.
+	copyBufferSize = 32 << 10
+)
+
+// ExecConfig configures an Exec invoker. A nil *ExecConfig means defaults.
+type ExecConfig struct {
+	// Logger receives the invoker's own diagnostics (a handler's stderr goes to
+	// the Sink, never here). Default: discard.
+	Logger *slog.Logger
+	// KillGrace is how long a handler's process group has between SIGTERM and
+	// SIGKILL when the attempt is stopped (ctx ended, lease lost), and how long
+	// stdout and stderr may stay open after the handler exited (a background
+	// grandchild holding them) before the group is killed. Default: 2s.
+	KillGrace time.Duration
+	// ExtraEnv holds "KEY=value" entries added to every handler's environment.
+	// They override PATH, HOME, LANG and TMPDIR but never the CAIRN_* variables.
+	ExtraEnv []string
+	// MaxControlLine is the longest control message accepted on fd 3, in bytes;
+	// longer lines are skipped and noted in the attempt's log.
+	// Default: DefaultMaxControlLine (1 MiB).
+	MaxControlLine int
+	// TempDir is where each attempt's private directory (its HOME and TMPDIR,
+	// removed when the attempt ends) is created. Default: os.TempDir().
+	TempDir string
+}
+
+// Exec runs exec steps: a program of the bundle, once per attempt, in its own
+// process group (DESIGN §5).
+//
+// The program (Spec.Exec[0]) is resolved inside Invocation.BundleDir, which is
+// also its working directory; a path that is absolute or leaves the bundle
+// (through ".." or a symbolic link) is a terminal *Error, and so is a program
+// that is missing or not executable. The envelope is written to its stdin (a
+// program need not read it). Everything it writes to stdout is streamed to
+// Sink.Output; stderr is streamed to Sink.Log. File descriptor 3 takes
+// newline-delimited JSON control messages:
+//
+//	{"checkpoint": <any JSON>}                     → Sink.Checkpoint
+//	{"checkpoint_file": "/path"}                   → Sink.CheckpointFile (relative to the bundle)
+//	{"progress": <any JSON>}                       → Sink.Progress
+//	{"error": {"message": "…", "retryable": false}} → the attempt's error (last one wins)
+//
+// Malformed messages are noted in the log and ignored.
+//
+// The environment is not inherited: the handler gets PATH and LANG (from the
+// dispatcher's environment when NewExec ran), HOME and TMPDIR (a private
+// directory per attempt, removed afterwards), CAIRN_RUN_ID, CAIRN_STEP,
+// CAIRN_ATTEMPT, CAIRN_WORKFLOW, CAIRN_VERSION, CAIRN_CONTROL_FD=3 and
+// ExecConfig.ExtraEnv.
+//
+// Exit status 0 is success, unless an error control message was sent: then that
+// error. Any other exit or a signal is a retryable *Error (CodeExitStatus,
+// CodeSignal) whose message ends with the last 2 KiB of stderr, unless the
+// handler sent an error message: then that error, retryable as it said.
+//
+// When ctx ends, or a Sink method reports ErrLeaseLost, the process group gets
+// SIGTERM, then SIGKILL after KillGrace, and Invoke returns context.Cause(ctx)
+// (or the lease error) once the process is reaped. Whatever is left of the
+// group when the attempt ends is killed too. A process that leaves the group
+// (setsid) escapes this; the invoker then stops reading its pipes shortly after
+// the kill so that Invoke still returns.
+//
+// Exec is safe for concurrent use.
+type Exec struct {
+	logger         *slog.Logger
+	killGrace      time.Duration
+	extraEnv       []string
+	maxControlLine int
+	tempDir        string
+	// baseEnv is PATH and LANG captured from the dispatcher's environment.
+	baseEnv []string
+}
+
+// NewExec returns an Exec invoker configured by cfg (nil means defaults). It
+// captures PATH and LANG from the current environment (PATH defaults to
+// /usr/local/bin:/usr/bin:/bin, LANG to C.UTF-8).
+func NewExec(cfg *ExecConfig) *Exec {
+	if cfg == nil {
+		cfg = &ExecConfig{}
+	}
+	e := &Exec{
+		logger:         loggerOrDiscard(cfg.Logger).With("component", "exec_invoker"),
+		killGrace:      cfg.KillGrace,
+		extraEnv:       append([]string(nil), cfg.ExtraEnv...),
+		maxControlLine: cfg.MaxControlLine,
+		tempDir:        cfg.TempDir,
+	}
+	if e.killGrace <= 0 {
+		e.killGrace = DefaultKillGrace
+	}
+	if e.maxControlLine <= 0 {
+		e.maxControlLine = DefaultMaxControlLine
+	}
+	if e.tempDir == "" {
+		e.tempDir = os.TempDir()
+	}
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	lang := os.Getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	e.baseEnv = []string{"PATH=" + path, "LANG=" + lang}
+	return e
+}
+
+// Invoke runs one attempt of an exec step; see Exec for the protocol. It returns
+// nil on success, an *Error when the program failed or cannot be run,
+// context.Cause(ctx) when ctx ended first, an error wrapping ErrLeaseLost when a
+// Sink method reported it, and any other error for an infrastructure failure
+// (pipes, temporary directory, fork).
+func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	program, err := resolveProgram(inv.BundleDir, inv.Spec.Exec)
+	if err != nil {
+		return err
+	}
+	payload, err := json.Marshal(inv.Envelope)
+	if err != nil {
+		return fmt.Errorf("exec: encode envelope: %w", err)
+	}
+
+	attemptDir, err := os.MkdirTemp(e.tempDir, "cairn-exec-")
+	if err != nil {
+		return fmt.Errorf("exec: create attempt directory: %w", err)
+	}
+	logger := e.logger.With("run_id", inv.Envelope.RunID, "step", inv.Envelope.Step,
+		"attempt", inv.Envelope.Attempt)
+	defer func() {
+		if err := os.RemoveAll(attemptDir); err != nil {
+			logger.WarnContext(ctx, "remove attempt directory", "path", attemptDir, "error", err)
+		}
+	}()
+	home := filepath.Join(attemptDir, "home")
+	tmp := filepath.Join(attemptDir, "tmp")
+	for _, dir := range []string{home, tmp} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return fmt.Errorf("exec: create attempt directory: %w", err)
+		}
+	}
+
+	r := &execRun{
+		exec:      e,
+		sink:      sink,
+		logger:    logger,
+		bundleDir: inv.BundleDir,
+		logW:      &lockedLog{sink: sink, logger: logger},
+		tail:      newTailBuffer(stderrTailSize),
+		exited:    make(chan struct{}),
+		drained:   make(chan struct{}),
+		aborted:   make(chan struct{}),
+	}
+	cmd := &exec.Cmd{
+		Path:        program,
+		Args:        append([]string(nil), inv.Spec.Exec...),
+		Dir:         inv.BundleDir,
+		Env:         e.environ(&inv.Envelope, home, tmp),
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if err := r.start(ctx, cmd, payload); err != nil {
+		return err
+	}
+	return r.supervise(ctx)
+}
+
+// environ builds a handler's environment. Later entries win (os/exec keeps the
+// last value of a duplicate key), so ExtraEnv overrides the base but not CAIRN_*.
+func (e *Exec) environ(env *Envelope, home, tmp string) []string {
+	out := make([]string, 0, len(e.baseEnv)+len(e.extraEnv)+8)
+	out = append(out, e.baseEnv...)
+	out = append(out, "HOME="+home, "TMPDIR="+tmp)
+	out = append(out, e.extraEnv...)
+	return append(out,
+		"CAIRN_RUN_ID="+env.RunID,
+		"CAIRN_STEP="+env.Step,
+		"CAIRN_ATTEMPT="+strconv.Itoa(env.Attempt),
+		"CAIRN_WORKFLOW="+env.Workflow,
+		"CAIRN_VERSION="+strconv.Itoa(env.Version),
+		EnvControlFD+"="+strconv.Itoa(controlFD),
+	)
+}
+
+// resolveProgram finds argv[0] inside bundleDir and returns its real path. Every
+// failure that a retry cannot fix is a terminal *Error.
+func resolveProgram(bundleDir string, argv []string) (string, error) {
+	if len(argv) == 0 || argv[0] == "" {
+		return "", invalidSpecf("exec: no program given")
+	}
+	if bundleDir == "" {
+		return "", errors.New("exec: invocation has no bundle directory")
+	}
+	name := argv[0]
+	if filepath.IsAbs(name) {
+		return "", invalidSpecf("exec: program %q must be a path inside the bundle, not absolute", name)
+	}
+	rel := filepath.Clean(name)
+	if !filepath.IsLocal(rel) {
+		return "", invalidSpecf("exec: program %q leaves the bundle", name)
+	}
+	root, err := filepath.EvalSymlinks(bundleDir)
+	if err != nil {
+		return "", fmt.Errorf("exec: resolve bundle directory %q: %w", bundleDir, err)
+	}
+	real, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return "", invalidSpecf("exec: program %q not found in the bundle", name)
+	}
+	if err != nil {
+		return "", fmt.Errorf("exec: resolve program %q: %w", name, err)
+	}
+	if within, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(within) {
+		return "", invalidSpecf("exec: program %q leaves the bundle", name)
+	}
+	info, err := os.Stat(real)
+	if err != nil {
+		return "", fmt.Errorf("exec: stat program %q: %w", name, err)
+	}
+	if !info.Mode().IsRegular() {
+		return "", invalidSpecf("exec: program %q is not a regular file", name)
+	}
+	if info.Mode().Perm()&0o111 == 0 {
+		return "", invalidSpecf("exec: program %q is not executable", name)
+	}
+	return real, nil
+}
+
+// execRun is the state of one running attempt.
+type execRun struct {
+	exec      *Exec
+	sink      Sink
+	logger    *slog.Logger
+	bundleDir string
+	logW      *lockedLog
+	tail      *tailBuffer
+	cmd       *exec.Cmd
+
+	// Parent ends of the pipes.
+	stdinW, stdoutR, stderrR, controlR *os.File
+	stdinDone                          chan struct{}
+
+	// exited is closed when the process has exited; it is not reaped yet, so its
+	// PID and process group ID cannot be reused while we signal the group.
+	exited chan struct{}
+	// drained is closed when stdout, stderr and the control pipe are all done.
+	drained chan struct{}
+
+	// aborted is closed by abort; abortErr is set before.
+	abortOnce sync.Once
+	aborted   chan struct{}
+	abortErr  error
+
+	// fnErr is the last error control message.
+	mu    sync.Mutex
+	fnErr *Error
+}
+
+// start creates the pipes, starts the process and the goroutines that feed its
+// stdin, read its outputs and watch for its exit.
+func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) error {
+	var parentEnds, childEnds []*os.File
+	closeAll := func(files []*os.File) {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}
+	pipe := func() (rd, wr *os.File, err error) {
+		rd, wr, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("exec: create pipe: %w", err)
+		}
+		return rd, wr, nil
+	}
+	stdinR, stdinW, err := pipe()
+	if err != nil {
+		return err
+	}
+	parentEnds, childEnds = append(parentEnds, stdinW), append(childEnds, stdinR)
+	stdoutR, stdoutW, err := pipe()
+	if err != nil {
+		closeAll(parentEnds)
+		closeAll(childEnds)
+		return err
+	}
+	parentEnds, childEnds = append(parentEnds, stdoutR), append(childEnds, stdoutW)
+	stderrR, stderrW, err := pipe()
+	if err != nil {
+		closeAll(parentEnds)
+		closeAll(childEnds)
+		return err
+	}
+	parentEnds, childEnds = append(parentEnds, stderrR), append(childEnds, stderrW)
+	controlR, controlW, err := pipe()
+	if err != nil {
+		closeAll(parentEnds)
+		closeAll(childEnds)
+		return err
+	}
+	parentEnds, childEnds = append(parentEnds, controlR), append(childEnds, controlW)
+
+	// *os.File values are handed to the child as they are: os/exec starts no
+	// copying goroutines of its own, and Wait never waits for the pipes.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	cmd.ExtraFiles = []*os.File{controlW}
+	startErr := cmd.Start()
+	// The child holds its own copies; ours must go or EOF never comes.
+	closeAll(childEnds)
+	if startErr != nil {
+		closeAll(parentEnds)
+		return startError(cmd.Args[0], startErr)
+	}
+	r.cmd = cmd
+	r.stdinW, r.stdoutR, r.stderrR, r.controlR = stdinW, stdoutR, stderrR, controlR
+	r.logger.DebugContext(ctx, "exec started", "pid", cmd.Process.Pid, "program", cmd.Args[0])
+
+	go r.waitExit(cmd.Process.Pid)
+	r.stdinDone = make(chan struct{})
+	go r.writeStdin(payload)
+
+	var readers sync.WaitGroup
+	readers.Add(3)
+	go func() {
+		defer readers.Done()
+		r.copyStdout()
+	}()
+	go func() {
+		defer readers.Done()
+		r.copyStderr()
+	}()
+	go func() {
+		defer readers.Done()
+		r.readControl(ctx)
+	}()
+	go func() {
+		readers.Wait()
+		close(r.drained)
+	}()
+	return nil
+}
+
+// startError classifies a failed start: a program the kernel refuses to execute
+// (bad interpreter, no permission, not an executable format) is terminal; the
+// rest (out of processes, file descriptors, memory) is infrastructure.
+func startError(name string, err error) error {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		switch errno {
+		case syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR, syscall.EISDIR, syscall.ELOOP:
+			return invalidSpecf("exec: start %q: %v", name, err)
+		}
+	}
+	return fmt.Errorf("exec: start %q: %w", name, err)
+}
+
+// waitExit closes r.exited when the process has exited, without reaping it
+// (WNOWAIT): until cmd.Wait reaps it, its PID, and so its process group ID, stay
+// taken, and signalling the group can never reach an unrelated process.
+func (r *execRun) waitExit(pid int) {
+	defer close(r.exited)
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			// ECHILD cannot happen while we hold the unreaped child; if it does,
+			// cmd.Wait reports it.
+			r.logger.Warn("wait for exec exit", "pid", pid, "error", err)
+		}
+		return
+	}
+}
+
+// writeStdin writes the envelope to the handler's stdin and closes it. A handler
+// that exits or closes stdin without reading it is fine: EPIPE is ignored, and
+// the write is cut short (deadline) when the attempt ends.
+func (r *execRun) writeStdin(payload []byte) {
+	defer close(r.stdinDone)
+	_, err := r.stdinW.Write(payload)
+	if err != nil && !errors.Is(err, syscall.EPIPE) && !errors.Is(err, os.ErrDeadlineExceeded) {
+		r.logger.Debug("write envelope to stdin", "error", err)
+	}
+	if err := r.stdinW.Close(); err != nil && !errors.Is(err, syscall.EPIPE) {
+		r.logger.Debug("close stdin", "error", err)
+	}
+}
+
+// abort stops the attempt with err (lease lost, output refused).
+func (r *execRun) abort(err error) {
+	r.abortOnce.Do(func() {
+		r.abortErr = err
+		close(r.aborted)
+	})
+}
+
+// abortError returns the abort's error, or nil when there was none.
+func (r *execRun) abortError() error {
+	select {
+	case <-r.aborted:
+		return r.abortErr
+	default:
+		return nil
+	}
+}
+
+// copyStdout streams stdout into the sink's output, chunk by chunk. A failed
+// write aborts the attempt (the handler would block on a full pipe otherwise).
+func (r *execRun) copyStdout() {
+	out := r.sink.Output()
+	buf := make([]byte, copyBufferSize)
+	for {
+		n, err := r.stdoutR.Read(buf)
+		if n > 0 {
+			if _, werr := out.Write(buf[:n]); werr != nil {
+				r.abort(sinkWriteError("exec: write output", werr))
+				return
+			}
+		}
+		if err != nil {
+			// io.EOF, or a read deadline set once the attempt is over.
+			return
+		}
+	}
+}
+
+// copyStderr streams stderr into the sink's log and keeps its tail for the
+// failure message. A log that fails stops being written; the tail is still kept.
+func (r *execRun) copyStderr() {
+	buf := make([]byte, copyBufferSize)
+	for {
+		n, err := r.stderrR.Read(buf)
+		if n > 0 {
+			r.tail.Write(buf[:n])
+			if werr := r.logW.write(buf[:n]); werr != nil && errors.Is(werr, ErrLeaseLost) {
+				r.abort(werr)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// setFunctionError remembers an error control message.
+func (r *execRun) setFunctionError(e *Error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fnErr = e
+}
+
+func (r *execRun) functionError() *Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fnErr
+}
+
+// signalGroup sends sig to the handler's process group and to the handler itself
+// (in case it moved to another group). The handler is not reaped before the
+// attempt ends, so its PID cannot have been reused.
+func (r *execRun) signalGroup(sig syscall.Signal) {
+	pid := r.cmd.Process.Pid
+	if err := syscall.Kill(-pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.logger.Warn("signal exec process group", "pid", pid, "signal", sig.String(), "error", err)
+	}
+	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		r.logger.Warn("signal exec process", "pid", pid, "signal", sig.String(), "error", err)
+	}
+}
+
+// terminate sends SIGTERM to the group and waits until the handler has exited
+// and its pipes are closed, or KillGrace has passed.
+func (r *execRun) terminate() {
+	r.signalGroup(syscall.SIGTERM)
+	timer := time.NewTimer(r.exec.killGrace)
+	defer timer.Stop()
+	exited, drained := r.exited, r.drained
+	for exited != nil || drained != nil {
+		select {
+		case <-exited:
+			exited = nil
+		case <-drained:
+			drained = nil
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// supervise waits for the attempt to end (exit, ctx, abort), kills what is left
+// of the process group, drains or cuts the pipes, reaps the handler and returns
+// Invoke's result.
+func (r *execRun) supervise(ctx context.Context) error {
+	var stopErr error
+	select {
+	case <-r.exited:
+		// The handler ended by itself. A background child may still hold stdout:
+		// give it KillGrace to finish before the group is killed.
+		timer := time.NewTimer(r.exec.killGrace)
+		select {
+		case <-r.drained:
+		case <-timer.C:
+			r.logger.DebugContext(ctx, "exec pipes still open after exit; killing the process group")
+		case <-ctx.Done():
+			stopErr = context.Cause(ctx)
+		case <-r.aborted:
+			stopErr = r.abortErr
+		}
+		timer.Stop()
+	case <-ctx.Done():
+		stopErr = context.Cause(ctx)
+		r.terminate()
+	case <-r.aborted:
+		stopErr = r.abortErr
+		r.terminate()
+	}
+
+	// Nothing of the attempt may outlive it.
+	r.signalGroup(syscall.SIGKILL)
+	timer := time.NewTimer(pipeCloseDelay)
+	select {
+	case <-r.drained:
+	case <-timer.C:
+		// Someone outside the group holds a pipe: stop reading.
+		r.logger.WarnContext(ctx, "exec pipes held open by a process outside the group; closing them")
+		for _, f := range []*os.File{r.stdoutR, r.stderrR, r.controlR} {
+			_ = f.SetReadDeadline(time.Now())
+		}
+		<-r.drained
+	}
+	timer.Stop()
+	_ = r.stdinW.SetWriteDeadline(time.Now())
+	<-r.stdinDone
+	for _, f := range []*os.File{r.stdoutR, r.stderrR, r.controlR} {
+		_ = f.Close()
+	}
+
+	<-r.exited
+	waitErr := r.cmd.Wait()
+	if stopErr == nil {
+		stopErr = r.abortError()
+	}
+	if stopErr != nil {
+		r.logger.DebugContext(ctx, "exec stopped", "error", stopErr)
+		return stopErr
+	}
+	return r.result(waitErr)
+}
+
+// result turns the handler's exit into Invoke's result.
+func (r *execRun) result(waitErr error) error {
+	fnErr := r.functionError()
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return fmt.Errorf("exec: wait: %w", waitErr)
+	}
+	if waitErr == nil {
+		if fnErr != nil {
+			return fnErr
+		}
+		return nil
+	}
+	if fnErr != nil {
+		return fnErr
+	}
+	failure := &Error{Retryable: true, Code: CodeExitStatus}
+	if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		failure.Code = CodeSignal
+		failure.Message = fmt.Sprintf("killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+	} else {
+		failure.Message = fmt.Sprintf("exit status %d", exitErr.ExitCode())
+	}
+	if tail := r.tail.String(); tail != "" {
+		failure.Message += "; stderr: " + tail
+	}
+	return failure
+}

@@ -1,0 +1,357 @@
+package functions
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Headers of an http function call (DESIGN §5).
+const (
+	// HeaderRunID carries the run's ID.
+	HeaderRunID = "Cairn-Run-Id"
+	// HeaderStep carries the step's key.
+	HeaderStep = "Cairn-Step"
+	// HeaderAttempt carries the attempt number (1 for the first try).
+	HeaderAttempt = "Cairn-Attempt"
+	// HeaderIdempotencyKey carries "<run_id>/<step>": the same on every attempt of
+	// a step, for functions that make their side effects idempotent.
+	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderSignature carries the body's signature; see VerifySignature.
+	HeaderSignature = "Cairn-Signature"
+	// HeaderTimeoutMs carries the milliseconds left before Cairn gives up on the
+	// attempt (when it has a deadline): a function may stop early instead of
+	// working for nothing.
+	HeaderTimeoutMs = "Cairn-Timeout-Ms"
+)
+
+const (
+	// DefaultSignatureMaxSkew is VerifySignature's tolerance when it is given none.
+	DefaultSignatureMaxSkew = 5 * time.Minute
+	// DefaultUserAgent is HTTPConfig.UserAgent's default.
+	DefaultUserAgent = "cairn"
+	// errorSnippetSize bounds how much of an error response goes into a message.
+	errorSnippetSize = 1 << 10
+	// drainLimit bounds how much of an error response is read (and dropped) so
+	// that its connection can be reused.
+	drainLimit = 64 << 10
+)
+
+// ErrInvalidSignature is what VerifySignature wraps when a signature is missing,
+// malformed, wrong or outside the time tolerance.
+var ErrInvalidSignature = errors.New("invalid signature")
+
+// HTTPConfig configures an HTTP invoker.
+type HTTPConfig struct {
+	// Client sends the requests. Default: a client with dial, TLS handshake and
+	// idle timeouts but no overall timeout (ctx governs the attempt) that does not
+	// follow redirects (a redirect is a terminal failure: a POST redirected with
+	// 301/302/303 would lose its body).
+	Client *http.Client
+	// SigningKey is the HMAC-SHA256 secret of the Cairn-Signature header. Required
+	// (NewHTTP panics without it); use at least 32 random bytes.
+	SigningKey []byte
+	// Logger receives the invoker's diagnostics. Default: discard.
+	Logger *slog.Logger
+	// UserAgent is the User-Agent header. Default: DefaultUserAgent.
+	UserAgent string
+}
+
+// HTTP runs http steps: a POST of the envelope (JSON) to HTTPSpec.URL (DESIGN §5).
+//
+// The request carries the step's HTTPSpec.Headers (for credentials, say) and
+// then Content-Type: application/json, Cairn-Run-Id, Cairn-Step, Cairn-Attempt,
+// Idempotency-Key: <run_id>/<step>, Cairn-Signature (see VerifySignature),
+// Cairn-Timeout-Ms when ctx has a deadline, and User-Agent; the step's headers
+// cannot override Cairn's.
+//
+// A 2xx response's body is the output, streamed to Sink.Output, its Content-Type
+// given to Sink.SetOutputContentType. 408, 429 and 5xx responses and network
+// errors are retryable *Errors (CodeHTTPStatus, CodeNetwork) with RetryAfter
+// taken from a Retry-After header (seconds or an HTTP date); every other status
+// is terminal. Failure messages hold up to 1 KiB of the response body.
+//
+// HTTP is safe for concurrent use.
+type HTTP struct {
+	client    *http.Client
+	key       []byte
+	logger    *slog.Logger
+	userAgent string
+}
+
+// NewHTTP returns an HTTP invoker configured by cfg. It panics when cfg is nil or
+// cfg.SigningKey is empty: unsigned calls would let anyone who can reach a
+// function impersonate Cairn, and that is a wiring mistake to catch at startup.
+func NewHTTP(cfg *HTTPConfig) *HTTP {
+	if cfg == nil || len(cfg.SigningKey) == 0 {
+		panic("functions: NewHTTP needs HTTPConfig.SigningKey")
+	}
+	h := &HTTP{
+		client:    cfg.Client,
+		key:       bytes.Clone(cfg.SigningKey),
+		logger:    loggerOrDiscard(cfg.Logger).With("component", "http_invoker"),
+		userAgent: cfg.UserAgent,
+	}
+	if h.client == nil {
+		h.client = defaultHTTPClient()
+	}
+	if h.userAgent == "" {
+		h.userAgent = DefaultUserAgent
+	}
+	return h
+}
+
+func defaultHTTPClient() *http.Client {
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           dialer.DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          100,
+			MaxIdleConnsPerHost:   16,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// Invoke runs one attempt of an http step; see HTTP for the protocol. It returns
+// nil on success, an *Error when the function failed or the spec is unusable
+// (CodeInvalidSpec), context.Cause(ctx) when ctx ended first, and any other error
+// for an infrastructure failure.
+func (h *HTTP) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	spec := inv.Spec.HTTP
+	if spec == nil {
+		return invalidSpecf("http: step has no http spec")
+	}
+	target, err := url.Parse(spec.URL)
+	if err != nil {
+		return invalidSpecf("http: invalid url: %v", err)
+	}
+	if (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
+		return invalidSpecf("http: url %q must be absolute http or https", redactURL(target))
+	}
+	where := redactURL(target)
+	body, err := json.Marshal(inv.Envelope)
+	if err != nil {
+		return fmt.Errorf("http: encode envelope: %w", err)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, spec.URL, bytes.NewReader(body))
+	if err != nil {
+		return invalidSpecf("http: build request for %s: %v", where, err)
+	}
+	for k, v := range spec.Headers {
+		req.Header.Set(k, v)
+	}
+	env := &inv.Envelope
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", h.userAgent)
+	req.Header.Set(HeaderRunID, env.RunID)
+	req.Header.Set(HeaderStep, env.Step)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(env.Attempt))
+	req.Header.Set(HeaderIdempotencyKey, env.RunID+"/"+env.Step)
+	req.Header.Set(HeaderSignature, signatureHeader(h.key, time.Now(), body))
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := time.Until(deadline).Milliseconds(); left > 0 {
+			req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(left, 10))
+		}
+	}
+
+	logger := h.logger.With("run_id", env.RunID, "step", env.Step, "attempt", env.Attempt)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return &Error{Message: fmt.Sprintf("POST %s: %v", where, err), Retryable: true, Code: CodeNetwork}
+	}
+	defer resp.Body.Close()
+	logger.DebugContext(ctx, "http function responded", "status", resp.StatusCode)
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return statusError(where, resp)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		sink.SetOutputContentType(ct)
+	}
+	return copyResponse(ctx, where, resp.Body, sink.Output())
+}
+
+// copyResponse streams a 2xx body into the output, telling a broken response
+// (retryable, or ctx's cause) from a refused write.
+func copyResponse(ctx context.Context, where string, body io.Reader, out io.Writer) error {
+	buf := make([]byte, copyBufferSize)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := out.Write(buf[:n]); werr != nil {
+				return sinkWriteError("http: write output", werr)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return &Error{Message: fmt.Sprintf("POST %s: read response: %v", where, err), Retryable: true, Code: CodeNetwork}
+		}
+	}
+}
+
+// statusError turns a non-2xx response into an *Error.
+func statusError(where string, resp *http.Response) *Error {
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, errorSnippetSize))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+
+	code := resp.StatusCode
+	e := &Error{
+		Message:   fmt.Sprintf("POST %s: %s", where, resp.Status),
+		Retryable: code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500,
+		Code:      CodeHTTPStatus,
+	}
+	if code >= 300 && code < 400 {
+		e.Message += " (redirects are not followed)"
+	}
+	if text := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "\uFFFD")); text != "" {
+		e.Message += ": " + text
+	}
+	if e.Retryable {
+		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date. It
+// returns 0 when the value is absent, malformed or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		// Cap far beyond any sane retry policy to stay clear of overflow.
+		const maxSecs = int64(365 * 24 * time.Hour / time.Second)
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, maxSecs)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// redactURL names an endpoint for messages: scheme, host and path, without
+// credentials or query (which may hold secrets).
+func redactURL(u *url.URL) string {
+	c := url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}
+	return c.String()
+}
+
+// signatureHeader signs body at time t: "t=<unix seconds>,v1=<hex HMAC-SHA256 of
+// "<t>.<body>">".
+func signatureHeader(key []byte, t time.Time, body []byte) string {
+	ts := t.Unix()
+	return "t=" + strconv.FormatInt(ts, 10) + ",v1=" + hex.EncodeToString(signature(key, ts, body))
+}
+
+func signature(key []byte, ts int64, body []byte) []byte {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(strconv.FormatInt(ts, 10)))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return mac.Sum(nil)
+}
+
+// VerifySignature checks a Cairn-Signature header against the raw request body,
+// for authors of http functions. Call it before decoding the body.
+//
+// The scheme: the header is "t=<unix seconds>,v1=<hex>", where <hex> is the
+// lower-case hex HMAC-SHA256, keyed with the shared signing key, of the string
+// "<t>.<body>" (the timestamp as sent, a period, then the body's exact bytes).
+// Several v1 entries may appear (key rotation); one must match. Unknown entries
+// are ignored. The timestamp must be within maxSkew of the local clock either way
+// (maxSkew ≤ 0 means DefaultSignatureMaxSkew), which bounds replays; the
+// Idempotency-Key header is what makes a replayed call harmless.
+//
+// It returns nil when the signature is valid, else an error wrapping
+// ErrInvalidSignature. It is safe for concurrent use.
+func VerifySignature(key, header string, body []byte, maxSkew time.Duration) error {
+	return verifySignatureAt([]byte(key), header, body, maxSkew, time.Now())
+}
+
+func verifySignatureAt(key []byte, header string, body []byte, maxSkew time.Duration, now time.Time) error {
+	if len(key) == 0 {
+		return fmt.Errorf("verify signature: empty key: %w", ErrInvalidSignature)
+	}
+	if maxSkew <= 0 {
+		maxSkew = DefaultSignatureMaxSkew
+	}
+	var ts string
+	var sigs []string
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "t":
+			if ts != "" {
+				return fmt.Errorf("verify signature: two timestamps: %w", ErrInvalidSignature)
+			}
+			ts = v
+		case "v1":
+			sigs = append(sigs, v)
+		}
+	}
+	if ts == "" || len(sigs) == 0 {
+		return fmt.Errorf("verify signature: header needs t= and v1=: %w", ErrInvalidSignature)
+	}
+	unix, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || strconv.FormatInt(unix, 10) != ts {
+		return fmt.Errorf("verify signature: bad timestamp %q: %w", ts, ErrInvalidSignature)
+	}
+	skew := now.Sub(time.Unix(unix, 0))
+	if skew > maxSkew || skew < -maxSkew {
+		return fmt.Errorf("verify signature: timestamp %d outside tolerance %s: %w", unix, maxSkew, ErrInvalidSignature)
+	}
+	want := signature(key, unix, body)
+	for _, s := range sigs {
+		got, err := hex.DecodeString(s)
+		if err == nil && hmac.Equal(got, want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("verify signature: no matching v1 signature: %w", ErrInvalidSignature)
+}
