@@ -1,0 +1,159 @@
+package pglocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// pidFileName is the lock file a running postmaster keeps in its data
+// directory; its first line is the postmaster's process id.
+const pidFileName = "postmaster.pid"
+
+// Left-over servers get this long for a fast shutdown, then this long for an
+// immediate one, before SIGKILL.
+const (
+	leftoverFastTimeout      = 30 * time.Second
+	leftoverImmediateTimeout = 5 * time.Second
+)
+
+// reclaim makes the data directory startable after an earlier owner died
+// without stopping PostgreSQL. It must only run while this Cluster has no
+// server of its own running.
+//
+//   - postmaster.pid names a live postgres of this data directory: the server
+//     outlived its parent; stop it (SIGINT, then SIGQUIT, then SIGKILL).
+//   - it names a live process that is something else: the id was reused after
+//     a crash; PostgreSQL would refuse to start ("lock file already exists"),
+//     so remove the file.
+//   - it names a dead process: PostgreSQL handles that itself.
+//
+// Then any postgres process still working in the data directory is an orphaned
+// backend of a killed postmaster. It keeps the old shared memory attached,
+// which makes the new postmaster refuse to start, so it is killed. Finally the
+// Unix socket files left in the data directory by a killed server are removed:
+// their lock files would stop a server on the same port when their process id
+// has been reused.
+func reclaim(ctx context.Context, dataDir string, log func(msg string, args ...any)) error {
+	pidPath := filepath.Join(dataDir, pidFileName)
+	pid, err := readPidFile(pidPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		log("ignoring unreadable postmaster.pid", "error", err)
+	case pid > 0 && processAlive(pid):
+		ours, err := isServerOf(pid, dataDir)
+		if err != nil {
+			return fmt.Errorf("data dir %s is locked by live process %d that cannot be inspected: %w", dataDir, pid, err)
+		}
+		if ours {
+			log("stopping a left-over postgres of this data dir", "pid", pid)
+			if err := stopForeign(ctx, pid); err != nil {
+				return fmt.Errorf("stop left-over postgres %d of %s: %w", pid, dataDir, err)
+			}
+		} else {
+			log("removing stale postmaster.pid: its process id now belongs to another program", "pid", pid)
+			if err := os.Remove(pidPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove stale %s: %w", pidPath, err)
+			}
+		}
+	}
+
+	orphans, err := serverProcessesOf(dataDir)
+	if err != nil {
+		return err
+	}
+	if len(orphans) > 0 {
+		log("killing orphaned postgres processes of this data dir", "pids", orphans)
+		for _, p := range orphans {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		if !waitGone(ctx, orphans, leftoverImmediateTimeout) {
+			return fmt.Errorf("orphaned postgres processes %v of %s did not exit after SIGKILL", orphans, dataDir)
+		}
+	}
+
+	sockets, _ := filepath.Glob(filepath.Join(dataDir, ".s.PGSQL.*"))
+	for _, s := range sockets {
+		_ = os.Remove(s)
+	}
+	return ctx.Err()
+}
+
+// stopForeign stops a postmaster that is not our child: a fast shutdown
+// (what `pg_ctl stop -m fast` sends), then an immediate one, then SIGKILL of
+// its process group and of itself. Signals are sent directly rather than via
+// pg_ctl because pg_ctl refuses to run as root and only does the same.
+func stopForeign(ctx context.Context, pid int) error {
+	steps := []struct {
+		sig     syscall.Signal
+		timeout time.Duration
+	}{
+		{syscall.SIGINT, leftoverFastTimeout},
+		{syscall.SIGQUIT, leftoverImmediateTimeout},
+		{syscall.SIGKILL, leftoverImmediateTimeout},
+	}
+	for _, s := range steps {
+		if err := syscall.Kill(pid, s.sig); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return nil
+			}
+			return fmt.Errorf("signal %v: %w", s.sig, err)
+		}
+		if waitGone(ctx, []int{pid}, s.timeout) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return errors.New("still running after SIGKILL")
+}
+
+// waitGone polls until none of pids is alive, for at most timeout. It polls
+// because the processes are not our children: there is nothing to wait on.
+func waitGone(ctx context.Context, pids []int, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		alive := false
+		for _, p := range pids {
+			if processAlive(p) {
+				alive = true
+				break
+			}
+		}
+		if !alive {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// readPidFile returns the process id on the first line of a postmaster.pid.
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", path, err)
+	}
+	return pid, nil
+}
