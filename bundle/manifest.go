@@ -203,7 +203,7 @@ func yamlError(err error) error {
 var (
 	reUnknownField = regexp.MustCompile(`^(line \d+): field (.*) not found in type (\S+)$`)
 	reFieldTwice   = regexp.MustCompile(`^(line \d+): field (.*) already set in type (\S+)$`)
-	reCannot       = regexp.MustCompile("^(line \\d+): cannot unmarshal (\\S+) `(.*)` into (\\S+)$")
+	reCannot       = regexp.MustCompile("^(line \\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (\\S+)$")
 )
 
 // typeWords names Go types of yaml.v3 messages in words a user knows.
@@ -241,7 +241,14 @@ func rewriteTypeError(msg string) string {
 		return fmt.Sprintf("%s: field %q set twice in %s", m[1], m[2], describeType(m[3]))
 	}
 	if m := reCannot.FindStringSubmatch(msg); m != nil {
-		return fmt.Sprintf("%s: cannot use %s %q as %s", m[1], strings.TrimPrefix(m[2], "!!"), m[3], describeType(m[4]))
+		if strings.Contains(msg, "`") {
+			return fmt.Sprintf("%s: cannot use %q as %s", m[1], m[3], describeType(m[4]))
+		}
+		what := map[string]string{"seq": "a list", "map": "a mapping"}[m[2]]
+		if what == "" {
+			what = "a " + m[2]
+		}
+		return fmt.Sprintf("%s: cannot use %s as %s", m[1], what, describeType(m[4]))
 	}
 	return msg
 }

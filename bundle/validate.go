@@ -412,9 +412,9 @@ func (v *validator) cycles(steps []Step, keys map[string]int) {
 	}
 }
 
-// dedupe returns the sorted distinct elements of s.
+// dedupe returns the sorted distinct elements of s, never nil.
 func dedupe(s []string) []string {
-	out := slices.Clone(s)
+	out := append(make([]string, 0, len(s)), s...)
 	slices.Sort(out)
 	return slices.Compact(out)
 }
