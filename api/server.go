@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -25,6 +26,8 @@ type Config struct {
 	// ReadyCheck, when set, is an extra readiness check run by GET /readyz after the
 	// database, blob store and schema checks; default none.
 	ReadyCheck func(ctx context.Context) error
+	// TempDir is where uploads are unpacked for validation; default os.TempDir().
+	TempDir string
 	// Tokens are the bearer tokens and their roles; default none, so every
 	// protected operation answers 401.
 	Tokens *Tokens
@@ -52,6 +55,15 @@ type Server struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
 	api    huma.API
+
+	streamsDone chan struct{} // closed by CloseStreams
+	closeOnce   sync.Once
+}
+
+// CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
+// not end long-lived responses by itself). Safe to call more than once.
+func (s *Server) CloseStreams() {
+	s.closeOnce.Do(func() { close(s.streamsDone) })
 }
 
 // New registers every operation and returns the server. store and blobs are required.
@@ -63,12 +75,18 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 		cfg:    c,
 		logger: c.Logger.With("component", "api"),
 		mux:    http.NewServeMux(),
+
+		streamsDone: make(chan struct{}),
 	}
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
 	s.api.UseMiddleware(s.authMiddleware)
 	s.registerHealth()
 	s.registerWorkflows()
+	s.registerRuns()
+	s.registerBundles()
+	s.registerSteps()
+	s.registerEvents()
 	return s
 }
 

@@ -40,7 +40,7 @@ func versionOf(v *catalog.Version, withDefinition bool) Version {
 	out := Version{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize,
 		Fingerprint: v.Fingerprint, CreatedAt: v.CreatedAt.UTC()}
 	if withDefinition {
-		out.Definition = v.Definition
+		out.Definition = json.RawMessage(v.Definition)
 	}
 	return out
 }

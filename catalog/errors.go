@@ -42,3 +42,5 @@ func translateError(err error) error {
 	}
 	return err
 }
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

@@ -93,7 +93,7 @@ type Version struct {
 	Workflow     string          `db:"workflow"`
 	Version      int             `db:"version"`
 	BundleDigest string          `db:"bundle_digest"`
-	Definition   json.RawMessage `db:"definition"`
+	Definition   JSON `db:"definition"`
 	Fingerprint  string          `db:"fingerprint"`
 	CreatedAt    time.Time       `db:"created_at"`
 	BundleSize   int64           `db:"bundle_size"`
@@ -225,4 +225,14 @@ func (s *Store) WorkflowList(ctx context.Context, p *WorkflowListParams) ([]Work
 		return nil, fmt.Errorf("list workflows: %w", translateError(err))
 	}
 	return out, nil
+}
+
+// VersionByDigest returns the version registered for a bundle digest; ErrNotFound if
+// the digest was never registered.
+func (s *Store) VersionByDigest(ctx context.Context, digest string) (*Version, error) {
+	var v Version
+	if err := s.db.GetContext(ctx, &v, sqlVersionByDigest, digest); err != nil {
+		return nil, fmt.Errorf("get version of bundle %s: %w", digest, translateError(err))
+	}
+	return &v, nil
 }

@@ -39,7 +39,7 @@ CREATE TABLE runs (
                     CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'canceled')),
     input           jsonb,
     error           jsonb,
-    revision        bigint      NOT NULL DEFAULT 1 CHECK (revision >= 1),
+    revision        bigint      NOT NULL DEFAULT 0 CHECK (revision >= 0),
     steps_total     integer     NOT NULL CHECK (steps_total >= 0),
     steps_remaining integer     NOT NULL CHECK (steps_remaining >= 0),
     created_at      timestamptz NOT NULL DEFAULT now(),
@@ -64,6 +64,9 @@ CREATE TABLE steps (
     needs            text[]      NOT NULL DEFAULT '{}',
     deps_remaining   integer     NOT NULL CHECK (deps_remaining >= 0),
     attempts         integer     NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    -- Attempts that count against max_attempts: a lease handed back at shutdown
+    -- does not.
+    counted_attempts integer     NOT NULL DEFAULT 0 CHECK (counted_attempts >= 0),
     max_attempts     integer     NOT NULL CHECK (max_attempts >= 1),
     ready_at         timestamptz,
     lease_owner      text,
@@ -101,19 +104,19 @@ CREATE TABLE attempts (
     CHECK ((status = 'running') = (finished_at IS NULL))
 ) WITH (fillfactor = 80);
 
--- Events of a run in commit order: every writer locks the run row (revision bump)
--- before it draws ids, so ids of one run grow in the order their transactions commit.
+-- Events of a run. seq is the run's revision after the event: every event bumps
+-- runs.revision under the run's row lock (cairn_event), so the seqs of a run are
+-- 1, 2, 3, … in commit order, without gaps: what SSE replay from Last-Event-ID needs.
 CREATE TABLE events (
-    id         bigserial   PRIMARY KEY,
     run_id     uuid        NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    seq        bigint      NOT NULL CHECK (seq >= 1),
     type       text        NOT NULL CHECK (type ~ '^[a-z][a-z_.]{0,62}$'),
     step_key   text,
     attempt    integer,
     data       jsonb       NOT NULL DEFAULT '{}',
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, seq)
 );
-
-CREATE INDEX events_run_id_idx ON events (run_id, id);
 
 -- Idempotency records for writes that create. request_hash tells a replay of the same
 -- request (first response returned) from a different one under the same key (409).
@@ -126,7 +129,273 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (scope, key)
 );
 
+-- The state machine of DESIGN §4 as functions: each transition is one round trip, and
+-- the rules (fencing, retry budget, readiness of dependents, skipping, the run's final
+-- state, events) live in one place. The SQL that calls them is in package catalog.
+
+-- cairn_event appends an event to a run, bumping its revision.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_event(p_run uuid, p_type text, p_step text, p_attempt integer, p_data jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_seq bigint;
+BEGIN
+    UPDATE runs SET revision = revision + 1 WHERE id = p_run RETURNING revision INTO v_seq;
+    INSERT INTO events (run_id, seq, type, step_key, attempt, data)
+    VALUES (p_run, v_seq, p_type, p_step, p_attempt, coalesce(p_data, '{}'));
+    RETURN v_seq;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_run_settle counts p_done more steps of a run as terminal; when none remain,
+-- the run ends: failed if a step failed, else succeeded.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_remaining integer;
+    v_failed    record;
+BEGIN
+    UPDATE runs SET steps_remaining = greatest(steps_remaining - p_done, 0)
+    WHERE id = p_run AND status IN ('pending', 'running')
+    RETURNING steps_remaining INTO v_remaining;
+    IF v_remaining IS DISTINCT FROM 0 THEN
+        RETURN;
+    END IF;
+    SELECT key, last_error INTO v_failed FROM steps
+    WHERE run_id = p_run AND status = 'failed'
+    ORDER BY finished_at, key LIMIT 1;
+    IF FOUND THEN
+        UPDATE runs SET status = 'failed', finished_at = now(),
+            error = jsonb_build_object('message', 'step ' || v_failed.key || ' failed',
+                                       'step', v_failed.key, 'cause', v_failed.last_error)
+        WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.failed', NULL, NULL, jsonb_build_object('step', v_failed.key));
+    ELSE
+        UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.succeeded', NULL, NULL, '{}');
+    END IF;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_skip_dependents marks every transitive dependent of a step that did not
+-- succeed as skipped and returns how many.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_skip_dependents(p_run uuid, p_key text)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_keys text[];
+BEGIN
+    WITH RECURSIVE d(key) AS (
+        SELECT s.key FROM steps s WHERE s.run_id = p_run AND p_key = ANY (s.needs)
+        UNION
+        SELECT s.key FROM steps s JOIN d ON d.key = ANY (s.needs) WHERE s.run_id = p_run
+    ), skipped AS (
+        UPDATE steps SET status = 'skipped', finished_at = now(),
+            last_error = jsonb_build_object('message', 'upstream step ' || p_key || ' did not succeed')
+        WHERE run_id = p_run AND key IN (SELECT key FROM d) AND status IN ('waiting', 'ready')
+        RETURNING key
+    )
+    SELECT coalesce(array_agg(key ORDER BY key), '{}') INTO v_keys FROM skipped;
+    IF cardinality(v_keys) > 0 THEN
+        PERFORM cairn_event(p_run, 'step.skipped', NULL, NULL,
+            jsonb_build_object('steps', to_jsonb(v_keys), 'because', p_key));
+    END IF;
+    RETURN cardinality(v_keys);
+END $$;
+-- +goose StatementEnd
+
+-- cairn_claim leases up to p_limit ready steps to p_owner, each with a fresh fencing
+-- token, and returns what the dispatcher needs to build their envelopes.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_claim(p_owner text, p_limit integer, p_ttl interval)
+RETURNS TABLE (o_run_id uuid, o_key text, o_attempt integer, o_lease_token bigint,
+               o_lease_expires_at timestamptz, o_checkpoint jsonb, o_workflow text,
+               o_version integer, o_input jsonb, o_deps jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN
+        WITH c AS (
+            SELECT s.run_id, s.key FROM steps s
+            WHERE s.status = 'ready' AND s.ready_at <= now()
+            ORDER BY s.ready_at
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
+            counted_attempts = s.counted_attempts + 1, lease_owner = p_owner,
+            lease_token = nextval('lease_token_seq'), lease_expires_at = now() + p_ttl,
+            started_at = coalesce(s.started_at, now())
+        FROM c WHERE s.run_id = c.run_id AND s.key = c.key
+        RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs
+    LOOP
+        INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
+        VALUES (r.run_id, r.key, r.attempts, p_owner, r.lease_token);
+        UPDATE runs SET status = 'running', started_at = now()
+        WHERE id = r.run_id AND status = 'pending';
+        PERFORM cairn_event(r.run_id, 'step.started', r.key, r.attempts,
+            jsonb_build_object('dispatcher', p_owner, 'lease_token', r.lease_token));
+        o_run_id := r.run_id;
+        o_key := r.key;
+        o_attempt := r.attempts;
+        o_lease_token := r.lease_token;
+        o_lease_expires_at := r.lease_expires_at;
+        o_checkpoint := r.checkpoint;
+        SELECT ru.workflow, ru.version, ru.input INTO o_workflow, o_version, o_input
+        FROM runs ru WHERE ru.id = r.run_id;
+        SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}') INTO o_deps
+        FROM steps d WHERE d.run_id = r.run_id AND d.key = ANY (r.needs);
+        RETURN NEXT;
+    END LOOP;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_step_finish records the end of an attempt, fenced by its lease token.
+-- p_outcome: succeeded, failed, timed_out, interrupted (counts against the budget)
+-- or handback (interrupted, does not count, ready at once). A retryable failure with
+-- budget left returns the step to ready at p_retry_at; otherwise the step fails and
+-- its dependents are skipped. Returns 'ok', or 'lease_lost' when the token is not the
+-- step's current lease (nothing is written then).
+-- +goose StatementBegin
+CREATE FUNCTION cairn_step_finish(p_run uuid, p_key text, p_token bigint, p_outcome text,
+                                  p_output jsonb, p_error jsonb, p_retryable boolean,
+                                  p_retry_at timestamptz, p_log_key text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_step     steps%ROWTYPE;
+    v_done     integer := 0;
+    v_ready    integer := 0;
+    v_skipped  integer := 0;
+BEGIN
+    SELECT * INTO v_step FROM steps WHERE run_id = p_run AND key = p_key FOR UPDATE;
+    IF NOT FOUND OR v_step.status <> 'running' OR v_step.lease_token IS DISTINCT FROM p_token THEN
+        RETURN 'lease_lost';
+    END IF;
+    UPDATE attempts SET
+        status = CASE p_outcome WHEN 'handback' THEN 'interrupted' ELSE p_outcome END,
+        finished_at = now(), error = p_error, log_key = p_log_key,
+        counted = (p_outcome <> 'handback')
+    WHERE run_id = p_run AND step_key = p_key AND number = v_step.attempts;
+
+    IF p_outcome = 'succeeded' THEN
+        UPDATE steps SET status = 'succeeded', output = p_output, finished_at = now(),
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = p_run AND key = p_key;
+        WITH deps AS (
+            UPDATE steps SET deps_remaining = deps_remaining - 1,
+                status = CASE WHEN deps_remaining = 1 THEN 'ready' ELSE status END,
+                ready_at = CASE WHEN deps_remaining = 1 THEN now() ELSE ready_at END
+            WHERE run_id = p_run AND p_key = ANY (needs) AND status = 'waiting'
+            RETURNING status
+        )
+        SELECT count(*) FILTER (WHERE status = 'ready') INTO v_ready FROM deps;
+        PERFORM cairn_event(p_run, 'step.succeeded', p_key, v_step.attempts,
+            jsonb_build_object('output', CASE WHEN jsonb_typeof(p_output) = 'object' AND p_output ? '$blob' THEN p_output END));
+        v_done := 1;
+    ELSIF p_outcome = 'handback' THEN
+        UPDATE steps SET status = 'ready', ready_at = now(), counted_attempts = counted_attempts - 1,
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = p_run AND key = p_key;
+        PERFORM cairn_event(p_run, 'step.handed_back', p_key, v_step.attempts, '{}');
+        v_ready := 1;
+    ELSIF p_retryable AND v_step.counted_attempts < v_step.max_attempts THEN
+        UPDATE steps SET status = 'ready', ready_at = greatest(coalesce(p_retry_at, now()), now()),
+            last_error = p_error, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = p_run AND key = p_key;
+        PERFORM cairn_event(p_run, 'step.retrying', p_key, v_step.attempts,
+            jsonb_build_object('attempt_status', p_outcome, 'error', p_error,
+                               'ready_at', greatest(coalesce(p_retry_at, now()), now())));
+        v_ready := 1;
+    ELSE
+        UPDATE steps SET status = 'failed', finished_at = now(), last_error = p_error,
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = p_run AND key = p_key;
+        PERFORM cairn_event(p_run, 'step.failed', p_key, v_step.attempts,
+            jsonb_build_object('attempt_status', p_outcome, 'error', p_error));
+        v_skipped := cairn_skip_dependents(p_run, p_key);
+        v_done := 1 + v_skipped;
+    END IF;
+    IF v_ready > 0 THEN
+        PERFORM pg_notify('cairn_steps', '');
+    END IF;
+    IF v_done > 0 THEN
+        PERFORM cairn_run_settle(p_run, v_done);
+    END IF;
+    RETURN 'ok';
+END $$;
+-- +goose StatementEnd
+
+-- cairn_sweep returns steps whose lease expired (their dispatcher died or lost the
+-- database) to ready with the attempt interrupted, or fails them when no attempts
+-- remain. Safe to run from every dispatcher at once (SKIP LOCKED).
+-- +goose StatementBegin
+CREATE FUNCTION cairn_sweep(p_limit integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT run_id, key, lease_token FROM steps
+        WHERE status = 'running' AND lease_expires_at < now()
+        ORDER BY lease_expires_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM cairn_step_finish(r.run_id, r.key, r.lease_token, 'interrupted', NULL,
+            jsonb_build_object('message', 'lease expired: the dispatcher holding the step stopped or lost the database',
+                               'code', 'lease_expired'),
+            true, now(), NULL);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_run_cancel cancels a run: waiting, ready and running steps become canceled
+-- (running attempts canceled, their leases revoked so a late completion is fenced
+-- out) and the dispatchers are told on channel cairn_cancel. Returns 'canceled',
+-- 'finished' (already terminal) or 'not_found'.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_run_cancel(p_run uuid, p_reason text)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_status text;
+BEGIN
+    SELECT status INTO v_status FROM runs WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN 'not_found';
+    END IF;
+    IF v_status NOT IN ('pending', 'running') THEN
+        RETURN 'finished';
+    END IF;
+    UPDATE attempts a SET status = 'canceled', finished_at = now(),
+        error = jsonb_build_object('message', 'run canceled', 'code', 'canceled')
+    FROM steps s
+    WHERE s.run_id = p_run AND s.status = 'running'
+      AND a.run_id = s.run_id AND a.step_key = s.key AND a.number = s.attempts AND a.status = 'running';
+    UPDATE steps SET status = 'canceled', finished_at = now(),
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    WHERE run_id = p_run AND status IN ('waiting', 'ready', 'running');
+    UPDATE runs SET status = 'canceled', finished_at = now(), steps_remaining = 0,
+        error = jsonb_build_object('message', coalesce(nullif(p_reason, ''), 'canceled'))
+    WHERE id = p_run;
+    PERFORM cairn_event(p_run, 'run.canceled', NULL, NULL, jsonb_build_object('reason', p_reason));
+    PERFORM pg_notify('cairn_cancel', p_run::text);
+    RETURN 'canceled';
+END $$;
+-- +goose StatementEnd
+
 -- +goose Down
+DROP FUNCTION cairn_run_cancel(uuid, text);
+DROP FUNCTION cairn_sweep(integer);
+DROP FUNCTION cairn_step_finish(uuid, text, bigint, text, jsonb, jsonb, boolean, timestamptz, text);
+DROP FUNCTION cairn_claim(text, integer, interval);
+DROP FUNCTION cairn_skip_dependents(uuid, text);
+DROP FUNCTION cairn_run_settle(uuid, integer);
+DROP FUNCTION cairn_event(uuid, text, text, integer, jsonb);
 DROP TABLE idempotency_keys;
 DROP TABLE events;
 DROP TABLE attempts;

@@ -1,0 +1,251 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Run is a run of a pinned workflow version.
+type Run struct {
+	ID         string          `json:"id" doc:"run ID (UUIDv7)"`
+	Workflow   string          `json:"workflow"`
+	Version    int             `json:"version" doc:"the version the run is pinned to"`
+	Status     string          `json:"status" enum:"pending,running,succeeded,failed,canceled"`
+	Input      json.RawMessage `json:"input" doc:"the run's input"`
+	Error      json.RawMessage `json:"error" doc:"why the run failed or was canceled; null otherwise"`
+	Revision   int64           `json:"revision" doc:"increments on every committed change; equals the seq of the run's newest event"`
+	StepsTotal int             `json:"steps_total"`
+	StepsLeft  int             `json:"steps_remaining" doc:"steps not yet in a terminal state"`
+	CreatedAt  time.Time       `json:"created_at"`
+	StartedAt  *time.Time      `json:"started_at" doc:"when the first step started"`
+	FinishedAt *time.Time      `json:"finished_at"`
+}
+
+func runOf(r *catalog.Run) Run {
+	return Run{
+		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: r.Status,
+		Input: jsonOrNull(r.Input), Error: jsonOrNull(r.Error), Revision: r.Revision,
+		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
+		StartedAt: timePtr(r.StartedAt.Time, r.StartedAt.Valid), FinishedAt: timePtr(r.FinishedAt.Time, r.FinishedAt.Valid),
+	}
+}
+
+func jsonOrNull[T ~[]byte](b T) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(b)
+}
+
+func timePtr(t time.Time, valid bool) *time.Time {
+	if !valid {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// StartRunBody is the body of POST /v1/workflows/{name}/runs.
+type StartRunBody struct {
+	Version int             `json:"version,omitempty" minimum:"0" doc:"version to run; the latest when absent or 0"`
+	Input   json.RawMessage `json:"input,omitempty" doc:"the run's input, any JSON value"`
+}
+
+type runOutput struct {
+	Body Run
+}
+
+type startRunOutput struct {
+	Status   int
+	Location string `header:"Location"`
+	Body     Run
+}
+
+type runIDParam struct {
+	ID string `path:"id" format:"uuid" doc:"run ID"`
+}
+
+func (p runIDParam) uuid() (uuid.UUID, error) {
+	id, err := uuid.Parse(p.ID)
+	if err != nil {
+		return uuid.Nil, NewProblem(http.StatusBadRequest, "the run ID is not a UUID")
+	}
+	return id, nil
+}
+
+// maxInputSize bounds a run's input; large data belongs in the blob store, passed
+// by reference.
+const maxInputSize = 1 << 20
+
+func (s *Server) registerRuns() {
+	register(s, huma.Operation{
+		OperationID:  "startRun",
+		Method:       http.MethodPost,
+		Path:         "/v1/workflows/{name}/runs",
+		Summary:      "Start a run",
+		Description:  "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.",
+		Tags:         []string{"runs"},
+		MaxBodyBytes: maxInputSize + 1024,
+		Errors:       []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
+	}, RoleOperator, func(ctx context.Context, in *struct {
+		workflowNameParam
+		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
+		Body           *StartRunBody
+	}) (*startRunOutput, error) {
+		var body StartRunBody
+		if in.Body != nil {
+			body = *in.Body
+		}
+		ver, err := s.store.VersionGet(ctx, in.Name, body.Version)
+		if err != nil {
+			return nil, err
+		}
+		def, err := bundle.ParseDefinition(ver.Definition)
+		if err != nil {
+			return nil, err
+		}
+		steps := make([]catalog.NewStep, len(def.Steps))
+		for i, st := range def.Steps {
+			steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
+		}
+		p := &catalog.RunCreateParams{Workflow: in.Name, Version: ver.Version, Input: body.Input, Steps: steps}
+		if in.IdempotencyKey != "" {
+			p.IdempotencyScope = "start_run:" + in.Name
+			p.IdempotencyKey = in.IdempotencyKey
+			p.RequestHash = requestHash(in.Name, body.Version, body.Input)
+		}
+		run, _, err := s.store.RunCreate(ctx, p)
+		if errors.Is(err, catalog.ErrIdempotencyMismatch) {
+			return nil, NewProblem(http.StatusConflict, "this Idempotency-Key was used with a different request")
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &startRunOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: runOf(run)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "listRuns",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs",
+		Summary:     "List runs",
+		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest},
+	}, RoleViewer, func(ctx context.Context, in *struct {
+		Workflow string `query:"workflow" doc:"only runs of this workflow"`
+		Status   string `query:"status" enum:"pending,running,succeeded,failed,canceled" doc:"only runs in this state"`
+		PageParams
+	}) (*listOutput[Run], error) {
+		filter := in.Workflow + "\x00" + in.Status
+		var before uuid.UUID
+		if err := decodeCursor(in.Cursor, "runs", filter, &before); err != nil {
+			return nil, err
+		}
+		rows, err := s.store.RunList(ctx, &catalog.RunListParams{Workflow: in.Workflow, Status: in.Status, Before: before, Limit: in.Limit + 1})
+		if err != nil {
+			return nil, err
+		}
+		out := &listOutput[Run]{}
+		out.Body.Items = make([]Run, 0, len(rows))
+		for i := range rows {
+			if i == in.Limit {
+				out.Body.NextCursor = encodeCursor("runs", filter, rows[i-1].ID)
+				break
+			}
+			out.Body.Items = append(out.Body.Items, runOf(&rows[i]))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "getRun",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}",
+		Summary:     "Get a run",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *runIDParam) (*runOutput, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		run, err := s.store.RunGet(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &runOutput{Body: runOf(run)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "cancelRun",
+		Method:      http.MethodPost,
+		Path:        "/v1/runs/{id}/cancel",
+		Summary:     "Cancel a run",
+		Description: "Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
+	}, RoleOperator, func(ctx context.Context, in *struct {
+		runIDParam
+		Body *struct {
+			Reason string `json:"reason,omitempty" maxLength:"1000" doc:"recorded on the run and its event"`
+		}
+	}) (*runOutput, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		reason := "canceled by request"
+		if in.Body != nil && in.Body.Reason != "" {
+			reason = in.Body.Reason
+		}
+		if err := s.store.RunCancel(ctx, id, reason); err != nil {
+			if errors.Is(err, catalog.ErrRunFinished) {
+				return nil, NewProblem(http.StatusConflict, "the run has already finished")
+			}
+			return nil, err
+		}
+		run, err := s.store.RunGet(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return &runOutput{Body: runOf(run)}, nil
+	})
+}
+
+// requestHash identifies a start-run request for idempotency.
+func requestHash(name string, version int, input json.RawMessage) string {
+	h := sha256.New()
+	b, _ := json.Marshal(struct {
+		Name    string          `json:"name"`
+		Version int             `json:"version"`
+		Input   json.RawMessage `json:"input"`
+	}{name, version, compactJSON(input)})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func compactJSON(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return b
+	}
+	out, _ := json.Marshal(v)
+	return out
+}
+
+func parseUUID(s string) (uuid.UUID, error) { return uuid.Parse(s) }

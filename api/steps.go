@@ -1,0 +1,257 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Step is a step of a run.
+type Step struct {
+	Key            string          `json:"key"`
+	Status         string          `json:"status" enum:"waiting,ready,running,succeeded,failed,canceled,skipped"`
+	Needs          []string        `json:"needs"`
+	Attempts       int             `json:"attempts" doc:"attempts so far"`
+	MaxAttempts    int             `json:"max_attempts"`
+	ReadyAt        *time.Time      `json:"ready_at" doc:"when the step became (or becomes) claimable"`
+	LeaseOwner     *string         `json:"lease_owner" doc:"dispatcher holding the step while it runs"`
+	LeaseExpiresAt *time.Time      `json:"lease_expires_at"`
+	LastError      json.RawMessage `json:"last_error" doc:"error of the latest failed attempt"`
+	Output         json.RawMessage `json:"output" doc:"inline value, or a {\"$blob\": {...}} reference"`
+	Checkpoint     json.RawMessage `json:"checkpoint" doc:"newest checkpoint, inline or a $blob reference"`
+	StartedAt      *time.Time      `json:"started_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+}
+
+func stepOf(st *catalog.Step) Step {
+	out := Step{
+		Key: st.Key, Status: st.Status, Needs: []string(st.Needs), Attempts: st.Attempts, MaxAttempts: st.MaxAttempts,
+		ReadyAt:        timePtr(st.ReadyAt.Time, st.ReadyAt.Valid),
+		LeaseExpiresAt: timePtr(st.LeaseExpiresAt.Time, st.LeaseExpiresAt.Valid),
+		LastError:      jsonOrNull(st.LastError), Output: jsonOrNull(st.Output), Checkpoint: jsonOrNull(st.Checkpoint),
+		StartedAt: timePtr(st.StartedAt.Time, st.StartedAt.Valid), FinishedAt: timePtr(st.FinishedAt.Time, st.FinishedAt.Valid),
+	}
+	if out.Needs == nil {
+		out.Needs = []string{}
+	}
+	if st.LeaseOwner.Valid {
+		out.LeaseOwner = &st.LeaseOwner.String
+	}
+	return out
+}
+
+// Attempt is one try of a step.
+type Attempt struct {
+	Number     int             `json:"number"`
+	Status     string          `json:"status" enum:"running,succeeded,failed,timed_out,interrupted,canceled"`
+	Dispatcher string          `json:"dispatcher" doc:"dispatcher that ran it"`
+	LeaseToken int64           `json:"lease_token" doc:"fencing token of its lease"`
+	Counted    bool            `json:"counted" doc:"false for attempts handed back at shutdown: they do not use up max_attempts"`
+	Error      json.RawMessage `json:"error"`
+	HasLog     bool            `json:"has_log" doc:"a log is stored (GET …/logs?attempt=N)"`
+	StartedAt  time.Time       `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
+}
+
+func attemptOf(a *catalog.Attempt) Attempt {
+	return Attempt{Number: a.Number, Status: a.Status, Dispatcher: a.Dispatcher, LeaseToken: a.LeaseToken,
+		Counted: a.Counted, Error: jsonOrNull(a.Error), HasLog: a.LogKey.Valid, StartedAt: a.StartedAt.UTC(),
+		FinishedAt: timePtr(a.FinishedAt.Time, a.FinishedAt.Valid)}
+}
+
+type stepParams struct {
+	runIDParam
+	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"step key"`
+}
+
+type itemsOutput[T any] struct {
+	Body struct {
+		Items []T `json:"items"`
+	}
+}
+
+func (s *Server) registerSteps() {
+	register(s, huma.Operation{
+		OperationID: "listSteps",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps",
+		Summary:     "List a run's steps",
+		Description: "Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *runIDParam) (*itemsOutput[Step], error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		rows, err := s.store.StepList(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 0 {
+			if _, err := s.store.RunGet(ctx, id); err != nil {
+				return nil, err
+			}
+		}
+		out := &itemsOutput[Step]{}
+		out.Body.Items = make([]Step, len(rows))
+		for i := range rows {
+			out.Body.Items[i] = stepOf(&rows[i])
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "listAttempts",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps/{key}/attempts",
+		Summary:     "List a step's attempts",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+	}, RoleViewer, func(ctx context.Context, in *stepParams) (*itemsOutput[Attempt], error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.store.StepGet(ctx, id, in.Key); err != nil {
+			return nil, err
+		}
+		rows, err := s.store.AttemptList(ctx, id, in.Key)
+		if err != nil {
+			return nil, err
+		}
+		out := &itemsOutput[Attempt]{}
+		out.Body.Items = make([]Attempt, len(rows))
+		for i := range rows {
+			out.Body.Items[i] = attemptOf(&rows[i])
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "getStepOutput",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps/{key}/output",
+		Summary:     "Download a step's output",
+		Description: "The output's bytes, streamed from the blob store for large outputs, with their length and content type. 404 until the step has succeeded.",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+		Responses: map[string]*huma.Response{"200": {Description: "The output bytes", Content: map[string]*huma.MediaType{
+			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
+			"application/json":         {Schema: &huma.Schema{}},
+		}}},
+	}, RoleViewer, func(ctx context.Context, in *stepParams) (*huma.StreamResponse, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		st, err := s.store.StepGet(ctx, id, in.Key)
+		if err != nil {
+			return nil, err
+		}
+		if st.Status != catalog.StepSucceeded {
+			return nil, NewProblem(http.StatusNotFound, "the step has no output: it is "+st.Status)
+		}
+		return s.streamPayload(ctx, json.RawMessage(st.Output))
+	})
+
+	register(s, huma.Operation{
+		OperationID: "getAttemptLog",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps/{key}/logs",
+		Summary:     "Download an attempt's log",
+		Description: "The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.",
+		Tags:        []string{"runs"},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
+		Responses: map[string]*huma.Response{"200": {Description: "The log", Content: map[string]*huma.MediaType{
+			"text/plain": {Schema: &huma.Schema{Type: "string"}},
+		}}},
+	}, RoleViewer, func(ctx context.Context, in *struct {
+		stepParams
+		Attempt int `query:"attempt" minimum:"0" doc:"attempt number; the newest when 0 or absent"`
+	}) (*huma.StreamResponse, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		st, err := s.store.StepGet(ctx, id, in.Key)
+		if err != nil {
+			return nil, err
+		}
+		n := in.Attempt
+		if n == 0 {
+			n = st.Attempts
+		}
+		if n == 0 {
+			return nil, NewProblem(http.StatusNotFound, "the step has not run yet")
+		}
+		a, err := s.store.AttemptGet(ctx, id, in.Key, n)
+		if err != nil {
+			return nil, err
+		}
+		if !a.LogKey.Valid {
+			return &huma.StreamResponse{Body: func(hc huma.Context) {
+				hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
+				hc.SetHeader("Content-Length", "0")
+				hc.SetStatus(http.StatusOK)
+			}}, nil
+		}
+		return s.streamBlob(ctx, a.LogKey.String)
+	})
+}
+
+// streamPayload writes a stored payload: an inline JSON value, or the bytes of the
+// blob a $blob reference names.
+func (s *Server) streamPayload(ctx context.Context, v json.RawMessage) (*huma.StreamResponse, error) {
+	var ref struct {
+		Blob *struct {
+			Digest string `json:"digest"`
+		} `json:"$blob"`
+	}
+	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '{' && json.Unmarshal(t, &ref) == nil && ref.Blob != nil {
+		key, err := blobstore.KeyFor("payloads", ref.Blob.Digest)
+		if err != nil {
+			return nil, err
+		}
+		return s.streamBlob(ctx, key)
+	}
+	body := jsonOrNull(v)
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		hc.SetHeader("Content-Type", "application/json")
+		hc.SetHeader("Content-Length", strconv.Itoa(len(body)))
+		hc.SetStatus(http.StatusOK)
+		_, _ = hc.BodyWriter().Write(body)
+	}}, nil
+}
+
+// streamBlob streams an object with its length and content type. The object is
+// opened before the status is written, so a missing object is still a 404.
+func (s *Server) streamBlob(ctx context.Context, key string) (*huma.StreamResponse, error) {
+	rc, obj, err := s.blobs.Get(ctx, key, blobstore.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		defer rc.Close()
+		ct := obj.ContentType
+		if ct == "" {
+			ct = "application/octet-stream"
+		}
+		hc.SetHeader("Content-Type", ct)
+		hc.SetHeader("Content-Length", strconv.FormatInt(obj.Size, 10))
+		hc.SetHeader("Cairn-Content-Sha256", obj.SHA256)
+		hc.SetStatus(http.StatusOK)
+		if _, err := io.Copy(hc.BodyWriter(), rc); err != nil {
+			s.logger.WarnContext(hc.Context(), "stream blob", "key", key, "error", err, "request_id", RequestID(hc.Context()))
+		}
+	}}, nil
+}

@@ -1,0 +1,345 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+type testBundle struct {
+	store *catalog.Store
+}
+
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	db := testenv.DB(t)
+	return context.Background(), &testBundle{store: catalog.New(db, nil)}
+}
+
+func fakeDigest(s string) string {
+	return "sha256:" + fmt.Sprintf("%064x", []byte(s))[:64]
+}
+
+// register makes a version of workflow wf; each distinct seed is a distinct bundle.
+func register(t *testing.T, ctx context.Context, s *catalog.Store, wf, seed string) *catalog.Version {
+	t.Helper()
+	d := fakeDigest(wf + "/" + seed)
+	v, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: wf, Digest: d, Size: 10, BlobKey: "bundles/sha256/" + strings.TrimPrefix(d, "sha256:"),
+		Definition: json.RawMessage(`{"steps":[]}`), Fingerprint: d,
+	})
+	require.NoError(t, err)
+	return v
+}
+
+func TestSchema(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	db := tb.store.DB().DB
+	require.NoError(t, catalog.CheckSchema(ctx, db))
+	states, err := catalog.MigrationStatus(ctx, db)
+	require.NoError(t, err)
+	require.NotEmpty(t, states)
+	require.True(t, states[0].Applied)
+	require.Equal(t, "00001_catalog.sql", states[0].Name)
+
+	// A migration applied by a newer binary makes the schema "ahead".
+	_, err = db.ExecContext(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, true)`)
+	require.NoError(t, err)
+	require.ErrorIs(t, catalog.CheckSchema(ctx, db), catalog.ErrSchemaAhead)
+	_, err = catalog.Migrate(ctx, db, nil)
+	require.ErrorIs(t, err, catalog.ErrSchemaAhead)
+}
+
+func TestVersionRegisterConsecutive(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	const n = 20
+	var wg sync.WaitGroup
+	versions := make([]int, n)
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			d := fakeDigest(fmt.Sprintf("bundle-%d", i))
+			v, created, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
+				Workflow: "wf", Digest: d, Size: 1, BlobKey: "k", Definition: json.RawMessage(`{}`), Fingerprint: d,
+			})
+			errs[i] = err
+			if err == nil {
+				require.True(t, created)
+				versions[i] = v.Version
+			}
+		}(i)
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for i := range versions {
+		require.NoError(t, errs[i])
+		require.False(t, seen[versions[i]], "version %d given twice", versions[i])
+		seen[versions[i]] = true
+	}
+	for v := 1; v <= n; v++ {
+		require.True(t, seen[v], "version %d missing", v)
+	}
+
+	// The same digest again is the same version.
+	d := fakeDigest("bundle-3")
+	v, created, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "wf", Digest: d, Size: 1, BlobKey: "k", Definition: json.RawMessage(`{}`), Fingerprint: d,
+	})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, versions[3], v.Version)
+	w, err := tb.store.WorkflowGet(ctx, "wf")
+	require.NoError(t, err)
+	require.Equal(t, n, w.LatestVersion)
+}
+
+// diamond: a → (b, c) → d
+func diamond(maxAttempts int) []catalog.NewStep {
+	return []catalog.NewStep{
+		{Key: "a", MaxAttempts: maxAttempts},
+		{Key: "b", Needs: []string{"a"}, MaxAttempts: maxAttempts},
+		{Key: "c", Needs: []string{"a"}, MaxAttempts: maxAttempts},
+		{Key: "d", Needs: []string{"b", "c"}, MaxAttempts: maxAttempts},
+	}
+}
+
+func newRun(t *testing.T, ctx context.Context, s *catalog.Store, steps []catalog.NewStep) *catalog.Run {
+	t.Helper()
+	v := register(t, ctx, s, "wf", uuid.NewString())
+	run, created, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Input: json.RawMessage(`{"x":1}`), Steps: steps})
+	require.NoError(t, err)
+	require.True(t, created)
+	return run
+}
+
+func statuses(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUID) map[string]string {
+	t.Helper()
+	steps, err := s.StepList(ctx, id)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, st := range steps {
+		out[st.Key] = st.Status
+	}
+	return out
+}
+
+func claimKeys(t *testing.T, ctx context.Context, s *catalog.Store, owner string, want int) map[string]catalog.Claimed {
+	t.Helper()
+	claimed, err := s.StepClaim(ctx, owner, 100, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, want)
+	out := map[string]catalog.Claimed{}
+	for _, c := range claimed {
+		out[c.Key] = c
+	}
+	return out
+}
+
+func finish(t *testing.T, ctx context.Context, s *catalog.Store, c catalog.Claimed, outcome string, retryable bool, output string) error {
+	t.Helper()
+	p := &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken, Outcome: outcome, Retryable: retryable}
+	if output != "" {
+		p.Output = json.RawMessage(output)
+	}
+	if outcome != catalog.OutcomeSucceeded {
+		p.Error = json.RawMessage(`{"message":"boom"}`)
+	}
+	return s.StepFinish(ctx, p)
+}
+
+func TestRunLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	run := newRun(t, ctx, s, diamond(1))
+	require.Equal(t, catalog.RunPending, run.Status)
+	require.Equal(t, map[string]string{"a": "ready", "b": "waiting", "c": "waiting", "d": "waiting"}, statuses(t, ctx, s, run.ID))
+
+	got := claimKeys(t, ctx, s, "d1", 1)
+	a := got["a"]
+	require.Equal(t, 1, a.Attempt)
+	require.JSONEq(t, `{"x":1}`, string(a.Input))
+	r, err := s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunRunning, r.Status)
+
+	require.NoError(t, finish(t, ctx, s, a, catalog.OutcomeSucceeded, false, `{"v":"A"}`))
+	got = claimKeys(t, ctx, s, "d1", 2)
+	require.JSONEq(t, `{"a":{"v":"A"}}`, string(got["b"].Deps))
+
+	// A terminal failure of b skips d; c still runs to the end; the run fails.
+	require.NoError(t, finish(t, ctx, s, got["b"], catalog.OutcomeFailed, false, ""))
+	require.Equal(t, "skipped", statuses(t, ctx, s, run.ID)["d"])
+	r, err = s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunRunning, r.Status)
+	require.NoError(t, finish(t, ctx, s, got["c"], catalog.OutcomeSucceeded, false, `1`))
+	r, err = s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunFailed, r.Status)
+	require.True(t, r.FinishedAt.Valid)
+	require.Contains(t, string(r.Error), `"step": "b"`)
+
+	// Events are numbered 1..N without gaps and end with the run's final event.
+	events, err := s.EventList(ctx, run.ID, 0, 1000)
+	require.NoError(t, err)
+	for i, e := range events {
+		require.Equal(t, int64(i+1), e.Seq)
+	}
+	require.Equal(t, "run.created", events[0].Type)
+	require.Equal(t, "run.failed", events[len(events)-1].Type)
+	require.Equal(t, r.Revision, events[len(events)-1].Seq)
+}
+
+func TestLeaseFencingAndSweep(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	run := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 2}})
+	claimed, err := s.StepClaim(ctx, "d1", 10, 50*time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	first := claimed[0]
+
+	// A wrong token writes nothing.
+	bad := first
+	bad.LeaseToken++
+	require.ErrorIs(t, finish(t, ctx, s, bad, catalog.OutcomeSucceeded, false, `1`), catalog.ErrLeaseLost)
+	require.ErrorIs(t, s.StepCheckpoint(ctx, catalog.Lease{RunID: run.ID, Key: "a", Token: bad.LeaseToken}, json.RawMessage(`1`), nil), catalog.ErrLeaseLost)
+
+	// The lease expires; the sweeper interrupts the attempt and readies the step.
+	require.Eventually(t, func() bool {
+		n, err := s.StepSweep(ctx, 10)
+		require.NoError(t, err)
+		return n == 1
+	}, 5*time.Second, 20*time.Millisecond, "waiting for the 50ms lease to expire")
+	attempts, err := s.AttemptList(ctx, run.ID, "a")
+	require.NoError(t, err)
+	require.Equal(t, "interrupted", attempts[0].Status)
+	require.Equal(t, "ready", statuses(t, ctx, s, run.ID)["a"])
+
+	second := claimKeys(t, ctx, s, "d2", 1)["a"]
+	require.Greater(t, second.LeaseToken, first.LeaseToken)
+	// The stale dispatcher's completion is fenced out; the newer attempt's stands.
+	require.ErrorIs(t, finish(t, ctx, s, first, catalog.OutcomeSucceeded, false, `"stale"`), catalog.ErrLeaseLost)
+	held, err := s.LeaseExtend(ctx, []catalog.Lease{{RunID: run.ID, Key: "a", Token: first.LeaseToken}, {RunID: run.ID, Key: "a", Token: second.LeaseToken}}, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]bool{second.LeaseToken: true}, held)
+	require.NoError(t, finish(t, ctx, s, second, catalog.OutcomeSucceeded, false, `"fresh"`))
+	st, err := s.StepGet(ctx, run.ID, "a")
+	require.NoError(t, err)
+	require.JSONEq(t, `"fresh"`, string(st.Output))
+}
+
+func TestRetryBudgetAndHandback(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	run := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 2}})
+
+	// A handed-back attempt does not count against max_attempts.
+	c := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeHandback, true, ""))
+	c = claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, 2, c.Attempt)
+	require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeFailed, true, ""))
+	c = claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, 3, c.Attempt)
+	require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeTimedOut, true, ""))
+	require.Equal(t, "failed", statuses(t, ctx, s, run.ID)["a"])
+	attempts, err := s.AttemptList(ctx, run.ID, "a")
+	require.NoError(t, err)
+	require.Equal(t, []string{"interrupted", "failed", "timed_out"}, []string{attempts[0].Status, attempts[1].Status, attempts[2].Status})
+	require.False(t, attempts[0].Counted)
+	r, err := s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunFailed, r.Status)
+}
+
+func TestRetryAtIsRespected(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 3}})
+	c := claimKeys(t, ctx, s, "d1", 1)["a"]
+	err := s.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: "a", LeaseToken: c.LeaseToken,
+		Outcome: catalog.OutcomeFailed, Retryable: true, RetryAt: time.Now().Add(time.Hour), Error: json.RawMessage(`{"message":"x"}`)})
+	require.NoError(t, err)
+	claimKeys(t, ctx, s, "d1", 0)
+	next, err := s.NextReadyAt(ctx)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now().Add(time.Hour), next, time.Minute)
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	run := newRun(t, ctx, s, diamond(1))
+	a := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.NoError(t, s.RunCancel(ctx, run.ID, "user asked"))
+	require.Equal(t, map[string]string{"a": "canceled", "b": "canceled", "c": "canceled", "d": "canceled"}, statuses(t, ctx, s, run.ID))
+	attempts, err := s.AttemptList(ctx, run.ID, "a")
+	require.NoError(t, err)
+	require.Equal(t, "canceled", attempts[0].Status)
+	// The dispatcher's late completion is fenced out.
+	require.ErrorIs(t, finish(t, ctx, s, a, catalog.OutcomeSucceeded, false, `1`), catalog.ErrLeaseLost)
+	r, err := s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunCanceled, r.Status)
+	require.ErrorIs(t, s.RunCancel(ctx, run.ID, ""), catalog.ErrRunFinished)
+	require.ErrorIs(t, s.RunCancel(ctx, uuid.New(), ""), catalog.ErrNotFound)
+}
+
+func TestRunIdempotency(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	v := register(t, ctx, s, "wf", "x")
+	params := func(hash string) *catalog.RunCreateParams {
+		return &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}},
+			IdempotencyScope: "runs:wf", IdempotencyKey: "key-1", RequestHash: hash}
+	}
+	const n = 20
+	var wg sync.WaitGroup
+	ids := make([]uuid.UUID, n)
+	created := make([]bool, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r, c, err := s.RunCreate(ctx, params("h1"))
+			require.NoError(t, err)
+			ids[i], created[i] = r.ID, c
+		}(i)
+	}
+	wg.Wait()
+	nCreated := 0
+	for i := range ids {
+		require.Equal(t, ids[0], ids[i])
+		if created[i] {
+			nCreated++
+		}
+	}
+	require.Equal(t, 1, nCreated)
+	_, _, err := s.RunCreate(ctx, params("h2"))
+	require.ErrorIs(t, err, catalog.ErrIdempotencyMismatch)
+	require.ErrorIs(t, err, catalog.ErrConflict)
+	runs, err := s.RunList(ctx, &catalog.RunListParams{Workflow: "wf", Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, runs, 1)
+}

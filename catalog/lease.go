@@ -1,0 +1,242 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Notification channels.
+const (
+	// ChannelSteps is notified when steps become ready.
+	ChannelSteps = "cairn_steps"
+	// ChannelCancel is notified with a run id when the run is canceled.
+	ChannelCancel = "cairn_cancel"
+)
+
+// Attempt outcomes accepted by StepFinish.
+const (
+	OutcomeSucceeded   = "succeeded"
+	OutcomeFailed      = "failed"
+	OutcomeTimedOut    = "timed_out"
+	OutcomeInterrupted = "interrupted"
+	// OutcomeHandback returns the lease at shutdown: the attempt is recorded
+	// interrupted, does not count against max_attempts, and the step is ready at once.
+	OutcomeHandback = "handback"
+)
+
+const (
+	sqlClaim = `
+SELECT o_run_id AS run_id, o_key AS key, o_attempt AS attempt, o_lease_token AS lease_token,
+       o_lease_expires_at AS lease_expires_at, o_checkpoint AS checkpoint,
+       o_workflow AS workflow, o_version AS version, o_input AS input, o_deps AS deps
+FROM cairn_claim($1, $2, make_interval(secs => $3))`
+
+	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+
+	sqlHeartbeat = `
+UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
+FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS h(run_id, key, token)
+WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND s.status = 'running'
+RETURNING s.lease_token`
+
+	sqlCheckpoint = `
+UPDATE steps SET checkpoint = $4
+WHERE run_id = $1 AND key = $2 AND lease_token = $3 AND status = 'running'
+RETURNING attempts`
+
+	sqlStepEvent = `SELECT cairn_event($1, $2, $3, $4, $5)`
+
+	sqlLeaseHeld = `
+SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 AND status = 'running'`
+
+	sqlSweep = `SELECT cairn_sweep($1)`
+
+	sqlNextReadyAt = `SELECT min(ready_at) FROM steps WHERE status = 'ready'`
+)
+
+// Claimed is a step leased to a dispatcher, with what its envelope needs.
+type Claimed struct {
+	RunID          uuid.UUID       `db:"run_id"`
+	Key            string          `db:"key"`
+	Attempt        int             `db:"attempt"`
+	LeaseToken     int64           `db:"lease_token"`
+	LeaseExpiresAt time.Time       `db:"lease_expires_at"`
+	Checkpoint     JSON `db:"checkpoint"`
+	Workflow       string          `db:"workflow"`
+	Version        int             `db:"version"`
+	Input          JSON `db:"input"`
+	// Deps maps each upstream key to its stored output (inline or a $blob reference).
+	Deps JSON `db:"deps"`
+}
+
+// StepClaim leases up to limit ready steps (ready_at reached) to owner for ttl, each
+// with a fresh fencing token, in one transaction. Steps locked by another claimer are
+// skipped, never waited for.
+func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
+	var out []Claimed
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		out = out[:0]
+		return tx.SelectContext(ctx, &out, sqlClaim, owner, limit, ttl.Seconds())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim steps: %w", err)
+	}
+	return out, nil
+}
+
+// StepFinishParams is the end of an attempt.
+type StepFinishParams struct {
+	RunID      uuid.UUID
+	Key        string
+	LeaseToken int64
+	// Outcome is one of the Outcome constants.
+	Outcome string
+	// Output is the step's output (inline JSON or a $blob reference) on success.
+	Output json.RawMessage
+	// Error describes a failure ({"message", "code", …}).
+	Error json.RawMessage
+	// Retryable says a failure may be retried if attempts remain.
+	Retryable bool
+	// RetryAt is when a retry becomes claimable.
+	RetryAt time.Time
+	// LogKey is the blob key of the attempt's log, if any.
+	LogKey string
+}
+
+// StepFinish records the end of an attempt and everything that follows from it (the
+// step's state, dependents made ready or skipped, the run's final state, events) in
+// one transaction. ErrLeaseLost if the token is no longer the step's lease: nothing
+// is written then.
+func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
+	var res string
+	var retryAt any
+	if !p.RetryAt.IsZero() {
+		retryAt = p.RetryAt
+	}
+	var logKey any
+	if p.LogKey != "" {
+		logKey = p.LogKey
+	}
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.QueryRowxContext(ctx, sqlStepFinish, p.RunID, p.Key, p.LeaseToken, p.Outcome,
+			nullJSON(p.Output), nullJSON(p.Error), p.Retryable, retryAt, logKey).Scan(&res)
+	})
+	if err != nil {
+		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, err)
+	}
+	if res == "lease_lost" {
+		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Lease identifies a held lease.
+type Lease struct {
+	RunID uuid.UUID
+	Key   string
+	Token int64
+}
+
+// LeaseExtend extends every lease that is still held by ttl from now, in one
+// statement, and returns the tokens that were extended; the others are lost.
+func (s *Store) LeaseExtend(ctx context.Context, leases []Lease, ttl time.Duration) (map[int64]bool, error) {
+	runs := make([]string, len(leases))
+	keys := make([]string, len(leases))
+	tokens := make([]int64, len(leases))
+	for i, l := range leases {
+		runs[i], keys[i], tokens[i] = l.RunID.String(), l.Key, l.Token
+	}
+	var held []int64
+	if err := s.db.SelectContext(ctx, &held, sqlHeartbeat, pq.Array(runs), pq.Array(keys), pq.Array(tokens), ttl.Seconds()); err != nil {
+		return nil, fmt.Errorf("extend leases: %w", translateError(err))
+	}
+	out := make(map[int64]bool, len(held))
+	for _, t := range held {
+		out[t] = true
+	}
+	return out, nil
+}
+
+// StepCheckpoint stores the newest checkpoint of a running attempt (inline JSON or a
+// $blob reference) and records a step.checkpointed event with eventData, fenced by
+// the lease token: ErrLeaseLost if the lease is not current.
+func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventData json.RawMessage) error {
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		var attempt int
+		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, []byte(checkpoint)); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, "step.checkpointed", l.Key, attempt, nullJSON(eventData))
+		return err
+	})
+	return leaseError(fmt.Sprintf("checkpoint step %s/%s", l.RunID, l.Key), err)
+}
+
+// StepEvent records an event for a running attempt (for example step.progress),
+// fenced by its lease token: ErrLeaseLost if the lease is not current.
+func (s *Store) StepEvent(ctx context.Context, l Lease, typ string, data json.RawMessage) error {
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		var attempt int
+		if err := tx.GetContext(ctx, &attempt, sqlLeaseHeld+" FOR UPDATE", l.RunID, l.Key, l.Token); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, typ, l.Key, attempt, nullJSON(data))
+		return err
+	})
+	return leaseError(fmt.Sprintf("record %s of %s/%s", typ, l.RunID, l.Key), err)
+}
+
+// leaseError turns "no row matched the token" into ErrLeaseLost.
+func leaseError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isNotFound(err) {
+		return fmt.Errorf("%s: %w", op, ErrLeaseLost)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// StepSweep returns up to limit steps whose lease expired to ready (attempt
+// interrupted) or to failed when no attempts remain. It returns how many it handled.
+func (s *Store) StepSweep(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, sqlSweep, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sweep expired leases: %w", err)
+	}
+	return n, nil
+}
+
+// NextReadyAt returns the earliest ready_at of a ready step, or the zero time.
+func (s *Store) NextReadyAt(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := s.db.GetContext(ctx, &t, sqlNextReadyAt); err != nil {
+		return time.Time{}, fmt.Errorf("next ready step: %w", translateError(err))
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// NewListener returns a LISTEN connection on the store's database for the given
+// channels. Notifications are hints: callers poll as well.
+func NewListener(url string, channels ...string) (*pq.Listener, error) {
+	l := pq.NewListener(url, 100*time.Millisecond, 5*time.Second, nil)
+	for _, ch := range channels {
+		if err := l.Listen(ch); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("listen on %s: %w", ch, err)
+		}
+	}
+	return l, nil
+}

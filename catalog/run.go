@@ -1,0 +1,243 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Run states.
+const (
+	RunPending   = "pending"
+	RunRunning   = "running"
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	RunCanceled  = "canceled"
+)
+
+// ErrIdempotencyMismatch means an idempotency key was used before with a different
+// request. It wraps ErrConflict.
+var ErrIdempotencyMismatch = fmt.Errorf("%w: idempotency key was used with a different request", ErrConflict)
+
+// ErrRunFinished means the run is already terminal (cancel of a finished run). It
+// wraps ErrConflict.
+var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
+
+const (
+	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
+steps_remaining, created_at, started_at, finished_at`
+
+	sqlIdempotencyInsert = `
+INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
+ON CONFLICT (scope, key) DO NOTHING`
+
+	sqlIdempotencyGet = `
+SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
+
+	sqlRunInsert = `
+INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining)
+VALUES ($1, $2, $3, $4, $5, $5)`
+
+	// Steps arrive as parallel arrays; needs are comma-joined (keys cannot hold commas).
+	sqlStepsInsert = `
+INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
+SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
+       coalesce(string_to_array(nullif(n, ''), ','), '{}'),
+       coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
+       m, CASE WHEN n = '' THEN now() END
+FROM unnest($2::text[], $3::text[], $4::integer[]) AS s(k, n, m)`
+
+	sqlRunCreatedEvent = `SELECT cairn_event($1, 'run.created', NULL, NULL, $2)`
+
+	sqlNotifySteps = `SELECT pg_notify('cairn_steps', '')`
+
+	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
+
+	sqlRunList = `
+SELECT ` + runColumns + ` FROM runs
+WHERE ($1 = '' OR workflow = $1) AND ($2 = '' OR status = $2)
+  AND ($3::uuid IS NULL OR id < $3::uuid)
+ORDER BY id DESC
+LIMIT $4`
+
+	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
+
+	sqlRunsUnfinished = `SELECT count(*) FROM runs WHERE status IN ('pending', 'running')`
+)
+
+// Run is a run of a pinned workflow version.
+type Run struct {
+	ID             uuid.UUID       `db:"id"`
+	Workflow       string          `db:"workflow"`
+	Version        int             `db:"version"`
+	Status         string          `db:"status"`
+	Input          JSON `db:"input"`
+	Error          JSON `db:"error"`
+	Revision       int64           `db:"revision"`
+	StepsTotal     int             `db:"steps_total"`
+	StepsRemaining int             `db:"steps_remaining"`
+	CreatedAt      time.Time       `db:"created_at"`
+	StartedAt      sql.NullTime    `db:"started_at"`
+	FinishedAt     sql.NullTime    `db:"finished_at"`
+}
+
+// NewStep is a step of a run being created.
+type NewStep struct {
+	Key         string
+	Needs       []string
+	MaxAttempts int
+}
+
+// RunCreateParams describe a run to create.
+type RunCreateParams struct {
+	Workflow string
+	Version  int
+	Input    json.RawMessage
+	Steps    []NewStep
+	// IdempotencyKey, when set, makes the create idempotent within
+	// IdempotencyScope: the same key with the same RequestHash returns the first
+	// run; with another hash, ErrIdempotencyMismatch.
+	IdempotencyKey   string
+	IdempotencyScope string
+	RequestHash      string
+}
+
+// RunCreate commits a run, all its step rows, its first event and the idempotency
+// record in one transaction, then wakes dispatchers. created is false when an earlier
+// request with the same idempotency key made the run.
+func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, false, fmt.Errorf("new run id: %w", err)
+	}
+	keys := make([]string, len(p.Steps))
+	needs := make([]string, len(p.Steps))
+	maxes := make([]int64, len(p.Steps))
+	for i, st := range p.Steps {
+		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
+	}
+	input := nullJSON(p.Input)
+	err = s.InTx(ctx, func(tx *sqlx.Tx) error {
+		runID := id
+		if p.IdempotencyKey != "" {
+			res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				// Another request holds the key (its transaction has committed: the
+				// insert waited for it).
+				var hash, resource string
+				if err := tx.QueryRowxContext(ctx, sqlIdempotencyGet, p.IdempotencyScope, p.IdempotencyKey).Scan(&hash, &resource); err != nil {
+					return err
+				}
+				if hash != p.RequestHash {
+					return ErrIdempotencyMismatch
+				}
+				if runID, err = uuid.Parse(resource); err != nil {
+					return fmt.Errorf("idempotency record: %w", err)
+				}
+				run = &Run{}
+				return tx.GetContext(ctx, run, sqlRunGet, runID)
+			}
+		}
+		if _, err := tx.ExecContext(ctx, sqlRunInsert, id, p.Workflow, p.Version, input, len(p.Steps)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlStepsInsert, id, pq.Array(keys), pq.Array(needs), pq.Array(maxes)); err != nil {
+			return err
+		}
+		data, _ := json.Marshal(map[string]any{"workflow": p.Workflow, "version": p.Version})
+		if _, err := tx.ExecContext(ctx, sqlRunCreatedEvent, id, data); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlNotifySteps); err != nil {
+			return err
+		}
+		created = true
+		run = &Run{}
+		return tx.GetContext(ctx, run, sqlRunGet, id)
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
+	}
+	return run, created, nil
+}
+
+// RunGet returns a run; ErrNotFound if none.
+func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*Run, error) {
+	var r Run
+	if err := s.db.GetContext(ctx, &r, sqlRunGet, id); err != nil {
+		return nil, fmt.Errorf("get run %s: %w", id, translateError(err))
+	}
+	return &r, nil
+}
+
+// RunListParams select a page of runs, newest first.
+type RunListParams struct {
+	// Workflow and Status filter when not empty.
+	Workflow string
+	Status   string
+	// Before lists runs older than this id (the keyset cursor); uuid.Nil starts at
+	// the newest.
+	Before uuid.UUID
+	// Limit is the page size.
+	Limit int
+}
+
+// RunList returns a page of runs, newest first.
+func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
+	var before any
+	if p.Before != uuid.Nil {
+		before = p.Before
+	}
+	var out []Run
+	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit); err != nil {
+		return nil, fmt.Errorf("list runs: %w", translateError(err))
+	}
+	return out, nil
+}
+
+// RunCancel cancels a run: steps not yet finished become canceled, running attempts
+// are revoked (their dispatchers are notified and kill them). ErrNotFound if no such
+// run, ErrRunFinished if it already ended.
+func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, reason string) error {
+	var res string
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.QueryRowxContext(ctx, sqlRunCancel, id, reason).Scan(&res)
+	})
+	if err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	switch res {
+	case "not_found":
+		return fmt.Errorf("cancel run %s: %w", id, ErrNotFound)
+	case "finished":
+		return fmt.Errorf("cancel run %s: %w", id, ErrRunFinished)
+	}
+	return nil
+}
+
+// RunsUnfinished counts runs that are pending or running.
+func (s *Store) RunsUnfinished(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.GetContext(ctx, &n, sqlRunsUnfinished); err != nil {
+		return 0, fmt.Errorf("count unfinished runs: %w", translateError(err))
+	}
+	return n, nil
+}
+
+// nullJSON turns an empty document into SQL NULL.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}

@@ -1,0 +1,114 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/lib/pq"
+)
+
+// Step states.
+const (
+	StepWaiting   = "waiting"
+	StepReady     = "ready"
+	StepRunning   = "running"
+	StepSucceeded = "succeeded"
+	StepFailed    = "failed"
+	StepCanceled  = "canceled"
+	StepSkipped   = "skipped"
+)
+
+const (
+	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
+max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
+checkpoint, created_at, started_at, finished_at`
+
+	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
+
+	sqlStepGet = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 AND key = $2`
+
+	attemptColumns = `run_id, step_key, number, status, dispatcher, lease_token, counted, error,
+log_key, started_at, finished_at`
+
+	sqlAttemptList = `
+SELECT ` + attemptColumns + ` FROM attempts WHERE run_id = $1 AND step_key = $2 ORDER BY number`
+
+	sqlAttemptGet = `
+SELECT ` + attemptColumns + ` FROM attempts WHERE run_id = $1 AND step_key = $2 AND number = $3`
+)
+
+// Step is one step of a run: its state, lease and result.
+type Step struct {
+	RunID           uuid.UUID       `db:"run_id"`
+	Key             string          `db:"key"`
+	Status          string          `db:"status"`
+	Needs           pq.StringArray  `db:"needs"`
+	DepsRemaining   int             `db:"deps_remaining"`
+	Attempts        int             `db:"attempts"`
+	CountedAttempts int             `db:"counted_attempts"`
+	MaxAttempts     int             `db:"max_attempts"`
+	ReadyAt         sql.NullTime    `db:"ready_at"`
+	LeaseOwner      sql.NullString  `db:"lease_owner"`
+	LeaseToken      sql.NullInt64   `db:"lease_token"`
+	LeaseExpiresAt  sql.NullTime    `db:"lease_expires_at"`
+	LastError       JSON `db:"last_error"`
+	Output          JSON `db:"output"`
+	Checkpoint      JSON `db:"checkpoint"`
+	CreatedAt       time.Time       `db:"created_at"`
+	StartedAt       sql.NullTime    `db:"started_at"`
+	FinishedAt      sql.NullTime    `db:"finished_at"`
+}
+
+// Attempt is one try of a step.
+type Attempt struct {
+	RunID      uuid.UUID       `db:"run_id"`
+	StepKey    string          `db:"step_key"`
+	Number     int             `db:"number"`
+	Status     string          `db:"status"`
+	Dispatcher string          `db:"dispatcher"`
+	LeaseToken int64           `db:"lease_token"`
+	Counted    bool            `db:"counted"`
+	Error      JSON `db:"error"`
+	LogKey     sql.NullString  `db:"log_key"`
+	StartedAt  time.Time       `db:"started_at"`
+	FinishedAt sql.NullTime    `db:"finished_at"`
+}
+
+// StepList returns every step of a run in definition order.
+func (s *Store) StepList(ctx context.Context, runID uuid.UUID) ([]Step, error) {
+	var out []Step
+	if err := s.db.SelectContext(ctx, &out, sqlStepList, runID); err != nil {
+		return nil, fmt.Errorf("list steps of run %s: %w", runID, translateError(err))
+	}
+	return out, nil
+}
+
+// StepGet returns one step; ErrNotFound if none.
+func (s *Store) StepGet(ctx context.Context, runID uuid.UUID, key string) (*Step, error) {
+	var st Step
+	if err := s.db.GetContext(ctx, &st, sqlStepGet, runID, key); err != nil {
+		return nil, fmt.Errorf("get step %s of run %s: %w", key, runID, translateError(err))
+	}
+	return &st, nil
+}
+
+// AttemptList returns a step's attempts in order.
+func (s *Store) AttemptList(ctx context.Context, runID uuid.UUID, key string) ([]Attempt, error) {
+	var out []Attempt
+	if err := s.db.SelectContext(ctx, &out, sqlAttemptList, runID, key); err != nil {
+		return nil, fmt.Errorf("list attempts of %s/%s: %w", runID, key, translateError(err))
+	}
+	return out, nil
+}
+
+// AttemptGet returns one attempt; ErrNotFound if none.
+func (s *Store) AttemptGet(ctx context.Context, runID uuid.UUID, key string, number int) (*Attempt, error) {
+	var a Attempt
+	if err := s.db.GetContext(ctx, &a, sqlAttemptGet, runID, key, number); err != nil {
+		return nil, fmt.Errorf("get attempt %d of %s/%s: %w", number, runID, key, translateError(err))
+	}
+	return &a, nil
+}

@@ -1,0 +1,280 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// attempt is one running attempt of a claimed step.
+type attempt struct {
+	claim  catalog.Claimed
+	cancel context.CancelCauseFunc
+	logger *slog.Logger
+}
+
+func (a *attempt) lease() catalog.Lease {
+	return catalog.Lease{RunID: a.claim.RunID, Key: a.claim.Key, Token: a.claim.LeaseToken}
+}
+
+func (d *Dispatcher) startAttempt(c catalog.Claimed) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &attempt{
+		claim:  c,
+		cancel: cancel,
+		logger: d.logger.With("run_id", c.RunID, "step", c.Key, "attempt", c.Attempt, "lease_token", c.LeaseToken),
+	}
+	d.mu.Lock()
+	d.active[c.LeaseToken] = a
+	d.mu.Unlock()
+	d.work.Add(1)
+	d.m.running.Inc()
+	go func() {
+		defer func() {
+			d.mu.Lock()
+			delete(d.active, c.LeaseToken)
+			d.mu.Unlock()
+			cancel(nil)
+			d.m.running.Dec()
+			d.slots <- struct{}{}
+			d.work.Done()
+			d.Wake()
+		}()
+		d.runAttempt(ctx, a)
+	}()
+}
+
+// outcome is what an attempt reports to the catalog.
+type outcome struct {
+	status    string // a catalog.Outcome*
+	output    json.RawMessage
+	err       *functions.Error
+	retryable bool
+	retryIn   time.Duration
+	logKey    string
+}
+
+// runAttempt runs the handler and reports its outcome. ctx ends with a cause when the
+// attempt must stop early (lease lost, run canceled, shutdown).
+func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
+	c := a.claim
+	start := time.Now()
+	ver, err := d.defs.get(ctx, c.Workflow, c.Version)
+	if err != nil {
+		a.logger.Error("load definition", "error", err)
+		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: infraError("load definition", err)}, nil)
+		return
+	}
+	step := ver.steps[c.Key]
+	if step == nil {
+		d.report(a, outcome{status: catalog.OutcomeFailed, err: functions.Terminalf("step %q is not in version %d of %s", c.Key, c.Version, c.Workflow)}, nil)
+		return
+	}
+	invoker := d.cfg.Invokers[step.Kind]
+	if invoker == nil {
+		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: functions.Failf("no %s invoker is configured on dispatcher %s", step.Kind, d.cfg.ID)}, step)
+		return
+	}
+
+	sink := newAttemptSink(ctx, d, a)
+	defer sink.cleanup()
+	inv, err := d.invocation(ctx, c, ver, step)
+	if err != nil {
+		var fe *functions.Error
+		if !errors.As(err, &fe) {
+			fe = infraError("prepare the attempt", err)
+		}
+		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: fe.Retryable, err: fe, logKey: sink.storeLog()}, step)
+		return
+	}
+
+	runCtx, cancelTimeout := context.WithTimeoutCause(ctx, step.Timeout.Std(), errTimeout)
+	invErr := invoker.Invoke(runCtx, inv, sink)
+	cancelTimeout()
+	cause := context.Cause(runCtx)
+
+	var out outcome
+	switch {
+	case errors.Is(cause, errLeaseLost) || errors.Is(cause, errRunCanceled) || errors.Is(invErr, functions.ErrLeaseLost):
+		// Someone else owns the step now (or nobody: the run is canceled). Nothing
+		// of ours may be written.
+		sink.output.abort(cause)
+		a.logger.Info("attempt abandoned", "reason", context.Cause(ctx))
+		d.m.attempts.WithLabelValues("abandoned").Inc()
+		return
+	case errors.Is(cause, errShutdown):
+		sink.output.abort(cause)
+		out = outcome{status: catalog.OutcomeHandback, err: &functions.Error{Message: "handed back at dispatcher shutdown", Retryable: true, Code: "shutdown"}}
+	case errors.Is(cause, errTimeout):
+		sink.output.abort(cause)
+		out = outcome{status: catalog.OutcomeTimedOut, retryable: true,
+			err: &functions.Error{Message: fmt.Sprintf("timed out after %s", step.Timeout.Std()), Retryable: true, Code: "timeout"}}
+	case invErr == nil:
+		value, err := sink.output.finish()
+		if err != nil {
+			out = outcome{status: catalog.OutcomeFailed, retryable: true, err: infraError("store the output", err)}
+		} else {
+			out = outcome{status: catalog.OutcomeSucceeded, output: value}
+		}
+	default:
+		sink.output.abort(invErr)
+		var fe *functions.Error
+		if !errors.As(invErr, &fe) {
+			fe = infraError("invoke", invErr)
+		}
+		out = outcome{status: catalog.OutcomeFailed, retryable: fe.Retryable, err: fe, retryIn: fe.RetryAfter}
+	}
+	out.logKey = sink.storeLog()
+	a.logger.Debug("attempt finished", "outcome", out.status, "duration", time.Since(start))
+	d.report(a, out, step)
+}
+
+// infraError is a retryable failure of Cairn's own infrastructure (not the handler).
+func infraError(what string, err error) *functions.Error {
+	return &functions.Error{Message: fmt.Sprintf("cairn could not %s: %v", what, err), Retryable: true, Code: "infrastructure"}
+}
+
+// report commits an outcome, fenced by the lease. Transient database errors are
+// retried until the lease would have expired: after that the sweeper owns the step.
+func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition) {
+	p := &catalog.StepFinishParams{
+		RunID: a.claim.RunID, Key: a.claim.Key, LeaseToken: a.claim.LeaseToken,
+		Outcome: out.status, Output: out.output, Retryable: out.retryable, LogKey: out.logKey,
+	}
+	if out.err != nil {
+		p.Error, _ = json.Marshal(out.err)
+	}
+	if out.status != catalog.OutcomeSucceeded && out.status != catalog.OutcomeHandback && out.retryable && step != nil {
+		delay := retryDelay(step.Retry, a.claim.Attempt, jitterRand())
+		delay = max(delay, out.retryIn)
+		p.RetryAt = time.Now().Add(delay)
+	}
+	deadline := time.Now().Add(d.cfg.LeaseTTL)
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := d.store.StepFinish(ctx, p)
+		cancel()
+		switch {
+		case err == nil:
+			d.m.attempts.WithLabelValues(out.status).Inc()
+			if !p.RetryAt.IsZero() {
+				d.scheduleWake(p.RetryAt)
+			}
+			return
+		case errors.Is(err, catalog.ErrLeaseLost):
+			d.m.leaseLost.WithLabelValues("finish").Inc()
+			a.logger.Warn("completion rejected: the lease is no longer ours", "outcome", out.status)
+			return
+		case time.Now().After(deadline):
+			a.logger.Error("could not record the outcome; the sweeper will retry the step", "outcome", out.status, "error", err)
+			return
+		}
+		a.logger.Warn("record outcome failed; retrying", "error", err, "in", backoff)
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+// invocation builds the envelope and spec of an attempt: deps and checkpoint in the
+// form the kind needs ($blob references become local files for exec and presigned
+// URLs for http and lambda).
+func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *version, step *bundle.StepDefinition) (*functions.Invocation, error) {
+	var deps map[string]json.RawMessage
+	if len(c.Deps) > 0 {
+		if err := json.Unmarshal(c.Deps, &deps); err != nil {
+			return nil, fmt.Errorf("decode deps: %w", err)
+		}
+	}
+	for k, v := range deps {
+		nv, err := d.resolvePayload(ctx, v, step.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("input from %s: %w", k, err)
+		}
+		deps[k] = nv
+	}
+	if deps == nil {
+		deps = map[string]json.RawMessage{}
+	}
+	checkpoint := json.RawMessage("null")
+	if len(c.Checkpoint) > 0 {
+		cp, err := d.resolvePayload(ctx, json.RawMessage(c.Checkpoint), step.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		checkpoint = cp
+	}
+	params, err := json.Marshal(step.With)
+	if err != nil {
+		return nil, fmt.Errorf("encode params: %w", err)
+	}
+	input := json.RawMessage(c.Input)
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	inv := &functions.Invocation{
+		Envelope: functions.Envelope{
+			RunID: c.RunID.String(), Workflow: c.Workflow, Version: c.Version, Step: c.Key,
+			Attempt: c.Attempt, Input: input, Params: params, Deps: deps, Checkpoint: checkpoint,
+		},
+		Timeout: step.Timeout.Std(),
+	}
+	switch step.Kind {
+	case bundle.KindExec:
+		dir, err := d.cache.bundleDir(ctx, ver.digest)
+		if err != nil {
+			return nil, err
+		}
+		inv.BundleDir = dir
+		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
+	case bundle.KindHTTP:
+		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL, Headers: step.HTTP.Headers}
+		inv.Envelope.LeaseToken = strconv.FormatInt(c.LeaseToken, 10)
+	case bundle.KindLambda:
+		inv.Spec.Lambda = &functions.LambdaSpec{Function: step.Lambda.Function, Qualifier: step.Lambda.Qualifier}
+		inv.Envelope.LeaseToken = strconv.FormatInt(c.LeaseToken, 10)
+	case bundle.KindBuiltin:
+		inv.Spec.Builtin = step.Builtin
+	}
+	return inv, nil
+}
+
+// resolvePayload turns a stored $blob reference into what a handler of kind can read.
+func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind bundle.Kind) (json.RawMessage, error) {
+	ref, ok := parseBlobRef(v)
+	if !ok {
+		return v, nil
+	}
+	hex, err := digestHex(ref.Digest)
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case bundle.KindExec:
+		path, err := d.cache.blobFile(ctx, ref.Digest)
+		if err != nil {
+			return nil, err
+		}
+		ref.Path = path
+	case bundle.KindHTTP, bundle.KindLambda:
+		url, err := d.blobs.PresignGet(ctx, payloadKey(hex), d.cfg.PresignExpiry)
+		if err == nil {
+			ref.URL = url
+		}
+		// A backend without presigned URLs (the file store of `cairn dev`) leaves the
+		// reference without a URL: such handlers read it through the API.
+	}
+	b, err := json.Marshal(map[string]functions.BlobRef{"$blob": ref})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,415 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// Causes that end an attempt's context. They tell the outcome apart: a timeout is a
+// retryable timed_out attempt; a lost lease or a canceled run writes nothing (someone
+// else owns the step now); a shutdown hands the lease back.
+var (
+	errTimeout     = errors.New("step timed out")
+	errLeaseLost   = errors.New("lease lost")
+	errRunCanceled = errors.New("run canceled")
+	errShutdown    = errors.New("dispatcher shutting down")
+)
+
+// Dispatcher claims ready steps and runs their attempts. Create it with New, run it
+// with Start and stop it with Stop. It is safe for concurrent use.
+type Dispatcher struct {
+	store  *catalog.Store
+	blobs  Blobs
+	cfg    Config
+	logger *slog.Logger
+	m      *metrics
+	defs   *definitions
+	cache  *fileCache
+
+	wake  chan struct{} // a hint that work may be claimable
+	slots chan struct{} // one token per free concurrency slot
+
+	mu      sync.Mutex
+	active  map[int64]*attempt // by lease token
+	started bool
+	stopped bool
+	cancel  context.CancelFunc // ends the background loops
+	loops   sync.WaitGroup     // background loops
+	work    sync.WaitGroup     // running attempts
+	noClaim chan struct{}      // closed when claiming must stop
+	nextDue time.Time          // earliest local retry we know of
+}
+
+// New returns a dispatcher over store and blobs. Invokers for builtin and exec are
+// added when cfg does not set them.
+func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	invokers := make(map[bundle.Kind]functions.Invoker, len(c.Invokers)+2)
+	for k, v := range c.Invokers {
+		invokers[k] = v
+	}
+	if invokers[bundle.KindBuiltin] == nil {
+		invokers[bundle.KindBuiltin] = functions.NewBuiltin(nil)
+	}
+	if invokers[bundle.KindExec] == nil {
+		invokers[bundle.KindExec] = functions.NewExec(&functions.ExecConfig{Logger: c.Logger})
+	}
+	c.Invokers = invokers
+	cache, err := newFileCache(c.CacheDir, blobs)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dispatcher{
+		store:   store,
+		blobs:   blobs,
+		cfg:     c,
+		logger:  c.Logger.With("component", "dispatcher", "dispatcher", c.ID),
+		m:       newMetrics(c.Registerer),
+		defs:    newDefinitions(store),
+		cache:   cache,
+		wake:    make(chan struct{}, 1),
+		slots:   make(chan struct{}, c.Concurrency),
+		active:  map[int64]*attempt{},
+		noClaim: make(chan struct{}),
+	}
+	for i := 0; i < c.Concurrency; i++ {
+		d.slots <- struct{}{}
+	}
+	return d, nil
+}
+
+// ID returns the dispatcher's name, as recorded in leases and attempts.
+func (d *Dispatcher) ID() string { return d.cfg.ID }
+
+// Start runs the dispatcher's loops (claim, heartbeat, sweep, notifications) in the
+// background and returns. The loops live until Stop, not until ctx ends.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("dispatcher already started")
+	}
+	d.started = true
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	for _, loop := range []func(context.Context){d.claimLoop, d.heartbeatLoop, d.sweepLoop, d.listenLoop} {
+		d.loops.Add(1)
+		go func() {
+			defer d.loops.Done()
+			loop(loopCtx)
+		}()
+	}
+	d.logger.Info("dispatcher started", "concurrency", d.cfg.Concurrency, "lease_ttl", d.cfg.LeaseTTL)
+	return nil
+}
+
+// Stop stops claiming, lets running attempts finish for up to ShutdownGrace (or until
+// ctx ends), then hands the leases of those still running back so another dispatcher
+// takes them at once. It waits for everything to end and is safe to call twice.
+func (d *Dispatcher) Stop(ctx context.Context) error {
+	d.mu.Lock()
+	if !d.started || d.stopped {
+		d.mu.Unlock()
+		return nil
+	}
+	d.stopped = true
+	close(d.noClaim)
+	d.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		d.work.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(d.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	// Whatever still runs is handed back.
+	d.mu.Lock()
+	for _, a := range d.active {
+		a.cancel(errShutdown)
+	}
+	d.mu.Unlock()
+	<-done
+	d.cancel()
+	d.loops.Wait()
+	d.logger.Info("dispatcher stopped")
+	return nil
+}
+
+// Wake hints that steps may be claimable (for tests and the API's run creation in
+// the same process).
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) claiming() bool {
+	select {
+	case <-d.noClaim:
+		return false
+	default:
+		return true
+	}
+}
+
+// claimLoop claims as many steps as there are free slots, whenever woken (a
+// notification, a finished attempt, a due retry) or every PollInterval.
+func (d *Dispatcher) claimLoop(ctx context.Context) {
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.noClaim:
+			return
+		case <-d.wake:
+		case <-poll.C:
+		}
+		for d.claiming() {
+			n, full, err := d.claimOnce(ctx)
+			if err != nil {
+				failures++
+				if ctx.Err() == nil {
+					d.logger.Warn("claim failed", "error", err)
+				}
+				break
+			}
+			failures = 0
+			if !full || n == 0 {
+				break
+			}
+		}
+		wait := d.cfg.PollInterval
+		if failures > 0 {
+			wait = min(time.Duration(failures)*d.cfg.PollInterval, 10*d.cfg.PollInterval)
+		}
+		d.mu.Lock()
+		if !d.nextDue.IsZero() {
+			if until := time.Until(d.nextDue); until < wait {
+				wait = max(until, time.Millisecond)
+			}
+			if time.Until(d.nextDue) <= 0 {
+				d.nextDue = time.Time{}
+			}
+		}
+		d.mu.Unlock()
+		poll.Reset(wait)
+	}
+}
+
+// claimOnce claims up to the free slots (at most ClaimBatch) and starts their
+// attempts. full reports that it got all it asked for, so more may be waiting.
+func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error) {
+	want := 0
+	for want < d.cfg.ClaimBatch {
+		select {
+		case <-d.slots:
+			want++
+			continue
+		default:
+		}
+		break
+	}
+	if want == 0 {
+		// Every slot is busy: wait for one, or for the end.
+		select {
+		case <-d.slots:
+			want = 1
+		case <-ctx.Done():
+			return 0, false, nil
+		case <-d.noClaim:
+			return 0, false, nil
+		}
+	}
+	claimed, err := d.store.StepClaim(ctx, d.cfg.ID, want, d.cfg.LeaseTTL)
+	if err != nil {
+		d.release(want)
+		return 0, false, err
+	}
+	d.release(want - len(claimed))
+	d.m.claimed.Add(float64(len(claimed)))
+	for i := range claimed {
+		d.startAttempt(claimed[i])
+	}
+	return len(claimed), len(claimed) == want, nil
+}
+
+func (d *Dispatcher) release(n int) {
+	for i := 0; i < n; i++ {
+		d.slots <- struct{}{}
+	}
+}
+
+// scheduleWake makes the claim loop look again at t (a retry this dispatcher set).
+func (d *Dispatcher) scheduleWake(t time.Time) {
+	d.mu.Lock()
+	if d.nextDue.IsZero() || t.Before(d.nextDue) {
+		d.nextDue = t
+	}
+	d.mu.Unlock()
+	d.Wake()
+}
+
+// heartbeatLoop extends every held lease at a third of the TTL. Leases the catalog
+// no longer grants (swept after a long pause, run canceled) end their attempts.
+func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
+	interval := d.cfg.LeaseTTL / 3
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lastOK := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.mu.Lock()
+		leases := make([]catalog.Lease, 0, len(d.active))
+		for tok, a := range d.active {
+			leases = append(leases, catalog.Lease{RunID: a.claim.RunID, Key: a.claim.Key, Token: tok})
+		}
+		d.mu.Unlock()
+		if len(leases) == 0 {
+			lastOK = time.Now()
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, interval)
+		held, err := d.store.LeaseExtend(hctx, leases, d.cfg.LeaseTTL)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases))
+			if time.Since(lastOK) > d.cfg.LeaseTTL {
+				// Our leases have expired by now: others may take the steps.
+				d.loseLeases(leases, "heartbeat")
+			}
+			continue
+		}
+		lastOK = time.Now()
+		var lost []catalog.Lease
+		for _, l := range leases {
+			if !held[l.Token] {
+				lost = append(lost, l)
+			}
+		}
+		d.loseLeases(lost, "heartbeat")
+	}
+}
+
+func (d *Dispatcher) loseLeases(leases []catalog.Lease, op string) {
+	if len(leases) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, l := range leases {
+		if a := d.active[l.Token]; a != nil {
+			d.m.leaseLost.WithLabelValues(op).Inc()
+			d.logger.Warn("lease lost", "run_id", l.RunID, "step", l.Key, "lease_token", l.Token)
+			a.cancel(errLeaseLost)
+		}
+	}
+}
+
+// cancelRun ends the local attempts of a canceled run.
+func (d *Dispatcher) cancelRun(runID uuid.UUID) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range d.active {
+		if a.claim.RunID == runID {
+			a.cancel(errRunCanceled)
+		}
+	}
+}
+
+// sweepLoop returns expired leases of any dispatcher, every SweepInterval (jittered).
+func (d *Dispatcher) sweepLoop(ctx context.Context) {
+	for {
+		wait := d.cfg.SweepInterval/2 + time.Duration(jitterRand()*float64(d.cfg.SweepInterval))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		for {
+			n, err := d.store.StepSweep(ctx, 100)
+			if err != nil {
+				if ctx.Err() == nil {
+					d.logger.Warn("sweep failed", "error", err)
+				}
+				break
+			}
+			if n > 0 {
+				d.m.swept.Add(float64(n))
+				d.logger.Info("swept expired leases", "count", n)
+				d.Wake()
+			}
+			if n < 100 {
+				break
+			}
+		}
+	}
+}
+
+// listenLoop turns notifications into wake-ups and cancels. Without a database URL
+// it does nothing: polling and heartbeats cover both.
+func (d *Dispatcher) listenLoop(ctx context.Context) {
+	if d.cfg.DatabaseURL == "" {
+		return
+	}
+	var l interface {
+		Close() error
+	}
+	listener, err := catalog.NewListener(d.cfg.DatabaseURL, catalog.ChannelSteps, catalog.ChannelCancel)
+	if err != nil {
+		d.logger.Warn("cannot listen for notifications; polling only", "error", err)
+		return
+	}
+	l = listener
+	defer l.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case n := <-listener.Notify:
+			if n == nil { // reconnected: anything may have happened meanwhile
+				d.Wake()
+				continue
+			}
+			switch n.Channel {
+			case catalog.ChannelSteps:
+				d.Wake()
+			case catalog.ChannelCancel:
+				if id, err := uuid.Parse(n.Extra); err == nil {
+					d.cancelRun(id)
+				}
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }

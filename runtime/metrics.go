@@ -1,0 +1,36 @@
+package runtime
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the dispatcher's Prometheus series.
+type metrics struct {
+	claimed   prometheus.Counter
+	attempts  *prometheus.CounterVec
+	leaseLost *prometheus.CounterVec
+	swept     prometheus.Counter
+	running   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		claimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_steps_claimed_total", Help: "Steps claimed by this dispatcher.",
+		}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_attempts_total", Help: "Attempts finished by this dispatcher, by outcome.",
+		}, []string{"outcome"}),
+		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_lease_lost_total", Help: "Writes rejected because the lease was no longer current (fencing), by operation.",
+		}, []string{"op"}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_leases_swept_total", Help: "Expired leases returned to ready or failed by this dispatcher's sweeper.",
+		}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.running)
+	}
+	return m
+}

@@ -1,0 +1,173 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// attemptSink is the dispatcher's functions.Sink for one attempt: output streamed to
+// a payloadWriter, the log spooled to a temp file (then stored as a blob), checkpoints
+// and progress written to the catalog fenced by the lease.
+type attemptSink struct {
+	ctx    context.Context
+	d      *Dispatcher
+	a      *attempt
+	output *payloadWriter
+
+	logMu     sync.Mutex
+	logFile   *os.File
+	logSize   int64
+	logCapped bool
+}
+
+func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
+	return &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit)}
+}
+
+func (s *attemptSink) Output() io.Writer { return s.output }
+
+func (s *attemptSink) SetOutputContentType(ct string) { s.output.contentType = ct }
+
+func (s *attemptSink) Log() io.Writer { return (*logWriter)(s) }
+
+// logWriter spools the log to a temp file, up to MaxLogSize.
+type logWriter attemptSink
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	s := (*attemptSink)(w)
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if s.logFile == nil {
+		f, err := os.CreateTemp(filepath.Join(s.d.cfg.CacheDir, "tmp"), "log-")
+		if err != nil {
+			return 0, err
+		}
+		s.logFile = f
+	}
+	room := s.d.cfg.MaxLogSize - s.logSize
+	if room <= 0 {
+		if !s.logCapped {
+			s.logCapped = true
+			fmt.Fprintf(s.logFile, "\n[cairn: log truncated at %d bytes]\n", s.d.cfg.MaxLogSize)
+		}
+		return len(p), nil
+	}
+	q := p
+	if int64(len(q)) > room {
+		q = q[:room]
+	}
+	n, err := s.logFile.Write(q)
+	s.logSize += int64(n)
+	if err != nil {
+		return n, err
+	}
+	return len(p), nil
+}
+
+// storeLog stores the spooled log as a blob and returns its key ("" if none).
+// Failing to store a log does not fail the attempt: it is logged.
+func (s *attemptSink) storeLog() string {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if s.logFile == nil {
+		return ""
+	}
+	if _, err := s.logFile.Seek(0, io.SeekStart); err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Minute)
+	defer cancel()
+	obj, err := s.d.blobs.Put(ctx, "logs", s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1})
+	if err != nil {
+		s.a.logger.Warn("store attempt log", "error", err)
+		return ""
+	}
+	return obj.Key
+}
+
+func (s *attemptSink) cleanup() {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	if s.logFile != nil {
+		s.logFile.Close()
+		os.Remove(s.logFile.Name())
+		s.logFile = nil
+	}
+}
+
+// Checkpoint stores an inline checkpoint (or a blob when over the inline limit).
+func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) error {
+	if !json.Valid(value) {
+		return fmt.Errorf("checkpoint is not valid JSON")
+	}
+	stored := value
+	if int64(len(value)) > s.d.cfg.InlineLimit || isBlobRefLike(value) {
+		obj, err := s.d.blobs.Put(ctx, payloadKind, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value))})
+		if err != nil {
+			return fmt.Errorf("store checkpoint: %w", err)
+		}
+		stored = blobRefJSON(obj)
+	}
+	return s.saveCheckpoint(ctx, stored)
+}
+
+// CheckpointFile stores a file's bytes as the checkpoint (always a blob).
+func (s *attemptSink) CheckpointFile(ctx context.Context, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("checkpoint file: %w", err)
+	}
+	defer f.Close()
+	obj, err := s.d.blobs.Put(ctx, payloadKind, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1})
+	if err != nil {
+		return fmt.Errorf("store checkpoint file: %w", err)
+	}
+	return s.saveCheckpoint(ctx, blobRefJSON(obj))
+}
+
+func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage) error {
+	data := checkpointEventData(stored)
+	err := s.d.store.StepCheckpoint(ctx, s.a.lease(), stored, data)
+	if errors.Is(err, catalog.ErrLeaseLost) {
+		s.d.m.leaseLost.WithLabelValues("checkpoint").Inc()
+		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
+	}
+	return err
+}
+
+// checkpointEventData is what the step.checkpointed event shows: the value when small
+// or a reference, else only its size.
+func checkpointEventData(stored json.RawMessage) json.RawMessage {
+	if _, isRef := parseBlobRef(stored); isRef || len(stored) <= 1024 {
+		b, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
+		return b
+	}
+	b, _ := json.Marshal(map[string]int{"size": len(stored)})
+	return b
+}
+
+// Progress records a progress event.
+func (s *attemptSink) Progress(ctx context.Context, value json.RawMessage) error {
+	if !json.Valid(value) {
+		return fmt.Errorf("progress is not valid JSON")
+	}
+	b, _ := json.Marshal(map[string]json.RawMessage{"progress": value})
+	err := s.d.store.StepEvent(ctx, s.a.lease(), "step.progress", b)
+	if errors.Is(err, catalog.ErrLeaseLost) {
+		s.d.m.leaseLost.WithLabelValues("progress").Inc()
+		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
+	}
+	return err
+}
