@@ -1,0 +1,102 @@
+package testenv
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+)
+
+// dbRequireMigrated checks that db holds the catalog schema at version 1.
+func dbRequireMigrated(t *testing.T, db *sqlx.DB) {
+	t.Helper()
+	var runs bool
+	require.NoError(t, db.GetContext(t.Context(), &runs, `SELECT to_regclass('public.runs') IS NOT NULL`))
+	require.True(t, runs, "the runs table exists")
+	var version int64
+	require.NoError(t, db.GetContext(t.Context(), &version, `SELECT max(version_id) FROM goose_db_version WHERE is_applied`))
+	require.EqualValues(t, 1, version)
+}
+
+func TestDBIsolated(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"alpha", "beta"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := DB(t)
+			dbRequireMigrated(t, db)
+
+			_, err := db.ExecContext(t.Context(), `INSERT INTO workflows (name) VALUES ($1)`, name)
+			require.NoError(t, err)
+			// The other subtest writes its own row at the same time, elsewhere.
+			var names []string
+			require.NoError(t, db.SelectContext(t.Context(), &names, `SELECT name FROM workflows`))
+			require.Equal(t, []string{name}, names)
+		})
+	}
+}
+
+func TestDatabaseURLFresh(t *testing.T) {
+	t.Parallel()
+	first, second := DatabaseURL(t), DatabaseURL(t)
+	require.NotEqual(t, first, second)
+	db, err := sqlx.Connect("postgres", second)
+	require.NoError(t, err)
+	defer db.Close()
+	dbRequireMigrated(t, db)
+	var super bool
+	require.NoError(t, db.GetContext(t.Context(), &super, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`))
+	require.False(t, super, "tests connect as an ordinary role, like the application")
+}
+
+func TestPGRestart(t *testing.T) {
+	t.Parallel()
+	c := PG(t)
+	db, err := sqlx.Connect("postgres", ClusterDatabaseURL(t, c))
+	require.NoError(t, err)
+	defer db.Close()
+	dbRequireMigrated(t, db)
+	_, err = db.ExecContext(t.Context(), `INSERT INTO workflows (name) VALUES ('kept')`)
+	require.NoError(t, err)
+
+	port := c.Port()
+	require.NoError(t, c.Stop(t.Context()))
+	require.Error(t, db.PingContext(t.Context()))
+	require.NoError(t, c.Start(t.Context()))
+	require.Equal(t, port, c.Port())
+
+	var name string
+	// The pool reconnects to the restarted server; its dead connections fail
+	// once each, so allow a few tries.
+	require.Eventually(t, func() bool {
+		return db.GetContext(t.Context(), &name, `SELECT name FROM workflows`) == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, "kept", name)
+}
+
+func TestDBConfigFromURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		url     string
+		want    string
+		wantErr bool
+	}{
+		{name: "defaults", url: "postgres://u@db", want: "postgres://u:@db:5432/postgres?sslmode=disable"},
+		{name: "kept", url: "postgresql://u:p@h:6543/x?sslmode=require", want: "postgres://u:p@h:6543/x?sslmode=require"},
+		{name: "not a url", url: "host=x user=y", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			conf, err := dbConfigFromURL(tt.url)
+			if tt.wantErr {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, conf.URL())
+		})
+	}
+}

@@ -1,0 +1,24 @@
+// Package testenv is the test harness: real servers, a fresh PostgreSQL
+// database and a fresh S3 bucket for each test, with no build tags and no
+// TestMain.
+//
+// Databases: [DB] returns a pool on a fresh, fully migrated database (a clone
+// of a template that holds the embedded migrations), [DatabaseURL] its URL for
+// a cairn subprocess. Both use one server per test binary, chosen in order
+// from CAIRN_TEST_DATABASE_URL ([EnvDatabaseURL]), a private cluster started
+// from the installed PostgreSQL binaries (package internal/pglocal), or a
+// postgres:16.4 container. Tests that stop or kill PostgreSQL take a cluster
+// of their own from [PG] and a database on it from [ClusterDatabaseURL].
+//
+// Buckets: [S3Endpoint], [S3Bucket] and [Blobs] do the same for S3, with
+// CAIRN_TEST_S3_ENDPOINT, a local versitygw process or a MinIO container.
+//
+// With no server available a test is skipped, except under CI=true, where it
+// fails with what to install: nothing is skipped silently in CI.
+//
+// Servers started here must not outlive the test binary, which has no hook
+// at its end: they get the kernel's parent-death signal (PostgreSQL: SIGQUIT,
+// an immediate shutdown), and their temporary directories, named after the
+// binary's pid, are removed by a later run once that pid is gone. Containers
+// carry a label with their owner and a lifetime cap, and are purged likewise.
+package testenv
