@@ -8,19 +8,29 @@ import (
 )
 
 // Errors returned by every Store. Backends translate their own errors (minio's
-// NoSuchKey, os.ErrNotExist) to these at their edge.
+// NoSuchKey, os.ErrNotExist) to these at their edge; check them with errors.Is.
 var (
 	// ErrNotFound means no object exists under the key.
 	ErrNotFound = errors.New("blobstore: object not found")
 	// ErrNotSupported means the backend cannot do the operation (for example a
 	// presigned URL from the file backend).
 	ErrNotSupported = errors.New("blobstore: operation not supported by this backend")
-	// ErrInvalidKey means a key is not of the form <kind>/sha256/<64 hex>.
+	// ErrInvalidKey means a key is not of the form <kind>/sha256/<64 hex>, a kind is
+	// not a short lower-case word, or a digest is not "sha256:<64 hex>".
 	ErrInvalidKey = errors.New("blobstore: invalid key")
 	// ErrDigestMismatch means PutOptions.Digest was set and the caller's content did
-	// not hash to it while PutOptions.VerifyDigest was true.
+	// not hash to it while PutOptions.VerifyDigest was true. Nothing is stored.
 	ErrDigestMismatch = errors.New("blobstore: content does not match digest")
+	// ErrSizeMismatch means PutOptions.Size was positive and the reader yielded a
+	// different number of bytes. Nothing is stored.
+	ErrSizeMismatch = errors.New("blobstore: content length does not match size")
+	// ErrInvalidRange means GetOptions asked for a negative offset or length, or
+	// an offset past the end of the object.
+	ErrInvalidRange = errors.New("blobstore: invalid range")
 )
+
+// DefaultContentType is the media type of objects stored without one.
+const DefaultContentType = "application/octet-stream"
 
 // Object describes a stored object.
 type Object struct {
@@ -31,7 +41,8 @@ type Object struct {
 	// SHA256 is "sha256:<hex>" of the stored bytes. It equals Digest unless the
 	// object was stored under a caller-provided address (PutOptions.Digest).
 	SHA256 string
-	// Size is the length of the stored bytes.
+	// Size is the length of the stored bytes (the whole object, also when Get
+	// reads a range of it).
 	Size int64
 	// ContentType is the media type given at Put ("application/octet-stream" if none).
 	ContentType string
@@ -39,18 +50,28 @@ type Object struct {
 
 // PutOptions tune Put. The zero value stores the bytes under the hash of their content.
 type PutOptions struct {
-	// ContentType of the object; default "application/octet-stream".
+	// ContentType of the object; default "application/octet-stream". When the
+	// object already exists, the stored content type is kept.
 	ContentType string
 	// Digest, when set ("sha256:<hex>"), is the address to store the object under
 	// instead of the hash of its bytes. Bundles use it: their address is the digest of
-	// their canonical tree, not of the gzip bytes. Default: empty.
+	// their canonical tree, not of the gzip bytes. When an object already exists
+	// under that address, Put returns it without reading r. Default: empty.
 	Digest string
+	// VerifyDigest, with Digest set, requires the content to hash to Digest;
+	// otherwise Put stores nothing and returns ErrDigestMismatch. Default false.
+	VerifyDigest bool
 	// Size is the length of r when known, or -1 (the default, 0, is read as unknown too
-	// unless r is empty). Backends use it to pick an upload strategy; it is checked.
+	// unless r is empty). Backends use it to pick an upload strategy; it is checked:
+	// a positive Size that differs from the content's length is ErrSizeMismatch.
 	Size int64
 }
 
 // GetOptions select a byte range. The zero value reads the whole object.
+//
+// A range is clamped to the object: a Length reaching past the end reads to the
+// end, and Offset equal to the object's size reads nothing. A negative Offset or
+// Length, or an Offset greater than the size, is ErrInvalidRange.
 type GetOptions struct {
 	// Offset of the first byte to read; default 0.
 	Offset int64
@@ -60,22 +81,28 @@ type GetOptions struct {
 
 // Store is a content-addressed object store. Every method is safe for concurrent use.
 // Keys are "<kind>/sha256/<hex>"; kinds are short lower-case words ("bundles",
-// "outputs", "checkpoints", "logs").
+// "outputs", "checkpoints", "logs"); see KeyFor and ParseKey.
 type Store interface {
 	// Put streams r into the store under "<kind>/sha256/<hex>" and returns the
 	// stored object. The sha256 is computed while writing; nothing holds the whole
 	// content in memory. A reader never sees a partial object. Putting content that is
-	// already stored is a no-op that returns the existing object.
+	// already stored is a no-op that returns the existing object. Concurrent Puts of
+	// the same content all succeed with the same Object.
+	// Errors: ErrInvalidKey (bad kind or Digest), ErrSizeMismatch, ErrDigestMismatch,
+	// or the reader's or backend's error.
 	Put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error)
-	// Get opens the object (or a range of it) for reading; the caller closes it.
-	// ErrNotFound if absent.
+	// Get opens the object (or a range of it, see GetOptions) for reading; the
+	// caller closes it. The returned Object describes the whole object.
+	// ErrNotFound if absent, ErrInvalidKey, ErrInvalidRange.
 	Get(ctx context.Context, key string, opts GetOptions) (io.ReadCloser, Object, error)
-	// Stat describes the object; ErrNotFound if absent.
+	// Stat describes the object; ErrNotFound if absent, ErrInvalidKey.
 	Stat(ctx context.Context, key string) (Object, error)
 	// Delete removes the object; deleting an absent object is not an error.
+	// ErrInvalidKey.
 	Delete(ctx context.Context, key string) error
 	// PresignGet returns a URL that reads the object without credentials until
-	// expiry; ErrNotSupported where the backend has no such URLs.
+	// expiry; ErrNotSupported where the backend has no such URLs. It does not check
+	// that the object exists.
 	PresignGet(ctx context.Context, key string, expiry time.Duration) (string, error)
 	// Ping checks that the store answers (readiness).
 	Ping(ctx context.Context) error

@@ -1,0 +1,24 @@
+// Package blobstore is Cairn's content-addressed object store: bundles, step
+// outputs, checkpoints and logs too large for a database row.
+//
+// An object lives under "<kind>/sha256/<hex>", where hex is the sha256 of its
+// bytes (or a caller-chosen digest, for bundles addressed by their canonical
+// tree). Objects never change, so a Put of content already stored is a no-op
+// and readers never need to coordinate with writers.
+//
+// Two backends implement Store:
+//
+//   - FileStore keeps objects in a local directory (cairn dev, tests). Puts go
+//     through a synced temporary file renamed into place; the content type sits
+//     in a JSON sidecar next to each object.
+//   - S3Store keeps them in an S3-compatible bucket through minio-go. Content
+//     that fits in one part (16 MiB by default) is hashed in memory and written
+//     to its final key directly; larger content is streamed as a multipart
+//     upload to a temporary key, then copied server-side to its final key.
+//
+// Both stream: memory per Put is bounded (one part for S3, a copy buffer for
+// files) whatever the size of the content, and its length need not be known.
+//
+// Open builds a Store from a CAIRN_BLOBSTORE URL. The conformance suite in
+// blobstoretest runs the same tests against every backend.
+package blobstore

@@ -1,0 +1,79 @@
+package blobstore
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strings"
+)
+
+// Key layout: "<kind>/sha256/<hex>". The kind is a short lower-case word, the
+// digest is always lower-case hex, so a key is also a safe relative file path.
+const (
+	digestPrefix  = "sha256:"
+	keyAlgo       = "/sha256/"
+	maxKindLength = 32
+)
+
+// KeyFor returns the key "<kind>/sha256/<hex>" of digest ("sha256:<hex>") in kind.
+// ErrInvalidKey when kind is not ^[a-z][a-z0-9-]{0,31}$ or digest is not
+// "sha256:" and 64 lower-case hex digits.
+func KeyFor(kind, digest string) (string, error) {
+	if err := checkKind(kind); err != nil {
+		return "", err
+	}
+	hexDigest, err := digestHex(digest)
+	if err != nil {
+		return "", err
+	}
+	return kind + keyAlgo + hexDigest, nil
+}
+
+// ParseKey splits a key "<kind>/sha256/<hex>" into its kind and digest
+// ("sha256:<hex>"). It accepts exactly the keys KeyFor returns and nothing else
+// (no "..", no upper case, no extra segments): ErrInvalidKey otherwise.
+func ParseKey(key string) (kind, digest string, err error) {
+	kind, rest, ok := strings.Cut(key, keyAlgo)
+	if !ok {
+		return "", "", fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	if checkKind(kind) != nil || !isHex64(rest) {
+		return "", "", fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	}
+	return kind, digestPrefix + rest, nil
+}
+
+// checkKind reports whether kind matches ^[a-z][a-z0-9-]{0,31}$.
+func checkKind(kind string) error {
+	if len(kind) == 0 || len(kind) > maxKindLength || kind[0] < 'a' || kind[0] > 'z' {
+		return fmt.Errorf("%w: kind %q", ErrInvalidKey, kind)
+	}
+	for i := 1; i < len(kind); i++ {
+		c := kind[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return fmt.Errorf("%w: kind %q", ErrInvalidKey, kind)
+		}
+	}
+	return nil
+}
+
+// digestHex returns the hex part of "sha256:<64 lower-case hex>".
+func digestHex(digest string) (string, error) {
+	h, ok := strings.CutPrefix(digest, digestPrefix)
+	if !ok || !isHex64(h) {
+		return "", fmt.Errorf("%w: digest %q", ErrInvalidKey, digest)
+	}
+	return h, nil
+}
+
+func isHex64(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,548 @@
+package blobstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// S3 limits and layout.
+const (
+	// DefaultPartSize is the multipart part size S3Store uses unless configured:
+	// memory per Put in flight is about one part.
+	DefaultPartSize = 16 << 20
+	// s3MinPartSize and s3MaxPartSize bound parts (S3's own limits).
+	s3MinPartSize = 5 << 20
+	s3MaxPartSize = 5 << 30
+	// s3MaxParts is the largest number of parts of a multipart upload.
+	s3MaxParts = 10000
+	// s3MaxCopySize is the largest object a single CopyObject request may copy;
+	// larger ones need a multipart copy (ComposeObject).
+	s3MaxCopySize = 5 << 30
+	// s3SmallRead is how much Put reads into a small buffer before it takes a
+	// whole part buffer, so that small objects cost little memory.
+	s3SmallRead = 1 << 20
+	// s3TempPrefix holds uploads whose address is not known yet. Keys of kinds
+	// start with a letter, so the prefix cannot collide with one.
+	s3TempPrefix = ".tmp/"
+	// s3MetaSHA256 is the user metadata holding "sha256:<hex>" of the stored bytes.
+	s3MetaSHA256 = "Cairn-Sha256"
+	// s3MaxPresignExpiry is the longest validity of a presigned URL (SigV4 limit).
+	s3MaxPresignExpiry = 7 * 24 * time.Hour
+	// s3CleanupTimeout bounds the best-effort removal of temporary objects and
+	// aborted uploads after a failed or canceled Put.
+	s3CleanupTimeout = time.Minute
+)
+
+// S3Config configures an S3Store. It is passed by value; NewS3 validates it.
+type S3Config struct {
+	// Endpoint is the server's base URL, such as "http://127.0.0.1:9000" or
+	// "https://s3.eu-west-1.amazonaws.com"; "https" turns TLS on. Required.
+	Endpoint string
+	// Bucket holds the objects. It must exist. Required.
+	Bucket string
+	// Region of the bucket; default "us-east-1". Setting it spares a
+	// bucket-location request.
+	Region string
+	// AccessKey, SecretKey and SessionToken sign requests. With AccessKey and
+	// SecretKey both empty, requests are anonymous. Default empty.
+	AccessKey    string
+	SecretKey    string
+	SessionToken string
+	// PathStyle forces path-style addressing ("host/bucket/key"). Default false:
+	// virtual-host style on AWS and Google endpoints, path style on the others
+	// (MinIO, versitygw, LocalStack).
+	PathStyle bool
+	// PartSize of multipart uploads, between 5 MiB and 5 GiB; default
+	// DefaultPartSize (16 MiB). Each Put in flight holds about one part in memory,
+	// and objects are limited to 10,000 parts (about 156 GiB at the default).
+	PartSize int64
+}
+
+func (c S3Config) withDefaults() S3Config {
+	if c.Region == "" {
+		c.Region = "us-east-1"
+	}
+	if c.PartSize == 0 {
+		c.PartSize = DefaultPartSize
+	}
+	return c
+}
+
+// S3Store is a Store on an S3-compatible bucket (AWS S3, MinIO, versitygw,
+// LocalStack), through minio-go. It is safe for concurrent use.
+//
+// Put reads the content once. An object that fits in one part is hashed in
+// memory and written to its final key with one PutObject. A larger one is
+// uploaded part by part (one part in memory) to a temporary key under ".tmp/",
+// since its address is only known at the end, then copied server-side to its
+// final key and the temporary object deleted. A crash between the two leaves a
+// temporary object or an incomplete multipart upload behind: give the bucket a
+// lifecycle rule that expires ".tmp/" and aborts incomplete uploads after a day.
+type S3Store struct {
+	client   *minio.Client
+	core     minio.Core
+	bucket   string
+	endpoint string
+	partSize int64
+	parts    sync.Pool // of *[]byte, len partSize
+}
+
+// NewS3 returns a store on cfg.Bucket at cfg.Endpoint. It does no I/O: use Ping
+// to check that the server answers and the bucket exists. It returns an error
+// when cfg is invalid.
+func NewS3(cfg S3Config) (*S3Store, error) {
+	cfg = cfg.withDefaults()
+	u, err := url.Parse(cfg.Endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("new s3 store: endpoint: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("new s3 store: endpoint %q is not http(s)://host[:port]", cfg.Endpoint)
+	}
+	if cfg.Bucket == "" {
+		return nil, errors.New("new s3 store: empty bucket")
+	}
+	if cfg.PartSize < s3MinPartSize || cfg.PartSize > s3MaxPartSize {
+		return nil, fmt.Errorf("new s3 store: part size %d outside [%d, %d]", cfg.PartSize, s3MinPartSize, s3MaxPartSize)
+	}
+	lookup := minio.BucketLookupAuto
+	if cfg.PathStyle {
+		lookup = minio.BucketLookupPath
+	}
+	client, err := minio.New(u.Host, &minio.Options{
+		Creds:        credentials.NewStaticV4(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken),
+		Secure:       u.Scheme == "https",
+		Region:       cfg.Region,
+		BucketLookup: lookup,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new s3 store: %w", err)
+	}
+	s := &S3Store{
+		client:   client,
+		core:     minio.Core{Client: client},
+		bucket:   cfg.Bucket,
+		endpoint: u.Scheme + "://" + u.Host,
+		partSize: cfg.PartSize,
+	}
+	s.parts.New = func() any {
+		b := make([]byte, s.partSize)
+		return &b
+	}
+	return s, nil
+}
+
+// String describes the store for logs (no credentials).
+func (s *S3Store) String() string {
+	return "s3://" + s.bucket + "?endpoint=" + s.endpoint
+}
+
+// s3Error translates a minio error at the backend's edge: a missing object
+// becomes ErrNotFound; anything else is returned as is.
+func s3Error(err error) error {
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) && (resp.Code == minio.NoSuchKey || resp.Code == "NotFound") {
+		return ErrNotFound
+	}
+	return err
+}
+
+// isInvalidRange reports a 416 answer to a ranged GET.
+func isInvalidRange(err error) bool {
+	var resp minio.ErrorResponse
+	return errors.As(err, &resp) && (resp.Code == minio.InvalidRange || resp.StatusCode == http.StatusRequestedRangeNotSatisfiable)
+}
+
+// Put implements Store.Put; see S3Store for how.
+func (s *S3Store) Put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error) {
+	fixedKey, err := checkPutOptions(kind, opts)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: %w", kind, err)
+	}
+	if fixedKey != "" && !opts.VerifyDigest {
+		obj, err := s.stat(ctx, fixedKey)
+		if err == nil {
+			return obj, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return Object{}, fmt.Errorf("put %s: %w", fixedKey, err)
+		}
+	}
+	obj, err := s.put(ctx, kind, r, opts)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: %w", kind, err)
+	}
+	return obj, nil
+}
+
+func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error) {
+	hr := newHashingReader(r, opts.Size)
+	src := ctxReader{ctx: ctx, r: hr}
+
+	first, full, release, err := s.readFirstPart(src, opts.Size)
+	if err != nil {
+		return Object{}, fmt.Errorf("read content: %w", err)
+	}
+	defer release()
+	if !full {
+		return s.putSmall(ctx, kind, hr, first, opts)
+	}
+	return s.putLarge(ctx, kind, hr, src, first, opts)
+}
+
+// readFirstPart reads up to one part. full means the part buffer filled up, so
+// more may follow. Content of known small size, or the first s3SmallRead bytes
+// of content of unknown size, go to a small buffer; past that a pooled part
+// buffer takes over. release returns that buffer to the pool.
+func (s *S3Store) readFirstPart(r io.Reader, size int64) (data []byte, full bool, release func(), err error) {
+	release = func() {}
+	var small []byte
+	if size <= s3SmallRead {
+		if size > 0 {
+			small = make([]byte, size+1) // room to see a longer reader
+		} else {
+			small = make([]byte, s3SmallRead)
+		}
+		n, err := readFull(r, small)
+		if err != nil || n < len(small) {
+			return small[:n], false, release, err
+		}
+	}
+	bp := s.parts.Get().(*[]byte)
+	buf := *bp
+	n := copy(buf, small)
+	m, err := readFull(r, buf[n:])
+	if err != nil {
+		s.parts.Put(bp)
+		return nil, false, release, err
+	}
+	return buf[:n+m], n+m == len(buf), func() { s.parts.Put(bp) }, nil
+}
+
+// readFull reads until buf is full or r ends. Unlike io.ReadFull, an
+// io.ErrUnexpectedEOF from r (a truncated request body) stays an error.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// putSmall stores content that was read whole into data.
+func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, data []byte, opts PutOptions) (Object, error) {
+	sum, err := hr.finish()
+	if err != nil {
+		return Object{}, err
+	}
+	digest, err := resolveDigest(sum, opts)
+	if err != nil {
+		return Object{}, err
+	}
+	key, err := KeyFor(kind, digest)
+	if err != nil {
+		return Object{}, err
+	}
+	if obj, err := s.stat(ctx, key); err == nil {
+		return obj, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return Object{}, err
+	}
+	ct := contentType(opts.ContentType)
+	_, err = s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", strings.TrimPrefix(sum, digestPrefix),
+		minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}})
+	if err != nil {
+		return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
+	}
+	return Object{Key: key, Digest: digest, SHA256: sum, Size: int64(len(data)), ContentType: ct}, nil
+}
+
+// putLarge uploads first and the rest of src as a multipart upload to a
+// temporary key, then copies it to its final key.
+func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, src io.Reader, first []byte, opts PutOptions) (Object, error) {
+	ct := contentType(opts.ContentType)
+	tmpKey, err := s3TempKey()
+	if err != nil {
+		return Object{}, err
+	}
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, tmpKey, minio.PutObjectOptions{ContentType: ct})
+	if err != nil {
+		return Object{}, fmt.Errorf("start upload: %w", s3Error(err))
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
+			defer cancel()
+			_ = s.core.AbortMultipartUpload(cctx, s.bucket, tmpKey, uploadID) // best effort
+		}
+	}()
+
+	var parts []minio.CompletePart
+	buf, data := first[:cap(first)], first
+	for {
+		if len(parts) == s3MaxParts {
+			return Object{}, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+		}
+		p, err := s.core.PutObjectPart(ctx, s.bucket, tmpKey, uploadID, len(parts)+1,
+			bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{})
+		if err != nil {
+			return Object{}, fmt.Errorf("upload part %d: %w", len(parts)+1, s3Error(err))
+		}
+		parts = append(parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag})
+		if len(data) < len(buf) {
+			break // a short part is the last one
+		}
+		n, err := readFull(src, buf)
+		if err != nil {
+			return Object{}, fmt.Errorf("read content: %w", err)
+		}
+		if n == 0 {
+			break // the previous part ended exactly at the end
+		}
+		data = buf[:n]
+	}
+
+	sum, err := hr.finish()
+	if err != nil {
+		return Object{}, err
+	}
+	digest, err := resolveDigest(sum, opts)
+	if err != nil {
+		return Object{}, err
+	}
+	key, err := KeyFor(kind, digest)
+	if err != nil {
+		return Object{}, err
+	}
+	if obj, err := s.stat(ctx, key); err == nil {
+		return obj, nil // already stored: the deferred abort drops our upload
+	} else if !errors.Is(err, ErrNotFound) {
+		return Object{}, err
+	}
+
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, tmpKey, uploadID, parts, minio.PutObjectOptions{}); err != nil {
+		return Object{}, fmt.Errorf("complete upload: %w", s3Error(err))
+	}
+	completed = true
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
+		defer cancel()
+		_ = s.client.RemoveObject(cctx, s.bucket, tmpKey, minio.RemoveObjectOptions{}) // best effort
+	}()
+
+	if err := s.copyObject(ctx, tmpKey, key, hr.n, ct, sum); err != nil {
+		return Object{}, err
+	}
+	return Object{Key: key, Digest: digest, SHA256: sum, Size: hr.n, ContentType: ct}, nil
+}
+
+// copyObject copies src to dst server-side, setting the metadata afresh.
+func (s *S3Store) copyObject(ctx context.Context, src, dst string, size int64, ct, sum string) error {
+	dstOpts := minio.CopyDestOptions{
+		Bucket:          s.bucket,
+		Object:          dst,
+		ReplaceMetadata: true,
+		// Content-Type in UserMetadata also reaches the multipart copy path of
+		// ComposeObject, which ignores CopyDestOptions.ContentType.
+		UserMetadata: map[string]string{"Content-Type": ct, s3MetaSHA256: sum},
+	}
+	srcOpts := minio.CopySrcOptions{Bucket: s.bucket, Object: src}
+	var err error
+	if size <= s3MaxCopySize {
+		_, err = s.client.CopyObject(ctx, dstOpts, srcOpts)
+	} else {
+		_, err = s.client.ComposeObject(ctx, dstOpts, srcOpts)
+	}
+	if err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, s3Error(err))
+	}
+	return nil
+}
+
+// s3TempKey returns a fresh key under the temporary prefix.
+func s3TempKey() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("temporary key: %w", err)
+	}
+	return s3TempPrefix + hex.EncodeToString(b[:]), nil
+}
+
+// Get implements Store.Get with one GET request; the returned reader is the
+// response body.
+func (s *S3Store) Get(ctx context.Context, key string, opts GetOptions) (io.ReadCloser, Object, error) {
+	rc, obj, err := s.get(ctx, key, opts)
+	if err != nil {
+		return nil, Object{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	return rc, obj, nil
+}
+
+func (s *S3Store) get(ctx context.Context, key string, opts GetOptions) (io.ReadCloser, Object, error) {
+	if _, _, err := ParseKey(key); err != nil {
+		return nil, Object{}, err
+	}
+	if opts.Offset < 0 || opts.Length < 0 {
+		_, _, err := clampRange(opts, 0)
+		return nil, Object{}, err
+	}
+	var gopts minio.GetObjectOptions
+	ranged := opts.Offset > 0 || opts.Length > 0
+	if ranged {
+		// minio's SetRange takes an inclusive end, 0 meaning "to the end" when
+		// the start is positive; with start 0 the end is always explicit.
+		var end int64
+		if opts.Length > 0 {
+			end = opts.Offset + opts.Length - 1
+			if end < opts.Offset { // overflow (only with Offset > 0): to the end
+				end = 0
+			}
+		}
+		if err := gopts.SetRange(opts.Offset, end); err != nil {
+			return nil, Object{}, fmt.Errorf("%w: %w", ErrInvalidRange, err)
+		}
+	}
+
+	body, info, hdr, err := s.core.GetObject(ctx, s.bucket, key, gopts)
+	if err != nil {
+		if ranged && isInvalidRange(err) {
+			// Past the end, or an empty object: the size decides.
+			obj, serr := s.stat(ctx, key)
+			if serr != nil {
+				return nil, Object{}, serr
+			}
+			if _, _, err := clampRange(opts, obj.Size); err != nil {
+				return nil, Object{}, err
+			}
+			return io.NopCloser(bytes.NewReader(nil)), obj, nil
+		}
+		return nil, Object{}, s3Error(err)
+	}
+	obj, err := s.object(key, info)
+	if err != nil {
+		_ = body.Close()
+		return nil, Object{}, err
+	}
+	if !ranged {
+		return body, obj, nil
+	}
+	if total, ok := s3TotalSize(hdr.Get("Content-Range")); ok {
+		obj.Size = total
+		return body, obj, nil
+	}
+	// The server ignored the range and sent the whole object: skip and cut.
+	off, n, err := clampRange(opts, obj.Size)
+	if err == nil {
+		_, err = io.CopyN(io.Discard, body, off)
+	}
+	if err != nil {
+		_ = body.Close()
+		return nil, Object{}, err
+	}
+	return readCloser{Reader: io.LimitReader(body, n), Closer: body}, obj, nil
+}
+
+// s3TotalSize reads the object's size from "bytes a-b/size".
+func s3TotalSize(contentRange string) (int64, bool) {
+	_, total, ok := strings.Cut(contentRange, "/")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(total, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// object describes key from its response headers.
+func (s *S3Store) object(key string, info minio.ObjectInfo) (Object, error) {
+	_, digest, err := ParseKey(key)
+	if err != nil {
+		return Object{}, err
+	}
+	obj := Object{Key: key, Digest: digest, SHA256: digest, Size: info.Size, ContentType: contentType(info.ContentType)}
+	if sum := info.Metadata.Get("X-Amz-Meta-" + s3MetaSHA256); sum != "" {
+		obj.SHA256 = sum
+	}
+	return obj, nil
+}
+
+// Stat implements Store.Stat with a HEAD request.
+func (s *S3Store) Stat(ctx context.Context, key string) (Object, error) {
+	if _, _, err := ParseKey(key); err != nil {
+		return Object{}, fmt.Errorf("stat: %w", err)
+	}
+	obj, err := s.stat(ctx, key)
+	if err != nil {
+		return Object{}, fmt.Errorf("stat %s: %w", key, err)
+	}
+	return obj, nil
+}
+
+func (s *S3Store) stat(ctx context.Context, key string) (Object, error) {
+	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		return Object{}, s3Error(err)
+	}
+	return s.object(key, info)
+}
+
+// Delete implements Store.Delete.
+func (s *S3Store) Delete(ctx context.Context, key string) error {
+	if _, _, err := ParseKey(key); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	err := s.client.RemoveObject(ctx, s.bucket, key, minio.RemoveObjectOptions{})
+	if err != nil && !errors.Is(s3Error(err), ErrNotFound) {
+		return fmt.Errorf("delete %s: %w", key, s3Error(err))
+	}
+	return nil
+}
+
+// PresignGet implements Store.PresignGet: a SigV4 presigned GET URL on the
+// configured endpoint. expiry must be between 1s and 7 days.
+func (s *S3Store) PresignGet(ctx context.Context, key string, expiry time.Duration) (string, error) {
+	if _, _, err := ParseKey(key); err != nil {
+		return "", fmt.Errorf("presign: %w", err)
+	}
+	if expiry < time.Second || expiry > s3MaxPresignExpiry {
+		return "", fmt.Errorf("presign %s: expiry %s outside [1s, %s]", key, expiry, s3MaxPresignExpiry)
+	}
+	u, err := s.client.PresignedGetObject(ctx, s.bucket, key, expiry, nil)
+	if err != nil {
+		return "", fmt.Errorf("presign %s: %w", key, s3Error(err))
+	}
+	return u.String(), nil
+}
+
+// Ping implements Store.Ping: the server must answer and the bucket exist.
+func (s *S3Store) Ping(ctx context.Context) error {
+	ok, err := s.client.BucketExists(ctx, s.bucket)
+	if err != nil {
+		return fmt.Errorf("ping %s: %w", s, err)
+	}
+	if !ok {
+		return fmt.Errorf("ping %s: bucket does not exist", s)
+	}
+	return nil
+}

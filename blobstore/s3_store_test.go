@@ -1,0 +1,112 @@
+package blobstore_test
+
+import (
+	"bytes"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/blobstore/blobstoretest"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+func TestS3Store(t *testing.T) {
+	t.Parallel()
+	blobstoretest.Exercise(t, func(t *testing.T) blobstore.Store {
+		return testenv.Blobs(t)
+	})
+}
+
+// TestS3StoreLargeStream is the acceptance test for streaming: 256 MiB of
+// unknown length with the heap in use under 64 MiB. It does not call t.Parallel
+// because it measures the whole process's heap: Go runs it before the parallel
+// tests start.
+func TestS3StoreLargeStream(t *testing.T) {
+	blobstoretest.LargeStream(t, testenv.Blobs(t), 256<<20, 64<<20)
+}
+
+// TestS3StoreLeavesNoTemporaries checks that a multipart Put, a Put of content
+// already stored, and a failed Put all clean up their temporary objects and
+// uploads.
+func TestS3StoreLeavesNoTemporaries(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, bucket := testenv.S3Bucket(t)
+	s, err := blobstore.NewS3(srv.Config(bucket))
+	require.NoError(t, err)
+
+	content := blobstoretest.Bytes(20<<20, 42) // two parts
+	obj, err := s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{})
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{})
+	require.NoError(t, err)
+	_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{Size: int64(len(content)) - 1})
+	require.ErrorIs(t, err, blobstore.ErrSizeMismatch)
+
+	client := rawClient(t, srv)
+	var keys []string
+	for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+		require.NoError(t, o.Err)
+		keys = append(keys, o.Key)
+	}
+	require.Equal(t, []string{obj.Key}, keys)
+	for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
+		require.NoError(t, u.Err)
+		t.Errorf("incomplete upload left: %s", u.Key)
+	}
+}
+
+func TestS3StorePing(t *testing.T) {
+	t.Parallel()
+	srv, bucket := testenv.S3Bucket(t)
+
+	s, err := blobstore.NewS3(srv.Config(bucket))
+	require.NoError(t, err)
+	require.NoError(t, s.Ping(t.Context()))
+
+	missing, err := blobstore.NewS3(srv.Config(bucket + "-missing"))
+	require.NoError(t, err)
+	require.ErrorContains(t, missing.Ping(t.Context()), "bucket does not exist")
+
+	cfg := srv.Config(bucket)
+	cfg.SecretKey = "wrong"
+	wrong, err := blobstore.NewS3(cfg)
+	require.NoError(t, err)
+	require.Error(t, wrong.Ping(t.Context()))
+}
+
+func TestS3StoreOpen(t *testing.T) {
+	t.Parallel()
+	srv, bucket := testenv.S3Bucket(t)
+	env := map[string]string{}
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	s, err := blobstore.Open(t.Context(), srv.URL(bucket), func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.IsType(t, &blobstore.S3Store{}, s)
+	require.NoError(t, s.Ping(t.Context()))
+
+	obj, err := s.Put(t.Context(), "outputs", bytes.NewReader([]byte("opened")), blobstore.PutOptions{})
+	require.NoError(t, err)
+	_, err = s.Stat(t.Context(), obj.Key)
+	require.NoError(t, err)
+}
+
+func rawClient(t *testing.T, srv testenv.S3Server) *minio.Client {
+	t.Helper()
+	u, err := url.Parse(srv.Endpoint)
+	require.NoError(t, err)
+	client, err := minio.New(u.Host, &minio.Options{
+		Creds:  credentials.NewStaticV4(srv.AccessKey, srv.SecretKey, ""),
+		Region: srv.Region,
+	})
+	require.NoError(t, err)
+	return client
+}

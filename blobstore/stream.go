@@ -1,0 +1,116 @@
+package blobstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+)
+
+// contentType returns ct or the default.
+func contentType(ct string) string {
+	if ct == "" {
+		return DefaultContentType
+	}
+	return ct
+}
+
+// checkPutOptions validates kind and opts and returns the key the object will be
+// stored under when opts.Digest fixes it ("" when it is the content's hash).
+func checkPutOptions(kind string, opts PutOptions) (fixedKey string, err error) {
+	if err := checkKind(kind); err != nil {
+		return "", err
+	}
+	if opts.Digest == "" {
+		if opts.VerifyDigest {
+			return "", fmt.Errorf("%w: VerifyDigest without Digest", ErrInvalidKey)
+		}
+		return "", nil
+	}
+	return KeyFor(kind, opts.Digest)
+}
+
+// hashingReader hashes and counts what is read through it, and refuses to read
+// more than one byte past an expected size so that a lying Size stops early.
+type hashingReader struct {
+	r    io.Reader
+	h    hash.Hash
+	n    int64
+	size int64 // expected size when > 0
+}
+
+func newHashingReader(r io.Reader, size int64) *hashingReader {
+	if size > 0 {
+		r = io.LimitReader(r, size+1)
+	}
+	return &hashingReader{r: r, h: sha256.New(), size: size}
+}
+
+func (hr *hashingReader) Read(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
+	hr.h.Write(p[:n])
+	hr.n += int64(n)
+	if hr.size > 0 && hr.n > hr.size {
+		return n, fmt.Errorf("%w: more than %d bytes", ErrSizeMismatch, hr.size)
+	}
+	return n, err
+}
+
+// finish checks the count and returns the content's digest "sha256:<hex>".
+func (hr *hashingReader) finish() (string, error) {
+	if hr.size > 0 && hr.n != hr.size {
+		return "", fmt.Errorf("%w: read %d bytes, expected %d", ErrSizeMismatch, hr.n, hr.size)
+	}
+	return digestPrefix + hex.EncodeToString(hr.h.Sum(nil)), nil
+}
+
+// resolveDigest returns the digest the object is addressed by, given the content's
+// own digest, and checks VerifyDigest.
+func resolveDigest(contentDigest string, opts PutOptions) (string, error) {
+	if opts.Digest == "" {
+		return contentDigest, nil
+	}
+	if opts.VerifyDigest && opts.Digest != contentDigest {
+		return "", fmt.Errorf("%w: content is %s, expected %s", ErrDigestMismatch, contentDigest, opts.Digest)
+	}
+	return opts.Digest, nil
+}
+
+// clampRange applies the GetOptions rules to an object of size bytes and returns
+// the offset and length to read.
+func clampRange(opts GetOptions, size int64) (offset, length int64, err error) {
+	if opts.Offset < 0 || opts.Length < 0 {
+		return 0, 0, fmt.Errorf("%w: offset %d, length %d", ErrInvalidRange, opts.Offset, opts.Length)
+	}
+	if opts.Offset > size {
+		return 0, 0, fmt.Errorf("%w: offset %d past size %d", ErrInvalidRange, opts.Offset, size)
+	}
+	length = size - opts.Offset
+	if opts.Length > 0 && opts.Length < length {
+		length = opts.Length
+	}
+	return opts.Offset, length, nil
+}
+
+// ctxReader fails reads once ctx is done, so that a long copy from a reader that
+// ignores contexts stops when the caller gives up.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// readCloser joins a reader (a section of a file, a limited body) with the Closer
+// of what it reads from.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
