@@ -51,7 +51,7 @@ func (s *Server) registerEvents() {
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 	}, RoleViewer, func(ctx context.Context, in *struct {
-		runIDParam
+		RunIDParam
 		PageParams
 	}) (*listOutput[Event], error) {
 		id, err := in.uuid()
@@ -93,7 +93,7 @@ func (s *Server) registerEvents() {
 			"text/event-stream": {Schema: &huma.Schema{Type: "string"}},
 		}}},
 	}, RoleViewer, func(ctx context.Context, in *struct {
-		runIDParam
+		RunIDParam
 		LastEventID string `header:"Last-Event-ID" doc:"seq of the last event received; replay starts after it"`
 		After       int64  `query:"after" minimum:"0" doc:"like Last-Event-ID, for clients that cannot set headers"`
 	}) (*huma.StreamResponse, error) {

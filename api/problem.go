@@ -110,6 +110,7 @@ func (e *readyError) Error() string { return "not ready" }
 func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var p *Problem
 	var ready *readyError
+	s.logger.DebugContext(ctx, "request error", "request_id", RequestID(ctx), "error", err)
 	switch {
 	case errors.As(err, &p):
 		return p

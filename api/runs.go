@@ -72,11 +72,12 @@ type startRunOutput struct {
 	Body     Run
 }
 
-type runIDParam struct {
+// RunIDParam is the {id} path parameter of a run.
+type RunIDParam struct {
 	ID string `path:"id" format:"uuid" doc:"run ID"`
 }
 
-func (p runIDParam) uuid() (uuid.UUID, error) {
+func (p RunIDParam) uuid() (uuid.UUID, error) {
 	id, err := uuid.Parse(p.ID)
 	if err != nil {
 		return uuid.Nil, NewProblem(http.StatusBadRequest, "the run ID is not a UUID")
@@ -99,7 +100,7 @@ func (s *Server) registerRuns() {
 		MaxBodyBytes: maxInputSize + 1024,
 		Errors:       []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
 	}, RoleOperator, func(ctx context.Context, in *struct {
-		workflowNameParam
+		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody
 	}) (*startRunOutput, error) {
@@ -176,7 +177,7 @@ func (s *Server) registerRuns() {
 		Summary:     "Get a run",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *runIDParam) (*runOutput, error) {
+	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -197,7 +198,7 @@ func (s *Server) registerRuns() {
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
 	}, RoleOperator, func(ctx context.Context, in *struct {
-		runIDParam
+		RunIDParam
 		Body *struct {
 			Reason string `json:"reason,omitempty" maxLength:"1000" doc:"recorded on the run and its event"`
 		}

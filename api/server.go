@@ -8,6 +8,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
@@ -26,6 +28,8 @@ type Config struct {
 	// ReadyCheck, when set, is an extra readiness check run by GET /readyz after the
 	// database, blob store and schema checks; default none.
 	ReadyCheck func(ctx context.Context) error
+	// Gatherer, when set, is served at GET /metrics (Prometheus); default none.
+	Gatherer prometheus.Gatherer
 	// TempDir is where uploads are unpacked for validation; default os.TempDir().
 	TempDir string
 	// Tokens are the bearer tokens and their roles; default none, so every
@@ -81,6 +85,9 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
 	s.api.UseMiddleware(s.authMiddleware)
+	if c.Gatherer != nil {
+		s.mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+	}
 	s.registerHealth()
 	s.registerWorkflows()
 	s.registerRuns()

@@ -68,8 +68,9 @@ func attemptOf(a *catalog.Attempt) Attempt {
 		FinishedAt: timePtr(a.FinishedAt.Time, a.FinishedAt.Valid)}
 }
 
-type stepParams struct {
-	runIDParam
+// StepParams are the {id} and {key} path parameters of a step.
+type StepParams struct {
+	RunIDParam
 	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"step key"`
 }
 
@@ -88,7 +89,7 @@ func (s *Server) registerSteps() {
 		Description: "Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *runIDParam) (*itemsOutput[Step], error) {
+	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*itemsOutput[Step], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -117,7 +118,7 @@ func (s *Server) registerSteps() {
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *stepParams) (*itemsOutput[Attempt], error) {
+	}, RoleViewer, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -149,7 +150,7 @@ func (s *Server) registerSteps() {
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
-	}, RoleViewer, func(ctx context.Context, in *stepParams) (*huma.StreamResponse, error) {
+	}, RoleViewer, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -176,7 +177,7 @@ func (s *Server) registerSteps() {
 			"text/plain": {Schema: &huma.Schema{Type: "string"}},
 		}}},
 	}, RoleViewer, func(ctx context.Context, in *struct {
-		stepParams
+		StepParams
 		Attempt int `query:"attempt" minimum:"0" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
 		id, err := in.uuid()

@@ -64,7 +64,8 @@ type listOutput[T any] struct {
 type workflowOutput struct{ Body Workflow }
 type versionOutput struct{ Body Version }
 
-type workflowNameParam struct {
+// WorkflowNameParam is the {name} path parameter.
+type WorkflowNameParam struct {
 	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
 }
 
@@ -105,7 +106,7 @@ func (s *Server) registerWorkflows() {
 		Summary:     "Get a workflow",
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *workflowNameParam) (*workflowOutput, error) {
+	}, RoleViewer, func(ctx context.Context, in *WorkflowNameParam) (*workflowOutput, error) {
 		w, err := s.store.WorkflowGet(ctx, in.Name)
 		if err != nil {
 			return nil, err
@@ -122,7 +123,7 @@ func (s *Server) registerWorkflows() {
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 	}, RoleViewer, func(ctx context.Context, in *struct {
-		workflowNameParam
+		WorkflowNameParam
 		PageParams
 	}) (*listOutput[Version], error) {
 		var before int
@@ -156,7 +157,7 @@ func (s *Server) registerWorkflows() {
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusNotFound},
 	}, RoleViewer, func(ctx context.Context, in *struct {
-		workflowNameParam
+		WorkflowNameParam
 		Version int `path:"version" minimum:"1" doc:"version number"`
 	}) (*versionOutput, error) {
 		v, err := s.store.VersionGet(ctx, in.Name, in.Version)

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/pglocal"
+)
+
+// devDatabase is the database `cairn dev` keeps its catalog in.
+const devDatabase = "cairn"
+
+func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	var dataDir, listen string
+	var rf runtimeFlags
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process: API, dispatcher, a private PostgreSQL and a file blob store",
+		Long: `dev needs no configuration. It keeps its state under --data-dir (default ./.cairn):
+a PostgreSQL cluster started from the installed binaries, the blob store, and a
+credentials file with the URL and freshly generated tokens that the CLI reads.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, rf)
+		},
+	}
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".cairn", "folder for the database, blobs and credentials")
+	cmd.Flags().StringVar(&listen, "listen", e.or("CAIRN_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env CAIRN_LISTEN)")
+	rf.register(cmd.Flags(), e)
+	return cmd
+}
+
+func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, rf runtimeFlags) (err error) {
+	logger := newLogger(e, stderr)
+	dataDir, err = filepath.Abs(dataDir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+
+	logger.Info("starting PostgreSQL", "data_dir", filepath.Join(dataDir, "pg"))
+	cluster, err := pglocal.Start(ctx, pglocal.Config{
+		DataDir: filepath.Join(dataDir, "pg"),
+		Logger:  logger.With("component", "pglocal"),
+		Getenv:  e,
+	})
+	if err != nil {
+		return fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	defer func() {
+		// Stop the database even when ctx is done: that is the normal way out.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if serr := cluster.Stop(sctx); serr != nil {
+			logger.Error("stop PostgreSQL", "error", serr)
+		} else {
+			logger.Info("PostgreSQL stopped")
+		}
+	}()
+	if err := cluster.CreateDatabase(ctx, devDatabase); err != nil {
+		return fmt.Errorf("create database: %w", err)
+	}
+	store, err := openStore(ctx, cluster.URL(devDatabase), logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := catalog.Migrate(ctx, store.DB().DB, logger.With("component", "migrate")); err != nil {
+		return err
+	}
+	blobs, err := blobstore.NewFile(filepath.Join(dataDir, "blobs"), nil)
+	if err != nil {
+		return fmt.Errorf("open blob store: %w", err)
+	}
+
+	if rf.signingKey == "" {
+		if rf.signingKey, err = devSecret(filepath.Join(dataDir, "signing-key")); err != nil {
+			return err
+		}
+	}
+	if rf.cacheDir == "" {
+		rf.cacheDir = filepath.Join(dataDir, "cache")
+	}
+	creds := devCredentials{
+		viewer:   newToken(),
+		operator: newToken(),
+		admin:    newToken(),
+	}
+	tokens := &api.Tokens{}
+	for role, tok := range map[api.Role]string{api.RoleViewer: creds.viewer, api.RoleOperator: creds.operator, api.RoleAdmin: creds.admin} {
+		if err := tokens.Add(role, tok); err != nil {
+			return err
+		}
+	}
+	credPath := filepath.Join(dataDir, "credentials")
+	parts := serverParts{listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}
+	return runServer(ctx, parts, func(addr string) {
+		creds.server = "http://" + addr
+		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {
+			logger.Error("write credentials", "path", credPath, "error", err)
+		}
+		fmt.Fprintf(stdout, "Cairn dev server ready at %s\n", creds.server)
+		fmt.Fprintf(stdout, "  viewer token:   %s\n  operator token: %s\n  admin token:    %s\n", creds.viewer, creds.operator, creds.admin)
+		fmt.Fprintf(stdout, "  credentials:    %s (the CLI reads ./.cairn/credentials by default)\n", credPath)
+	})
+}
+
+// devCredentials is what `cairn dev` writes for shells and the CLI (DESIGN §7).
+type devCredentials struct {
+	server, viewer, operator, admin string
+}
+
+func (c devCredentials) file() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "CAIRN_SERVER=%s\n", c.server)
+	fmt.Fprintf(&b, "CAIRN_VIEWER_TOKEN=%s\n", c.viewer)
+	fmt.Fprintf(&b, "CAIRN_OPERATOR_TOKEN=%s\n", c.operator)
+	fmt.Fprintf(&b, "CAIRN_ADMIN_TOKEN=%s\n", c.admin)
+	fmt.Fprintf(&b, "CAIRN_TOKEN=%s\n", c.operator)
+	return b.String()
+}
+
+// newToken returns 32 random bytes, base64url: unguessable and shell-safe.
+func newToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// devSecret reads a secret kept in the data dir, making it on first use, so that
+// restarts of `cairn dev` keep signing with the same key.
+func devSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	secret := newToken()
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return secret, nil
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// env reads the process environment; tests pass their own.
+type env func(string) string
+
+// or returns the variable's value, or def when it is unset or empty.
+func (e env) or(key, def string) string {
+	if v := e(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// exitError carries a specific exit code (for example `run start --wait` of a run
+// that failed).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return 1
+}
+
+// run executes the command line args with the given environment and streams.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	root := newRootCmd(env(getenv), stdout, stderr)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.ExecuteContext(ctx)
+}
+
+func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "cairn",
+		Short:         "Cairn: durable functions on PostgreSQL and object storage",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newDevCmd(e, stdout, stderr),
+		newServeCmd(e, stdout, stderr),
+		newMigrateCmd(e, stdout, stderr),
+		newOpenAPICmd(stdout),
+	)
+	return root
+}
+
+// newLogger builds the process logger: text on stderr, level from CAIRN_LOG_LEVEL
+// (debug, info, warn, error; default info).
+func newLogger(e env, stderr io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(strings.ToUpper(e.or("CAIRN_LOG_LEVEL", "info")))); err != nil {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}

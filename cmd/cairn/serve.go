@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/runtime"
+)
+
+// shutdownGrace bounds how long in-flight HTTP requests may take to drain.
+const shutdownGrace = 10 * time.Second
+
+// runtimeFlags are the dispatcher settings shared by serve and dev.
+type runtimeFlags struct {
+	concurrency   int
+	leaseTTL      time.Duration
+	inlineLimit   int64
+	shutdownGrace time.Duration
+	signingKey    string
+	noDispatcher  bool
+	cacheDir      string
+}
+
+func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
+	fs.IntVar(&f.concurrency, "concurrency", envInt(e, "CAIRN_CONCURRENCY", 0), "attempts run at once by this process's dispatcher; 0 = 8 × CPUs (env CAIRN_CONCURRENCY)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", envDuration(e, "CAIRN_LEASE_TTL", 30*time.Second), "lease of a claimed step without heartbeat (env CAIRN_LEASE_TTL)")
+	fs.Int64Var(&f.inlineLimit, "inline-limit", int64(envInt(e, "CAIRN_INLINE_LIMIT", 256<<10)), "largest output or checkpoint kept in the catalog row, in bytes (env CAIRN_INLINE_LIMIT)")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", envDuration(e, "CAIRN_SHUTDOWN_GRACE", 10*time.Second), "how long running attempts may finish at shutdown before their leases are handed back (env CAIRN_SHUTDOWN_GRACE)")
+	fs.StringVar(&f.signingKey, "signing-key", e("CAIRN_SIGNING_KEY"), "HMAC key that signs requests to http functions; shared by every server (env CAIRN_SIGNING_KEY)")
+	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
+	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
+}
+
+func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	var (
+		listen, dbURL, blobURL string
+		tokensSpec, tokensFile string
+		rf                     runtimeFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the API and run a dispatcher against CAIRN_DATABASE_URL and CAIRN_BLOBSTORE",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			logger := newLogger(e, stderr)
+			if dbURL == "" {
+				return errors.New("no database: set --database-url or CAIRN_DATABASE_URL")
+			}
+			if blobURL == "" {
+				return errors.New("no blob store: set --blobstore or CAIRN_BLOBSTORE (file:///path or s3://bucket?endpoint=...)")
+			}
+			tokens, err := loadTokens(tokensSpec, tokensFile)
+			if err != nil {
+				return err
+			}
+			if tokens.Len() == 0 {
+				logger.Warn("no tokens configured (CAIRN_TOKENS or CAIRN_TOKENS_FILE): every /v1 operation will answer 401")
+			}
+			store, err := openStore(ctx, dbURL, logger)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			if err := catalog.CheckSchema(ctx, store.DB().DB); err != nil {
+				return err
+			}
+			blobs, err := blobstore.Open(ctx, blobURL, e)
+			if err != nil {
+				return fmt.Errorf("open blob store: %w", err)
+			}
+			if rf.signingKey == "" {
+				logger.Warn("no CAIRN_SIGNING_KEY: http functions get requests signed with a random per-process key")
+				rf.signingKey = newToken()
+			}
+			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}, nil)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", e.or("CAIRN_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env CAIRN_LISTEN)")
+	f.StringVar(&dbURL, "database-url", e("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL)")
+	f.StringVar(&blobURL, "blobstore", e("CAIRN_BLOBSTORE"), "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1 (env CAIRN_BLOBSTORE)")
+	f.StringVar(&tokensSpec, "tokens", e("CAIRN_TOKENS"), "bearer tokens as role:token,... (env CAIRN_TOKENS)")
+	f.StringVar(&tokensFile, "tokens-file", e("CAIRN_TOKENS_FILE"), "file of role:token lines (env CAIRN_TOKENS_FILE)")
+	rf.register(f, e)
+	return cmd
+}
+
+func loadTokens(spec, file string) (*api.Tokens, error) {
+	tokens, err := api.ParseTokens(spec)
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_TOKENS: %w", err)
+	}
+	if file != "" {
+		more, err := api.ReadTokensFile(file)
+		if err != nil {
+			return nil, err
+		}
+		tokens.Merge(more)
+	}
+	return tokens, nil
+}
+
+func openStore(ctx context.Context, url string, logger *slog.Logger) (*catalog.Store, error) {
+	if url == "" {
+		return nil, errors.New("no database: set --database-url or CAIRN_DATABASE_URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return catalog.Open(ctx, url, &catalog.Config{Logger: logger})
+}
+
+// serverParts is what runServer runs.
+type serverParts struct {
+	listen string
+	dbURL  string
+	store  *catalog.Store
+	blobs  blobstore.Store
+	tokens *api.Tokens
+	logger *slog.Logger
+	rt     runtimeFlags
+}
+
+// runServer runs the dispatcher and serves the API until ctx ends, then drains HTTP
+// for at most shutdownGrace and stops the dispatcher (running attempts get their grace,
+// then their leases are handed back). onListen, when set, is called with the bound
+// address once the listener is open.
+func runServer(ctx context.Context, p serverParts, onListen func(addr string)) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var disp *runtime.Dispatcher
+	if !p.rt.noDispatcher {
+		var err error
+		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
+			Concurrency:   p.rt.concurrency,
+			LeaseTTL:      p.rt.leaseTTL,
+			InlineLimit:   p.rt.inlineLimit,
+			ShutdownGrace: p.rt.shutdownGrace,
+			CacheDir:      p.rt.cacheDir,
+			DatabaseURL:   p.dbURL,
+			Logger:        p.logger,
+			Registerer:    reg,
+			Invokers: map[bundle.Kind]functions.Invoker{
+				bundle.KindHTTP: functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger}),
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+
+	srv := api.New(p.store, p.blobs, &api.Config{Logger: p.logger, Tokens: p.tokens, Gatherer: reg})
+	ln, err := net.Listen("tcp", p.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", p.listen, err)
+	}
+	if disp != nil {
+		if err := disp.Start(ctx); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelWarn),
+	}
+	httpSrv.RegisterOnShutdown(srv.CloseStreams)
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	addr := ln.Addr().String()
+	p.logger.Info("serving", "url", "http://"+addr)
+	if onListen != nil {
+		onListen(addr)
+	}
+	var serveErr error
+	select {
+	case err := <-errc:
+		serveErr = fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	p.logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := httpSrv.Shutdown(sctx); err != nil {
+		p.logger.Warn("http shutdown", "error", err)
+	}
+	if disp != nil {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), p.rt.shutdownGrace+30*time.Second)
+		defer dcancel()
+		if err := disp.Stop(dctx); err != nil {
+			p.logger.Warn("dispatcher shutdown", "error", err)
+		}
+	}
+	return serveErr
+}
