@@ -17,13 +17,13 @@ LIMIT $3`
 // Event is an entry of a run's history. Seq numbers a run's events 1, 2, 3, … in
 // commit order, without gaps.
 type Event struct {
-	RunID     uuid.UUID       `db:"run_id"`
-	Seq       int64           `db:"seq"`
-	Type      string          `db:"type"`
-	StepKey   string          `db:"step_key"`
-	Attempt   int             `db:"attempt"`
-	Data      JSON `db:"data"`
-	CreatedAt time.Time       `db:"created_at"`
+	RunID     uuid.UUID `db:"run_id"`
+	Seq       int64     `db:"seq"`
+	Type      string    `db:"type"`
+	StepKey   string    `db:"step_key"`
+	Attempt   int       `db:"attempt"`
+	Data      JSON      `db:"data"`
+	CreatedAt time.Time `db:"created_at"`
 }
 
 // EventList returns up to limit events of a run with seq greater than after.

@@ -62,15 +62,15 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 
 // Claimed is a step leased to a dispatcher, with what its envelope needs.
 type Claimed struct {
-	RunID          uuid.UUID       `db:"run_id"`
-	Key            string          `db:"key"`
-	Attempt        int             `db:"attempt"`
-	LeaseToken     int64           `db:"lease_token"`
-	LeaseExpiresAt time.Time       `db:"lease_expires_at"`
-	Checkpoint     JSON `db:"checkpoint"`
-	Workflow       string          `db:"workflow"`
-	Version        int             `db:"version"`
-	Input          JSON `db:"input"`
+	RunID          uuid.UUID `db:"run_id"`
+	Key            string    `db:"key"`
+	Attempt        int       `db:"attempt"`
+	LeaseToken     int64     `db:"lease_token"`
+	LeaseExpiresAt time.Time `db:"lease_expires_at"`
+	Checkpoint     JSON      `db:"checkpoint"`
+	Workflow       string    `db:"workflow"`
+	Version        int       `db:"version"`
+	Input          JSON      `db:"input"`
 	// Deps maps each upstream key to its stored output (inline or a $blob reference).
 	Deps JSON `db:"deps"`
 }

@@ -74,18 +74,18 @@ LIMIT $4`
 
 // Run is a run of a pinned workflow version.
 type Run struct {
-	ID             uuid.UUID       `db:"id"`
-	Workflow       string          `db:"workflow"`
-	Version        int             `db:"version"`
-	Status         string          `db:"status"`
-	Input          JSON `db:"input"`
-	Error          JSON `db:"error"`
-	Revision       int64           `db:"revision"`
-	StepsTotal     int             `db:"steps_total"`
-	StepsRemaining int             `db:"steps_remaining"`
-	CreatedAt      time.Time       `db:"created_at"`
-	StartedAt      sql.NullTime    `db:"started_at"`
-	FinishedAt     sql.NullTime    `db:"finished_at"`
+	ID             uuid.UUID    `db:"id"`
+	Workflow       string       `db:"workflow"`
+	Version        int          `db:"version"`
+	Status         string       `db:"status"`
+	Input          JSON         `db:"input"`
+	Error          JSON         `db:"error"`
+	Revision       int64        `db:"revision"`
+	StepsTotal     int          `db:"steps_total"`
+	StepsRemaining int          `db:"steps_remaining"`
+	CreatedAt      time.Time    `db:"created_at"`
+	StartedAt      sql.NullTime `db:"started_at"`
+	FinishedAt     sql.NullTime `db:"finished_at"`
 }
 
 // NewStep is a step of a run being created.

@@ -42,39 +42,39 @@ SELECT ` + attemptColumns + ` FROM attempts WHERE run_id = $1 AND step_key = $2 
 
 // Step is one step of a run: its state, lease and result.
 type Step struct {
-	RunID           uuid.UUID       `db:"run_id"`
-	Key             string          `db:"key"`
-	Status          string          `db:"status"`
-	Needs           pq.StringArray  `db:"needs"`
-	DepsRemaining   int             `db:"deps_remaining"`
-	Attempts        int             `db:"attempts"`
-	CountedAttempts int             `db:"counted_attempts"`
-	MaxAttempts     int             `db:"max_attempts"`
-	ReadyAt         sql.NullTime    `db:"ready_at"`
-	LeaseOwner      sql.NullString  `db:"lease_owner"`
-	LeaseToken      sql.NullInt64   `db:"lease_token"`
-	LeaseExpiresAt  sql.NullTime    `db:"lease_expires_at"`
-	LastError       JSON `db:"last_error"`
-	Output          JSON `db:"output"`
-	Checkpoint      JSON `db:"checkpoint"`
-	CreatedAt       time.Time       `db:"created_at"`
-	StartedAt       sql.NullTime    `db:"started_at"`
-	FinishedAt      sql.NullTime    `db:"finished_at"`
+	RunID           uuid.UUID      `db:"run_id"`
+	Key             string         `db:"key"`
+	Status          string         `db:"status"`
+	Needs           pq.StringArray `db:"needs"`
+	DepsRemaining   int            `db:"deps_remaining"`
+	Attempts        int            `db:"attempts"`
+	CountedAttempts int            `db:"counted_attempts"`
+	MaxAttempts     int            `db:"max_attempts"`
+	ReadyAt         sql.NullTime   `db:"ready_at"`
+	LeaseOwner      sql.NullString `db:"lease_owner"`
+	LeaseToken      sql.NullInt64  `db:"lease_token"`
+	LeaseExpiresAt  sql.NullTime   `db:"lease_expires_at"`
+	LastError       JSON           `db:"last_error"`
+	Output          JSON           `db:"output"`
+	Checkpoint      JSON           `db:"checkpoint"`
+	CreatedAt       time.Time      `db:"created_at"`
+	StartedAt       sql.NullTime   `db:"started_at"`
+	FinishedAt      sql.NullTime   `db:"finished_at"`
 }
 
 // Attempt is one try of a step.
 type Attempt struct {
-	RunID      uuid.UUID       `db:"run_id"`
-	StepKey    string          `db:"step_key"`
-	Number     int             `db:"number"`
-	Status     string          `db:"status"`
-	Dispatcher string          `db:"dispatcher"`
-	LeaseToken int64           `db:"lease_token"`
-	Counted    bool            `db:"counted"`
-	Error      JSON `db:"error"`
-	LogKey     sql.NullString  `db:"log_key"`
-	StartedAt  time.Time       `db:"started_at"`
-	FinishedAt sql.NullTime    `db:"finished_at"`
+	RunID      uuid.UUID      `db:"run_id"`
+	StepKey    string         `db:"step_key"`
+	Number     int            `db:"number"`
+	Status     string         `db:"status"`
+	Dispatcher string         `db:"dispatcher"`
+	LeaseToken int64          `db:"lease_token"`
+	Counted    bool           `db:"counted"`
+	Error      JSON           `db:"error"`
+	LogKey     sql.NullString `db:"log_key"`
+	StartedAt  time.Time      `db:"started_at"`
+	FinishedAt sql.NullTime   `db:"finished_at"`
 }
 
 // StepList returns every step of a run in definition order.

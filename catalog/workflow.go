@@ -90,13 +90,13 @@ type Workflow struct {
 // Version is an immutable version of a workflow: its bundle and normalized
 // definition.
 type Version struct {
-	Workflow     string          `db:"workflow"`
-	Version      int             `db:"version"`
-	BundleDigest string          `db:"bundle_digest"`
-	Definition   JSON `db:"definition"`
-	Fingerprint  string          `db:"fingerprint"`
-	CreatedAt    time.Time       `db:"created_at"`
-	BundleSize   int64           `db:"bundle_size"`
+	Workflow     string    `db:"workflow"`
+	Version      int       `db:"version"`
+	BundleDigest string    `db:"bundle_digest"`
+	Definition   JSON      `db:"definition"`
+	Fingerprint  string    `db:"fingerprint"`
+	CreatedAt    time.Time `db:"created_at"`
+	BundleSize   int64     `db:"bundle_size"`
 }
 
 // VersionRegisterParams describe an uploaded bundle to register.
