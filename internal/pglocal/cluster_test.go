@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,9 +19,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testConfig returns a Config for a new cluster under the test's temporary
-// directory. Binaries that are missing skip the test, unless CI=true.
-func testConfig(t *testing.T) Config {
+// testTemplate is a data directory initialized once per test binary: most
+// tests start from a copy of it, since initdb takes seconds. Its name follows
+// internal/testenv's pattern, so a later run removes it if this binary dies.
+var testTemplate struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if testTemplate.dir != "" {
+		_ = os.RemoveAll(filepath.Dir(testTemplate.dir))
+	}
+	os.Exit(code)
+}
+
+// freshConfig returns a Config for a new cluster under the test's temporary
+// directory, which does not exist yet. Binaries that are missing skip the
+// test, unless CI=true.
+func freshConfig(t *testing.T) Config {
 	t.Helper()
 	if _, err := findBinaries(t.Context(), "", os.Getenv); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -39,6 +58,44 @@ func testConfig(t *testing.T) Config {
 		Settings:      map[string]string{"fsync": "off"},
 		DieWithParent: true,
 	}
+}
+
+// testConfig is freshConfig with DataDir holding an initialized cluster.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	cfg := freshConfig(t)
+	testTemplate.once.Do(func() {
+		testTemplate.dir, testTemplate.err = initTemplate(context.Background())
+	})
+	require.NoError(t, testTemplate.err)
+	out, err := exec.Command("cp", "-a", testTemplate.dir, cfg.DataDir).CombinedOutput()
+	require.NoError(t, err, "copy the template data dir: %s", out)
+	return cfg
+}
+
+func initTemplate(ctx context.Context) (string, error) {
+	parent, err := os.MkdirTemp("", "cairn-testpg-"+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(parent, 0o755); err != nil {
+		return "", err
+	}
+	cfg, err := Config{DataDir: filepath.Join(parent, "data"), Settings: map[string]string{"fsync": "off"}}.normalize()
+	if err != nil {
+		return "", err
+	}
+	bins, err := findBinaries(ctx, "", os.Getenv)
+	if err != nil {
+		return "", err
+	}
+	var acct *account
+	if os.Geteuid() == 0 {
+		if acct, err = lookupOrCreateAccount(ctx); err != nil {
+			return "", err
+		}
+	}
+	return prepareDataDir(ctx, cfg, bins, acct, func(string, ...any) {})
 }
 
 // startCluster starts a cluster and stops it at the end of the test.
@@ -67,7 +124,7 @@ func queryString(t *testing.T, db *sql.DB, query string) string {
 
 func TestStart(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig(t)
+	cfg := freshConfig(t)
 	cfg.Settings["max_connections"] = "57"
 	c := startCluster(t, cfg)
 
@@ -293,7 +350,7 @@ func TestDataDirErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := testConfig(t)
+			cfg := freshConfig(t)
 			tt.prepare(t, cfg.DataDir)
 			_, err := Start(t.Context(), cfg)
 			require.ErrorContains(t, err, tt.want)
@@ -306,7 +363,7 @@ func TestRootUntraversableParent(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root runs the server as another account")
 	}
-	cfg := testConfig(t)
+	cfg := freshConfig(t)
 	private := filepath.Join(filepath.Dir(cfg.DataDir), "private")
 	require.NoError(t, os.Mkdir(private, 0o700))
 	cfg.DataDir = filepath.Join(private, "nested", "data")
@@ -394,7 +451,7 @@ func TestDieWithParent(t *testing.T) {
 		select {}
 	}
 	t.Parallel()
-	cfg := testConfig(t)
+	cfg := freshConfig(t)
 	helper := exec.Command(os.Args[0], "-test.run=^TestDieWithParent$")
 	helper.Env = append(os.Environ(), dieWithParentEnv+"="+cfg.DataDir)
 	out, err := helper.StdoutPipe()
