@@ -148,7 +148,9 @@ func (c *Cluster) start(ctx context.Context, pickPort bool) error {
 			}
 		}
 		if err == nil {
-			c.port = port
+			if pickPort {
+				c.port = port // only before Start returns the Cluster: Port reads it unlocked
+			}
 			c.proc = p
 			c.logger.Info("postgres ready", "port", port, "pid", p.pid, "data_dir", c.dataDir)
 			return nil
