@@ -277,7 +277,7 @@ func TestRetryAtIsRespected(t *testing.T) {
 	newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 3}})
 	c := claimKeys(t, ctx, s, "d1", 1)["a"]
 	err := s.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: "a", LeaseToken: c.LeaseToken,
-		Outcome: catalog.OutcomeFailed, Retryable: true, RetryAt: time.Now().Add(time.Hour), Error: json.RawMessage(`{"message":"x"}`)})
+		Outcome: catalog.OutcomeFailed, Retryable: true, RetryIn: time.Hour, Error: json.RawMessage(`{"message":"x"}`)})
 	require.NoError(t, err)
 	claimKeys(t, ctx, s, "d1", 0)
 	next, err := s.NextReadyAt(ctx)

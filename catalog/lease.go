@@ -37,7 +37,7 @@ SELECT o_run_id AS run_id, o_key AS key, o_attempt AS attempt, o_lease_token AS 
        o_workflow AS workflow, o_version AS version, o_input AS input, o_deps AS deps
 FROM cairn_claim($1, $2, make_interval(secs => $3))`
 
-	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)`
 
 	sqlHeartbeat = `
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
@@ -103,8 +103,8 @@ type StepFinishParams struct {
 	Error json.RawMessage
 	// Retryable says a failure may be retried if attempts remain.
 	Retryable bool
-	// RetryAt is when a retry becomes claimable.
-	RetryAt time.Time
+	// RetryIn is how long after the commit a retry becomes claimable.
+	RetryIn time.Duration
 	// LogKey is the blob key of the attempt's log, if any.
 	LogKey string
 }
@@ -115,17 +115,13 @@ type StepFinishParams struct {
 // is written then.
 func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
 	var res string
-	var retryAt any
-	if !p.RetryAt.IsZero() {
-		retryAt = p.RetryAt
-	}
 	var logKey any
 	if p.LogKey != "" {
 		logKey = p.LogKey
 	}
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
 		return tx.QueryRowxContext(ctx, sqlStepFinish, p.RunID, p.Key, p.LeaseToken, p.Outcome,
-			nullJSON(p.Output), nullJSON(p.Error), p.Retryable, retryAt, logKey).Scan(&res)
+			nullJSON(p.Output), nullJSON(p.Error), p.Retryable, p.RetryIn.Seconds(), logKey).Scan(&res)
 	})
 	if err != nil {
 		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, err)

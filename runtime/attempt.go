@@ -154,8 +154,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 	}
 	if out.status != catalog.OutcomeSucceeded && out.status != catalog.OutcomeHandback && out.retryable && step != nil {
 		delay := retryDelay(step.Retry, a.claim.Attempt, jitterRand())
-		delay = max(delay, out.retryIn)
-		p.RetryAt = time.Now().Add(delay)
+		p.RetryIn = max(delay, out.retryIn)
 	}
 	deadline := time.Now().Add(d.cfg.LeaseTTL)
 	backoff := 50 * time.Millisecond
@@ -166,8 +165,8 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		switch {
 		case err == nil:
 			d.m.attempts.WithLabelValues(out.status).Inc()
-			if !p.RetryAt.IsZero() {
-				d.scheduleWake(p.RetryAt)
+			if p.RetryIn > 0 {
+				d.scheduleWake(time.Now().Add(p.RetryIn))
 			}
 			return
 		case errors.Is(err, catalog.ErrLeaseLost):
