@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"os"
 	"time"
 )
@@ -34,7 +35,7 @@ var canonicalModTime = time.Unix(0, 0).UTC()
 // Each file's content is read from dir and checked against t as it is written: a file
 // that changed since t was made fails the call with an error (the output is then
 // incomplete and must be discarded). ctx is checked between entries and during reads.
-// WriteCanonical does not close w.
+// WriteCanonical does not close w. It is safe for concurrent use.
 func WriteCanonical(ctx context.Context, dir string, t *Tree, w io.Writer) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -57,6 +58,11 @@ func WriteCanonical(ctx context.Context, dir string, t *Tree, w io.Writer) error
 			return fmt.Errorf("write canonical archive: entry %q: entries not sorted or duplicate", e.Path)
 		}
 		prev = e.Path
+		// A Tree from this package is valid; a hand-made one must not smuggle a
+		// hostile path into an archive that others will extract.
+		if p, err := cleanEntryPath(e.Path, anyPathLength); err != nil || p != e.Path || p == "" {
+			return fmt.Errorf("write canonical archive: entry %q: invalid path", e.Path)
+		}
 		hdr := &tar.Header{
 			Name:    e.Path,
 			Mode:    int64(e.Mode.Perm()),
@@ -71,6 +77,9 @@ func WriteCanonical(ctx context.Context, dir string, t *Tree, w io.Writer) error
 			hdr.Typeflag = tar.TypeReg
 			hdr.Size = e.Size
 		case TypeSymlink:
+			if err := checkLinkTarget(e.Path, e.Target, anyPathLength); err != nil {
+				return fmt.Errorf("write canonical archive: %w", err)
+			}
 			hdr.Typeflag = tar.TypeSymlink
 			hdr.Mode = int64(ModeSymlink)
 			hdr.Linkname = e.Target
@@ -95,6 +104,10 @@ func WriteCanonical(ctx context.Context, dir string, t *Tree, w io.Writer) error
 	}
 	return nil
 }
+
+// anyPathLength checks paths without a length limit: the tree was made under limits
+// that may differ from the defaults.
+var anyPathLength = Limits{MaxPathLength: math.MaxInt}
 
 // errChanged reports a file whose content no longer matches its Tree entry.
 var errChanged = errors.New("file changed since the bundle was read")

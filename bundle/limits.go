@@ -13,11 +13,11 @@ const (
 
 // Default limits; see Limits.
 const (
-	DefaultMaxEntries      = 10_000
-	DefaultMaxFileSize     = 512 * MiB
-	DefaultMaxTotalSize    = 1 * GiB
-	DefaultMaxManifestSize = 1 * MiB
-	DefaultMaxPathLength   = 1024
+	DefaultMaxEntries      = 10_000    // entries per archive
+	DefaultMaxFileSize     = 512 * MiB // uncompressed bytes per file
+	DefaultMaxTotalSize    = 1 * GiB   // uncompressed bytes of all files
+	DefaultMaxManifestSize = 1 * MiB   // bytes of cairn.yaml
+	DefaultMaxPathLength   = 1024      // bytes per path or symlink target
 	// archiveSlack is what DefaultMaxArchiveSize allows beyond MaxTotalSize: tar
 	// headers, padding and incompressible content.
 	archiveSlack = 64 * MiB
@@ -30,8 +30,9 @@ const (
 // A zero or negative field means its default, so the zero Limits is DefaultLimits().
 // Limits is a plain value, safe to copy and share.
 type Limits struct {
-	// MaxEntries is the maximum number of archive entries (files, directories,
-	// symlinks, hard links and tar meta headers). Default 10,000.
+	// MaxEntries is the maximum number of archive entries: files, directories,
+	// symlinks, hard links and PAX global headers (Scan: files, directories and
+	// symlinks). Default 10,000.
 	MaxEntries int
 	// MaxFileSize is the maximum uncompressed size of one file. Default 512 MiB.
 	MaxFileSize int64

@@ -20,7 +20,8 @@ import (
 // dev`) are skipped at any depth. Empty directories are not part of the tree. Files are
 // hashed as they are read; ctx is checked between files and during reads.
 //
-// Errors about the folder's content match ErrInvalid; others are I/O errors.
+// Errors about the folder's content match ErrInvalid; others are I/O errors. Scan is
+// safe for concurrent use.
 func Scan(ctx context.Context, dir string, lim Limits) (*Tree, error) {
 	lim = lim.withDefaults()
 	root, err := os.OpenRoot(dir)
@@ -138,7 +139,7 @@ func fileKind(t fs.FileMode) string {
 
 // LoadDir scans the bundle folder dir (see Scan) and parses, validates and normalizes
 // its manifest, like Load does for an archive. `cairn deploy DIR` can use it to report
-// errors before uploading anything.
+// errors before uploading anything. It is safe for concurrent use.
 func LoadDir(ctx context.Context, dir string, lim Limits) (*Bundle, error) {
 	t, err := Scan(ctx, dir, lim)
 	if err != nil {
@@ -151,6 +152,7 @@ func LoadDir(ctx context.Context, dir string, lim Limits) (*Bundle, error) {
 // digest. It validates the folder and its manifest first, with the default Limits (see
 // LoadDir), so nothing is written for an invalid bundle; then it writes the archive
 // (see WriteCanonical), failing if a file changes meanwhile. Pack does not close w.
+// It is safe for concurrent use.
 func Pack(ctx context.Context, dir string, w io.Writer) (digest string, err error) {
 	b, err := LoadDir(ctx, dir, Limits{})
 	if err != nil {
