@@ -57,10 +57,12 @@ type S3Config struct {
 	// Region of the bucket; default "us-east-1". Setting it spares a
 	// bucket-location request.
 	Region string
-	// AccessKey, SecretKey and SessionToken sign requests. With AccessKey and
-	// SecretKey both empty, requests are anonymous. Default empty.
-	AccessKey    string
-	SecretKey    string
+	// AccessKey signs requests with SecretKey. With both empty, requests are
+	// anonymous. Default empty.
+	AccessKey string
+	// SecretKey goes with AccessKey. Default empty.
+	SecretKey string
+	// SessionToken is the token of temporary credentials; default empty.
 	SessionToken string
 	// PathStyle forces path-style addressing ("host/bucket/key"). Default false:
 	// virtual-host style on AWS and Google endpoints, path style on the others
