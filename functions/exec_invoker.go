@@ -71,8 +71,8 @@ type ExecConfig struct {
 // The program (Spec.Exec[0]) is resolved inside Invocation.BundleDir, which is
 // also its working directory; a path that is absolute or leaves the bundle
 // (through ".." or a symbolic link) is a terminal *Error, and so is a program
-// that is missing or not executable. The envelope is written to its stdin (a
-// program need not read it). Everything it writes to stdout is streamed to
+// that is missing or not executable. The envelope is written to its stdin as one
+// line of JSON (a program need not read it). Everything it writes to stdout is streamed to
 // Sink.Output; stderr is streamed to Sink.Log. File descriptor 3 takes
 // newline-delimited JSON control messages:
 //
@@ -156,7 +156,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	program, err := resolveProgram(inv.BundleDir, inv.Spec.Exec)
+	program, bundleDir, err := resolveProgram(inv.BundleDir, inv.Spec.Exec)
 	if err != nil {
 		return err
 	}
@@ -164,6 +164,8 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if err != nil {
 		return fmt.Errorf("exec: encode envelope: %w", err)
 	}
+	// One line: `read -r envelope` in a shell script sees a complete line.
+	payload = append(payload, '\n')
 
 	attemptDir, err := os.MkdirTemp(e.tempDir, "cairn-exec-")
 	if err != nil {
@@ -188,7 +190,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		exec:      e,
 		sink:      sink,
 		logger:    logger,
-		bundleDir: inv.BundleDir,
+		bundleDir: bundleDir,
 		logW:      &lockedLog{sink: sink, logger: logger},
 		tail:      newTailBuffer(stderrTailSize),
 		exited:    make(chan struct{}),
@@ -198,7 +200,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	cmd := &exec.Cmd{
 		Path:        program,
 		Args:        append([]string(nil), inv.Spec.Exec...),
-		Dir:         inv.BundleDir,
+		Dir:         bundleDir,
 		Env:         e.environ(&inv.Envelope, home, tmp),
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
@@ -225,48 +227,54 @@ func (e *Exec) environ(env *Envelope, home, tmp string) []string {
 	)
 }
 
-// resolveProgram finds argv[0] inside bundleDir and returns its real path. Every
-// failure that a retry cannot fix is a terminal *Error.
-func resolveProgram(bundleDir string, argv []string) (string, error) {
+// resolveProgram finds argv[0] inside bundleDir and returns its real path and
+// the bundle directory's real path, both absolute. Every failure that a retry
+// cannot fix is a terminal *Error.
+func resolveProgram(bundleDir string, argv []string) (program, root string, err error) {
 	if len(argv) == 0 || argv[0] == "" {
-		return "", invalidSpecf("exec: no program given")
+		return "", "", invalidSpecf("exec: no program given")
 	}
 	if bundleDir == "" {
-		return "", errors.New("exec: invocation has no bundle directory")
+		return "", "", errors.New("exec: invocation has no bundle directory")
 	}
 	name := argv[0]
 	if filepath.IsAbs(name) {
-		return "", invalidSpecf("exec: program %q must be a path inside the bundle, not absolute", name)
+		return "", "", invalidSpecf("exec: program %q must be a path inside the bundle, not absolute", name)
 	}
 	rel := filepath.Clean(name)
 	if !filepath.IsLocal(rel) {
-		return "", invalidSpecf("exec: program %q leaves the bundle", name)
+		return "", "", invalidSpecf("exec: program %q leaves the bundle", name)
 	}
-	root, err := filepath.EvalSymlinks(bundleDir)
+	// Absolute, or os/exec would resolve a relative program against cmd.Dir.
+	abs, err := filepath.Abs(bundleDir)
 	if err != nil {
-		return "", fmt.Errorf("exec: resolve bundle directory %q: %w", bundleDir, err)
+		return "", "", fmt.Errorf("exec: resolve bundle directory %q: %w", bundleDir, err)
+	}
+	root, err = filepath.EvalSymlinks(abs)
+	if err != nil {
+		return "", "", fmt.Errorf("exec: resolve bundle directory %q: %w", bundleDir, err)
 	}
 	real, err := filepath.EvalSymlinks(filepath.Join(root, rel))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return "", invalidSpecf("exec: program %q not found in the bundle", name)
+		return "", "", invalidSpecf("exec: program %q not found in the bundle", name)
 	}
 	if err != nil {
-		return "", fmt.Errorf("exec: resolve program %q: %w", name, err)
+		return "", "", fmt.Errorf("exec: resolve program %q: %w", name, err)
 	}
 	if within, err := filepath.Rel(root, real); err != nil || !filepath.IsLocal(within) {
-		return "", invalidSpecf("exec: program %q leaves the bundle", name)
+		return "", "", invalidSpecf("exec: program %q leaves the bundle", name)
 	}
 	info, err := os.Stat(real)
 	if err != nil {
-		return "", fmt.Errorf("exec: stat program %q: %w", name, err)
+		return "", "", fmt.Errorf("exec: stat program %q: %w", name, err)
 	}
 	if !info.Mode().IsRegular() {
-		return "", invalidSpecf("exec: program %q is not a regular file", name)
+		return "", "", invalidSpecf("exec: program %q is not a regular file", name)
 	}
 	if info.Mode().Perm()&0o111 == 0 {
-		return "", invalidSpecf("exec: program %q is not executable", name)
+		return "", "", invalidSpecf("exec: program %q is not executable", name)
 	}
-	return real, nil
+	return real, root, nil
 }
 
 // execRun is the state of one running attempt.

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Headers of an http function call (DESIGN §5).
@@ -163,6 +165,10 @@ func (h *HTTP) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		return invalidSpecf("http: build request for %s: %v", where, err)
 	}
 	for k, v := range spec.Headers {
+		// The transport would refuse these on every attempt: fail once, terminally.
+		if !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
+			return invalidSpecf("http: invalid header %q", k)
+		}
 		req.Header.Set(k, v)
 	}
 	env := &inv.Envelope
