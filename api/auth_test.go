@@ -52,6 +52,12 @@ func TestAuthEveryOperation(t *testing.T) {
 				return rec.Code
 			}
 			if need == RoleNone {
+				if path == "/v1/runs/{id}/steps/{key}/checkpoint" {
+					// Authenticated by the attempt's lease credential instead of a role.
+					require.Equal(t, http.StatusUnauthorized, do(""), "%s %s without a credential", method, path)
+					require.Equal(t, http.StatusUnauthorized, do(testOperatorToken), "%s %s with a role token", method, path)
+					continue
+				}
 				require.Contains(t, []string{"/healthz", "/readyz"}, path, "only health checks are public")
 				continue
 			}

@@ -30,6 +30,13 @@ type Config struct {
 	ReadyCheck func(ctx context.Context) error
 	// Gatherer, when set, is served at GET /metrics (Prometheus); default none.
 	Gatherer prometheus.Gatherer
+	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign
+	// them with the same key); default none, so that operation answers 401.
+	SigningKey []byte
+	// InlineLimit is the largest checkpoint kept inline; default 256 KiB.
+	InlineLimit int64
+	// Metrics counts API-side events (lease rejections); default none.
+	Metrics *Metrics
 	// TempDir is where uploads are unpacked for validation; default os.TempDir().
 	TempDir string
 	// Tokens are the bearer tokens and their roles; default none, so every
@@ -44,6 +51,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.Tokens == nil {
 		out.Tokens = &Tokens{}
+	}
+	if out.InlineLimit <= 0 {
+		out.InlineLimit = 256 << 10
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
@@ -92,6 +102,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerWorkflows()
 	s.registerRuns()
 	s.registerBundles()
+	s.registerCheckpoint()
 	s.registerSteps()
 	s.registerEvents()
 	return s

@@ -28,6 +28,10 @@ const (
 	// OutcomeHandback returns the lease at shutdown: the attempt is recorded
 	// interrupted, does not count against max_attempts, and the step is ready at once.
 	OutcomeHandback = "handback"
+	// OutcomeInfraFailed reports a failure of Cairn's own infrastructure (blob store
+	// down while storing the output, bundle not fetchable): the attempt is failed but
+	// does not count against max_attempts, and the step retries after RetryIn.
+	OutcomeInfraFailed = "infra_failed"
 )
 
 const (

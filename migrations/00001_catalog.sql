@@ -253,8 +253,10 @@ END $$;
 -- +goose StatementEnd
 
 -- cairn_step_finish records the end of an attempt, fenced by its lease token.
--- p_outcome: succeeded, failed, timed_out, interrupted (counts against the budget)
--- or handback (interrupted, does not count, ready at once). A retryable failure with
+-- p_outcome: succeeded, failed, timed_out, interrupted (count against the budget),
+-- handback (interrupted, does not count, ready at once) or infra_failed (Cairn's own
+-- infrastructure failed, not the handler: the attempt is failed but does not count,
+-- and the step is ready again at p_retry_at). A retryable failure with
 -- budget left returns the step to ready at p_retry_at; otherwise the step fails and
 -- its dependents are skipped. Returns 'ok', or 'lease_lost' when the token is not the
 -- step's current lease (nothing is written then).
@@ -274,9 +276,9 @@ BEGIN
         RETURN 'lease_lost';
     END IF;
     UPDATE attempts SET
-        status = CASE p_outcome WHEN 'handback' THEN 'interrupted' ELSE p_outcome END,
+        status = CASE p_outcome WHEN 'handback' THEN 'interrupted' WHEN 'infra_failed' THEN 'failed' ELSE p_outcome END,
         finished_at = now(), error = p_error, log_key = p_log_key,
-        counted = (p_outcome <> 'handback')
+        counted = (p_outcome NOT IN ('handback', 'infra_failed'))
     WHERE run_id = p_run AND step_key = p_key AND number = v_step.attempts;
 
     IF p_outcome = 'succeeded' THEN
@@ -300,6 +302,14 @@ BEGIN
         WHERE run_id = p_run AND key = p_key;
         PERFORM cairn_event(p_run, 'step.handed_back', p_key, v_step.attempts, '{}');
         v_ready := 1;
+    ELSIF p_outcome = 'infra_failed' THEN
+        UPDATE steps SET status = 'ready', ready_at = greatest(coalesce(p_retry_at, now()), now()),
+            counted_attempts = counted_attempts - 1, last_error = p_error,
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = p_run AND key = p_key;
+        PERFORM cairn_event(p_run, 'step.retrying', p_key, v_step.attempts,
+            jsonb_build_object('attempt_status', 'failed', 'error', p_error, 'counted', false,
+                               'ready_at', greatest(coalesce(p_retry_at, now()), now())));
     ELSIF p_retryable AND v_step.counted_attempts < v_step.max_attempts THEN
         UPDATE steps SET status = 'ready', ready_at = greatest(coalesce(p_retry_at, now()), now()),
             last_error = p_error, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cairnrun/cairn/bundle"
@@ -70,7 +70,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	ver, err := d.defs.get(ctx, c.Workflow, c.Version)
 	if err != nil {
 		a.logger.Error("load definition", "error", err)
-		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: infraError("load definition", err)}, nil)
+		d.report(a, infraOutcome(a, "load the definition", err), nil)
 		return
 	}
 	step := ver.steps[c.Key]
@@ -89,10 +89,12 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	inv, err := d.invocation(ctx, c, ver, step)
 	if err != nil {
 		var fe *functions.Error
-		if !errors.As(err, &fe) {
-			fe = infraError("prepare the attempt", err)
+		if errors.As(err, &fe) {
+			d.report(a, outcome{status: catalog.OutcomeFailed, retryable: fe.Retryable, err: fe, logKey: sink.storeLog()}, step)
+			return
 		}
-		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: fe.Retryable, err: fe, logKey: sink.storeLog()}, step)
+		a.logger.Warn("prepare attempt", "error", err)
+		d.report(a, infraOutcome(a, "prepare the attempt", err), step)
 		return
 	}
 
@@ -120,7 +122,8 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	case invErr == nil:
 		value, err := sink.output.finish()
 		if err != nil {
-			out = outcome{status: catalog.OutcomeFailed, retryable: true, err: infraError("store the output", err)}
+			a.logger.Warn("store output", "error", err)
+			out = infraOutcome(a, "store the output", err)
 		} else {
 			out = outcome{status: catalog.OutcomeSucceeded, output: value}
 		}
@@ -135,6 +138,14 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	out.logKey = sink.storeLog()
 	a.logger.Debug("attempt finished", "outcome", out.status, "duration", time.Since(start))
 	d.report(a, out, step)
+}
+
+// infraOutcome reports a failure of Cairn's infrastructure: it does not use up the
+// step's attempts, and retries back off exponentially (1s, 2s, 4s, … up to a minute).
+func infraOutcome(a *attempt, what string, err error) outcome {
+	n := min(a.claim.Attempt, 7)
+	return outcome{status: catalog.OutcomeInfraFailed, retryable: true, err: infraError(what, err),
+		retryIn: time.Duration(1<<(n-1)) * time.Second}
 }
 
 // infraError is a retryable failure of Cairn's own infrastructure (not the handler).
@@ -152,7 +163,10 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 	if out.err != nil {
 		p.Error, _ = json.Marshal(out.err)
 	}
-	if out.status != catalog.OutcomeSucceeded && out.status != catalog.OutcomeHandback && out.retryable && step != nil {
+	switch {
+	case out.status == catalog.OutcomeInfraFailed:
+		p.RetryIn = out.retryIn
+	case out.status != catalog.OutcomeSucceeded && out.status != catalog.OutcomeHandback && out.retryable && step != nil:
 		delay := retryDelay(step.Retry, a.claim.Attempt, jitterRand())
 		p.RetryIn = max(delay, out.retryIn)
 	}
@@ -236,14 +250,26 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *ver
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 	case bundle.KindHTTP:
 		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL, Headers: step.HTTP.Headers}
-		inv.Envelope.LeaseToken = strconv.FormatInt(c.LeaseToken, 10)
+		d.addCheckpointCredential(inv, c)
 	case bundle.KindLambda:
 		inv.Spec.Lambda = &functions.LambdaSpec{Function: step.Lambda.Function, Qualifier: step.Lambda.Qualifier}
-		inv.Envelope.LeaseToken = strconv.FormatInt(c.LeaseToken, 10)
+		d.addCheckpointCredential(inv, c)
 	case bundle.KindBuiltin:
 		inv.Spec.Builtin = step.Builtin
 	}
 	return inv, nil
+}
+
+// addCheckpointCredential lets a remote handler PUT checkpoints: the signed lease
+// credential and where to send it.
+func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalog.Claimed) {
+	if len(d.cfg.SigningKey) == 0 {
+		return
+	}
+	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
+	if d.cfg.PublicURL != "" {
+		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + c.Key + "/checkpoint"
+	}
 }
 
 // resolvePayload turns a stored $blob reference into what a handler of kind can read.

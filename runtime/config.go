@@ -58,6 +58,13 @@ type Config struct {
 	// Invokers by function kind; default builtin and exec. http needs a signing key
 	// (see functions.NewHTTP) and lambda an AWS configuration, so the caller adds them.
 	Invokers map[bundle.Kind]functions.Invoker
+	// SigningKey signs the lease credentials handed to http and lambda handlers for
+	// PUT …/checkpoint (see functions.LeaseCredential); the API verifies them with the
+	// same key. Default none: such handlers then get no credential.
+	SigningKey []byte
+	// PublicURL is the API's address as handlers reach it ("http://host:8080"), for
+	// the envelope's checkpoint_url; default none.
+	PublicURL string
 	// PresignExpiry is how long presigned input URLs for http and lambda handlers
 	// live; default 1h.
 	PresignExpiry time.Duration

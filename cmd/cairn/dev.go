@@ -55,7 +55,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	logger.Info("starting PostgreSQL", "data_dir", filepath.Join(dataDir, "pg"))
 	cluster, err := pglocal.Start(ctx, pglocal.Config{
 		DataDir: filepath.Join(dataDir, "pg"),
-		Logger:  logger.With("component", "pglocal"),
+		Logger:  logger,
 		Getenv:  e,
 	})
 	if err != nil {

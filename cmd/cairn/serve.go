@@ -35,6 +35,7 @@ type runtimeFlags struct {
 	signingKey    string
 	noDispatcher  bool
 	cacheDir      string
+	publicURL     string
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
@@ -44,6 +45,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", envDuration(e, "CAIRN_SHUTDOWN_GRACE", 10*time.Second), "how long running attempts may finish at shutdown before their leases are handed back (env CAIRN_SHUTDOWN_GRACE)")
 	fs.StringVar(&f.signingKey, "signing-key", e("CAIRN_SIGNING_KEY"), "HMAC key that signs requests to http functions; shared by every server (env CAIRN_SIGNING_KEY)")
 	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
+	fs.StringVar(&f.publicURL, "public-url", e("CAIRN_PUBLIC_URL"), "the API's URL as functions reach it, for checkpoint_url in envelopes (env CAIRN_PUBLIC_URL; default http://<listen address>)")
 	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
 }
 
@@ -145,6 +147,15 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	ln, err := net.Listen("tcp", p.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", p.listen, err)
+	}
+	addr := ln.Addr().String()
+	publicURL := p.rt.publicURL
+	if publicURL == "" {
+		publicURL = "http://" + addr
+	}
 	var disp *runtime.Dispatcher
 	if !p.rt.noDispatcher {
 		var err error
@@ -155,6 +166,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ShutdownGrace: p.rt.shutdownGrace,
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
+			SigningKey:    []byte(p.rt.signingKey),
+			PublicURL:     publicURL,
 			Logger:        p.logger,
 			Registerer:    reg,
 			Invokers: map[bundle.Kind]functions.Invoker{
@@ -162,15 +175,15 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			},
 		})
 		if err != nil {
+			ln.Close()
 			return err
 		}
 	}
 
-	srv := api.New(p.store, p.blobs, &api.Config{Logger: p.logger, Tokens: p.tokens, Gatherer: reg})
-	ln, err := net.Listen("tcp", p.listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", p.listen, err)
-	}
+	srv := api.New(p.store, p.blobs, &api.Config{
+		Logger: p.logger, Tokens: p.tokens, Gatherer: reg, Metrics: api.NewMetrics(reg),
+		SigningKey: []byte(p.rt.signingKey), InlineLimit: p.rt.inlineLimit,
+	})
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {
 			ln.Close()
@@ -185,7 +198,6 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	httpSrv.RegisterOnShutdown(srv.CloseStreams)
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(ln) }()
-	addr := ln.Addr().String()
 	p.logger.Info("serving", "url", "http://"+addr)
 	if onListen != nil {
 		onListen(addr)

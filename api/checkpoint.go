@@ -1,0 +1,128 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// maxCheckpointSize bounds one checkpoint upload.
+const maxCheckpointSize = 4 << 30
+
+// checkpointInput streams the body and reads the lease credential.
+type checkpointInput struct {
+	StepParams
+	Authorization string `header:"Authorization" doc:"Bearer <lease_token from the envelope>"`
+	ContentType   string `header:"Content-Type" doc:"application/json for an inline-able JSON checkpoint; anything else is stored as bytes"`
+	body          io.ReadCloser
+}
+
+// Resolve implements huma.Resolver: it captures the body as a bounded stream.
+func (c *checkpointInput) Resolve(ctx huma.Context) []error {
+	r, w := humago.Unwrap(ctx)
+	c.body = http.MaxBytesReader(w, r.Body, maxCheckpointSize)
+	return nil
+}
+
+// CheckpointResult is the stored checkpoint.
+type CheckpointResult struct {
+	Checkpoint json.RawMessage `json:"checkpoint" doc:"the stored value: inline JSON or a $blob reference"`
+}
+
+func (s *Server) registerCheckpoint() {
+	register(s, huma.Operation{
+		OperationID: "putCheckpoint",
+		Method:      http.MethodPut,
+		Path:        "/v1/runs/{id}/steps/{key}/checkpoint",
+		Summary:     "Store a checkpoint from a running function",
+		Description: "Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.",
+		Tags:        []string{"runs"},
+		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
+			"application/json":         {Schema: &huma.Schema{}},
+			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
+		}},
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
+	}, RoleNone, func(ctx context.Context, in *checkpointInput) (*struct{ Body CheckpointResult }, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		scheme, cred, _ := strings.Cut(in.Authorization, " ")
+		if !strings.EqualFold(scheme, "Bearer") || cred == "" {
+			return nil, NewProblem(http.StatusUnauthorized, "the attempt's lease credential is required as bearer token")
+		}
+		token, err := functions.ParseLeaseCredential(s.cfg.SigningKey, id.String(), in.Key, strings.TrimSpace(cred))
+		if err != nil {
+			return nil, NewProblem(http.StatusUnauthorized, "the lease credential is not valid for this step")
+		}
+		stored, err := s.storeCheckpoint(ctx, in.body, in.ContentType)
+		if err != nil {
+			return nil, err
+		}
+		data, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
+		if len(stored) > 1024 {
+			data = []byte(`{"size":` + itoa(len(stored)) + `}`)
+		}
+		err = s.store.StepCheckpoint(ctx, catalog.Lease{RunID: id, Key: in.Key, Token: token}, stored, data)
+		if errors.Is(err, catalog.ErrLeaseLost) {
+			s.cfg.Metrics.leaseLost("checkpoint_api")
+			return nil, NewProblem(http.StatusConflict, "the lease is no longer current: the checkpoint was not stored")
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body CheckpointResult }{Body: CheckpointResult{Checkpoint: stored}}, nil
+	})
+}
+
+// storeCheckpoint keeps a small JSON checkpoint inline and streams anything else
+// into the blob store.
+func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentType string) (json.RawMessage, error) {
+	limit := s.cfg.InlineLimit
+	head, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return nil, bodyError(err)
+	}
+	isJSON := strings.HasPrefix(strings.ToLower(contentType), "application/json")
+	if int64(len(head)) <= limit && isJSON {
+		if !json.Valid(head) {
+			return nil, NewProblem(http.StatusBadRequest, "the checkpoint is not valid JSON")
+		}
+		if t := bytes.TrimSpace(head); !(len(t) > 0 && t[0] == '{' && bytes.Contains(t, []byte(`"$blob"`))) {
+			return json.RawMessage(t), nil
+		}
+	}
+	ct := contentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	obj, err := s.blobs.Put(ctx, "payloads", io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1})
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, bodyError(err)
+		}
+		return nil, err
+	}
+	ref, _ := json.Marshal(map[string]any{"$blob": map[string]any{"digest": obj.Digest, "size": obj.Size, "content_type": obj.ContentType}})
+	return ref, nil
+}
+
+func bodyError(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return NewProblem(http.StatusRequestEntityTooLarge, "the body is larger than the limit")
+	}
+	return NewProblem(http.StatusBadRequest, "could not read the request body")
+}
