@@ -57,6 +57,9 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		DataDir: filepath.Join(dataDir, "pg"),
 		Logger:  logger,
 		Getenv:  e,
+		// A `cairn dev` killed with SIGKILL takes its PostgreSQL down with it
+		// (immediate shutdown; the next start recovers from the WAL).
+		DieWithParent: true,
 	})
 	if err != nil {
 		return fmt.Errorf("start PostgreSQL: %w", err)
