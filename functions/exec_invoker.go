@@ -41,6 +41,8 @@ const (
 	pipeCloseDelay = 250 * time.Millisecond
 	// copyBufferSize is the chunk size of the stdout and stderr copies.
 	copyBufferSize = 32 << 10
+	// startTries bounds the starts of a program that fail with ETXTBSY.
+	startTries = 5
 )
 
 // ExecConfig configures an Exec invoker. A nil *ExecConfig means defaults.
@@ -197,15 +199,32 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		drained:   make(chan struct{}),
 		aborted:   make(chan struct{}),
 	}
-	cmd := &exec.Cmd{
-		Path:        program,
-		Args:        append([]string(nil), inv.Spec.Exec...),
-		Dir:         bundleDir,
-		Env:         e.environ(&inv.Envelope, home, tmp),
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
-	if err := r.start(ctx, cmd, payload); err != nil {
-		return err
+	env := e.environ(&inv.Envelope, home, tmp)
+	for try := 1; ; try++ {
+		cmd := &exec.Cmd{
+			Path:        program,
+			Args:        append([]string(nil), inv.Spec.Exec...),
+			Dir:         bundleDir,
+			Env:         env,
+			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		}
+		err := r.start(ctx, cmd, payload)
+		if err == nil {
+			break
+		}
+		// ETXTBSY: a fork elsewhere in this process (another attempt starting)
+		// briefly holds a write descriptor of a file just written (a bundle being
+		// extracted). It passes within milliseconds (golang/go#22315).
+		if !errors.Is(err, syscall.ETXTBSY) || try == startTries {
+			return err
+		}
+		timer := time.NewTimer(time.Duration(try) * 10 * time.Millisecond)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return context.Cause(ctx)
+		}
 	}
 	return r.supervise(ctx)
 }
