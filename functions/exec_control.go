@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,7 +136,15 @@ func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bo
 			// The handler's working directory is the bundle.
 			path = filepath.Join(r.bundleDir, path)
 		}
-		err = r.sink.CheckpointFile(ctx, path)
+		// Only regular files: opening a FIFO would block the sink (and this
+		// reader) for good, and a device may never end.
+		if info, serr := os.Stat(path); serr != nil {
+			err = serr
+		} else if !info.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a regular file", path)
+		} else {
+			err = r.sink.CheckpointFile(ctx, path)
+		}
 	case m.Progress != nil:
 		op = "progress"
 		err = r.sink.Progress(ctx, m.Progress)

@@ -79,7 +79,7 @@ type ExecConfig struct {
 // newline-delimited JSON control messages:
 //
 //	{"checkpoint": <any JSON>}                     → Sink.Checkpoint
-//	{"checkpoint_file": "/path"}                   → Sink.CheckpointFile (relative to the bundle)
+//	{"checkpoint_file": "/path"}                   → Sink.CheckpointFile (a regular file; relative paths start at the bundle)
 //	{"progress": <any JSON>}                       → Sink.Progress
 //	{"error": {"message": "…", "retryable": false}} → the attempt's error (last one wins)
 //

@@ -299,6 +299,9 @@ printf '%s' 'state-2' > "$TMPDIR/cp"
 echo "{\"checkpoint_file\":\"$TMPDIR/cp\"}" >&3
 echo '{"checkpoint_file":"data/cp.json"}' >&3
 echo '{"checkpoint_file":"/nonexistent/cp"}' >&3
+mkfifo "$TMPDIR/fifo"
+echo "{\"checkpoint_file\":\"$TMPDIR/fifo\"}" >&3
+echo '{"checkpoint_file":"/dev/zero"}' >&3
 echo '{"progress":{"pct":50}}' >&3
 echo 'not json' >&3
 echo '{"what":1}' >&3
@@ -320,10 +323,13 @@ echo done`)
 	log := sink.LogText()
 	require.Contains(t, log, "to stderr\n")
 	require.Contains(t, log, "cairn: control message 4 (checkpoint_file) failed")
-	require.Contains(t, log, "cairn: control message 6 ignored: decode control message")
-	require.Contains(t, log, "cairn: control message 7 ignored: control message: want exactly one")
-	require.Contains(t, log, "cairn: control message 8 ignored: control message: want exactly one")
-	require.Contains(t, log, "cairn: control message 10 longer than 100 bytes: skipped")
+	require.Contains(t, log, "cairn: control message 5 (checkpoint_file) failed")
+	require.Contains(t, log, "fifo is not a regular file")
+	require.Contains(t, log, "cairn: control message 6 (checkpoint_file) failed: /dev/zero is not a regular file")
+	require.Contains(t, log, "cairn: control message 8 ignored: decode control message")
+	require.Contains(t, log, "cairn: control message 9 ignored: control message: want exactly one")
+	require.Contains(t, log, "cairn: control message 10 ignored: control message: want exactly one")
+	require.Contains(t, log, "cairn: control message 12 longer than 100 bytes: skipped")
 }
 
 func TestExecFailures(t *testing.T) {
