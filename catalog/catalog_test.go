@@ -343,3 +343,40 @@ func TestRunIdempotency(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, runs, 1)
 }
+
+func TestStepFinishBatch(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var runs []uuid.UUID
+	for i := 0; i < 3; i++ {
+		runs = append(runs, newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 2}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}}).ID)
+	}
+	claimed, err := s.StepClaim(ctx, "d1", 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 3)
+	byRun := map[uuid.UUID]catalog.Claimed{}
+	for _, c := range claimed {
+		byRun[c.RunID] = c
+	}
+	items := []*catalog.StepFinishParams{
+		{RunID: runs[0], Key: "a", LeaseToken: byRun[runs[0]].LeaseToken, Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`{"ok":1}`)},
+		{RunID: runs[1], Key: "a", LeaseToken: byRun[runs[1]].LeaseToken, Outcome: catalog.OutcomeFailed, Retryable: true, RetryIn: time.Hour, Error: json.RawMessage(`{"message":"x"}`), LogKey: "logs/sha256/" + strings.Repeat("0", 64)},
+		{RunID: runs[2], Key: "a", LeaseToken: byRun[runs[2]].LeaseToken + 1000, Outcome: catalog.OutcomeSucceeded},
+	}
+	res, err := s.StepFinishBatch(ctx, items)
+	require.NoError(t, err)
+	require.NoError(t, res[0])
+	require.NoError(t, res[1])
+	require.ErrorIs(t, res[2], catalog.ErrLeaseLost)
+	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready"}, statuses(t, ctx, s, runs[0]))
+	require.Equal(t, map[string]string{"a": "ready", "b": "waiting"}, statuses(t, ctx, s, runs[1]))
+	require.Equal(t, map[string]string{"a": "running", "b": "waiting"}, statuses(t, ctx, s, runs[2]))
+	st, err := s.StepGet(ctx, runs[0], "a")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"ok":1}`, string(st.Output))
+	at, err := s.AttemptList(ctx, runs[1], "a")
+	require.NoError(t, err)
+	require.True(t, at[0].LogKey.Valid)
+	require.JSONEq(t, `{"message":"x"}`, string(at[0].Error))
+}

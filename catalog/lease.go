@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -42,6 +43,16 @@ SELECT o_run_id AS run_id, o_key AS key, o_attempt AS attempt, o_lease_token AS 
 FROM cairn_claim($1, $2, make_interval(secs => $3))`
 
 	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)`
+
+	// One round trip finishes a batch; rows are finished in array order (the caller
+	// sorts by run and key so concurrent batches lock in one order).
+	sqlStepFinishBatch = `
+SELECT cairn_step_finish(r.run_id, r.key, r.token, r.outcome, r.output::jsonb, r.error::jsonb,
+                         r.retryable, now() + make_interval(secs => r.retry_in), r.log_key)
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+            $7::boolean[], $8::float8[], $9::text[])
+     WITH ORDINALITY AS r(run_id, key, token, outcome, output, error, retryable, retry_in, log_key, ord)
+ORDER BY r.ord`
 
 	sqlHeartbeat = `
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
@@ -134,6 +145,49 @@ func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
 		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, ErrLeaseLost)
 	}
 	return nil
+}
+
+// StepFinishBatch finishes many attempts in one transaction and one round trip: a
+// group commit. It returns one error per item, in order: nil or ErrLeaseLost. A
+// failure of the whole batch is the returned error (every item is then unwritten).
+func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) ([]error, error) {
+	n := len(items)
+	runs := make([]string, n)
+	keys := make([]string, n)
+	tokens := make([]int64, n)
+	outcomes := make([]string, n)
+	outputs := make([]sql.NullString, n)
+	errs := make([]sql.NullString, n)
+	retryable := make([]bool, n)
+	retryIn := make([]float64, n)
+	logKeys := make([]sql.NullString, n)
+	for i, p := range items {
+		runs[i], keys[i], tokens[i], outcomes[i] = p.RunID.String(), p.Key, p.LeaseToken, p.Outcome
+		outputs[i] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
+		errs[i] = sql.NullString{String: string(p.Error), Valid: len(p.Error) > 0}
+		retryable[i], retryIn[i] = p.Retryable, p.RetryIn.Seconds()
+		logKeys[i] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
+	}
+	var res []string
+	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+		res = res[:0]
+		return tx.SelectContext(ctx, &res, sqlStepFinishBatch, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
+			pq.Array(outcomes), pq.GenericArray{A: outputs}, pq.GenericArray{A: errs}, pq.Array(retryable),
+			pq.Array(retryIn), pq.GenericArray{A: logKeys})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish %d steps: %w", n, err)
+	}
+	if len(res) != n {
+		return nil, fmt.Errorf("finish %d steps: %d results", n, len(res))
+	}
+	out := make([]error, n)
+	for i, r := range res {
+		if r == "lease_lost" {
+			out[i] = fmt.Errorf("finish step %s/%s: %w", items[i].RunID, items[i].Key, ErrLeaseLost)
+		}
+	}
+	return out, nil
 }
 
 // Lease identifies a held lease.

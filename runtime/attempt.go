@@ -173,9 +173,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 	deadline := time.Now().Add(d.cfg.LeaseTTL)
 	backoff := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := d.store.StepFinish(ctx, p)
-		cancel()
+		err := d.finish(p)
 		switch {
 		case err == nil:
 			d.m.attempts.WithLabelValues(out.status).Inc()

@@ -36,8 +36,9 @@ type Dispatcher struct {
 	defs   *definitions
 	cache  *fileCache
 
-	wake  chan struct{} // a hint that work may be claimable
-	slots chan struct{} // one token per free concurrency slot
+	wake        chan struct{}    // a hint that work may be claimable
+	completions chan *completion // outcomes for the group commit
+	slots       chan struct{}    // one token per free concurrency slot
 
 	mu      sync.Mutex
 	active  map[int64]*attempt // by lease token
@@ -73,17 +74,19 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{
-		store:   store,
-		blobs:   blobs,
-		cfg:     c,
-		logger:  c.Logger.With("component", "dispatcher", "dispatcher", c.ID),
-		m:       newMetrics(c.Registerer),
-		defs:    newDefinitions(store),
-		cache:   cache,
-		wake:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, c.Concurrency),
-		active:  map[int64]*attempt{},
-		noClaim: make(chan struct{}),
+		store:  store,
+		blobs:  blobs,
+		cfg:    c,
+		logger: c.Logger.With("component", "dispatcher", "dispatcher", c.ID),
+		m:      newMetrics(c.Registerer),
+		defs:   newDefinitions(store),
+		cache:  cache,
+		wake:   make(chan struct{}, 1),
+
+		completions: make(chan *completion, c.Concurrency),
+		slots:       make(chan struct{}, c.Concurrency),
+		active:      map[int64]*attempt{},
+		noClaim:     make(chan struct{}),
 	}
 	for i := 0; i < c.Concurrency; i++ {
 		d.slots <- struct{}{}
@@ -105,7 +108,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.heartbeatLoop, d.sweepLoop, d.listenLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.listenLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()
