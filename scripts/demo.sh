@@ -32,4 +32,83 @@ for _ in $(seq 1 300); do
 done
 curl -fsS "$CAIRN_SERVER/readyz"; echo
 cat "$work/dev.out"
-echo "== the runtime and the examples arrive with issue 3: nothing more to run yet"
+export CAIRN_SERVER CAIRN_TOKEN
+cairn() { "$BIN" "$@"; }
+
+echo "== deploying every example"
+for dir in examples/*/; do
+	cairn deploy "$dir"
+	echo
+done
+cairn workflows list
+echo
+
+failures=0
+results=()
+# expect NAME OK DETAIL: records a result line; a failed expectation fails the demo.
+expect() {
+	if [[ $2 == ok ]]; then
+		results+=("$(printf '%-14s ok    %s' "$1" "$3")")
+	else
+		results+=("$(printf '%-14s FAIL  %s' "$1" "$3")")
+		failures=$((failures + 1))
+	fi
+}
+
+# Start one run of each example and wait for it to end; the first line --wait prints
+# is the run ID. The run's step table comes from `cairn run get`.
+declare -A run_ids
+for dir in examples/*/; do
+	name=$(basename "$dir")
+	args=()
+	[[ $name == hello ]] && args=(--input '{"name":"ada"}')
+	echo "== run of $name"
+	rc=0
+	out=$(cairn run start "$name" "${args[@]}" --wait 2>&1) || rc=$?
+	id=$(printf '%s\n' "$out" | head -1)
+	run_ids[$name]=$id
+	cairn run get "$id" || true
+	if [[ $rc -ne 0 ]]; then
+		expect "$name" fail "the run did not succeed: $(printf '%s\n' "$out" | tail -1)"
+	fi
+	echo
+done
+
+# Expectations beyond "succeeded", from the outputs and the step tables.
+status_of() { cairn run get "$1" | awk '$1 == "status" { print $2; exit }'; }
+for name in "${!run_ids[@]}"; do
+	st=$(status_of "${run_ids[$name]}")
+	[[ $st == succeeded ]] || { expect "$name" fail "status $st, want succeeded"; continue; }
+	case $name in
+	hello)
+		msg=$(cairn run output "${run_ids[$name]}" join)
+		if [[ $msg == *"Hello, ada!"*"Bonjour, ada!"* ]]; then expect hello ok "join: $msg"; else expect hello fail "join: $msg"; fi
+		;;
+	retry)
+		attempts=$(cairn run get "${run_ids[$name]}" | awk '$1 == "fail" { print $3 }')
+		if [[ $attempts == 3/3 ]]; then expect retry ok "fail step: $attempts attempts"; else expect retry fail "fail step: $attempts attempts, want 3/3"; fi
+		;;
+	fanout)
+		want=0
+		for n in 1 2 3 4 5 6 7 8; do want=$((want + n * n)); done
+		got=$(cairn run output "${run_ids[$name]}" join | sed -n 's/.*"sum": *\([0-9]*\).*/\1/p')
+		if [[ $got == "$want" ]]; then expect fanout ok "join: sum $got"; else expect fanout fail "join: sum '$got', want $want"; fi
+		;;
+	large-output)
+		got=$(cairn run output "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
+		if [[ $got == 5242880 ]]; then expect large-output ok "measure: $got bytes"; else expect large-output fail "measure: '$got' bytes, want 5242880"; fi
+		;;
+	*)
+		expect "$name" ok "succeeded"
+		;;
+	esac
+done
+
+echo "== results"
+printf '%s\n' "${results[@]}" | sort
+if [[ $failures -ne 0 ]]; then
+	echo "== $failures example(s) did not end as expected; the server log:"
+	tail -50 "$log"
+	exit 1
+fi
+echo "== every run ended as expected"

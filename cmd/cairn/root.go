@@ -61,6 +61,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newMigrateCmd(e, stdout, stderr),
 		newOpenAPICmd(stdout),
 	)
+	root.AddCommand(newClientCmds(e, stdout, stderr)...)
 	return root
 }
 

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/client"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+// cliBundle is a running server (API and dispatcher) on a fresh database, with the
+// tokens it knows, and a way to run the CLI against it.
+type cliBundle struct {
+	server, viewer, operator string
+}
+
+// setupCLI starts a real server in-process, as `cairn serve` runs it, on a fresh
+// migrated database and a file blob store, and stops it when the test ends.
+func setupCLI(t *testing.T) *cliBundle {
+	t.Helper()
+	dbURL := testenv.DatabaseURL(t)
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := openStore(ctx, dbURL, logger)
+	require.NoError(t, err)
+	blobs, err := blobstore.NewFile(t.TempDir(), nil)
+	require.NoError(t, err)
+	b := &cliBundle{viewer: newToken(), operator: newToken()}
+	tokens := &api.Tokens{}
+	require.NoError(t, tokens.Add(api.RoleViewer, b.viewer))
+	require.NoError(t, tokens.Add(api.RoleOperator, b.operator))
+
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runServer(ctx, serverParts{
+			listen: "127.0.0.1:0", dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger,
+			rt: runtimeFlags{concurrency: 8, leaseTTL: 30 * time.Second, inlineLimit: 256 << 10,
+				shutdownGrace: 5 * time.Second, signingKey: newToken(), cacheDir: t.TempDir()},
+		}, func(addr string) { addrc <- addr })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+		store.Close()
+	})
+	select {
+	case addr := <-addrc:
+		b.server = "http://" + addr
+	case err := <-done:
+		t.Fatalf("server did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server did not start within 30s")
+	}
+	return b
+}
+
+// cli runs the command line with CAIRN_SERVER and the operator's CAIRN_TOKEN set,
+// returning stdout and the error run returns (what main turns into an exit code).
+func (b *cliBundle) cli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	vars := map[string]string{"CAIRN_SERVER": b.server, "CAIRN_TOKEN": b.operator}
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, args, func(k string) string { return vars[k] }, &stdout, &stderr)
+	if stderr.Len() > 0 {
+		t.Logf("cairn %s: stderr:\n%s", strings.Join(args, " "), stderr.String())
+	}
+	return stdout.String(), err
+}
+
+// mustCLI is cli for commands that must succeed.
+func (b *cliBundle) mustCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := b.cli(t, args...)
+	require.NoError(t, err, "cairn %s", strings.Join(args, " "))
+	return out
+}
+
+// deployed reads the key: value lines that deploy prints.
+func deployed(t *testing.T, out string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for line := range strings.Lines(out) {
+		k, v, ok := strings.Cut(line, ":")
+		if ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	require.Contains(t, m, "digest", "deploy output:\n%s", out)
+	return m
+}
+
+const helloDir = "../../examples/hello"
+
+func TestCLIDeploySameBundleSameVersion(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+
+	first := deployed(t, b.mustCLI(t, "deploy", helloDir))
+	require.Equal(t, "hello", first["workflow"])
+	require.Equal(t, "1", first["version"])
+	require.Equal(t, "created", first["status"])
+	require.True(t, strings.HasPrefix(first["digest"], "sha256:"))
+
+	again := deployed(t, b.mustCLI(t, "deploy", helloDir))
+	require.Equal(t, first["version"], again["version"])
+	require.Equal(t, first["digest"], again["digest"])
+	require.Equal(t, "unchanged", again["status"])
+
+	// The same files with other modification times: the same tree, digest and version.
+	copyDir := filepath.Join(t.TempDir(), "hello")
+	require.NoError(t, os.CopyFS(copyDir, os.DirFS(helloDir)))
+	later := time.Now().Add(48 * time.Hour)
+	require.NoError(t, filepath.WalkDir(copyDir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, later, later)
+	}))
+	touched := deployed(t, b.mustCLI(t, "deploy", copyDir))
+	require.Equal(t, first["digest"], touched["digest"])
+	require.Equal(t, first["version"], touched["version"])
+	require.Equal(t, "unchanged", touched["status"])
+
+	// An archive file is sent as it is.
+	archive := filepath.Join(t.TempDir(), "hello.tar.gz")
+	f, err := os.Create(archive)
+	require.NoError(t, err)
+	_, err = bundle.Pack(t.Context(), helloDir, f)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	fromFile := deployed(t, b.mustCLI(t, "deploy", archive))
+	require.Equal(t, first["digest"], fromFile["digest"])
+	require.Equal(t, "unchanged", fromFile["status"])
+
+	out := b.mustCLI(t, "versions", "list", "hello")
+	require.Contains(t, out, first["digest"])
+}
+
+func TestCLIRunHello(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	b.mustCLI(t, "deploy", helloDir)
+
+	out := b.mustCLI(t, "run", "start", "hello", "--input", `{"name":"ada"}`, "--wait")
+	id := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	_, err := uuid.Parse(id)
+	require.NoError(t, err, "the first line of run start is the run ID:\n%s", out)
+	require.Contains(t, out, "succeeded")
+	for _, step := range []string{"greet-en", "greet-fr", "join"} {
+		require.Regexp(t, `(?m)^`+step+` +succeeded +1/2 `, out)
+	}
+
+	joined := b.mustCLI(t, "run", "output", id, "join")
+	var msg struct{ Message string }
+	require.NoError(t, json.Unmarshal([]byte(joined), &msg), "join output %q", joined)
+	require.Equal(t, "Hello, ada! / Bonjour, ada!", msg.Message)
+
+	file := filepath.Join(t.TempDir(), "out.json")
+	b.mustCLI(t, "run", "output", id, "join", "-o", file)
+	written, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, joined, string(written))
+
+	require.Contains(t, b.mustCLI(t, "run", "logs", id, "greet-en"), "greeting Hello for ada")
+	require.Regexp(t, `(?m)^hello +1 `, b.mustCLI(t, "workflows", "list"))
+	require.Contains(t, b.mustCLI(t, "run", "list", "--workflow", "hello"), id)
+
+	var got struct {
+		Run   client.Run    `json:"run"`
+		Steps []client.Step `json:"steps"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.mustCLI(t, "run", "get", id, "--output", "json")), &got))
+	require.Equal(t, client.RunStatusSucceeded, got.Run.Status)
+	require.Len(t, got.Steps, 3)
+
+	// Watching a finished run replays its events and ends.
+	watched := b.mustCLI(t, "run", "watch", id)
+	require.Contains(t, watched, "run.created")
+	require.Contains(t, watched, "run.succeeded")
+}
+
+func TestCLIRunFailedExitsNonZero(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(`name: always-fails
+steps:
+  - key: boom
+    builtin: fail
+    retry: {max_attempts: 1}
+    with: {retryable: false, message: "boom on purpose"}
+`), 0o644))
+	b.mustCLI(t, "deploy", dir)
+
+	out, err := b.cli(t, "run", "start", "always-fails", "--wait")
+	var ended *runEndedError
+	require.True(t, errors.As(err, &ended), "want a *runEndedError, got %v", err)
+	require.Equal(t, client.RunStatusFailed, ended.Status)
+	require.Equal(t, 1, exitCode(err))
+	require.Regexp(t, `(?m)^boom +failed +1/1 .*boom on purpose`, out)
+}
+
+func TestCLIViewerCannotDeploy(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+
+	_, err := b.cli(t, "deploy", helloDir, "--token", b.viewer)
+	var p *client.Problem
+	require.True(t, errors.As(err, &p), "want a *client.Problem, got %v", err)
+	require.EqualValues(t, http.StatusForbidden, p.Status)
+	require.Equal(t, "forbidden", p.Code)
+	require.Contains(t, err.Error(), "forbidden (HTTP 403): this operation needs the operator role; the token has viewer")
+
+	// Reads are fine.
+	out, err := b.cli(t, "workflows", "list", "--token", b.viewer)
+	require.NoError(t, err)
+	require.NotContains(t, out, "hello")
+
+	_, err = b.cli(t, "workflows", "list", "--token", "not-a-known-token-at-all")
+	require.Equal(t, "unauthorized", client.ProblemCode(err))
+}
+
+func TestCLIFindsServer(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	creds := filepath.Join(dir, "credentials")
+	require.NoError(t, os.WriteFile(creds, []byte("# from cairn dev\nCAIRN_SERVER=http://127.0.0.1:1\nexport CAIRN_VIEWER_TOKEN='v-token'\nCAIRN_TOKEN=\"op-token\"\n"), 0o600))
+
+	tests := []struct {
+		name                       string
+		vars                       map[string]string
+		server, token, credentials string
+		wantErr                    string
+	}{
+		{name: "credentials file", credentials: creds},
+		{name: "environment", vars: map[string]string{"CAIRN_SERVER": "http://127.0.0.1:1", "CAIRN_TOKEN": "op-token"}, credentials: "/nonexistent"},
+		{name: "flags beat environment", vars: map[string]string{"CAIRN_SERVER": "http://elsewhere", "CAIRN_TOKEN": "other"}, server: "http://127.0.0.1:1", token: "op-token"},
+		{name: "nothing", credentials: filepath.Join(dir, "missing"), wantErr: "no server to talk to"},
+		{name: "token only", token: "op-token", credentials: creds, wantErr: "no server"},
+		{name: "server only", vars: map[string]string{"CAIRN_SERVER": "http://127.0.0.1:1"}, credentials: creds, wantErr: "no token"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCLI(func(k string) string { return tt.vars[k] }, io.Discard, io.Discard)
+			c.server, c.token, c.credentials = tt.server, tt.token, tt.credentials
+			cl, err := c.client()
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.NotNil(t, cl)
+		})
+	}
+}
+
+// TestFollowReconnects drops the event stream after two events and checks that the
+// CLI comes back with Last-Event-ID and reads on to the final event.
+func TestFollowReconnects(t *testing.T) {
+	t.Parallel()
+	id := uuid.New()
+	var mu sync.Mutex
+	var lastIDs []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/runs/"+id.String()+"/events/stream" {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":%q,"workflow":"w","version":1,"status":"running","created_at":"2026-01-01T00:00:00Z"}`, id)
+			return
+		}
+		mu.Lock()
+		lastIDs = append(lastIDs, r.Header.Get("Last-Event-ID"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		event := func(seq int, typ string) {
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: {\"seq\":%d,\"type\":%q,\"data\":{},\"created_at\":\"2026-01-01T00:00:00Z\"}\n\n", seq, typ, seq, typ)
+		}
+		fmt.Fprint(w, ": stream\n\n")
+		if r.Header.Get("Last-Event-ID") == "" {
+			event(1, "run.created")
+			event(2, "step.started")
+			return // the stream drops
+		}
+		event(2, "step.started") // a replayed duplicate is skipped
+		event(3, "run.succeeded")
+	}))
+	t.Cleanup(srv.Close)
+
+	cl, err := client.New(srv.URL, "token")
+	require.NoError(t, err)
+	c := newCLI(func(string) string { return "" }, io.Discard, io.Discard)
+	var seen []string
+	err = c.follow(t.Context(), cl, id, func(ev *client.Event) error {
+		seen = append(seen, ev.Type)
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"run.created", "step.started", "run.succeeded"}, seen)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"", "2"}, lastIDs)
+}
+
+func TestReadSSE(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in string
+		want     []sseMessage
+	}{
+		{name: "messages and comments", in: ": hello\n\nid: 1\nevent: a\ndata: {}\n\nid: 2\ndata: x\ndata: y\n\n",
+			want: []sseMessage{{id: "1", event: "a", data: "{}"}, {id: "2", data: "x\ny"}}},
+		{name: "no space after colon, unterminated last message", in: "id:7\ndata:{\"a\":1}\n\nid: 8\ndata: lost",
+			want: []sseMessage{{id: "7", data: `{"a":1}`}}},
+		{name: "empty", in: "", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got []sseMessage
+			require.NoError(t, readSSE(strings.NewReader(tt.in), func(m sseMessage) error {
+				got = append(got, m)
+				return nil
+			}))
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,533 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/cairnrun/cairn/client"
+)
+
+func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	c := newCLI(e, stdout, stderr)
+	cmd := &cobra.Command{
+		Use:     "run",
+		Aliases: []string{"runs"},
+		Short:   "Start, follow and inspect runs",
+	}
+	c.registerFlags(cmd)
+	cmd.AddCommand(
+		c.newRunStartCmd(),
+		c.newRunGetCmd(),
+		c.newRunListCmd(),
+		c.newRunWatchCmd(),
+		c.newRunCancelCmd(),
+		c.newRunOutputCmd(),
+		c.newRunLogsCmd(),
+	)
+	return cmd
+}
+
+// runEndedError reports a run that ended other than succeeded.
+type runEndedError struct {
+	ID     string
+	Status client.RunStatus
+	Reason string
+}
+
+func (e *runEndedError) Error() string {
+	if e.Reason == "" {
+		return fmt.Sprintf("run %s %s", e.ID, e.Status)
+	}
+	return fmt.Sprintf("run %s %s: %s", e.ID, e.Status, e.Reason)
+}
+
+// runResult is nil for a succeeded run, else a *runEndedError.
+func runResult(r *client.Run) error {
+	if r.Status == client.RunStatusSucceeded {
+		return nil
+	}
+	return &runEndedError{ID: r.Id, Status: r.Status, Reason: errorMessage(r.Error)}
+}
+
+func isFinalRunStatus(s client.RunStatus) bool {
+	return s == client.RunStatusSucceeded || s == client.RunStatusFailed || s == client.RunStatusCanceled
+}
+
+func parseRunID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("run ID %q is not a UUID", s)
+	}
+	return id, nil
+}
+
+func (c *cli) newRunStartCmd() *cobra.Command {
+	var (
+		version        int64
+		input, idemKey string
+		wait           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "start NAME",
+		Short: "Start a run of a workflow and print its ID",
+		Long: `start starts a run of the latest version of workflow NAME (or --version N).
+--input takes JSON, or @file to read it from a file. With --wait it follows the run
+until it ends, prints its steps, and fails unless the run succeeded.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.startRun(cmd.Context(), args[0], version, input, idemKey, wait)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&version, "version", 0, "version to run (0: the latest)")
+	f.StringVar(&input, "input", "", "the run's input: JSON, or @file")
+	f.StringVar(&idemKey, "idempotency-key", "", "makes the start safe to retry: the same key returns the first run")
+	f.BoolVar(&wait, "wait", false, "follow the run until it ends; fail unless it succeeded")
+	return cmd
+}
+
+func (c *cli) startRun(ctx context.Context, name string, version int64, input, idemKey string, wait bool) error {
+	body := client.StartRunBody{}
+	if version > 0 {
+		body.Version = &version
+	}
+	if input != "" {
+		raw, err := readInput(input)
+		if err != nil {
+			return err
+		}
+		body.Input = raw
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	run, err := cl.CreateRun(ctx, name, body, idemKey)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout, run.Id)
+	if !wait {
+		return nil
+	}
+	id, err := parseRunID(run.Id)
+	if err != nil {
+		return err
+	}
+	if err := c.follow(ctx, cl, id, nil); err != nil {
+		return err
+	}
+	return c.showRun(ctx, cl, id, false)
+}
+
+// readInput reads --input: JSON, or @file. It is checked here so that a typo is
+// reported before a run starts.
+func readInput(s string) (json.RawMessage, error) {
+	b := []byte(s)
+	if name, ok := strings.CutPrefix(s, "@"); ok {
+		var err error
+		if b, err = os.ReadFile(name); err != nil {
+			return nil, fmt.Errorf("read input: %w", err)
+		}
+	}
+	if !json.Valid(b) {
+		return nil, errors.New("input is not valid JSON")
+	}
+	return json.RawMessage(b), nil
+}
+
+func (c *cli) newRunGetCmd() *cobra.Command {
+	var out outputFormat
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show a run and its steps",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			return c.showRun(cmd.Context(), cl, id, out.json())
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// showRun prints a run and its step table (or, as JSON, {"run": …, "steps": […]}
+// with the API's shapes) and returns runResult for a finished run.
+func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJSON bool) error {
+	runResp, err := cl.GetRunWithResponse(ctx, id)
+	if err != nil {
+		return fmt.Errorf("get run %s: %w", id, err)
+	}
+	stepsResp, err := cl.ListStepsWithResponse(ctx, id)
+	if err != nil {
+		return fmt.Errorf("list steps of run %s: %w", id, err)
+	}
+	if runResp.JSON200 == nil || stepsResp.JSON200 == nil {
+		return unexpected("get run", runResp.StatusCode())
+	}
+	if asJSON {
+		var steps rawItems
+		if err := json.Unmarshal(stepsResp.Body, &steps); err != nil {
+			return fmt.Errorf("decode steps: %w", err)
+		}
+		return writeJSON(c.stdout, map[string]any{"run": json.RawMessage(runResp.Body), "steps": steps.Items})
+	}
+	run := runResp.JSON200
+	tw := newTable(c.stdout)
+	fmt.Fprintf(tw, "run\t%s\n", run.Id)
+	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", run.Workflow, run.Version)
+	fmt.Fprintf(tw, "status\t%s\n", run.Status)
+	fmt.Fprintf(tw, "created\t%s\n", formatTime(run.CreatedAt))
+	fmt.Fprintf(tw, "duration\t%s\n", span(run.StartedAt, run.FinishedAt, time.Now()))
+	if msg := errorMessage(run.Error); msg != "" {
+		fmt.Fprintf(tw, "error\t%s\n", msg)
+	}
+	if run.Input != nil {
+		in, _ := json.Marshal(run.Input)
+		fmt.Fprintf(tw, "input\t%s\n", in)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(c.stdout)
+	if err := writeSteps(c.stdout, deref(stepsResp.JSON200.Items), time.Now()); err != nil {
+		return err
+	}
+	if !isFinalRunStatus(run.Status) {
+		return nil
+	}
+	return runResult(run)
+}
+
+// writeSteps prints the step table: STEP, STATUS, ATTEMPTS (n/max), DURATION, INFO,
+// in the order of the DAG (see dagOrder).
+func writeSteps(w io.Writer, steps []client.Step, now time.Time) error {
+	steps = dagOrder(steps)
+	tw := newTable(w)
+	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tDURATION\tINFO")
+	for _, s := range steps {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", s.Key, s.Status, s.Attempts, s.MaxAttempts,
+			span(s.StartedAt, s.FinishedAt, now), stepInfo(s, now))
+	}
+	return tw.Flush()
+}
+
+// dagOrder sorts steps by depth in the DAG (a step after everything it needs),
+// then by key: the order a run goes through them. The API lists them by key.
+func dagOrder(steps []client.Step) []client.Step {
+	byKey := make(map[string]*client.Step, len(steps))
+	for i := range steps {
+		byKey[steps[i].Key] = &steps[i]
+	}
+	depth := make(map[string]int, len(steps))
+	var depthOf func(key string, seen int) int
+	depthOf = func(key string, seen int) int {
+		if d, ok := depth[key]; ok {
+			return d
+		}
+		d := 0
+		if s, ok := byKey[key]; ok && s.Needs != nil && seen < len(steps) { // seen: no endless loop on a cycle
+			for _, n := range *s.Needs {
+				d = max(d, depthOf(n, seen+1)+1)
+			}
+		}
+		depth[key] = d
+		return d
+	}
+	out := slices.Clone(steps)
+	slices.SortStableFunc(out, func(a, b client.Step) int {
+		if c := cmp.Compare(depthOf(a.Key, 0), depthOf(b.Key, 0)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
+	return out
+}
+
+// stepInfo says why a step is where it is: who runs it, when it may run again, and
+// the error of its latest failed attempt.
+func stepInfo(s client.Step, now time.Time) string {
+	var parts []string
+	if s.Status == client.StepStatusRunning && s.LeaseOwner != nil {
+		parts = append(parts, "on "+*s.LeaseOwner)
+	}
+	if s.Status == client.StepStatusReady && s.ReadyAt != nil && s.ReadyAt.After(now) {
+		parts = append(parts, "ready in "+formatDuration(s.ReadyAt.Sub(now)))
+	}
+	if msg := errorMessage(s.LastError); msg != "" {
+		if s.Status != client.StepStatusFailed {
+			msg = "last error: " + msg
+		}
+		parts = append(parts, msg)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// errorMessage renders a stored error: its "message" when it has one, else its JSON.
+func errorMessage(v any) string {
+	switch e := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return e
+	case map[string]any:
+		if msg, ok := e["message"].(string); ok {
+			return msg
+		}
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// span is the time from start to end, or to now while running; "-" before start.
+func span(start, end *time.Time, now time.Time) string {
+	if start == nil {
+		return "-"
+	}
+	if end == nil {
+		return formatDuration(now.Sub(*start))
+	}
+	return formatDuration(end.Sub(*start))
+}
+
+// formatDuration rounds for reading: 340ms, 1.25s, 2m3s.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func (c *cli) newRunListCmd() *cobra.Command {
+	var (
+		workflow, status string
+		limit            int
+		out              outputFormat
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.listRuns(cmd.Context(), workflow, status, limit, out)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&workflow, "workflow", "", "only runs of this workflow")
+	f.StringVar(&status, "status", "", "only runs in this state: pending, running, succeeded, failed or canceled")
+	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
+	out.register(cmd)
+	return cmd
+}
+
+func (c *cli) listRuns(ctx context.Context, workflow, status string, limit int, out outputFormat) error {
+	params := client.ListRunsParams{}
+	if workflow != "" {
+		params.Workflow = &workflow
+	}
+	if status != "" {
+		st := client.ListRunsParamsStatus(status)
+		if !st.Valid() {
+			return fmt.Errorf("unknown run status %q (want pending, running, succeeded, failed or canceled)", status)
+		}
+		params.Status = &st
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Run, []byte, *string, error) {
+		p := params
+		p.Cursor, p.Limit = cursor, &size
+		resp, err := cl.ListRunsWithResponse(ctx, &p)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("list runs: %w", err)
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, nil, unexpected("list runs", resp.StatusCode())
+		}
+		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	})
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(c.stdout, rawItems{Items: raw})
+	}
+	now := time.Now()
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tCREATED\tDURATION")
+	for _, r := range items {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", r.Id, r.Workflow, r.Version, r.Status,
+			r.StepsTotal-r.StepsRemaining, r.StepsTotal, formatTime(r.CreatedAt), span(r.StartedAt, r.FinishedAt, now))
+	}
+	return tw.Flush()
+}
+
+func (c *cli) newRunCancelCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a run: pending steps are canceled, running ones killed",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			body := client.CancelRunRequest{}
+			if reason != "" {
+				body.Reason = &reason
+			}
+			resp, err := cl.CancelRunWithResponse(cmd.Context(), id, body)
+			if err != nil {
+				return fmt.Errorf("cancel run %s: %w", id, err)
+			}
+			if resp.JSON200 == nil {
+				return unexpected("cancel run", resp.StatusCode())
+			}
+			fmt.Fprintf(c.stdout, "run %s %s\n", resp.JSON200.Id, resp.JSON200.Status)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the run")
+	return cmd
+}
+
+func (c *cli) newRunOutputCmd() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "output ID STEP",
+		Short: "Write a step's output (streamed) to stdout or a file",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.GetStepOutput(cmd.Context(), id, args[1])
+			if err != nil {
+				return fmt.Errorf("output of step %s: %w", args[1], err)
+			}
+			defer resp.Body.Close()
+			return c.copyOut(resp.Body, file)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "output", "o", "", "file to write (default: stdout)")
+	return cmd
+}
+
+func (c *cli) newRunLogsCmd() *cobra.Command {
+	var attempt int64
+	cmd := &cobra.Command{
+		Use:   "logs ID STEP",
+		Short: "Print the log (stderr) of a step's attempt, the newest by default",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseRunID(args[0])
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			params := &client.GetAttemptLogParams{}
+			if attempt > 0 {
+				params.Attempt = &attempt
+			}
+			resp, err := cl.GetAttemptLog(cmd.Context(), id, args[1], params)
+			if err != nil {
+				return fmt.Errorf("log of step %s: %w", args[1], err)
+			}
+			defer resp.Body.Close()
+			return c.copyOut(resp.Body, "")
+		},
+	}
+	cmd.Flags().Int64Var(&attempt, "attempt", 0, "attempt number (0: the newest)")
+	return cmd
+}
+
+// copyOut streams r to stdout, or to file: written beside it first and renamed into
+// place, so that a broken download never leaves a truncated file under its name.
+func (c *cli) copyOut(r io.Reader, file string) error {
+	if file == "" || file == "-" {
+		lw := &lastByteWriter{w: c.stdout}
+		if _, err := io.Copy(lw, r); err != nil {
+			return fmt.Errorf("download: %w", err)
+		}
+		// Keep the prompt on its own line on a terminal; pipes get the exact bytes.
+		if lw.n > 0 && lw.last != '\n' && isTerminal(c.stdout) {
+			fmt.Fprintln(c.stdout)
+		}
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".part-*")
+	if err != nil {
+		return fmt.Errorf("download: %w", err)
+	}
+	defer os.Remove(tmp.Name())              // after a successful rename this fails harmlessly
+	if err := tmp.Chmod(0o644); err != nil { // CreateTemp makes it 0600
+		tmp.Close()
+		return fmt.Errorf("download to %s: %w", file, err)
+	}
+	if _, err := io.Copy(tmp, r); err != nil {
+		tmp.Close()
+		return fmt.Errorf("download to %s: %w", file, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("download to %s: %w", file, err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("download to %s: %w", file, err)
+	}
+	return nil
+}
+
+// lastByteWriter remembers the last byte written through it.
+type lastByteWriter struct {
+	w    io.Writer
+	n    int64
+	last byte
+}
+
+func (l *lastByteWriter) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if n > 0 {
+		l.n += int64(n)
+		l.last = p[n-1]
+	}
+	return n, err
+}

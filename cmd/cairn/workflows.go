@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairnrun/cairn/client"
+)
+
+func newWorkflowsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	c := newCLI(e, stdout, stderr)
+	cmd := &cobra.Command{
+		Use:     "workflows",
+		Aliases: []string{"workflow"},
+		Short:   "Inspect workflows",
+	}
+	c.registerFlags(cmd)
+	var limit int
+	var out outputFormat
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List workflows by name",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.listWorkflows(cmd.Context(), limit, out)
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+	out.register(list)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func (c *cli) listWorkflows(ctx context.Context, limit int, out outputFormat) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Workflow, []byte, *string, error) {
+		resp, err := cl.ListWorkflowsWithResponse(ctx, &client.ListWorkflowsParams{Cursor: cursor, Limit: &size})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("list workflows: %w", err)
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, nil, unexpected("list workflows", resp.HTTPResponse.StatusCode)
+		}
+		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	})
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(c.stdout, rawItems{Items: raw})
+	}
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "NAME\tLATEST\tUPDATED\tDESCRIPTION")
+	for _, w := range items {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), w.Description)
+	}
+	return tw.Flush()
+}
+
+func newVersionsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	c := newCLI(e, stdout, stderr)
+	cmd := &cobra.Command{
+		Use:     "versions",
+		Aliases: []string{"version"},
+		Short:   "Inspect a workflow's versions",
+	}
+	c.registerFlags(cmd)
+	var limit int
+	var out outputFormat
+	list := &cobra.Command{
+		Use:   "list NAME",
+		Short: "List the versions of a workflow, newest first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.listVersions(cmd.Context(), args[0], limit, out)
+		},
+	}
+	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
+	out.register(list)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func (c *cli) listVersions(ctx context.Context, name string, limit int, out outputFormat) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Version, []byte, *string, error) {
+		resp, err := cl.ListVersionsWithResponse(ctx, name, &client.ListVersionsParams{Cursor: cursor, Limit: &size})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("list versions of %s: %w", name, err)
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, nil, unexpected("list versions", resp.HTTPResponse.StatusCode)
+		}
+		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	})
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		return writeJSON(c.stdout, rawItems{Items: raw})
+	}
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "VERSION\tDIGEST\tSIZE\tCREATED")
+	for _, v := range items {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", v.Version, v.Digest, formatBytes(v.Size), formatTime(v.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+// unexpected is the error for a 2xx answer without the body the operation promises.
+func unexpected(op string, status int) error {
+	return fmt.Errorf("%s: unexpected answer (status %d, no JSON body)", op, status)
+}
+
+// formatTime shows a time in the local zone, to the second.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// formatBytes shows a size in B, KiB, MiB or GiB.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 2; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMG"[exp])
+}
