@@ -41,6 +41,12 @@ type CheckpointResult struct {
 }
 
 func (s *Server) registerCheckpoint() {
+	// Huma reads the whole body of an operation whose JSON media type has a schema
+	// into memory before any Resolver runs, and closes it: Resolve would then find
+	// nothing to stream (every PUT was a 400). Huma decides that at registration,
+	// so the documented schema is set afterwards: the contract is unchanged and the
+	// body stays a stream.
+	jsonBody := &huma.MediaType{}
 	register(s, huma.Operation{
 		OperationID: "putCheckpoint",
 		Method:      http.MethodPut,
@@ -49,7 +55,7 @@ func (s *Server) registerCheckpoint() {
 		Description: "Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.",
 		Tags:        []string{"runs"},
 		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
-			"application/json":         {Schema: &huma.Schema{}},
+			"application/json":         jsonBody,
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}},
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
@@ -84,6 +90,7 @@ func (s *Server) registerCheckpoint() {
 		}
 		return &struct{ Body CheckpointResult }{Body: CheckpointResult{Checkpoint: stored}}, nil
 	})
+	jsonBody.Schema = &huma.Schema{}
 }
 
 // storeCheckpoint keeps a small JSON checkpoint inline and streams anything else
