@@ -91,7 +91,11 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				logger.Warn("no CAIRN_SIGNING_KEY: http functions get requests signed with a random per-process key")
 				rf.signingKey = newToken()
 			}
-			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}, nil)
+			lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
+			if err != nil {
+				return err
+			}
+			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, lambda: lambdaInvoker}, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -137,6 +141,7 @@ type serverParts struct {
 	tokens *api.Tokens
 	logger *slog.Logger
 	rt     runtimeFlags
+	lambda functions.Invoker // nil: no lambda steps here (see newLambdaInvoker)
 }
 
 // runServer runs the dispatcher and serves the API until ctx ends, then drains HTTP
@@ -171,7 +176,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			Logger:        p.logger,
 			Registerer:    reg,
 			Invokers: map[bundle.Kind]functions.Invoker{
-				bundle.KindHTTP: functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger}),
+				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger}),
+				bundle.KindLambda: p.lambda,
 			},
 		})
 		if err != nil {
