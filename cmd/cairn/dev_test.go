@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// cairnBinary builds the real binary once per test binary, for tests that signal it.
+func cairnBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cairn-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "cairn")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, binErr)
+	return binPath
+}
+
+// devProcess is a `cairn dev` subprocess.
+type devProcess struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	creds  map[string]string
+	exited chan struct{} // closed once the process has been waited for
+	err    error         // its exit status, once exited is closed
+}
+
+// wait waits for the process to exit and returns its status.
+func (p *devProcess) wait() error {
+	<-p.exited
+	return p.err
+}
+
+// startDev starts `cairn dev` in dir and waits until it is ready; it returns the
+// process and how long readiness took.
+func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
+	t.Helper()
+	credPath := filepath.Join(dir, ".cairn", "credentials")
+	_ = os.Remove(credPath)
+	start := time.Now()
+	cmd := exec.Command(cairnBinary(t), "dev", "--listen", "127.0.0.1:0")
+	cmd.Dir = dir
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	cmd.Stdout = &syncBuffer{}
+	require.NoError(t, cmd.Start())
+	p := &devProcess{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("cairn dev stderr:\n%s", stderr.String())
+		}
+	})
+	// Waiting for the credentials file (written once the server listens), then for
+	// /readyz to answer 200.
+	require.Eventually(t, func() bool {
+		select {
+		case <-p.exited:
+			require.FailNow(t, "cairn dev exited", "%v\n%s", p.err, stderr.String())
+		default:
+		}
+		creds, err := readCredentials(credPath)
+		if err != nil || creds["CAIRN_SERVER"] == "" {
+			return false
+		}
+		resp, err := http.Get(creds["CAIRN_SERVER"] + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		p.creds = creds
+		return resp.StatusCode == http.StatusOK
+	}, 60*time.Second, 50*time.Millisecond, "waiting for cairn dev to be ready")
+	return p, time.Since(start)
+}
+
+// deployHello deploys examples/hello through the CLI against the dev server.
+func (p *devProcess) deployHello(t *testing.T) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	getenv := func(k string) string { return p.creds[k] }
+	err := run(context.Background(), []string{"deploy", "../../examples/hello"}, getenv, &stdout, &stderr)
+	require.NoError(t, err, "%s", stderr.String())
+	return stdout.String()
+}
+
+func (p *devProcess) workflows(t *testing.T) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, p.creds["CAIRN_SERVER"]+"/v1/workflows", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+p.creds["CAIRN_VIEWER_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, b.String())
+	return b.String()
+}
+
+// TestDevKeepsDataAcrossRestarts starts `cairn dev` in an empty folder, writes
+// data, stops it with SIGINT (Ctrl-C), starts it again, then kills it with SIGKILL
+// and starts it again: the data survives both.
+func TestDevKeepsDataAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	// PostgreSQL runs as an unprivileged account when we are root: the folder must
+	// be reachable by it, which t.TempDir() (mode 0700) is not.
+	dir, err := os.MkdirTemp("", "cairn-dev-test-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+
+	first, took := startDev(t, dir)
+	t.Logf("first start (initdb included): ready in %s", took)
+	out := first.deployHello(t)
+	require.Contains(t, out, "hello")
+
+	require.NoError(t, first.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, first.wait(), "Ctrl-C is a clean exit")
+	require.Contains(t, first.stderr.String(), "PostgreSQL stopped")
+
+	second, took := startDev(t, dir)
+	t.Logf("restart after Ctrl-C: ready in %s", took)
+	require.Contains(t, second.workflows(t), `"name":"hello"`)
+
+	require.NoError(t, second.cmd.Process.Signal(syscall.SIGKILL))
+	_ = second.wait()
+
+	third, took := startDev(t, dir)
+	t.Logf("restart after SIGKILL: ready in %s", took)
+	require.Contains(t, third.workflows(t), `"name":"hello"`)
+	require.NoError(t, third.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, third.wait())
+}
