@@ -131,7 +131,12 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		sink.output.abort(invErr)
 		var fe *functions.Error
 		if !errors.As(invErr, &fe) {
-			fe = infraError("invoke", invErr)
+			// Not the handler's failure but Cairn's (the blob store refusing the
+			// output as it streams, a pipe, a fork): like the other infrastructure
+			// failures, it must not use up the step's attempts.
+			a.logger.Warn("invoke", "error", invErr)
+			out = infraOutcome(a, "invoke", invErr)
+			break
 		}
 		out = outcome{status: catalog.OutcomeFailed, retryable: fe.Retryable, err: fe, retryIn: fe.RetryAfter}
 	}
