@@ -60,6 +60,13 @@ expect() {
 declare -A run_ids
 for dir in examples/*/; do
 	name=$(basename "$dir")
+	# Lambda steps need a Lambda endpoint (LocalStack: docker compose up), which
+	# `cairn dev` has only when CAIRN_LAMBDA_ENDPOINT is set for it.
+	if grep -Eq '^[[:space:]-]*lambda:' "$dir/cairn.yaml" && [[ -z ${CAIRN_LAMBDA_ENDPOINT:-} ]]; then
+		echo "== run of $name: skipped (it calls Lambda; set CAIRN_LAMBDA_ENDPOINT and AWS_REGION to run it)"
+		echo
+		continue
+	fi
 	args=()
 	[[ $name == hello ]] && args=(--input '{"name":"ada"}')
 	echo "== run of $name"
@@ -75,27 +82,29 @@ for dir in examples/*/; do
 done
 
 # Expectations beyond "succeeded", from the outputs and the step tables.
-status_of() { cairn run get "$1" | awk '$1 == "status" { print $2; exit }'; }
+# (cairn run get exits non-zero for a run that did not succeed: read its table anyway.)
+status_of() { { cairn run get "$1" 2>/dev/null || true; } | awk '$1 == "status" { print $2; exit }'; }
+output_of() { cairn run output "$1" "$2" || true; }
 for name in "${!run_ids[@]}"; do
 	st=$(status_of "${run_ids[$name]}")
 	[[ $st == succeeded ]] || { expect "$name" fail "status $st, want succeeded"; continue; }
 	case $name in
 	hello)
-		msg=$(cairn run output "${run_ids[$name]}" join)
+		msg=$(output_of "${run_ids[$name]}" join)
 		if [[ $msg == *"Hello, ada!"*"Bonjour, ada!"* ]]; then expect hello ok "join: $msg"; else expect hello fail "join: $msg"; fi
 		;;
 	retry)
-		attempts=$(cairn run get "${run_ids[$name]}" | awk '$1 == "fail" { print $3 }')
+		attempts=$({ cairn run get "${run_ids[$name]}" 2>/dev/null || true; } | awk '$1 == "fail" { print $3 }')
 		if [[ $attempts == 3/3 ]]; then expect retry ok "fail step: $attempts attempts"; else expect retry fail "fail step: $attempts attempts, want 3/3"; fi
 		;;
 	fanout)
 		want=0
 		for n in 1 2 3 4 5 6 7 8; do want=$((want + n * n)); done
-		got=$(cairn run output "${run_ids[$name]}" join | sed -n 's/.*"sum": *\([0-9]*\).*/\1/p')
+		got=$(output_of "${run_ids[$name]}" join | sed -n 's/.*"sum": *\([0-9]*\).*/\1/p')
 		if [[ $got == "$want" ]]; then expect fanout ok "join: sum $got"; else expect fanout fail "join: sum '$got', want $want"; fi
 		;;
 	large-output)
-		got=$(cairn run output "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
+		got=$(output_of "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
 		if [[ $got == 5242880 ]]; then expect large-output ok "measure: $got bytes"; else expect large-output fail "measure: '$got' bytes, want 5242880"; fi
 		;;
 	*)
@@ -104,10 +113,14 @@ for name in "${!run_ids[@]}"; do
 	esac
 done
 
+for name in hello retry fanout large-output; do
+	[[ -n ${run_ids[$name]:-} ]] || expect "$name" fail "no run: examples/$name is missing"
+done
+
 echo "== results"
 printf '%s\n' "${results[@]}" | sort
 if [[ $failures -ne 0 ]]; then
-	echo "== $failures example(s) did not end as expected; the server log:"
+	echo "== $failures expectation(s) not met; the end of the server log:"
 	tail -50 "$log"
 	exit 1
 fi

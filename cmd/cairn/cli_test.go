@@ -203,6 +203,15 @@ func TestCLIRunHello(t *testing.T) {
 	require.Equal(t, client.RunStatusSucceeded, got.Run.Status)
 	require.Len(t, got.Steps, 3)
 
+	// Input from a file; the same Idempotency-Key gives the same run.
+	input := filepath.Join(t.TempDir(), "input.json")
+	require.NoError(t, os.WriteFile(input, []byte(`{"name":"grace"}`), 0o644))
+	again := b.mustCLI(t, "run", "start", "hello", "--input", "@"+input, "--idempotency-key", "k1")
+	require.Equal(t, again, b.mustCLI(t, "run", "start", "hello", "--input", "@"+input, "--idempotency-key", "k1"))
+	require.NotEqual(t, id+"\n", again)
+	_, err = b.cli(t, "run", "start", "hello", "--input", `{"name":`)
+	require.ErrorContains(t, err, "input is not valid JSON")
+
 	// Watching a finished run replays its events and ends.
 	watched := b.mustCLI(t, "run", "watch", id)
 	require.Contains(t, watched, "run.created")

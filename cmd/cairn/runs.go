@@ -41,9 +41,9 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 
 // runEndedError reports a run that ended other than succeeded.
 type runEndedError struct {
-	ID     string
-	Status client.RunStatus
-	Reason string
+	ID     string           // the run's ID
+	Status client.RunStatus // failed or canceled
+	Reason string           // the run's error message, if any
 }
 
 func (e *runEndedError) Error() string {
@@ -127,9 +127,17 @@ func (c *cli) startRun(ctx context.Context, name string, version int64, input, i
 		return err
 	}
 	if err := c.follow(ctx, cl, id, nil); err != nil {
-		return err
+		return stoppedFollowing(id, err)
 	}
 	return c.showRun(ctx, cl, id, false)
+}
+
+// stoppedFollowing says, when the user interrupted, that the run goes on.
+func stoppedFollowing(id uuid.UUID, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("stopped following run %s, which goes on (cairn run watch %s): %w", id, id, err)
+	}
+	return err
 }
 
 // readInput reads --input: JSON, or @file. It is checked here so that a typo is
@@ -274,7 +282,9 @@ func stepInfo(s client.Step, now time.Time) string {
 		parts = append(parts, "ready in "+formatDuration(s.ReadyAt.Sub(now)))
 	}
 	if msg := errorMessage(s.LastError); msg != "" {
-		if s.Status != client.StepStatusFailed {
+		switch s.Status {
+		case client.StepStatusFailed, client.StepStatusSkipped, client.StepStatusCanceled:
+		default: // the error of an earlier attempt
 			msg = "last error: " + msg
 		}
 		parts = append(parts, msg)

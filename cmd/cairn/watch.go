@@ -68,7 +68,7 @@ func (c *cli) watch(ctx context.Context, cl *client.Client, id uuid.UUID) error 
 		}
 	}
 	if err := c.follow(ctx, cl, id, on); err != nil {
-		return err
+		return stoppedFollowing(id, err)
 	}
 	if live != nil {
 		live.clear()

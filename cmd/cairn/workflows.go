@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +60,7 @@ func (c *cli) listWorkflows(ctx context.Context, limit int, out outputFormat) er
 	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "NAME\tLATEST\tUPDATED\tDESCRIPTION")
 	for _, w := range items {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), w.Description)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), shorten(w.Description, 72))
 	}
 	return tw.Flush()
 }
@@ -142,4 +143,13 @@ func formatBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMG"[exp])
+}
+
+// shorten keeps a table cell on one line and at most n characters.
+func shorten(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
