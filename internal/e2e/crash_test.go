@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// countScript counts from its checkpoint to 30, one step per 100 ms, adding each
+// number to a running sum; after each step it checkpoints {"i": N, "sum": S} on fd 3.
+// Its output says where it started, so a test can tell a resumed attempt from a
+// fresh one, and the sum proves that no step was lost or counted twice. It appends
+// its pid to PIDS so the test can watch the handler it orphans.
+const countScript = `#!/bin/bash
+read -r envelope
+i=0 sum=0
+if [[ $envelope =~ \"checkpoint\":(\{[^}]*\}) ]]; then
+  cp=${BASH_REMATCH[1]}
+  [[ $cp =~ \"i\":\ *([0-9]+) ]] && i=${BASH_REMATCH[1]}
+  [[ $cp =~ \"sum\":\ *([0-9]+) ]] && sum=${BASH_REMATCH[1]}
+fi
+start=$i
+echo "$CAIRN_ATTEMPT $$" >> PIDS
+while [ "$i" -lt 30 ]; do
+  sleep 0.1
+  i=$((i + 1)) sum=$((sum + i))
+  printf '{"checkpoint":{"i":%d,"sum":%d}}\n' "$i" "$sum" >&3
+done
+printf '{"start":%d,"end":%d,"sum":%d,"attempt":%d}\n' "$start" "$i" "$sum" "$CAIRN_ATTEMPT"
+`
+
+// TestCrashResumesFromCheckpoint: a dispatcher killed with SIGKILL during an exec step
+// that checkpoints every 100 ms. Another dispatcher sweeps the expired lease and
+// resumes the step from its last checkpoint; the attempt that died is interrupted,
+// the upstream step that had succeeded is not run again, and the output is right.
+func TestCrashResumesFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, stackOptions{})
+	const ttl = 2 * time.Second
+	a := st.start(serverOptions{name: "a", leaseTTL: ttl})
+	api := a.api()
+
+	pids := filepath.Join(st.dir, "pids")
+	api.deploy(map[string]string{
+		"cairn.yaml": `name: crash
+steps:
+  - key: prepare
+    builtin: echo
+  - key: count
+    needs: [prepare]
+    exec: ["./bin/count"]
+    timeout: 1m
+    retry: {max_attempts: 3, delay: 100ms}
+`,
+		"bin/count": strings.ReplaceAll(countScript, "PIDS", pids),
+	})
+	runID := api.startRun("crash", 0, map[string]any{"n": 1})
+
+	// Wait until A's handler has checkpointed past 5.
+	var seen struct{ I, Sum int }
+	api.waitStep(runID, "count", 20*time.Second, "a checkpoint with i >= 5", func(s apiStep) bool {
+		if s.Status != "running" || len(s.Checkpoint) == 0 || string(s.Checkpoint) == "null" {
+			return false
+		}
+		return json.Unmarshal(s.Checkpoint, &seen) == nil && seen.I >= 5
+	})
+	require.Less(t, seen.I, 30, "the step finished before it could be killed")
+
+	// B runs before A dies, so it is there to take over.
+	b := st.start(serverOptions{name: "b", leaseTTL: ttl})
+	apiB := b.api()
+
+	killed := time.Now()
+	a.kill()
+	t.Logf("killed server a (pid %d) at checkpoint i=%d", a.pid, seen.I)
+
+	// The handler of the dead dispatcher is in a process group of its own (the exec
+	// invoker's Setpgid), so the kill of A's group does not reach it: it is
+	// orphaned. It dies of SIGPIPE on its next checkpoint, within 100 ms, because the
+	// read end of fd 3 died with A. Wait for that.
+	orphan := handlerPID(t, pids, 1)
+	require.Eventually(t, func() bool { return processGone(orphan) }, 5*time.Second, 20*time.Millisecond,
+		"orphaned handler %d of the killed dispatcher is still running", orphan)
+
+	run := apiB.waitRun(runID, 30*time.Second)
+	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+
+	attempts := apiB.mustAttempts(runID, "count")
+	require.Equal(t, []string{"interrupted", "succeeded"}, attemptStatuses(attempts))
+	require.True(t, a.owns(attempts[0].Dispatcher), "attempt 1 ran on %s", attempts[0].Dispatcher)
+	require.True(t, b.owns(attempts[1].Dispatcher), "attempt 2 ran on %s", attempts[1].Dispatcher)
+	require.NotNil(t, attempts[0].Error)
+	require.Equal(t, "lease_expired", attempts[0].Error.Code)
+
+	// Recovery time: the lease outlives its last heartbeat by at most the TTL, and
+	// B's sweeper runs every SweepInterval (TTL/2) jittered to [TTL/4, 3·TTL/4]:
+	// worst case TTL + 0.75·TTL after the kill, plus a claim round trip. With
+	// TTL = 2s that is 3.5s, inside the promised TTL + 2s.
+	recovery := attempts[1].StartedAt.Sub(killed)
+	t.Logf("recovery: attempt 2 started %s after the kill (lease TTL %s)", recovery.Round(time.Millisecond), ttl)
+	require.LessOrEqual(t, recovery, ttl+2*time.Second)
+
+	// The output: resumed at or after the checkpoint seen before the kill, from
+	// exactly the last checkpoint attempt 1 stored, with the right sum.
+	var out struct{ Start, End, Sum, Attempt int }
+	require.NoError(t, json.Unmarshal(apiB.output(runID, "count"), &out))
+	require.Equal(t, 2, out.Attempt)
+	require.GreaterOrEqual(t, out.Start, seen.I)
+	require.Equal(t, 30, out.End)
+	require.Equal(t, 30*31/2, out.Sum)
+
+	// The upstream step that had succeeded before the kill ran once.
+	require.Len(t, apiB.mustAttempts(runID, "prepare"), 1)
+
+	// The history shows the checkpoints of attempt 1, the last of which is where
+	// attempt 2 started, and the interruption.
+	var lastCheckpoint int
+	checkpoints, interrupted := 0, false
+	for _, e := range apiB.events(runID) {
+		if e.Step != "count" {
+			continue
+		}
+		switch e.Type {
+		case "step.checkpointed":
+			var d struct{ Checkpoint struct{ I int } }
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			if e.Attempt == 1 {
+				checkpoints++
+				lastCheckpoint = d.Checkpoint.I
+			}
+		case "step.retrying":
+			var d struct {
+				AttemptStatus string `json:"attempt_status"`
+			}
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			if e.Attempt == 1 && d.AttemptStatus == "interrupted" {
+				interrupted = true
+			}
+		}
+	}
+	require.GreaterOrEqual(t, checkpoints, 5)
+	require.Equal(t, lastCheckpoint, out.Start, "attempt 2 must start from attempt 1's last checkpoint")
+	require.True(t, interrupted, "no step.retrying event with attempt_status interrupted for attempt 1")
+}
+
+// handlerPID returns the pid an exec handler of countScript logged for attempt n.
+func handlerPID(t *testing.T, path string, attempt int) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		n, pid, ok := strings.Cut(line, " ")
+		if ok && n == strconv.Itoa(attempt) {
+			p, err := strconv.Atoi(pid)
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				if !processGone(p) {
+					_ = syscall.Kill(p, syscall.SIGKILL) // never leave a handler behind
+				}
+			})
+			return p
+		}
+	}
+	t.Fatalf("no pid of attempt %d in %s: %q", attempt, path, b)
+	return 0
+}
