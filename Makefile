@@ -3,7 +3,7 @@ GO        ?= go
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 BIN       := bin/cairn
 VERSITYGW_VERSION   := v1.8.0
-STATICCHECK_VERSION := 2025.1.1
+STATICCHECK_VERSION := v0.8.2
 # Fuzz budget per target inside `make test` (a count: Go 1.26's -fuzztime=Ns can overrun).
 FUZZTIME  ?= 1000x
 
@@ -36,7 +36,6 @@ dev: build
 
 ## demo: build, start cairn dev in a temporary folder, deploy and run the examples.
 demo: build
-	@echo "make demo: the runtime arrives with issue 3; for now it starts cairn dev and checks readiness"
 	@scripts/demo.sh
 
 ## bench: Cairn's numbers beside River's and the machine's floor.
@@ -51,6 +50,10 @@ lint:
 ## openapi: regenerate api/openapi.yaml from the code.
 openapi:
 	$(GO) run ./cmd/cairn openapi > api/openapi.yaml
+
+## client: regenerate the Go client (client/openapi-3.0.yaml, client/client.gen.go) from the API.
+client:
+	$(GO) generate ./client
 
 clean:
 	rm -rf bin

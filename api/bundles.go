@@ -50,12 +50,18 @@ func maxArchiveSize() int64 { return bundle.DefaultLimits().MaxArchiveSize }
 
 func (s *Server) registerBundles() {
 	register(s, huma.Operation{
-		OperationID: "uploadBundle",
-		Method:      http.MethodPost,
-		Path:        "/v1/bundles",
-		Summary:     "Upload a bundle",
-		Description: "The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.",
-		Tags:        []string{"bundles"},
+		OperationID:   "uploadBundle",
+		Method:        http.MethodPost,
+		Path:          "/v1/bundles",
+		Summary:       "Upload a bundle",
+		Description:   "The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.",
+		Tags:          []string{"bundles"},
+		DefaultStatus: http.StatusCreated,
+		Responses: map[string]*huma.Response{
+			"200": {Description: "The bundle was uploaded before: its existing version", Content: map[string]*huma.MediaType{
+				"application/json": {Schema: &huma.Schema{Ref: "#/components/schemas/UploadResult"}},
+			}},
+		},
 		RequestBody: &huma.RequestBody{
 			Required: true,
 			Content: map[string]*huma.MediaType{

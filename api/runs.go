@@ -91,14 +91,15 @@ const maxInputSize = 1 << 20
 
 func (s *Server) registerRuns() {
 	register(s, huma.Operation{
-		OperationID:  "startRun",
-		Method:       http.MethodPost,
-		Path:         "/v1/workflows/{name}/runs",
-		Summary:      "Start a run",
-		Description:  "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.",
-		Tags:         []string{"runs"},
-		MaxBodyBytes: maxInputSize + 1024,
-		Errors:       []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
+		OperationID:   "startRun",
+		Method:        http.MethodPost,
+		Path:          "/v1/workflows/{name}/runs",
+		Summary:       "Start a run",
+		Description:   "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.",
+		Tags:          []string{"runs"},
+		DefaultStatus: http.StatusAccepted,
+		MaxBodyBytes:  maxInputSize + 1024,
+		Errors:        []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
 	}, RoleOperator, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`

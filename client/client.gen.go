@@ -2554,8 +2554,8 @@ func (r ReadyzResponse) ContentType() string {
 	return ""
 }
 
-// UploadBundleResponse200Headers the declared response headers of an HTTP 200 response for UploadBundle
-type UploadBundleResponse200Headers struct {
+// UploadBundleResponse201Headers the declared response headers of an HTTP 201 response for UploadBundle
+type UploadBundleResponse201Headers struct {
 	Location *string
 }
 
@@ -2564,6 +2564,8 @@ type UploadBundleResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *UploadResult
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *UploadResult
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -2574,13 +2576,18 @@ type UploadBundleResponse struct {
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *UploadBundleResponse200Headers
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *UploadBundleResponse201Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
 func (r UploadBundleResponse) GetJSON200() *UploadResult {
 	return r.JSON200
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r UploadBundleResponse) GetJSON201() *UploadResult {
+	return r.JSON201
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -3688,16 +3695,16 @@ func (r GetWorkflowResponse) ContentType() string {
 	return ""
 }
 
-// StartRunResponse200Headers the declared response headers of an HTTP 200 response for StartRun
-type StartRunResponse200Headers struct {
+// StartRunResponse202Headers the declared response headers of an HTTP 202 response for StartRun
+type StartRunResponse202Headers struct {
 	Location *string
 }
 
 type StartRunResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *Run
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Run
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -3714,13 +3721,13 @@ type StartRunResponse struct {
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *StartRunResponse200Headers
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *StartRunResponse202Headers
 }
 
-// GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r StartRunResponse) GetJSON200() *Run {
-	return r.JSON200
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r StartRunResponse) GetJSON202() *Run {
+	return r.JSON202
 }
 
 // GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
@@ -4403,6 +4410,13 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest UploadResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4441,8 +4455,8 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		var headers UploadBundleResponse200Headers
+	case rsp.StatusCode == 201:
+		var headers UploadBundleResponse201Headers
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -4450,7 +4464,7 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 			}
 			headers.Location = &value
 		}
-		response.Headers200 = &headers
+		response.Headers201 = &headers
 	}
 
 	return response, nil
@@ -5329,12 +5343,12 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
 		var dest Run
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.JSON200 = &dest
+		response.JSON202 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest Problem
@@ -5395,8 +5409,8 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		var headers StartRunResponse200Headers
+	case rsp.StatusCode == 202:
+		var headers StartRunResponse202Headers
 		if values := rsp.Header.Values("Location"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
@@ -5404,7 +5418,7 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			}
 			headers.Location = &value
 		}
-		response.Headers200 = &headers
+		response.Headers202 = &headers
 	}
 
 	return response, nil
