@@ -125,7 +125,6 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	}
 	input := nullJSON(p.Input)
 	err = s.InTx(ctx, func(tx *sqlx.Tx) error {
-		runID := id
 		if p.IdempotencyKey != "" {
 			res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 			if err != nil {
@@ -141,7 +140,8 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 				if hash != p.RequestHash {
 					return ErrIdempotencyMismatch
 				}
-				if runID, err = uuid.Parse(resource); err != nil {
+				runID, err := uuid.Parse(resource)
+				if err != nil {
 					return fmt.Errorf("idempotency record: %w", err)
 				}
 				run = &Run{}

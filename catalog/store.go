@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -126,13 +125,4 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(tx *sqlx.Tx) error) (err e
 		return fmt.Errorf("commit: %w", translateError(err))
 	}
 	return nil
-}
-
-// nullTime converts a nullable timestamp for JSON-facing structs.
-func nullTime(t sql.NullTime) *time.Time {
-	if !t.Valid {
-		return nil
-	}
-	v := t.Time.UTC()
-	return &v
 }
