@@ -9,7 +9,7 @@ FUZZTIME  ?= 1000x
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go fuzz dev demo bench lint tools openapi client clean
+.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools openapi client lambda-zip clean
 
 all: build
 
@@ -21,10 +21,14 @@ tools:
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 ## test: everything, with the race detector, against real PostgreSQL and S3 servers.
-test: tools build test-go fuzz
+test: tools build test-go test-ts fuzz
 
 test-go:
 	$(GO) test -race -count=1 ./...
+
+## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
+test-ts: build
+	scripts/ts-client-test.sh
 
 ## fuzz: each fuzz target briefly (FUZZTIME, default 1000x).
 fuzz:
@@ -54,6 +58,13 @@ openapi:
 ## client: regenerate the Go client (client/openapi-3.0.yaml, client/client.gen.go) from the API.
 client:
 	$(GO) generate ./client
+
+## lambda-zip: the lambda-hello example function for provided.al2023 (linux/amd64), zipped into bin/lambda-hello.zip.
+lambda-zip:
+	@mkdir -p bin/lambda-hello
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o bin/lambda-hello/bootstrap ./examples/lambda-hello/function
+	rm -f bin/lambda-hello.zip
+	cd bin/lambda-hello && zip -q -X ../lambda-hello.zip bootstrap
 
 clean:
 	rm -rf bin

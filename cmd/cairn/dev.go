@@ -110,7 +110,11 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		}
 	}
 	credPath := filepath.Join(dataDir, "credentials")
-	parts := serverParts{listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}
+	lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
+	if err != nil {
+		return err
+	}
+	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}
 	return runServer(ctx, parts, func(addr string) {
 		creds.server = "http://" + addr
 		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {
