@@ -171,8 +171,6 @@ type serverOptions struct {
 	leaseTTL time.Duration
 	// inlineLimit is CAIRN_INLINE_LIMIT; 0 keeps the server's default.
 	inlineLimit int64
-	// concurrency is CAIRN_CONCURRENCY; 0 keeps the server's default.
-	concurrency int
 	// shutdownGrace is CAIRN_SHUTDOWN_GRACE; 0 keeps the server's default.
 	shutdownGrace time.Duration
 	// noDispatcher serves the API only.
@@ -183,12 +181,11 @@ type serverOptions struct {
 
 // server is a running (or ended) `cairn serve` process.
 type server struct {
-	t        *testing.T
-	name     string
-	url      string
-	pid      int
-	logPath  string
-	leaseTTL time.Duration
+	t       *testing.T
+	name    string
+	url     string
+	pid     int
+	logPath string
 	// started is when the process was started, ready when /readyz first answered 200.
 	started time.Time
 	ready   time.Time
@@ -261,9 +258,6 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 	if opts.inlineLimit > 0 {
 		env = append(env, "CAIRN_INLINE_LIMIT="+strconv.FormatInt(opts.inlineLimit, 10))
 	}
-	if opts.concurrency > 0 {
-		env = append(env, "CAIRN_CONCURRENCY="+strconv.Itoa(opts.concurrency))
-	}
 	if opts.shutdownGrace > 0 {
 		env = append(env, "CAIRN_SHUTDOWN_GRACE="+opts.shutdownGrace.String())
 	}
@@ -273,12 +267,11 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 		args = append(args, "--no-dispatcher")
 	}
 	s := &server{
-		t:        st.t,
-		name:     opts.name,
-		url:      "http://" + addr,
-		logPath:  filepath.Join(st.dir, fmt.Sprintf("%s-%d.log", opts.name, n)),
-		leaseTTL: opts.leaseTTL,
-		exited:   make(chan struct{}),
+		t:       st.t,
+		name:    opts.name,
+		url:     "http://" + addr,
+		logPath: filepath.Join(st.dir, fmt.Sprintf("%s-%d.log", opts.name, n)),
+		exited:  make(chan struct{}),
 	}
 	logFile, err := os.Create(s.logPath)
 	if err != nil {
