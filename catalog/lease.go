@@ -36,11 +36,47 @@ const (
 )
 
 const (
+	// sqlClaim leases up to $2 ready steps to $1 for $3 seconds in one statement: each
+	// step gets a fresh fencing token and an attempt row; each run touched gets one
+	// revision bump for all its step.started events (seq = the run's revisions, in
+	// key order), and leaves pending. The deps of each step come back with it.
 	sqlClaim = `
-SELECT o_run_id AS run_id, o_key AS key, o_attempt AS attempt, o_lease_token AS lease_token,
-       o_lease_expires_at AS lease_expires_at, o_checkpoint AS checkpoint,
-       o_workflow AS workflow, o_version AS version, o_input AS input, o_deps AS deps
-FROM cairn_claim($1, $2, make_interval(secs => $3))`
+WITH c AS (
+    SELECT s.run_id, s.key FROM steps s
+    WHERE s.status = 'ready' AND s.ready_at <= now()
+    ORDER BY s.ready_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), upd AS (
+    UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
+        counted_attempts = s.counted_attempts + 1, lease_owner = $1,
+        lease_token = nextval('lease_token_seq'), lease_expires_at = now() + make_interval(secs => $3),
+        started_at = coalesce(s.started_at, now())
+    FROM c WHERE s.run_id = c.run_id AND s.key = c.key
+    RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs
+), att AS (
+    INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
+    SELECT run_id, key, attempts, $1, lease_token FROM upd
+), per_run AS (
+    SELECT run_id, count(*) AS n FROM upd GROUP BY run_id
+), r AS (
+    UPDATE runs SET revision = runs.revision + p.n,
+        status = CASE WHEN runs.status = 'pending' THEN 'running' ELSE runs.status END,
+        started_at = coalesce(runs.started_at, now())
+    FROM per_run p WHERE runs.id = p.run_id
+    RETURNING runs.id, runs.revision, p.n, runs.workflow, runs.version, runs.input
+), ev AS (
+    INSERT INTO events (run_id, seq, type, step_key, attempt, data)
+    SELECT u.run_id, r.revision - r.n + row_number() OVER (PARTITION BY u.run_id ORDER BY u.key),
+           'step.started', u.key, u.attempts,
+           jsonb_build_object('dispatcher', $1::text, 'lease_token', u.lease_token)
+    FROM upd u JOIN r ON r.id = u.run_id
+)
+SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
+       r.workflow, r.version, r.input,
+       (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
+        FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
+FROM upd u JOIN r ON r.id = u.run_id`
 
 	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)`
 

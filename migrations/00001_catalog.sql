@@ -148,7 +148,8 @@ END $$;
 -- +goose StatementEnd
 
 -- cairn_run_settle counts p_done more steps of a run as terminal; when none remain,
--- the run ends: failed if a step failed, else succeeded.
+-- the run ends: failed if a step failed, else succeeded. With p_done = 0 it only
+-- ends a run that has no steps left.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -205,86 +206,67 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
--- cairn_claim leases up to p_limit ready steps to p_owner, each with a fresh fencing
--- token, and returns what the dispatcher needs to build their envelopes.
--- +goose StatementBegin
-CREATE FUNCTION cairn_claim(p_owner text, p_limit integer, p_ttl interval)
-RETURNS TABLE (o_run_id uuid, o_key text, o_attempt integer, o_lease_token bigint,
-               o_lease_expires_at timestamptz, o_checkpoint jsonb, o_workflow text,
-               o_version integer, o_input jsonb, o_deps jsonb)
-LANGUAGE plpgsql AS $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN
-        WITH c AS (
-            SELECT s.run_id, s.key FROM steps s
-            WHERE s.status = 'ready' AND s.ready_at <= now()
-            ORDER BY s.ready_at
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        )
-        UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
-            counted_attempts = s.counted_attempts + 1, lease_owner = p_owner,
-            lease_token = nextval('lease_token_seq'), lease_expires_at = now() + p_ttl,
-            started_at = coalesce(s.started_at, now())
-        FROM c WHERE s.run_id = c.run_id AND s.key = c.key
-        RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs
-    LOOP
-        INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
-        VALUES (r.run_id, r.key, r.attempts, p_owner, r.lease_token);
-        UPDATE runs SET status = 'running', started_at = now()
-        WHERE id = r.run_id AND status = 'pending';
-        PERFORM cairn_event(r.run_id, 'step.started', r.key, r.attempts,
-            jsonb_build_object('dispatcher', p_owner, 'lease_token', r.lease_token));
-        o_run_id := r.run_id;
-        o_key := r.key;
-        o_attempt := r.attempts;
-        o_lease_token := r.lease_token;
-        o_lease_expires_at := r.lease_expires_at;
-        o_checkpoint := r.checkpoint;
-        SELECT ru.workflow, ru.version, ru.input INTO o_workflow, o_version, o_input
-        FROM runs ru WHERE ru.id = r.run_id;
-        SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}') INTO o_deps
-        FROM steps d WHERE d.run_id = r.run_id AND d.key = ANY (r.needs);
-        RETURN NEXT;
-    END LOOP;
-END $$;
--- +goose StatementEnd
-
 -- cairn_step_finish records the end of an attempt, fenced by its lease token.
 -- p_outcome: succeeded, failed, timed_out, interrupted (count against the budget),
 -- handback (interrupted, does not count, ready at once) or infra_failed (Cairn's own
 -- infrastructure failed, not the handler: the attempt is failed but does not count,
--- and the step is ready again at p_retry_at). A retryable failure with
--- budget left returns the step to ready at p_retry_at; otherwise the step fails and
--- its dependents are skipped. Returns 'ok', or 'lease_lost' when the token is not the
+-- and the step is ready again at p_retry_at). A retryable failure with budget left
+-- returns the step to ready at p_retry_at; otherwise the step fails and its
+-- dependents are skipped. Returns 'ok', or 'lease_lost' when the token is not the
 -- step's current lease (nothing is written then).
+--
+-- It is on the hot path: the common case is five statements (the step, its attempt,
+-- its dependents, the run, the event), each touching only the rows it must.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_step_finish(p_run uuid, p_key text, p_token bigint, p_outcome text,
                                   p_output jsonb, p_error jsonb, p_retryable boolean,
                                   p_retry_at timestamptz, p_log_key text)
 RETURNS text LANGUAGE plpgsql AS $$
 DECLARE
-    v_step     steps%ROWTYPE;
+    v_status   text;
+    v_attempt  integer;
+    v_ready_at timestamptz := greatest(coalesce(p_retry_at, now()), now());
     v_done     integer := 0;
     v_ready    integer := 0;
-    v_skipped  integer := 0;
+    v_type     text;
+    v_data     jsonb;
+    v_rev      bigint;
+    v_left     integer;
 BEGIN
-    SELECT * INTO v_step FROM steps WHERE run_id = p_run AND key = p_key FOR UPDATE;
-    IF NOT FOUND OR v_step.status <> 'running' OR v_step.lease_token IS DISTINCT FROM p_token THEN
+    -- The fenced transition: decided from the row's current values in one UPDATE.
+    UPDATE steps SET
+        status = CASE
+            WHEN p_outcome = 'succeeded' THEN 'succeeded'
+            WHEN p_outcome IN ('handback', 'infra_failed') THEN 'ready'
+            WHEN p_retryable AND counted_attempts < max_attempts THEN 'ready'
+            ELSE 'failed' END,
+        output = CASE WHEN p_outcome = 'succeeded' THEN p_output ELSE output END,
+        last_error = CASE WHEN p_outcome IN ('succeeded', 'handback') THEN last_error ELSE p_error END,
+        counted_attempts = CASE WHEN p_outcome IN ('handback', 'infra_failed')
+                                THEN counted_attempts - 1 ELSE counted_attempts END,
+        ready_at = CASE
+            WHEN p_outcome = 'handback' THEN now()
+            WHEN p_outcome = 'infra_failed' OR (p_outcome <> 'succeeded' AND p_retryable AND counted_attempts < max_attempts)
+                THEN v_ready_at
+            ELSE ready_at END,
+        finished_at = CASE
+            WHEN p_outcome = 'succeeded' OR NOT (p_outcome IN ('handback', 'infra_failed')
+                 OR (p_retryable AND counted_attempts < max_attempts)) THEN now()
+            ELSE finished_at END,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+    WHERE run_id = p_run AND key = p_key AND lease_token = p_token AND status = 'running'
+    RETURNING status, attempts INTO v_status, v_attempt;
+    IF NOT FOUND THEN
         RETURN 'lease_lost';
     END IF;
+
     UPDATE attempts SET
         status = CASE p_outcome WHEN 'handback' THEN 'interrupted' WHEN 'infra_failed' THEN 'failed' ELSE p_outcome END,
         finished_at = now(), error = p_error, log_key = p_log_key,
         counted = (p_outcome NOT IN ('handback', 'infra_failed'))
-    WHERE run_id = p_run AND step_key = p_key AND number = v_step.attempts;
+    WHERE run_id = p_run AND step_key = p_key AND number = v_attempt;
 
-    IF p_outcome = 'succeeded' THEN
-        UPDATE steps SET status = 'succeeded', output = p_output, finished_at = now(),
-            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = p_run AND key = p_key;
+    IF v_status = 'succeeded' THEN
         WITH deps AS (
             UPDATE steps SET deps_remaining = deps_remaining - 1,
                 status = CASE WHEN deps_remaining = 1 THEN 'ready' ELSE status END,
@@ -293,45 +275,43 @@ BEGIN
             RETURNING status
         )
         SELECT count(*) FILTER (WHERE status = 'ready') INTO v_ready FROM deps;
-        PERFORM cairn_event(p_run, 'step.succeeded', p_key, v_step.attempts,
-            jsonb_build_object('output', CASE WHEN jsonb_typeof(p_output) = 'object' AND p_output ? '$blob' THEN p_output END));
         v_done := 1;
-    ELSIF p_outcome = 'handback' THEN
-        UPDATE steps SET status = 'ready', ready_at = now(), counted_attempts = counted_attempts - 1,
-            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = p_run AND key = p_key;
-        PERFORM cairn_event(p_run, 'step.handed_back', p_key, v_step.attempts, '{}');
+        v_type := 'step.succeeded';
+        v_data := CASE WHEN jsonb_typeof(p_output) = 'object' AND p_output ? '$blob'
+                       THEN jsonb_build_object('output', p_output) ELSE '{}'::jsonb END;
+    ELSIF v_status = 'ready' THEN
         v_ready := 1;
-    ELSIF p_outcome = 'infra_failed' THEN
-        UPDATE steps SET status = 'ready', ready_at = greatest(coalesce(p_retry_at, now()), now()),
-            counted_attempts = counted_attempts - 1, last_error = p_error,
-            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = p_run AND key = p_key;
-        PERFORM cairn_event(p_run, 'step.retrying', p_key, v_step.attempts,
-            jsonb_build_object('attempt_status', 'failed', 'error', p_error, 'counted', false,
-                               'ready_at', greatest(coalesce(p_retry_at, now()), now())));
-    ELSIF p_retryable AND v_step.counted_attempts < v_step.max_attempts THEN
-        UPDATE steps SET status = 'ready', ready_at = greatest(coalesce(p_retry_at, now()), now()),
-            last_error = p_error, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = p_run AND key = p_key;
-        PERFORM cairn_event(p_run, 'step.retrying', p_key, v_step.attempts,
-            jsonb_build_object('attempt_status', p_outcome, 'error', p_error,
-                               'ready_at', greatest(coalesce(p_retry_at, now()), now())));
-        v_ready := 1;
+        IF p_outcome = 'handback' THEN
+            v_type := 'step.handed_back';
+            v_data := '{}'::jsonb;
+        ELSE
+            v_type := 'step.retrying';
+            v_data := jsonb_build_object('attempt_status', CASE p_outcome WHEN 'infra_failed' THEN 'failed' ELSE p_outcome END,
+                                         'error', p_error, 'ready_at', v_ready_at,
+                                         'counted', p_outcome <> 'infra_failed');
+        END IF;
     ELSE
-        UPDATE steps SET status = 'failed', finished_at = now(), last_error = p_error,
-            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-        WHERE run_id = p_run AND key = p_key;
-        PERFORM cairn_event(p_run, 'step.failed', p_key, v_step.attempts,
-            jsonb_build_object('attempt_status', p_outcome, 'error', p_error));
-        v_skipped := cairn_skip_dependents(p_run, p_key);
-        v_done := 1 + v_skipped;
+        v_done := 1;
+        v_type := 'step.failed';
+        v_data := jsonb_build_object('attempt_status', p_outcome, 'error', p_error);
+    END IF;
+
+    -- One update of the run: its revision (the event's seq) and, for a terminal
+    -- step, the count of steps left.
+    UPDATE runs SET revision = revision + 1, steps_remaining = greatest(steps_remaining - v_done, 0)
+    WHERE id = p_run
+    RETURNING revision, steps_remaining INTO v_rev, v_left;
+    INSERT INTO events (run_id, seq, type, step_key, attempt, data)
+    VALUES (p_run, v_rev, v_type, p_key, v_attempt, v_data);
+
+    IF v_status = 'failed' THEN
+        -- Rare: skip the dependents, count them as done too, maybe end the run.
+        PERFORM cairn_run_settle(p_run, cairn_skip_dependents(p_run, p_key));
+    ELSIF v_done > 0 AND v_left = 0 THEN
+        PERFORM cairn_run_settle(p_run, 0);
     END IF;
     IF v_ready > 0 THEN
         PERFORM pg_notify('cairn_steps', '');
-    END IF;
-    IF v_done > 0 THEN
-        PERFORM cairn_run_settle(p_run, v_done);
     END IF;
     RETURN 'ok';
 END $$;
@@ -402,7 +382,6 @@ END $$;
 DROP FUNCTION cairn_run_cancel(uuid, text);
 DROP FUNCTION cairn_sweep(integer);
 DROP FUNCTION cairn_step_finish(uuid, text, bigint, text, jsonb, jsonb, boolean, timestamptz, text);
-DROP FUNCTION cairn_claim(text, integer, interval);
 DROP FUNCTION cairn_skip_dependents(uuid, text);
 DROP FUNCTION cairn_run_settle(uuid, integer);
 DROP FUNCTION cairn_event(uuid, text, text, integer, jsonb);

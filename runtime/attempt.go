@@ -175,7 +175,9 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		delay := retryDelay(step.Retry, a.claim.Attempt, jitterRand())
 		p.RetryIn = max(delay, out.retryIn)
 	}
-	deadline := time.Now().Add(d.cfg.LeaseTTL)
+	// Transient database errors are retried until the outcome is written or the
+	// lease is known lost: after an outage the sweepers wait a lease TTL, so an
+	// outcome written late still counts. Only a stopping dispatcher gives up.
 	backoff := 50 * time.Millisecond
 	for {
 		err := d.finish(p)
@@ -190,12 +192,15 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 			d.m.leaseLost.WithLabelValues("finish").Inc()
 			a.logger.Warn("completion rejected: the lease is no longer ours", "outcome", out.status)
 			return
-		case time.Now().After(deadline):
-			a.logger.Error("could not record the outcome; the sweeper will retry the step", "outcome", out.status, "error", err)
-			return
 		}
+		d.dbError()
 		a.logger.Warn("record outcome failed; retrying", "error", err, "in", backoff)
-		time.Sleep(backoff)
+		select {
+		case <-d.abandon:
+			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status, "error", err)
+			return
+		case <-time.After(backoff):
+		}
 		backoff = min(backoff*2, 2*time.Second)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -48,7 +49,13 @@ type Dispatcher struct {
 	loops   sync.WaitGroup     // background loops
 	work    sync.WaitGroup     // running attempts
 	noClaim chan struct{}      // closed when claiming must stop
+	abandon chan struct{}      // closed when outcomes that cannot be written are given up
 	nextDue time.Time          // earliest local retry we know of
+
+	// lastDBError is when a database call of the loops last failed (unix nanos).
+	// After an outage the sweeper waits a lease TTL, so that owners can renew their
+	// leases and report outcomes before their steps are taken from them.
+	lastDBError atomic.Int64
 }
 
 // New returns a dispatcher over store and blobs. Invokers for builtin and exec are
@@ -150,7 +157,15 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		a.cancel(errShutdown)
 	}
 	d.mu.Unlock()
-	<-done
+	// Outcomes are written while the database answers; if it does not, they are
+	// given up after another grace period (the sweeper of a later dispatcher takes
+	// the steps back once their leases expire).
+	select {
+	case <-done:
+	case <-time.After(d.cfg.ShutdownGrace):
+		close(d.abandon)
+		<-done
+	}
 	d.cancel()
 	d.loops.Wait()
 	d.logger.Info("dispatcher stopped")
@@ -193,6 +208,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		for d.claiming() {
 			n, full, err := d.claimOnce(ctx)
 			if err != nil {
+				d.dbError()
 				failures++
 				if ctx.Err() == nil {
 					d.logger.Warn("claim failed", "error", err)
@@ -305,6 +321,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			d.dbError()
 			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases))
 			if time.Since(lastOK) > d.cfg.LeaseTTL {
 				// Our leases have expired by now: others may take the steps.
@@ -358,9 +375,14 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		if since := time.Since(time.Unix(0, d.lastDBError.Load())); since < d.cfg.LeaseTTL {
+			d.logger.Debug("sweep deferred after a database error", "since", since)
+			continue
+		}
 		for {
 			n, err := d.store.StepSweep(ctx, 100)
 			if err != nil {
+				d.dbError()
 				if ctx.Err() == nil {
 					d.logger.Warn("sweep failed", "error", err)
 				}
@@ -414,5 +436,8 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 		}
 	}
 }
+
+// dbError records that a database call failed just now.
+func (d *Dispatcher) dbError() { d.lastDBError.Store(time.Now().UnixNano()) }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
