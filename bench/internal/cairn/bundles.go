@@ -1,0 +1,81 @@
+package cairn
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Workflows the benchmark deploys.
+const (
+	// WorkflowChain is ChainSteps noop steps in a line.
+	WorkflowChain = "bench-chain"
+	// WorkflowFanout is root → FanoutWidth parallel noops → join.
+	WorkflowFanout = "bench-fanout"
+	// WorkflowSleep is one `sleep` step of SleepDuration, retried on interruption.
+	WorkflowSleep = "bench-sleep"
+	// WorkflowLarge is one exec step printing LargeBytes to stdout.
+	WorkflowLarge = "bench-large"
+	// WorkflowOne is one noop step.
+	WorkflowOne = "bench-one"
+
+	// ChainSteps is the length of WorkflowChain.
+	ChainSteps = 10
+	// SleepDuration is how long WorkflowSleep's step sleeps.
+	SleepDuration = "2s"
+)
+
+// ChainKey returns the key of the i-th step (0-based) of WorkflowChain: s01, s02, ….
+func ChainKey(i int) string { return fmt.Sprintf("s%02d", i+1) }
+
+// ChainBundle is WorkflowChain.
+func ChainBundle() map[string]File {
+	var b strings.Builder
+	b.WriteString("name: " + WorkflowChain + "\ndescription: ten noop steps in a line\nsteps:\n")
+	for i := 0; i < ChainSteps; i++ {
+		if i == 0 {
+			fmt.Fprintf(&b, "  - {key: %s, builtin: noop}\n", ChainKey(i))
+			continue
+		}
+		fmt.Fprintf(&b, "  - {key: %s, needs: [%s], builtin: noop}\n", ChainKey(i), ChainKey(i-1))
+	}
+	return map[string]File{"cairn.yaml": {Body: []byte(b.String())}}
+}
+
+// FanoutBundle is WorkflowFanout with width parallel steps p0001….
+func FanoutBundle(width int) map[string]File {
+	var b strings.Builder
+	b.WriteString("name: " + WorkflowFanout + "\ndescription: fan-out and join of noop steps\nsteps:\n  - {key: root, builtin: noop}\n")
+	keys := make([]string, width)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("p%04d", i+1)
+		fmt.Fprintf(&b, "  - {key: %s, needs: [root], builtin: noop}\n", keys[i])
+	}
+	fmt.Fprintf(&b, "  - {key: join, needs: [%s], builtin: noop}\n", strings.Join(keys, ", "))
+	return map[string]File{"cairn.yaml": {Body: []byte(b.String())}}
+}
+
+// SleepBundle is WorkflowSleep. Three attempts: an attempt interrupted by a dead
+// dispatcher counts against the budget.
+func SleepBundle() map[string]File {
+	y := "name: " + WorkflowSleep + "\ndescription: one sleep step\nsteps:\n" +
+		"  - key: nap\n    builtin: sleep\n    with: {duration: " + SleepDuration + "}\n" +
+		"    retry: {max_attempts: 3, backoff: fixed, delay: 1s}\n"
+	return map[string]File{"cairn.yaml": {Body: []byte(y)}}
+}
+
+// LargeBundle is WorkflowLarge printing n bytes.
+func LargeBundle(n int64) map[string]File {
+	y := "name: " + WorkflowLarge + "\ndescription: one exec step with a large output\n" +
+		"steps:\n  - key: produce\n    exec: [\"./bin/produce\"]\n    timeout: 30m\n"
+	script := fmt.Sprintf("#!/bin/sh\n# Prints %d zero bytes to stdout.\ncat >/dev/null\nexec head -c %d /dev/zero\n", n, n)
+	return map[string]File{
+		"cairn.yaml":  {Body: []byte(y)},
+		"bin/produce": {Body: []byte(script), Mode: 0o755},
+	}
+}
+
+// OneBundle is WorkflowOne.
+func OneBundle() map[string]File {
+	y := "name: " + WorkflowOne + "\ndescription: one noop step\nsteps:\n  - {key: only, builtin: noop}\n"
+	return map[string]File{"cairn.yaml": {Body: []byte(y)}}
+}

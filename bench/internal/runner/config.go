@@ -1,0 +1,110 @@
+// Package runner sets up the benchmark's servers, runs the chosen scenarios in
+// order and reports.
+package runner
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/cairnrun/cairn/bench/internal/scenario"
+)
+
+// Scenario names, in the order they run.
+var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "startup"}
+
+// Config is the benchmark's configuration.
+type Config struct {
+	CairnBin   string
+	ResultsDir string
+	Scenarios  map[string]bool
+	Quick      bool
+	Keep       bool
+	Scale      scenario.Scale
+}
+
+// scaleFlag is a flag that sizes a scenario, with its value for the published run
+// and for the smoke run (BENCH_QUICK=1).
+type scaleFlag struct {
+	name, usage string
+	dst         *int
+	full, quick int
+}
+
+// ParseFlags reads the command line. BENCH_QUICK=1 (or -quick) switches every scale
+// flag not given explicitly to its quick value and the results to
+// bench/results-quick.
+func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var cfg Config
+	s := &cfg.Scale
+	scales := []scaleFlag{
+		{"throughput-runs", "throughput: 10-step runs in flight", &s.ThroughputRuns, 2000, 200},
+		{"throughput-concurrency", "throughput: CAIRN_CONCURRENCY of an extra one-dispatcher round (0: none)", &s.ThroughputConcurrency, 128, 128},
+		{"latency-runs", "latency: 10-step runs, one at a time", &s.LatencyRuns, 50, 10},
+		{"fanout-width", "fanout: parallel steps between root and join", &s.FanoutWidth, 1000, 100},
+		{"api-requests", "api: requests per serial measurement (4× with concurrent clients)", &s.APIRequests, 500, 100},
+		{"api-clients", "api: concurrent clients", &s.APIClients, 16, 16},
+		{"large-mib", "large_output: MiB printed by the step", &s.LargeMiB, 1024, 64},
+		{"recovery-runs", "recovery: steps in flight at the kill", &s.RecoveryRuns, 500, 100},
+		{"startup-runs", "startup: non-terminal runs in the database", &s.StartupRuns, 100_000, 10_000},
+		{"river-jobs", "river: jobs burned down per configuration", &s.RiverJobs, 50_000, 5_000},
+		{"pgbench-seconds", "pgbench: seconds per run", &s.PgbenchSeconds, 20, 3},
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.CairnBin, "cairn", "bin/cairn", "the cairn binary")
+	fs.StringVar(&cfg.ResultsDir, "results", "", "folder for <scenario>.json (default bench/results, or bench/results-quick with -quick)")
+	scenarios := fs.String("scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run: "+strings.Join(allScenarios, ", "))
+	fs.BoolVar(&cfg.Quick, "quick", getenv("BENCH_QUICK") == "1", "smoke run at small scale (env BENCH_QUICK=1)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the scratch folder (data, logs) and print its path")
+	fs.BoolVar(&s.FsyncTest, "fsync-test", true, "pgbench: also run pg_test_fsync, about 15 s (default off with -quick)")
+	for _, f := range scales {
+		fs.IntVar(f.dst, f.name, f.full, fmt.Sprintf("%s (quick: %d)", f.usage, f.quick))
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.Quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, f := range scales {
+			if !set[f.name] {
+				*f.dst = f.quick
+			}
+		}
+		if !set["fsync-test"] {
+			s.FsyncTest = false
+		}
+	}
+	for _, f := range scales {
+		if *f.dst <= 0 && f.name != "throughput-concurrency" {
+			return cfg, fmt.Errorf("-%s must be positive", f.name)
+		}
+	}
+	if s.RecoveryRuns < 2 {
+		return cfg, fmt.Errorf("-recovery-runs must be at least 2")
+	}
+	if cfg.ResultsDir == "" {
+		cfg.ResultsDir = "bench/results"
+		if cfg.Quick {
+			cfg.ResultsDir = "bench/results-quick"
+		}
+	}
+	cfg.Scenarios = map[string]bool{}
+	for _, name := range strings.Split(*scenarios, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(allScenarios, name) {
+			return cfg, fmt.Errorf("unknown scenario %q (want %s)", name, strings.Join(allScenarios, ", "))
+		}
+		cfg.Scenarios[name] = true
+	}
+	return cfg, nil
+}

@@ -1,0 +1,127 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairnrun/cairn/bench/internal/cairn"
+	"github.com/cairnrun/cairn/bench/internal/report"
+)
+
+// API measures create-run (POST /v1/workflows/{name}/runs) and get-run (GET
+// /v1/runs/{id}) latency on the client, over loopback HTTP with keep-alive, on an
+// API-only server (no dispatcher competes for the CPU): serially, then with
+// APIClients concurrent clients.
+func API(ctx context.Context, e *Env) *report.Result {
+	r := e.NewResult("api")
+	n := e.Scale.APIRequests
+	r.Settings["server"] = "`cairn serve --no-dispatcher` (API only), default settings"
+	r.Settings["workflow"] = fmt.Sprintf("create-run starts the %d-step chain: one transaction inserting the run, %d steps, an event", cairn.ChainSteps, cairn.ChainSteps)
+	r.Settings["serial"] = fmt.Sprintf("%d creates, then %d gets of those runs, one client", n, n)
+	r.Settings["concurrent"] = fmt.Sprintf("%d clients, %d creates then %d gets in all", e.Scale.APIClients, 4*n, 4*n)
+	r.Settings["client"] = "Go net/http, keep-alive, bearer token; latency is from request to body read"
+	err := apiLatency(ctx, e, r)
+	r.AtMost("create_run_p50_ms", 2)
+	r.AtMost("get_run_p50_ms", 0.5)
+	r.Finish(err)
+	return r
+}
+
+func apiLatency(ctx context.Context, e *Env, r *report.Result) error {
+	if _, err := e.Client.Deploy(ctx, cairn.ChainBundle()); err != nil {
+		return err
+	}
+	if err := e.ResetCatalog(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = e.ResetCatalog(context.WithoutCancel(ctx)) }()
+	n := e.Scale.APIRequests
+	for _, m := range []struct {
+		suffix  string
+		clients int
+		total   int
+	}{{"", 1, n}, {"_c" + fmt.Sprint(e.Scale.APIClients), e.Scale.APIClients, 4 * n}} {
+		e.Logf("api: %d creates and gets, %d client(s)", m.total, m.clients)
+		client := cairn.NewClient(e.API.URL)
+		ids := make([]string, m.total)
+		if err := e.resetStatements(ctx); err != nil {
+			return err
+		}
+		create, createWall, err := hammer(ctx, m.clients, m.total, func(i int) error {
+			run, err := client.StartRun(ctx, cairn.WorkflowChain)
+			ids[i] = run.ID
+			return err
+		})
+		if err != nil {
+			client.Close()
+			return err
+		}
+		createSQL, err := e.sqlProfile(ctx, "create-run", float64(m.total), 10)
+		if err != nil {
+			return err
+		}
+		if err := e.resetStatements(ctx); err != nil {
+			return err
+		}
+		get, getWall, err := hammer(ctx, m.clients, m.total, func(i int) error {
+			_, err := client.GetRun(ctx, ids[i])
+			return err
+		})
+		client.Close()
+		if err != nil {
+			return err
+		}
+		getSQL, err := e.sqlProfile(ctx, "get-run", float64(m.total), 10)
+		if err != nil {
+			return err
+		}
+		e.AddProfile(fmt.Sprintf("api create-run, %d client(s)", m.clients), createSQL)
+		e.AddProfile(fmt.Sprintf("api get-run, %d client(s)", m.clients), getSQL)
+		r.Set("round_trips_per_create"+m.suffix, createSQL.RoundTripsPer)
+		r.Set("sql_exec_ms_per_create"+m.suffix, createSQL.SQLExecMSPer)
+		r.Set("round_trips_per_get"+m.suffix, getSQL.RoundTripsPer)
+		r.Set("create_run_p50_ms"+m.suffix, report.Percentile(create, 50))
+		r.Set("create_run_p99_ms"+m.suffix, report.Percentile(create, 99))
+		r.Set("create_run_per_s"+m.suffix, float64(m.total)/createWall.Seconds())
+		r.Set("get_run_p50_ms"+m.suffix, report.Percentile(get, 50))
+		r.Set("get_run_p99_ms"+m.suffix, report.Percentile(get, 99))
+		r.Set("get_run_per_s"+m.suffix, float64(m.total)/getWall.Seconds())
+	}
+	return nil
+}
+
+// hammer calls op(0..total-1) from clients goroutines and returns each call's
+// latency in milliseconds and the wall time.
+func hammer(ctx context.Context, clients, total int, op func(i int) error) ([]float64, time.Duration, error) {
+	lat := make([]float64, total)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= total || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				if err := op(i); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					return
+				}
+				lat[i] = ms(time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	return lat, time.Since(start), firstErr
+}

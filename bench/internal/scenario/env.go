@@ -1,0 +1,198 @@
+// Package scenario runs the benchmark's scenarios against a private PostgreSQL, a
+// versitygw and the cairn binary, each returning a report.Result.
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/cairnrun/cairn/bench/internal/cairn"
+	"github.com/cairnrun/cairn/bench/internal/pgserver"
+	"github.com/cairnrun/cairn/bench/internal/proc"
+	"github.com/cairnrun/cairn/bench/internal/report"
+	"github.com/cairnrun/cairn/bench/internal/s3server"
+)
+
+// Scale sizes the scenarios; every field has a flag in cmd/bench.
+type Scale struct {
+	ThroughputRuns int // runs of the 10-step chain in flight
+	// ThroughputConcurrency, when positive, adds a round with one dispatcher at
+	// this CAIRN_CONCURRENCY.
+	ThroughputConcurrency int
+	LatencyRuns           int // chains run one at a time
+	FanoutWidth           int // parallel steps between root and join
+	APIRequests           int // requests per measurement, serial
+	APIClients            int // concurrent clients
+	LargeMiB              int // output of the large-output step
+	RecoveryRuns          int // one-step sleep runs in flight at the kill
+	StartupRuns           int // non-terminal runs in the database at start-up
+	RiverJobs             int // jobs River burns down
+	PgbenchSeconds        int // per pgbench run
+	FsyncTest             bool
+}
+
+// Env is what every scenario shares.
+type Env struct {
+	Work     string // scratch folder: logs, caches, data
+	PG       *pgserver.Server
+	S3       *s3server.Server
+	Bucket   string
+	CairnBin string
+	// DB is a pool on the catalog database (CatalogDB).
+	DB *pgxpool.Pool
+	// API is a `cairn serve --no-dispatcher`, alive for the whole benchmark: runs are
+	// created through it.
+	API      *cairn.Server
+	Client   *cairn.Client
+	Machine  proc.Machine
+	Versions map[string]string
+	// PGSettings are the server settings, recorded in every result.
+	PGSettings map[string]string
+	Scale      Scale
+	Log        io.Writer
+	// Profiles collects what profile.json reports, by scenario and phase.
+	Profiles []Profile
+
+	serverSeq atomic.Int64
+}
+
+// CatalogDB is the name of Cairn's database, and CatalogRole the role Cairn connects
+// as: the benchmark's own queries run as the superuser, so pg_stat_statements tells
+// them apart.
+const (
+	CatalogDB   = "cairn"
+	CatalogRole = "cairn"
+)
+
+// Logf prints a progress line.
+func (e *Env) Logf(format string, args ...any) {
+	fmt.Fprintf(e.Log, "bench: "+format+"\n", args...)
+}
+
+// NewResult starts a result with the common settings.
+func (e *Env) NewResult(scenario string) *report.Result {
+	r := report.New(scenario, e.Machine, e.Versions)
+	r.Settings["postgres"] = e.PGSettings
+	return r
+}
+
+// ServerConfig returns the configuration of a `cairn serve` on the catalog; name
+// tells its files apart.
+func (e *Env) ServerConfig(name string) cairn.ServerConfig {
+	return cairn.ServerConfig{
+		Bin:         e.CairnBin,
+		DatabaseURL: e.PG.URLAs(CatalogRole, CatalogDB),
+		BlobURL:     e.S3.BlobURL(e.Bucket),
+		Env:         e.S3.Env(),
+		Dir:         filepath.Join(e.Work, "cairn"),
+		Name:        name + "-" + strconv.FormatInt(e.serverSeq.Add(1), 10),
+	}
+}
+
+// StartDispatchers starts n `cairn serve` processes with dispatchers.
+func (e *Env) StartDispatchers(ctx context.Context, n int, tweak func(*cairn.ServerConfig)) ([]*cairn.Server, error) {
+	var out []*cairn.Server
+	for i := 0; i < n; i++ {
+		cfg := e.ServerConfig("dispatcher")
+		if tweak != nil {
+			tweak(&cfg)
+		}
+		s, err := cairn.StartServer(ctx, cfg)
+		if err != nil {
+			StopAll(out)
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// StopAll stops servers in parallel.
+func StopAll(servers []*cairn.Server) {
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(s.Stop)
+	}
+	wg.Wait()
+}
+
+// ResetCatalog empties the run tables (runs cascade to steps, attempts and events)
+// and writes a checkpoint, so that each measurement starts from the same state. No
+// dispatcher may be running.
+func (e *Env) ResetCatalog(ctx context.Context) error {
+	if _, err := e.DB.Exec(ctx, `TRUNCATE runs, idempotency_keys CASCADE`); err != nil {
+		return fmt.Errorf("reset catalog: %w", err)
+	}
+	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// CreateRuns starts n runs of workflow through the API with clients concurrent
+// requests and returns their ids in creation order per client.
+func (e *Env) CreateRuns(ctx context.Context, workflow string, n, clients int) ([]string, error) {
+	ids := make([]string, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, clients)
+	for c := 0; c < clients; c++ {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				r, err := e.Client.StartRun(ctx, workflow)
+				if err != nil {
+					errs[c] = err
+					return
+				}
+				ids[i] = r.ID
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// WaitRunsDone polls the catalog until no run is pending or running, or timeout.
+func (e *Env) WaitRunsDone(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var left int
+		if err := e.DB.QueryRow(ctx, `SELECT count(*) FROM runs WHERE status IN ('pending', 'running')`).Scan(&left); err != nil {
+			return err
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d runs still unfinished after %s", left, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// RunsNotSucceeded counts runs that ended otherwise than succeeded.
+func (e *Env) RunsNotSucceeded(ctx context.Context) (int, error) {
+	var n int
+	err := e.DB.QueryRow(ctx, `SELECT count(*) FROM runs WHERE status <> 'succeeded'`).Scan(&n)
+	return n, err
+}

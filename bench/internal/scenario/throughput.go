@@ -1,0 +1,245 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cairnrun/cairn/bench/internal/cairn"
+	"github.com/cairnrun/cairn/bench/internal/report"
+)
+
+// createClients is how many concurrent API clients create the runs of a scenario.
+const createClients = 16
+
+// Round is the outcome of one throughput measurement, with the profile of the SQL
+// Cairn ran during it.
+type Round struct {
+	Dispatchers int `json:"dispatchers"`
+	// Concurrency is CAIRN_CONCURRENCY; 0 for Cairn's default (8 × CPUs).
+	Concurrency int         `json:"concurrency"`
+	Steps       int         `json:"steps"`
+	StepsPerS   float64     `json:"steps_per_s"`
+	Profile     *RunProfile `json:"profile"`
+}
+
+// RunProfile is where the time of a round went.
+type RunProfile struct {
+	// Per step: transactions committed (the benchmark's own polling, 10 a second,
+	// included), WAL bytes and WAL flushes.
+	CommitsPerStep  float64 `json:"commits_per_step"`
+	WALBytesPerStep float64 `json:"wal_bytes_per_step"`
+	WALSyncsPerStep float64 `json:"wal_syncs_per_step"`
+	// CPU milliseconds per step: the cairn processes, and the PostgreSQL cluster.
+	CairnCPUMSPerStep    float64 `json:"cairn_cpu_ms_per_step"`
+	PostgresCPUMSPerStep float64 `json:"postgres_cpu_ms_per_step"`
+	// ClaimBatch is the mean number of steps one claim returned, FinishBatch the
+	// mean number of outcomes one completing statement committed.
+	ClaimBatch  float64 `json:"claim_batch"`
+	FinishBatch float64 `json:"finish_batch"`
+	// SQL is pg_stat_statements for Cairn's role, per step.
+	SQL *SQLProfile `json:"sql"`
+	// Tables are the catalog tables' access counters over the round.
+	Tables []TableStats `json:"tables"`
+	// DispatcherMetrics are the dispatchers' own counters, summed.
+	DispatcherMetrics map[string]float64 `json:"dispatcher_metrics"`
+}
+
+// Throughput runs ThroughputRuns 10-step noop chains, all created before the
+// dispatchers start, with 1 and then 2 dispatcher processes. steps/s = steps
+// completed / (last attempt finished_at − first attempt started_at).
+func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report.Result {
+	r := e.NewResult("throughput")
+	r.Settings["runs"] = e.Scale.ThroughputRuns
+	r.Settings["workflow"] = fmt.Sprintf("%d noop built-in steps in a chain", cairn.ChainSteps)
+	r.Settings["creation"] = fmt.Sprintf("every run is created before the dispatchers start, through the API of a `cairn serve --no-dispatcher` (%d concurrent clients); all runs are in flight at once", createClients)
+	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 8 × CPUs, claim batch 64)"
+	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; steps_per_s is the better of the two rounds; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
+	if c := e.Scale.ThroughputConcurrency; c > 0 {
+		r.Settings["tuned_round"] = fmt.Sprintf("a third round, not in steps_per_s: 1 dispatcher with CAIRN_CONCURRENCY=%d (steps_per_s_1_dispatcher_c%d)", c, c)
+	}
+	err := func() error {
+		if _, err := e.Client.Deploy(ctx, cairn.ChainBundle()); err != nil {
+			return err
+		}
+		rounds := []struct{ dispatchers, concurrency int }{{1, 0}, {2, 0}}
+		if c := e.Scale.ThroughputConcurrency; c > 0 {
+			rounds = append(rounds, struct{ dispatchers, concurrency int }{1, c})
+		}
+		for _, rc := range rounds {
+			round, err := throughputRound(ctx, e, rc.dispatchers, rc.concurrency)
+			if err != nil {
+				return err
+			}
+			suffix := fmt.Sprintf("_%d_dispatcher", rc.dispatchers)
+			name := fmt.Sprintf("throughput, %d dispatcher(s)", rc.dispatchers)
+			if rc.concurrency > 0 {
+				suffix += fmt.Sprintf("_c%d", rc.concurrency)
+				name += fmt.Sprintf(", CAIRN_CONCURRENCY=%d", rc.concurrency)
+			}
+			e.AddProfile(name, &round)
+			r.Set("steps_per_s"+suffix, round.StepsPerS)
+			r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
+			r.Set("commits_per_step"+suffix, round.Profile.CommitsPerStep)
+			r.Set("cairn_cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep)
+			r.Set("postgres_cpu_ms_per_step"+suffix, round.Profile.PostgresCPUMSPerStep)
+			r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
+			if rc.concurrency == 0 && round.StepsPerS > r.Metrics["steps_per_s"] {
+				r.Set("steps_per_s", round.StepsPerS)
+			}
+		}
+		return nil
+	}()
+	r.AtLeast("steps_per_s", 2000)
+	best := r.Metrics["steps_per_s"]
+	if peer != nil {
+		for _, k := range []string{"river_jobs_per_s", "river_jobs_per_s_default", "river_cpu_ms_per_job"} {
+			if v, ok := peer.Metrics[k]; ok {
+				r.Set(k, v)
+			}
+		}
+		if v := peer.Metrics["river_jobs_per_s"]; v > 0 && best > 0 {
+			r.Set("ratio_to_river", best/v)
+			r.AtLeast("ratio_to_river", 0.5)
+		}
+		// The machine is shared: processor time per unit of work varies less with
+		// the load than rates do. River's CPU per job over Cairn's per step (the
+		// best default round), so that higher is better as with ratio_to_river.
+		if v := peer.Metrics["river_cpu_ms_per_job"]; v > 0 {
+			if c := bestCPU(r.Metrics); c > 0 {
+				r.Set("cpu_ratio_to_river", v/c)
+			}
+		}
+	}
+	if floor != nil {
+		for _, k := range []string{"pgbench_tps_1", "pgbench_tps_8", "fdatasync_ops_per_s"} {
+			if v, ok := floor.Metrics[k]; ok {
+				r.Set(k, v)
+				if best > 0 && k != "fdatasync_ops_per_s" {
+					r.Set("ratio_to_"+k, best/v)
+				}
+			}
+		}
+	}
+	r.Finish(err)
+	return r
+}
+
+func throughputRound(ctx context.Context, e *Env, dispatchers, concurrency int) (Round, error) {
+	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
+	if err := e.ResetCatalog(ctx); err != nil {
+		return round, err
+	}
+	e.Logf("throughput: creating %d runs", e.Scale.ThroughputRuns)
+	if _, err := e.CreateRuns(ctx, cairn.WorkflowChain, e.Scale.ThroughputRuns, createClients); err != nil {
+		return round, err
+	}
+	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {
+		return round, err
+	}
+	if err := e.resetStatements(ctx); err != nil {
+		return round, err
+	}
+	settleStats(ctx) // the API server's backends flush what creating the runs counted
+	before, err := e.counters(ctx)
+	if err != nil {
+		return round, err
+	}
+	tablesBefore, err := e.tableStats(ctx)
+	if err != nil {
+		return round, err
+	}
+	pgCPU := e.PG.CPUSeconds()
+	e.Logf("throughput: %d dispatcher(s) burning %d steps", dispatchers, e.Scale.ThroughputRuns*cairn.ChainSteps)
+	servers, err := e.StartDispatchers(ctx, dispatchers, func(c *cairn.ServerConfig) { c.Concurrency = concurrency })
+	if err != nil {
+		return round, err
+	}
+	defer StopAll(servers)
+	waitErr := e.WaitRunsDone(ctx, 10*time.Minute)
+	pgCPU = e.PG.CPUSeconds() - pgCPU
+	var cairnCPU float64
+	metrics := map[string]float64{}
+	for _, s := range servers {
+		cairnCPU += s.CPUSeconds()
+		m, err := s.Metrics(ctx)
+		if err == nil {
+			for _, k := range []string{"cairn_steps_claimed_total", "cairn_attempts_total", "cairn_lease_lost_total", "go_gc_duration_seconds_count", "process_cpu_seconds_total"} {
+				metrics[k] += m[k]
+			}
+		}
+	}
+	StopAll(servers)
+	if waitErr != nil {
+		return round, waitErr
+	}
+	if bad, err := e.RunsNotSucceeded(ctx); err != nil || bad > 0 {
+		return round, fmt.Errorf("%d runs did not succeed (%v)", bad, err)
+	}
+	var span float64
+	if err := e.DB.QueryRow(ctx, `
+SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))::float8
+FROM attempts WHERE status = 'succeeded'`).Scan(&round.Steps, &span); err != nil {
+		return round, err
+	}
+	round.StepsPerS = float64(round.Steps) / span
+	// The dispatchers' backends flushed their statistics when they exited.
+	after, err := e.counters(ctx)
+	if err != nil {
+		return round, err
+	}
+	tablesAfter, err := e.tableStats(ctx)
+	if err != nil {
+		return round, err
+	}
+	d := after.sub(before)
+	steps := float64(round.Steps)
+	p := &RunProfile{
+		CommitsPerStep:       d.Commits / steps,
+		WALBytesPerStep:      d.WALBytes / steps,
+		WALSyncsPerStep:      d.WALSyncs / steps,
+		CairnCPUMSPerStep:    cairnCPU * 1000 / steps,
+		PostgresCPUMSPerStep: pgCPU * 1000 / steps,
+		DispatcherMetrics:    metrics,
+		Tables:               tableDelta(tablesBefore, tablesAfter),
+	}
+	if p.SQL, err = e.sqlProfile(ctx, "step", steps, 25); err != nil {
+		return round, err
+	}
+	p.ClaimBatch, p.FinishBatch = batchSizes(p.SQL.Statements, steps)
+	round.Profile = p
+	e.Logf("throughput: %d dispatcher(s): %.0f steps/s", dispatchers, round.StepsPerS)
+	return round, nil
+}
+
+// batchSizes reads the mean claim and finish batch from the top-level claim and
+// finish statements: steps per call.
+func batchSizes(stmts []Statement, steps float64) (claim, finish float64) {
+	for _, s := range stmts {
+		if !s.TopLevel || s.Calls == 0 {
+			continue
+		}
+		switch {
+		case strings.Contains(s.Query, "FROM cairn_claim("):
+			claim = float64(s.Rows) / float64(s.Calls)
+		case strings.Contains(s.Query, "cairn_step_finish("):
+			finish += float64(s.Calls)
+		}
+	}
+	if finish > 0 {
+		finish = steps / finish
+	}
+	return claim, finish
+}
+
+// bestCPU returns the lowest cpu_ms_per_step of the default-settings rounds.
+func bestCPU(m map[string]float64) float64 {
+	best := 0.0
+	for _, k := range []string{"cpu_ms_per_step_1_dispatcher", "cpu_ms_per_step_2_dispatcher"} {
+		if v, ok := m[k]; ok && (best == 0 || v < best) {
+			best = v
+		}
+	}
+	return best
+}
