@@ -109,6 +109,8 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 	sqlSweep = `SELECT cairn_sweep($1)`
 
 	sqlNextReadyAt = `SELECT min(ready_at) FROM steps WHERE status = 'ready'`
+
+	sqlNextLeaseExpiry = `SELECT min(lease_expires_at) FROM steps WHERE status = 'running'`
 )
 
 // Claimed is a step leased to a dispatcher, with what its envelope needs.
@@ -311,6 +313,19 @@ func (s *Store) NextReadyAt(ctx context.Context) (time.Time, error) {
 	var t *time.Time
 	if err := s.db.GetContext(ctx, &t, sqlNextReadyAt); err != nil {
 		return time.Time{}, fmt.Errorf("next ready step: %w", translateError(err))
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// NextLeaseExpiry returns when the earliest lease of a running step expires, or the
+// zero time when no step runs.
+func (s *Store) NextLeaseExpiry(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := s.db.GetContext(ctx, &t, sqlNextLeaseExpiry); err != nil {
+		return time.Time{}, fmt.Errorf("next lease expiry: %w", translateError(err))
 	}
 	if t == nil {
 		return time.Time{}, nil

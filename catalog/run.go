@@ -54,6 +54,10 @@ SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
        m, CASE WHEN n = '' THEN now() END
 FROM unnest($2::text[], $3::text[], $4::integer[]) AS s(k, n, m)`
 
+	sqlEdgesInsert = `
+INSERT INTO step_edges (run_id, from_key, to_key)
+SELECT s.run_id, n, s.key FROM steps s, unnest(s.needs) AS n WHERE s.run_id = $1`
+
 	sqlRunCreatedEvent = `SELECT cairn_event($1, 'run.created', NULL, NULL, $2)`
 
 	sqlNotifySteps = `SELECT pg_notify('cairn_steps', '')`
@@ -152,6 +156,9 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, sqlStepsInsert, id, pq.Array(keys), pq.Array(needs), pq.Array(maxes)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlEdgesInsert, id); err != nil {
 			return err
 		}
 		data, _ := json.Marshal(map[string]any{"workflow": p.Workflow, "version": p.Version})

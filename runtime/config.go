@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +30,8 @@ type Blobs interface {
 type Config struct {
 	// ID names this dispatcher in leases and attempts; default host-pid-random.
 	ID string
-	// Concurrency is how many attempts run at once; default 8 × GOMAXPROCS.
+	// Concurrency is how many attempts run at once; default 64. Short steps need a
+	// high value: claims and group commits batch what is free or finished at once.
 	Concurrency int
 	// ClaimBatch bounds the steps claimed per round trip; default 64.
 	ClaimBatch int
@@ -88,7 +88,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if out.Concurrency <= 0 {
-		out.Concurrency = 8 * runtime.GOMAXPROCS(0)
+		out.Concurrency = 64
 	}
 	if out.ClaimBatch <= 0 {
 		out.ClaimBatch = 64

@@ -366,10 +366,17 @@ func (d *Dispatcher) cancelRun(runID uuid.UUID) {
 	}
 }
 
-// sweepLoop returns expired leases of any dispatcher, every SweepInterval (jittered).
+// sweepLoop returns expired leases of any dispatcher: every SweepInterval
+// (jittered), and sooner when the earliest lease expires before that, so a dead
+// dispatcher's steps are taken back about when their leases end.
 func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	for {
 		wait := d.cfg.SweepInterval/2 + time.Duration(jitterRand()*float64(d.cfg.SweepInterval))
+		if next, err := d.store.NextLeaseExpiry(ctx); err == nil && !next.IsZero() {
+			// A little after the expiry, spread between dispatchers.
+			until := time.Until(next) + time.Duration((0.05+0.1*jitterRand())*float64(d.cfg.LeaseTTL))
+			wait = max(min(wait, until), 10*time.Millisecond)
+		}
 		select {
 		case <-ctx.Done():
 			return
