@@ -41,26 +41,31 @@ ON CONFLICT (scope, key) DO NOTHING`
 	sqlIdempotencyGet = `
 SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
 
-	sqlRunInsert = `
-INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining)
-VALUES ($1, $2, $3, $4, $5, $5)`
-
-	// Steps arrive as parallel arrays; needs are comma-joined (keys cannot hold commas).
-	sqlStepsInsert = `
-INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
-SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
-       coalesce(string_to_array(nullif(n, ''), ','), '{}'),
-       coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
-       m, CASE WHEN n = '' THEN now() END
-FROM unnest($2::text[], $3::text[], $4::integer[]) AS s(k, n, m)`
-
-	sqlEdgesInsert = `
-INSERT INTO step_edges (run_id, from_key, to_key)
-SELECT s.run_id, n, s.key FROM steps s, unnest(s.needs) AS n WHERE s.run_id = $1`
-
-	sqlRunCreatedEvent = `SELECT cairn_event($1, 'run.created', NULL, NULL, $2)`
-
-	sqlNotifySteps = `SELECT pg_notify('cairn_steps', '')`
+	// sqlRunCreate makes a run in one statement (atomic on its own): the run, its
+	// steps (parallel arrays; needs comma-joined, keys cannot hold commas), the DAG's
+	// edges, the run.created event (seq 1) and a wake-up for the dispatchers.
+	// Foreign keys are checked at the end of the statement, when all rows exist.
+	sqlRunCreate = `
+WITH r AS (
+    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision)
+    VALUES ($1, $2, $3, $4, cardinality($5::text[]), cardinality($5::text[]), 1)
+    RETURNING ` + runColumns + `
+), st AS (
+    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
+    SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
+           coalesce(string_to_array(nullif(n, ''), ','), '{}'),
+           coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
+           m, CASE WHEN n = '' THEN now() END
+    FROM unnest($5::text[], $6::text[], $7::integer[]) AS s(k, n, m)
+), ed AS (
+    INSERT INTO step_edges (run_id, from_key, to_key)
+    SELECT $1, n, s.k
+    FROM unnest($5::text[], $6::text[]) AS s(k, ns), unnest(string_to_array(nullif(s.ns, ''), ',')) AS n
+), ev AS (
+    INSERT INTO events (run_id, seq, type, data) VALUES ($1, 1, 'run.created', $8)
+)
+SELECT r.* -- the RETURNING list above
+FROM r CROSS JOIN LATERAL (SELECT pg_notify('cairn_steps', '')) AS wake`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
@@ -128,49 +133,40 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
 	}
 	input := nullJSON(p.Input)
+	event, _ := json.Marshal(map[string]any{"workflow": p.Workflow, "version": p.Version})
+	args := []any{id, p.Workflow, p.Version, input, pq.Array(keys), pq.Array(needs), pq.Array(maxes), event}
+	if p.IdempotencyKey == "" {
+		run = &Run{}
+		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
+			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
+		}
+		return run, true, nil
+	}
 	err = s.InTx(ctx, func(tx *sqlx.Tx) error {
-		if p.IdempotencyKey != "" {
-			res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
-			if err != nil {
+		res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			// Another request holds the key (its transaction has committed: the
+			// insert waited for it).
+			var hash, resource string
+			if err := tx.QueryRowxContext(ctx, sqlIdempotencyGet, p.IdempotencyScope, p.IdempotencyKey).Scan(&hash, &resource); err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n == 0 {
-				// Another request holds the key (its transaction has committed: the
-				// insert waited for it).
-				var hash, resource string
-				if err := tx.QueryRowxContext(ctx, sqlIdempotencyGet, p.IdempotencyScope, p.IdempotencyKey).Scan(&hash, &resource); err != nil {
-					return err
-				}
-				if hash != p.RequestHash {
-					return ErrIdempotencyMismatch
-				}
-				runID, err := uuid.Parse(resource)
-				if err != nil {
-					return fmt.Errorf("idempotency record: %w", err)
-				}
-				run = &Run{}
-				return tx.GetContext(ctx, run, sqlRunGet, runID)
+			if hash != p.RequestHash {
+				return ErrIdempotencyMismatch
 			}
-		}
-		if _, err := tx.ExecContext(ctx, sqlRunInsert, id, p.Workflow, p.Version, input, len(p.Steps)); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlStepsInsert, id, pq.Array(keys), pq.Array(needs), pq.Array(maxes)); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlEdgesInsert, id); err != nil {
-			return err
-		}
-		data, _ := json.Marshal(map[string]any{"workflow": p.Workflow, "version": p.Version})
-		if _, err := tx.ExecContext(ctx, sqlRunCreatedEvent, id, data); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlNotifySteps); err != nil {
-			return err
+			runID, err := uuid.Parse(resource)
+			if err != nil {
+				return fmt.Errorf("idempotency record: %w", err)
+			}
+			run = &Run{}
+			return tx.GetContext(ctx, run, sqlRunGet, runID)
 		}
 		created = true
 		run = &Run{}
-		return tx.GetContext(ctx, run, sqlRunGet, id)
+		return tx.GetContext(ctx, run, sqlRunCreate, args...)
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
