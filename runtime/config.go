@@ -30,7 +30,7 @@ type Blobs interface {
 type Config struct {
 	// ID names this dispatcher in leases and attempts; default host-pid-random.
 	ID string
-	// Concurrency is how many attempts run at once; default 64. Short steps need a
+	// Concurrency is how many attempts run at once; default 128. Short steps need a
 	// high value: claims and group commits batch what is free or finished at once.
 	Concurrency int
 	// ClaimBatch bounds the steps claimed per round trip; default 64.
@@ -88,7 +88,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if out.Concurrency <= 0 {
-		out.Concurrency = 64
+		out.Concurrency = 128
 	}
 	if out.ClaimBatch <= 0 {
 		out.ClaimBatch = 64

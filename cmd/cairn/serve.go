@@ -39,7 +39,7 @@ type runtimeFlags struct {
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
-	fs.IntVar(&f.concurrency, "concurrency", envInt(e, "CAIRN_CONCURRENCY", 0), "attempts run at once by this process's dispatcher; 0 = 64 (env CAIRN_CONCURRENCY)")
+	fs.IntVar(&f.concurrency, "concurrency", envInt(e, "CAIRN_CONCURRENCY", 0), "attempts run at once by this process's dispatcher; 0 = 128 (env CAIRN_CONCURRENCY)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", envDuration(e, "CAIRN_LEASE_TTL", 30*time.Second), "lease of a claimed step without heartbeat (env CAIRN_LEASE_TTL)")
 	fs.Int64Var(&f.inlineLimit, "inline-limit", int64(envInt(e, "CAIRN_INLINE_LIMIT", 256<<10)), "largest output or checkpoint kept in the catalog row, in bytes (env CAIRN_INLINE_LIMIT)")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", envDuration(e, "CAIRN_SHUTDOWN_GRACE", 10*time.Second), "how long running attempts may finish at shutdown before their leases are handed back (env CAIRN_SHUTDOWN_GRACE)")
