@@ -42,9 +42,9 @@ dev: build
 demo: build
 	@scripts/demo.sh
 
-## bench: Cairn's numbers beside River's and the machine's floor.
-bench: build
-	@echo "make bench: not yet (issue 6)"
+## bench: Cairn's numbers beside River's and the machine's floor (BENCH_QUICK=1: a 2-minute smoke run).
+bench: tools
+	scripts/bench.sh
 
 ## lint: go vet and staticcheck.
 lint:
