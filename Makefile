@@ -4,6 +4,7 @@ GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 BIN       := bin/cairn
 VERSITYGW_VERSION   := v1.8.0
 STATICCHECK_VERSION := v0.8.2
+GOTESTSUM_VERSION   := v1.13.0
 # Fuzz budget per target inside `make test` (a count: Go 1.26's -fuzztime=Ns can overrun).
 FUZZTIME  ?= 1000x
 
@@ -16,15 +17,18 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and linting need (versitygw S3 server, staticcheck) if missing.
+## tools: install what tests need (the versitygw S3 server, gotestsum) if missing.
 tools:
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
+	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
 
 ## test: everything, with the race detector, against real PostgreSQL and S3 servers.
 test: tools build test-go test-ts fuzz
 
+# One line per test (the blob store conformance suite against each backend, the
+# catalog against PostgreSQL, …), then gotestsum's summary.
 test-go:
-	$(GO) test -race -count=1 ./...
+	gotestsum --format testname -- -race -count=1 ./...
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build
