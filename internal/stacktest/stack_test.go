@@ -2,16 +2,13 @@ package stacktest
 
 import (
 	"bufio"
-	"context"
 	"net/url"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -336,19 +333,4 @@ func TestLocalStackDeploysLambdaZip(t *testing.T) {
 	} else {
 		t.Log("Makefile has no lambda-zip target yet: only the compose side is checked")
 	}
-}
-
-// TestComposeConfig runs Compose's own validation where a Docker CLI with the
-// compose plugin is installed (it needs no engine).
-func TestComposeConfig(t *testing.T) {
-	t.Parallel()
-
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := exec.CommandContext(ctx, "docker", "compose", "version").Run(); err != nil {
-		t.Skipf("docker compose is not installed (%v): compose.yaml checked by the other tests only", err)
-	}
-	cmd := exec.CommandContext(ctx, "docker", "compose", "-f", filepath.Join(repoRoot, "compose.yaml"), "config", "-q")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "docker compose config: %s", out)
 }
