@@ -136,9 +136,13 @@ func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, err
 	if err != nil {
 		return nil, err
 	}
+	steps := make([]catalog.NewStep, len(b.Definition.Steps))
+	for i, st := range b.Definition.Steps {
+		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
+	}
 	v, created, err := s.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
 		Workflow: b.Definition.Name, Description: b.Definition.Description, Digest: b.Digest,
-		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint,
+		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint, Steps: steps,
 	})
 	if err != nil {
 		return nil, err

@@ -6,13 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
-	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 )
 
@@ -109,19 +109,9 @@ func (s *Server) registerRuns() {
 		if in.Body != nil {
 			body = *in.Body
 		}
-		ver, err := s.store.VersionGet(ctx, in.Name, body.Version)
-		if err != nil {
-			return nil, err
-		}
-		def, err := bundle.ParseDefinition(ver.Definition)
-		if err != nil {
-			return nil, err
-		}
-		steps := make([]catalog.NewStep, len(def.Steps))
-		for i, st := range def.Steps {
-			steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
-		}
-		p := &catalog.RunCreateParams{Workflow: in.Name, Version: ver.Version, Input: body.Input, Steps: steps}
+		// One statement resolves the version (the latest unless given) and creates
+		// the run from the steps the version recorded at upload.
+		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Input: body.Input}
 		if in.IdempotencyKey != "" {
 			p.IdempotencyScope = "start_run:" + in.Name
 			p.IdempotencyKey = in.IdempotencyKey
@@ -130,6 +120,12 @@ func (s *Server) registerRuns() {
 		run, _, err := s.store.RunCreate(ctx, p)
 		if errors.Is(err, catalog.ErrIdempotencyMismatch) {
 			return nil, NewProblem(http.StatusConflict, "this Idempotency-Key was used with a different request")
+		}
+		if errors.Is(err, catalog.ErrNotFound) {
+			if body.Version > 0 {
+				return nil, NewProblem(http.StatusNotFound, fmt.Sprintf("workflow %q has no version %d", in.Name, body.Version))
+			}
+			return nil, NewProblem(http.StatusNotFound, fmt.Sprintf("no workflow %q: deploy a bundle first", in.Name))
 		}
 		if err != nil {
 			return nil, err

@@ -41,14 +41,26 @@ ON CONFLICT (scope, key) DO NOTHING`
 	sqlIdempotencyGet = `
 SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
 
-	// sqlRunCreate makes a run in one statement (atomic on its own): the run, its
-	// steps (parallel arrays; needs comma-joined, keys cannot hold commas), the DAG's
-	// edges, the run.created event (seq 1) and a wake-up for the dispatchers.
-	// Foreign keys are checked at the end of the statement, when all rows exist.
+	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
+	// version ($3, or the latest when 0), then inserts the run, its steps (the
+	// version's layout, unless $5..$7 give one: parallel arrays, needs comma-joined,
+	// keys cannot hold commas), the DAG's edges, the run.created event (seq 1), and
+	// wakes the dispatchers. Foreign keys are checked at the end of the statement,
+	// when all rows exist. No row back means no such version.
 	sqlRunCreate = `
-WITH r AS (
+WITH v AS (
+    SELECT v.workflow, v.version,
+           coalesce($5::text[], v.step_keys) AS keys,
+           coalesce($6::text[], v.step_needs) AS needs,
+           coalesce($7::integer[], v.step_max_attempts) AS maxes
+    FROM workflow_versions v
+    WHERE v.workflow = $2
+      AND v.version = CASE WHEN $3::integer = 0
+                           THEN (SELECT w.latest_version FROM workflows w WHERE w.name = $2)
+                           ELSE $3::integer END
+), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision)
-    VALUES ($1, $2, $3, $4, cardinality($5::text[]), cardinality($5::text[]), 1)
+    SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1 FROM v
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
@@ -56,13 +68,14 @@ WITH r AS (
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
            m, CASE WHEN n = '' THEN now() END
-    FROM unnest($5::text[], $6::text[], $7::integer[]) AS s(k, n, m)
+    FROM v, unnest(v.keys, v.needs, v.maxes) AS s(k, n, m)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
     SELECT $1, n, s.k
-    FROM unnest($5::text[], $6::text[]) AS s(k, ns), unnest(string_to_array(nullif(s.ns, ''), ',')) AS n
+    FROM v, unnest(v.keys, v.needs) AS s(k, ns), unnest(string_to_array(nullif(s.ns, ''), ',')) AS n
 ), ev AS (
-    INSERT INTO events (run_id, seq, type, data) VALUES ($1, 1, 'run.created', $8)
+    INSERT INTO events (run_id, seq, type, data)
+    SELECT $1, 1, 'run.created', jsonb_build_object('workflow', v.workflow, 'version', v.version) FROM v
 )
 SELECT r.* -- the RETURNING list above
 FROM r CROSS JOIN LATERAL (SELECT pg_notify('cairn_steps', '')) AS wake`
@@ -107,9 +120,12 @@ type NewStep struct {
 // RunCreateParams describe a run to create.
 type RunCreateParams struct {
 	Workflow string
-	Version  int
-	Input    json.RawMessage
-	Steps    []NewStep
+	// Version to run; 0 means the latest.
+	Version int
+	Input   json.RawMessage
+	// Steps override the version's own layout when not nil (tests build runs of
+	// versions registered without one).
+	Steps []NewStep
 	// IdempotencyKey, when set, makes the create idempotent within
 	// IdempotencyScope: the same key with the same RequestHash returns the first
 	// run; with another hash, ErrIdempotencyMismatch.
@@ -120,21 +136,20 @@ type RunCreateParams struct {
 
 // RunCreate commits a run, all its step rows, its first event and the idempotency
 // record in one transaction, then wakes dispatchers. created is false when an earlier
-// request with the same idempotency key made the run.
+// request with the same idempotency key made the run. ErrNotFound if the workflow or
+// version does not exist.
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
 	}
-	keys := make([]string, len(p.Steps))
-	needs := make([]string, len(p.Steps))
-	maxes := make([]int64, len(p.Steps))
-	for i, st := range p.Steps {
-		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
+	var keys, needs, maxes any // NULL: the version's layout
+	if p.Steps != nil {
+		k, n, m := stepArrays(p.Steps)
+		keys, needs, maxes = pq.Array(k), pq.Array(n), pq.Array(m)
 	}
 	input := nullJSON(p.Input)
-	event, _ := json.Marshal(map[string]any{"workflow": p.Workflow, "version": p.Version})
-	args := []any{id, p.Workflow, p.Version, input, pq.Array(keys), pq.Array(needs), pq.Array(maxes), event}
+	args := []any{id, p.Workflow, p.Version, input, keys, needs, maxes}
 	if p.IdempotencyKey == "" {
 		run = &Run{}
 		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
@@ -172,6 +187,17 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
 	}
 	return run, created, nil
+}
+
+// stepArrays lays steps out as the parallel arrays the statements take.
+func stepArrays(steps []NewStep) (keys, needs []string, maxes []int64) {
+	keys = make([]string, len(steps))
+	needs = make([]string, len(steps))
+	maxes = make([]int64, len(steps))
+	for i, st := range steps {
+		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
+	}
+	return keys, needs, maxes
 }
 
 // RunGet returns a run; ErrNotFound if none.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 const (
@@ -29,8 +30,9 @@ SET latest_version = workflows.latest_version + 1,
 RETURNING latest_version`
 
 	sqlVersionInsert = `
-INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint)
-VALUES ($1, $2, $3, $4, $5)`
+INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint,
+                               step_keys, step_needs, step_max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 
 	versionColumns = `
 v.workflow, v.version, v.bundle_digest, v.definition, v.fingerprint, v.created_at, b.size AS bundle_size`
@@ -108,6 +110,8 @@ type VersionRegisterParams struct {
 	BlobKey     string
 	Definition  json.RawMessage
 	Fingerprint string
+	// Steps are what a run of the version starts with.
+	Steps []NewStep
 }
 
 // VersionRegister records the bundle and the next version of its workflow in one
@@ -146,7 +150,9 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		if err := tx.GetContext(ctx, &next, sqlWorkflowBumpVersion, p.Workflow, p.Description); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint); err != nil {
+		keys, needs, maxes := stepArrays(p.Steps)
+		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint,
+			pq.Array(keys), pq.Array(needs), pq.Array(maxes)); err != nil {
 			return err
 		}
 		created = true

@@ -26,8 +26,15 @@ CREATE TABLE workflow_versions (
     bundle_digest text        NOT NULL UNIQUE REFERENCES bundles (digest),
     definition    jsonb       NOT NULL,
     fingerprint   text        NOT NULL CHECK (fingerprint ~ '^sha256:[0-9a-f]{64}$'),
+    -- The steps a run of this version starts with, as parallel arrays (needs
+    -- comma-joined), so creating a run is one statement that reads no definition.
+    step_keys         text[]    NOT NULL DEFAULT '{}',
+    step_needs        text[]    NOT NULL DEFAULT '{}',
+    step_max_attempts integer[] NOT NULL DEFAULT '{}',
     created_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (workflow, version)
+    PRIMARY KEY (workflow, version),
+    CHECK (cardinality(step_keys) = cardinality(step_needs)
+           AND cardinality(step_keys) = cardinality(step_max_attempts))
 );
 
 -- Run ids are UUIDv7: time-ordered, so keyset pagination orders by id alone.
