@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -206,7 +207,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			Args:        append([]string(nil), inv.Spec.Exec...),
 			Dir:         bundleDir,
 			Env:         env,
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+			SysProcAttr: handlerProcAttr(),
 		}
 		err := r.start(ctx, cmd, payload)
 		if err == nil {
@@ -373,7 +374,12 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 	// copying goroutines of its own, and Wait never waits for the pipes.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{controlW}
+	// The parent-death signal (Linux) is tied to the OS thread that forks: hold the
+	// thread for the fork. Go does not end idle threads, only those a goroutine
+	// leaves while locked, so after Unlock the signal fires only when the process dies.
+	runtime.LockOSThread()
 	startErr := cmd.Start()
+	runtime.UnlockOSThread()
 	// The child holds its own copies; ours must go or EOF never comes.
 	closeAll(childEnds)
 	if startErr != nil {

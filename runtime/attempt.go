@@ -176,7 +176,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	// Transient database errors are retried until the outcome is written or the
-	// lease is known lost: after an outage the sweepers wait a lease TTL, so an
+	// lease is known lost: after an outage the sweepers wait two lease TTLs, so an
 	// outcome written late still counts. Only a stopping dispatcher gives up.
 	backoff := 50 * time.Millisecond
 	for {
@@ -201,7 +201,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 2*time.Second)
+		backoff = min(backoff*2, 500*time.Millisecond)
 	}
 }
 

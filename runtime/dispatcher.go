@@ -53,8 +53,8 @@ type Dispatcher struct {
 	nextDue time.Time          // earliest local retry we know of
 
 	// lastDBError is when a database call of the loops last failed (unix nanos).
-	// After an outage the sweeper waits a lease TTL, so that owners can renew their
-	// leases and report outcomes before their steps are taken from them.
+	// After an outage the sweeper waits two lease TTLs, so that owners can renew
+	// their leases and report outcomes before their steps are taken from them.
 	lastDBError atomic.Int64
 }
 
@@ -321,12 +321,11 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			// The attempts go on: when the database answers again the leases are
+			// renewed (sweepers wait a lease TTL after an outage) or found lost.
+			// Only the catalog's answer ends an attempt.
 			d.dbError()
-			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases))
-			if time.Since(lastOK) > d.cfg.LeaseTTL {
-				// Our leases have expired by now: others may take the steps.
-				d.loseLeases(leases, "heartbeat")
-			}
+			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases), "since_last_renewal", time.Since(lastOK))
 			continue
 		}
 		lastOK = time.Now()
@@ -382,7 +381,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if since := time.Since(time.Unix(0, d.lastDBError.Load())); since < d.cfg.LeaseTTL {
+		if since := time.Since(time.Unix(0, d.lastDBError.Load())); since < 2*d.cfg.LeaseTTL {
 			d.logger.Debug("sweep deferred after a database error", "since", since)
 			continue
 		}

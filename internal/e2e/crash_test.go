@@ -85,9 +85,8 @@ steps:
 	apiB := b.api()
 
 	// The handler of the dead dispatcher is in a process group of its own (the exec
-	// invoker's Setpgid), so the kill of A's group does not reach it: it is
-	// orphaned. It dies of SIGPIPE on its next checkpoint, within 100 ms, because the
-	// read end of fd 3 died with A. Wait for that.
+	// invoker's Setpgid), so the kill of A's group does not reach it; the kernel's
+	// parent-death signal does (and SIGPIPE on its next checkpoint would too).
 	orphan := handlerPID(t, pids, 1)
 	require.Eventually(t, func() bool { return processGone(orphan) }, 5*time.Second, 20*time.Millisecond,
 		"orphaned handler %d of the killed dispatcher is still running", orphan)
@@ -176,4 +175,35 @@ func handlerPID(t *testing.T, path string, attempt int) int {
 	}
 	t.Fatalf("no pid of attempt %d in %s: %q", attempt, path, b)
 	return 0
+}
+
+// TestSilentHandlerDiesWithItsDispatcher: a handler that writes nothing (so no broken
+// pipe would ever stop it) dies when its dispatcher is killed with SIGKILL, instead
+// of running on beside the retry.
+func TestSilentHandlerDiesWithItsDispatcher(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, stackOptions{})
+	a := st.start(serverOptions{leaseTTL: 2 * time.Second})
+	api := a.api()
+	pids := filepath.Join(st.dir, "pids")
+	api.deploy(map[string]string{
+		"cairn.yaml": `name: silent
+steps:
+  - key: nap
+    exec: ["./bin/nap"]
+`,
+		"bin/nap": "#!/bin/sh\necho \"$CAIRN_ATTEMPT $$\" >> " + pids + "\nexec sleep 60\n",
+	})
+	runID := api.startRun("silent", 0, nil)
+	api.waitStep(runID, "nap", 20*time.Second, "the step to run", func(s apiStep) bool { return s.Status == "running" })
+	// Waiting for the handler to record its pid.
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pids)
+		return err == nil && len(b) > 0
+	}, 10*time.Second, 20*time.Millisecond)
+	handler := handlerPID(t, pids, 1)
+	require.False(t, processGone(handler))
+	a.kill()
+	require.Eventually(t, func() bool { return processGone(handler) }, 2*time.Second, 10*time.Millisecond,
+		"handler %d outlived its dispatcher", handler)
 }

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package functions
+
+import "syscall"
+
+// handlerProcAttr starts a handler in its own process group. Outside Linux there is
+// no parent-death signal: a handler of a killed dispatcher runs until it exits or
+// writes to its closed pipes.
+func handlerProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}
