@@ -80,6 +80,16 @@ type itemsOutput[T any] struct {
 	}
 }
 
+// itemsOf converts catalog rows to a response body.
+func itemsOf[R, T any](rows []R, conv func(*R) T) *itemsOutput[T] {
+	out := &itemsOutput[T]{}
+	out.Body.Items = make([]T, len(rows))
+	for i := range rows {
+		out.Body.Items[i] = conv(&rows[i])
+	}
+	return out
+}
+
 func (s *Server) registerSteps() {
 	register(s, huma.Operation{
 		OperationID: "listSteps",
@@ -103,12 +113,7 @@ func (s *Server) registerSteps() {
 				return nil, err
 			}
 		}
-		out := &itemsOutput[Step]{}
-		out.Body.Items = make([]Step, len(rows))
-		for i := range rows {
-			out.Body.Items[i] = stepOf(&rows[i])
-		}
-		return out, nil
+		return itemsOf(rows, stepOf), nil
 	})
 
 	register(s, huma.Operation{
@@ -130,12 +135,7 @@ func (s *Server) registerSteps() {
 		if err != nil {
 			return nil, err
 		}
-		out := &itemsOutput[Attempt]{}
-		out.Body.Items = make([]Attempt, len(rows))
-		for i := range rows {
-			out.Body.Items[i] = attemptOf(&rows[i])
-		}
-		return out, nil
+		return itemsOf(rows, attemptOf), nil
 	})
 
 	register(s, huma.Operation{
