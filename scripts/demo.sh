@@ -25,12 +25,12 @@ for _ in $(seq 1 300); do
 	if [[ -s "$work/data/credentials" ]]; then
 		# shellcheck disable=SC1091
 		source "$work/data/credentials"
-		if curl -fsS "$CAIRN_SERVER/readyz" >/dev/null 2>&1; then break; fi
+		if CAIRN_SERVER="$CAIRN_SERVER" CAIRN_TOKEN="$CAIRN_TOKEN" "$BIN" workflows list >/dev/null 2>&1; then break; fi
 	fi
 	if ! kill -0 "$dev_pid" 2>/dev/null; then echo "cairn dev exited:"; cat "$log"; exit 1; fi
 	sleep 0.1
 done
-curl -fsS "$CAIRN_SERVER/readyz"; echo
+echo "cairn dev is ready at $CAIRN_SERVER"
 cat "$work/dev.out"
 export CAIRN_SERVER CAIRN_TOKEN
 cairn() { "$BIN" "$@"; }

@@ -13,8 +13,15 @@ if [[ ! -x $BIN ]]; then
 	echo "== building $BIN"
 	go build -o "$BIN" ./cmd/cairn
 fi
-command -v node >/dev/null || { echo "ts-client-test: node is not installed" >&2; exit 1; }
-command -v npm >/dev/null || { echo "ts-client-test: npm is not installed" >&2; exit 1; }
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	# A fresh Debian machine may lack Node.js: as root, install it from Debian's packages.
+	if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+		echo "ts-client-test: installing nodejs and npm" >&2
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+	fi
+fi
+command -v node >/dev/null || { echo "ts-client-test: node is not installed (apt-get install nodejs npm)" >&2; exit 1; }
+command -v npm >/dev/null || { echo "ts-client-test: npm is not installed (apt-get install npm)" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/cairn-ts.XXXXXX")
 # As root, cairn dev runs PostgreSQL as the postgres account, which must enter here.
