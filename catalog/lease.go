@@ -90,6 +90,8 @@ FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::te
      WITH ORDINALITY AS r(run_id, key, token, outcome, output, error, retryable, retry_in, log_key, ord)
 ORDER BY r.ord`
 
+	sqlStepsSucceed = `SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])`
+
 	sqlHeartbeat = `
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS h(run_id, key, token)
@@ -185,44 +187,86 @@ func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
 	return nil
 }
 
-// StepFinishBatch finishes many attempts in one transaction and one round trip: a
-// group commit. It returns one error per item, in order: nil or ErrLeaseLost. A
-// failure of the whole batch is the returned error (every item is then unwritten).
+// StepFinishBatch finishes many attempts in one transaction and one or two round
+// trips: a group commit. Successes, the common case, are written set-based
+// (cairn_steps_succeed); other outcomes go through cairn_step_finish one by one. It
+// returns one error per item, in order: nil or ErrLeaseLost. A failure of the whole
+// batch is the returned error (every item is then unwritten).
 func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) ([]error, error) {
-	n := len(items)
-	runs := make([]string, n)
-	keys := make([]string, n)
-	tokens := make([]int64, n)
-	outcomes := make([]string, n)
-	outputs := make([]sql.NullString, n)
-	errs := make([]sql.NullString, n)
-	retryable := make([]bool, n)
-	retryIn := make([]float64, n)
-	logKeys := make([]sql.NullString, n)
+	var ok, other []int // indexes into items
 	for i, p := range items {
-		runs[i], keys[i], tokens[i], outcomes[i] = p.RunID.String(), p.Key, p.LeaseToken, p.Outcome
-		outputs[i] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
-		errs[i] = sql.NullString{String: string(p.Error), Valid: len(p.Error) > 0}
-		retryable[i], retryIn[i] = p.Retryable, p.RetryIn.Seconds()
-		logKeys[i] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
+		if p.Outcome == OutcomeSucceeded {
+			ok = append(ok, i)
+		} else {
+			other = append(other, i)
+		}
 	}
-	var res []string
+	written := make([]bool, len(items))
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
-		res = res[:0]
-		return tx.SelectContext(ctx, &res, sqlStepFinishBatch, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
+		clear(written)
+		if len(ok) > 0 {
+			runs := make([]string, len(ok))
+			keys := make([]string, len(ok))
+			tokens := make([]int64, len(ok))
+			outputs := make([]sql.NullString, len(ok))
+			logKeys := make([]sql.NullString, len(ok))
+			for j, i := range ok {
+				p := items[i]
+				runs[j], keys[j], tokens[j] = p.RunID.String(), p.Key, p.LeaseToken
+				outputs[j] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
+				logKeys[j] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
+			}
+			var ords pq.Int64Array
+			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
+				pq.GenericArray{A: outputs}, pq.GenericArray{A: logKeys}).Scan(&ords); err != nil {
+				return err
+			}
+			for _, o := range ords {
+				written[ok[o-1]] = true
+			}
+		}
+		if len(other) == 0 {
+			return nil
+		}
+		n := len(other)
+		runs := make([]string, n)
+		keys := make([]string, n)
+		tokens := make([]int64, n)
+		outcomes := make([]string, n)
+		outputs := make([]sql.NullString, n)
+		errs := make([]sql.NullString, n)
+		retryable := make([]bool, n)
+		retryIn := make([]float64, n)
+		logKeys := make([]sql.NullString, n)
+		for j, i := range other {
+			p := items[i]
+			runs[j], keys[j], tokens[j], outcomes[j] = p.RunID.String(), p.Key, p.LeaseToken, p.Outcome
+			outputs[j] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
+			errs[j] = sql.NullString{String: string(p.Error), Valid: len(p.Error) > 0}
+			retryable[j], retryIn[j] = p.Retryable, p.RetryIn.Seconds()
+			logKeys[j] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
+		}
+		var res []string
+		if err := tx.SelectContext(ctx, &res, sqlStepFinishBatch, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
 			pq.Array(outcomes), pq.GenericArray{A: outputs}, pq.GenericArray{A: errs}, pq.Array(retryable),
-			pq.Array(retryIn), pq.GenericArray{A: logKeys})
+			pq.Array(retryIn), pq.GenericArray{A: logKeys}); err != nil {
+			return err
+		}
+		if len(res) != n {
+			return fmt.Errorf("%d results for %d outcomes", len(res), n)
+		}
+		for j, r := range res {
+			written[other[j]] = r == "ok"
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("finish %d steps: %w", n, err)
+		return nil, fmt.Errorf("finish %d steps: %w", len(items), err)
 	}
-	if len(res) != n {
-		return nil, fmt.Errorf("finish %d steps: %d results", n, len(res))
-	}
-	out := make([]error, n)
-	for i, r := range res {
-		if r == "lease_lost" {
-			out[i] = fmt.Errorf("finish step %s/%s: %w", items[i].RunID, items[i].Key, ErrLeaseLost)
+	out := make([]error, len(items))
+	for i, p := range items {
+		if !written[i] {
+			out[i] = fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, ErrLeaseLost)
 		}
 	}
 	return out, nil

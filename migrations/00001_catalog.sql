@@ -335,6 +335,73 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- cairn_steps_succeed records a batch of successful attempts, set-based: the common
+-- case of a group commit in a handful of statements whatever the batch size. Each
+-- item is fenced by its lease token; it returns the ordinals (1-based) of the items
+-- written, the others lost their lease. Dependents are readied by how many of their
+-- needs the batch completed; each run gets one revision bump for its events.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_steps_succeed(p_runs uuid[], p_keys text[], p_tokens bigint[],
+                                    p_outputs text[], p_log_keys text[])
+RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE
+    v_ords  bigint[];
+    v_ended uuid[];
+    v_ready bigint;
+BEGIN
+    WITH b AS (
+        SELECT * FROM unnest(p_runs, p_keys, p_tokens, p_outputs, p_log_keys)
+            WITH ORDINALITY AS b(run_id, key, token, output, log_key, ord)
+    ), done AS (
+        UPDATE steps s SET status = 'succeeded', output = b.output::jsonb, finished_at = now(),
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM b
+        WHERE s.run_id = b.run_id AND s.key = b.key AND s.lease_token = b.token AND s.status = 'running'
+        RETURNING s.run_id, s.key, s.attempts, b.ord, b.log_key, b.output::jsonb AS output
+    ), att AS (
+        UPDATE attempts a SET status = 'succeeded', finished_at = now(), log_key = d.log_key
+        FROM done d
+        WHERE a.run_id = d.run_id AND a.step_key = d.key AND a.number = d.attempts
+    ), dec AS (
+        SELECT e.run_id, e.to_key, count(*) AS n
+        FROM done d JOIN step_edges e ON e.run_id = d.run_id AND e.from_key = d.key
+        GROUP BY e.run_id, e.to_key
+    ), deps AS (
+        UPDATE steps s SET deps_remaining = s.deps_remaining - dec.n,
+            status = CASE WHEN s.deps_remaining = dec.n THEN 'ready' ELSE s.status END,
+            ready_at = CASE WHEN s.deps_remaining = dec.n THEN now() ELSE s.ready_at END
+        FROM dec
+        WHERE s.run_id = dec.run_id AND s.key = dec.to_key AND s.status = 'waiting'
+        RETURNING s.status
+    ), per_run AS (
+        SELECT run_id, count(*) AS n FROM done GROUP BY run_id
+    ), r AS (
+        UPDATE runs SET revision = runs.revision + p.n,
+            steps_remaining = greatest(runs.steps_remaining - p.n, 0)
+        FROM per_run p WHERE runs.id = p.run_id
+        RETURNING runs.id, runs.revision, p.n, runs.steps_remaining
+    ), ev AS (
+        INSERT INTO events (run_id, seq, type, step_key, attempt, data)
+        SELECT d.run_id, r.revision - r.n + row_number() OVER (PARTITION BY d.run_id ORDER BY d.key),
+               'step.succeeded', d.key, d.attempts,
+               CASE WHEN jsonb_typeof(d.output) = 'object' AND d.output ? '$blob'
+                    THEN jsonb_build_object('output', d.output) ELSE '{}'::jsonb END
+        FROM done d JOIN r ON r.id = d.run_id
+    )
+    SELECT coalesce(array_agg(d.ord), '{}'),
+           coalesce(array_agg(DISTINCT d.run_id) FILTER (WHERE r.steps_remaining = 0), '{}'),
+           (SELECT count(*) FROM deps WHERE deps.status = 'ready')
+    INTO v_ords, v_ended, v_ready
+    FROM done d JOIN r ON r.id = d.run_id;
+
+    PERFORM cairn_run_settle(x, 0) FROM unnest(v_ended) AS x;
+    IF v_ready > 0 THEN
+        PERFORM pg_notify('cairn_steps', '');
+    END IF;
+    RETURN v_ords;
+END $$;
+-- +goose StatementEnd
+
 -- cairn_sweep returns steps whose lease expired (their dispatcher died or lost the
 -- database) to ready with the attempt interrupted, or fails them when no attempts
 -- remain. Safe to run from every dispatcher at once (SKIP LOCKED).
@@ -399,6 +466,7 @@ END $$;
 -- +goose Down
 DROP FUNCTION cairn_run_cancel(uuid, text);
 DROP FUNCTION cairn_sweep(integer);
+DROP FUNCTION cairn_steps_succeed(uuid[], text[], bigint[], text[], text[]);
 DROP FUNCTION cairn_step_finish(uuid, text, bigint, text, jsonb, jsonb, boolean, timestamptz, text);
 DROP FUNCTION cairn_skip_dependents(uuid, text);
 DROP FUNCTION cairn_run_settle(uuid, integer);
