@@ -280,9 +280,10 @@ func TestRetryAtIsRespected(t *testing.T) {
 		Outcome: catalog.OutcomeFailed, Retryable: true, RetryIn: time.Hour, Error: json.RawMessage(`{"message":"x"}`)})
 	require.NoError(t, err)
 	claimKeys(t, ctx, s, "d1", 0)
-	next, err := s.NextReadyAt(ctx)
+	st, err := s.StepGet(ctx, c.RunID, "a")
 	require.NoError(t, err)
-	require.WithinDuration(t, time.Now().Add(time.Hour), next, time.Minute)
+	require.Equal(t, catalog.StepReady, st.Status)
+	require.WithinDuration(t, time.Now().Add(time.Hour), st.ReadyAt.Time, time.Minute)
 }
 
 func TestCancel(t *testing.T) {

@@ -110,8 +110,6 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 
 	sqlSweep = `SELECT cairn_sweep($1)`
 
-	sqlNextReadyAt = `SELECT min(ready_at) FROM steps WHERE status = 'ready'`
-
 	sqlNextLeaseExpiry = `SELECT min(lease_expires_at) FROM steps WHERE status = 'running'`
 )
 
@@ -350,18 +348,6 @@ func (s *Store) StepSweep(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("sweep expired leases: %w", err)
 	}
 	return n, nil
-}
-
-// NextReadyAt returns the earliest ready_at of a ready step, or the zero time.
-func (s *Store) NextReadyAt(ctx context.Context) (time.Time, error) {
-	var t *time.Time
-	if err := s.db.GetContext(ctx, &t, sqlNextReadyAt); err != nil {
-		return time.Time{}, fmt.Errorf("next ready step: %w", translateError(err))
-	}
-	if t == nil {
-		return time.Time{}, nil
-	}
-	return *t, nil
 }
 
 // NextLeaseExpiry returns when the earliest lease of a running step expires, or the

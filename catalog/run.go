@@ -90,8 +90,6 @@ ORDER BY id DESC
 LIMIT $4`
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
-
-	sqlRunsUnfinished = `SELECT count(*) FROM runs WHERE status IN ('pending', 'running')`
 )
 
 // Run is a run of a pinned workflow version.
@@ -252,15 +250,6 @@ func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, reason string) erro
 		return fmt.Errorf("cancel run %s: %w", id, ErrRunFinished)
 	}
 	return nil
-}
-
-// RunsUnfinished counts runs that are pending or running.
-func (s *Store) RunsUnfinished(ctx context.Context) (int, error) {
-	var n int
-	if err := s.db.GetContext(ctx, &n, sqlRunsUnfinished); err != nil {
-		return 0, fmt.Errorf("count unfinished runs: %w", translateError(err))
-	}
-	return n, nil
 }
 
 // nullJSON turns an empty document into SQL NULL.
