@@ -118,25 +118,7 @@ func (s *FileStore) path(key string) string {
 // the directory is synced after. If the object exists, the temporary file is
 // dropped and the existing object returned.
 func (s *FileStore) Put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error) {
-	fixedKey, err := checkPutOptions(kind, opts)
-	if err != nil {
-		return Object{}, fmt.Errorf("put %s: %w", kind, err)
-	}
-	if fixedKey != "" && !opts.VerifyDigest {
-		obj, err := s.Stat(ctx, fixedKey)
-		if err == nil {
-			return obj, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return Object{}, fmt.Errorf("put %s: %w", fixedKey, err)
-		}
-	}
-
-	obj, err := s.put(ctx, kind, r, opts)
-	if err != nil {
-		return Object{}, fmt.Errorf("put %s: %w", kind, err)
-	}
-	return obj, nil
+	return putOnce(ctx, kind, r, opts, s.Stat, s.put)
 }
 
 func (s *FileStore) put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (obj Object, err error) {

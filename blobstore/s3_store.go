@@ -171,24 +171,7 @@ func isInvalidRange(err error) bool {
 
 // Put implements Store.Put; see S3Store for how.
 func (s *S3Store) Put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error) {
-	fixedKey, err := checkPutOptions(kind, opts)
-	if err != nil {
-		return Object{}, fmt.Errorf("put %s: %w", kind, err)
-	}
-	if fixedKey != "" && !opts.VerifyDigest {
-		obj, err := s.stat(ctx, fixedKey)
-		if err == nil {
-			return obj, nil
-		}
-		if !errors.Is(err, ErrNotFound) {
-			return Object{}, fmt.Errorf("put %s: %w", fixedKey, err)
-		}
-	}
-	obj, err := s.put(ctx, kind, r, opts)
-	if err != nil {
-		return Object{}, fmt.Errorf("put %s: %w", kind, err)
-	}
-	return obj, nil
+	return putOnce(ctx, kind, r, opts, s.stat, s.put)
 }
 
 func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOptions) (Object, error) {

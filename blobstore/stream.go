@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -113,4 +114,31 @@ func (c ctxReader) Read(p []byte) (int, error) {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// putOnce is the Put every backend shares: check the options; when the address is
+// given (PutOptions.Digest) and the object exists, return it without reading r;
+// otherwise store with put.
+func putOnce(ctx context.Context, kind string, r io.Reader, opts PutOptions,
+	stat func(context.Context, string) (Object, error),
+	put func(context.Context, string, io.Reader, PutOptions) (Object, error),
+) (Object, error) {
+	fixedKey, err := checkPutOptions(kind, opts)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: %w", kind, err)
+	}
+	if fixedKey != "" && !opts.VerifyDigest {
+		obj, err := stat(ctx, fixedKey)
+		if err == nil {
+			return obj, nil
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return Object{}, fmt.Errorf("put %s: %w", fixedKey, err)
+		}
+	}
+	obj, err := put(ctx, kind, r, opts)
+	if err != nil {
+		return Object{}, fmt.Errorf("put %s: %w", kind, err)
+	}
+	return obj, nil
 }
