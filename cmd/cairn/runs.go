@@ -178,19 +178,28 @@ func (c *cli) newRunGetCmd() *cobra.Command {
 	return cmd
 }
 
-// showRun prints a run and its step table (or, as JSON, {"run": …, "steps": […]}
-// with the API's shapes) and returns runResult for a finished run.
-func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJSON bool) error {
+// fetchRun reads a run and its steps; op names the command in errors.
+func fetchRun(ctx context.Context, cl *client.Client, id uuid.UUID, op string) (*client.GetRunResponse, *client.ListStepsResponse, error) {
 	runResp, err := cl.GetRunWithResponse(ctx, id)
 	if err != nil {
-		return fmt.Errorf("get run %s: %w", id, err)
+		return nil, nil, fmt.Errorf("get run %s: %w", id, err)
 	}
 	stepsResp, err := cl.ListStepsWithResponse(ctx, id)
 	if err != nil {
-		return fmt.Errorf("list steps of run %s: %w", id, err)
+		return nil, nil, fmt.Errorf("list steps of run %s: %w", id, err)
 	}
 	if runResp.JSON200 == nil || stepsResp.JSON200 == nil {
-		return unexpected("get run", runResp.StatusCode())
+		return nil, nil, unexpected(op, runResp.StatusCode())
+	}
+	return runResp, stepsResp, nil
+}
+
+// showRun prints a run and its step table (or, as JSON, {"run": …, "steps": […]}
+// with the API's shapes) and returns runResult for a finished run.
+func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJSON bool) error {
+	runResp, stepsResp, err := fetchRun(ctx, cl, id, "get run")
+	if err != nil {
+		return err
 	}
 	if asJSON {
 		var steps rawItems

@@ -105,16 +105,9 @@ type liveTable struct {
 }
 
 func (t *liveTable) draw(ctx context.Context, cl *client.Client, id uuid.UUID, ev *client.Event) error {
-	runResp, err := cl.GetRunWithResponse(ctx, id)
+	runResp, stepsResp, err := fetchRun(ctx, cl, id, "watch run")
 	if err != nil {
-		return fmt.Errorf("get run %s: %w", id, err)
-	}
-	stepsResp, err := cl.ListStepsWithResponse(ctx, id)
-	if err != nil {
-		return fmt.Errorf("list steps of run %s: %w", id, err)
-	}
-	if runResp.JSON200 == nil || stepsResp.JSON200 == nil {
-		return unexpected("watch run", runResp.StatusCode())
+		return err
 	}
 	now := time.Now()
 	run := runResp.JSON200
