@@ -5,8 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sort"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -128,7 +132,7 @@ func CheckSchema(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	known, err := knownVersions(db)
+	known, err := knownVersions()
 	if err != nil {
 		return err
 	}
@@ -176,17 +180,24 @@ func appliedVersions(ctx context.Context, db *sql.DB) ([]int64, error) {
 	return out, rows.Err()
 }
 
-func knownVersions(db *sql.DB) (map[int64]bool, error) {
-	p, err := newProvider(db, nil)
+// knownVersions lists the binary's migrations. They are embedded, so they are read
+// once: /readyz checks the schema on every probe.
+var knownVersions = sync.OnceValues(func() (map[int64]bool, error) {
+	names, err := fs.Glob(migrations.FS, "*.sql")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migration sources: %w", err)
 	}
 	out := map[int64]bool{}
-	for _, s := range p.ListSources() {
-		out[s.Version] = true
+	for _, name := range names {
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.ParseInt(num, 10, 64)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: no version number", name)
+		}
+		out[v] = true
 	}
 	return out, nil
-}
+})
 
 func baseName(p string) string {
 	for i := len(p) - 1; i >= 0; i-- {
