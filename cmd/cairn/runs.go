@@ -73,6 +73,19 @@ func parseRunID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
+// runClient parses a run ID argument and returns it with a client.
+func (c *cli) runClient(arg string) (uuid.UUID, *client.Client, error) {
+	id, err := parseRunID(arg)
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return uuid.Nil, nil, err
+	}
+	return id, cl, nil
+}
+
 func (c *cli) newRunStartCmd() *cobra.Command {
 	var (
 		version        int64
@@ -163,11 +176,7 @@ func (c *cli) newRunGetCmd() *cobra.Command {
 		Short: "Show a run and its steps",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			cl, err := c.client()
+			id, cl, err := c.runClient(args[0])
 			if err != nil {
 				return err
 			}
@@ -414,11 +423,7 @@ func (c *cli) newRunCancelCmd() *cobra.Command {
 		Short: "Cancel a run: pending steps are canceled, running ones killed",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			cl, err := c.client()
+			id, cl, err := c.runClient(args[0])
 			if err != nil {
 				return err
 			}
@@ -448,11 +453,7 @@ func (c *cli) newRunOutputCmd() *cobra.Command {
 		Short: "Write a step's output (streamed) to stdout or a file",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			cl, err := c.client()
+			id, cl, err := c.runClient(args[0])
 			if err != nil {
 				return err
 			}
@@ -475,11 +476,7 @@ func (c *cli) newRunLogsCmd() *cobra.Command {
 		Short: "Print the log (stderr) of a step's attempt, the newest by default",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			cl, err := c.client()
+			id, cl, err := c.runClient(args[0])
 			if err != nil {
 				return err
 			}

@@ -39,11 +39,7 @@ steps in place on every event; otherwise it prints one line per event. At the en
 prints the run and its steps, and fails unless the run succeeded.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			cl, err := c.client()
+			id, cl, err := c.runClient(args[0])
 			if err != nil {
 				return err
 			}
