@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/functions"
@@ -151,5 +150,5 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 // JSON output that looks like {"$blob": …} is stored as bytes, not trusted.
 func isBlobRefLike(data []byte) bool {
 	_, ok := parseBlobRef(data)
-	return ok && strings.HasPrefix(string(bytes.TrimSpace(data)), "{")
+	return ok
 }
