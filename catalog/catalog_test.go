@@ -221,9 +221,26 @@ func TestLeaseFencingAndSweep(t *testing.T) {
 	require.ErrorIs(t, finish(t, ctx, s, bad, catalog.OutcomeSucceeded, false, `1`), catalog.ErrLeaseLost)
 	require.ErrorIs(t, s.StepCheckpoint(ctx, catalog.Lease{RunID: run.ID, Key: "a", Token: bad.LeaseToken}, json.RawMessage(`1`), nil), catalog.ErrLeaseLost)
 
+	// Within the grace after the database's start (here: 100 hours, longer than this
+	// cluster has run) an expired lease is not swept, and the next sweep is due at
+	// the grace's end.
+	require.Eventually(t, func() bool {
+		next, err := s.NextLeaseExpiry(ctx, 0)
+		require.NoError(t, err)
+		return time.Now().After(next)
+	}, 5*time.Second, 10*time.Millisecond, "waiting for the 50ms lease to expire")
+	const longGrace = 100 * time.Hour
+	n, err := s.StepSweep(ctx, 10, longGrace)
+	require.NoError(t, err)
+	require.Zero(t, n, "swept within the grace after the database started")
+	next, err := s.NextLeaseExpiry(ctx, longGrace)
+	require.NoError(t, err)
+	require.Greater(t, time.Until(next), longGrace-time.Hour, "next sweep due at the grace's end")
+	require.Equal(t, "running", statuses(t, ctx, s, run.ID)["a"])
+
 	// The lease expires; the sweeper interrupts the attempt and readies the step.
 	require.Eventually(t, func() bool {
-		n, err := s.StepSweep(ctx, 10)
+		n, err := s.StepSweep(ctx, 10, 0)
 		require.NoError(t, err)
 		return n == 1
 	}, 5*time.Second, 20*time.Millisecond, "waiting for the 50ms lease to expire")

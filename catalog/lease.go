@@ -108,9 +108,13 @@ RETURNING attempts`
 	sqlLeaseHeld = `
 SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 AND status = 'running'`
 
-	sqlSweep = `SELECT cairn_sweep($1)`
+	sqlSweep = `SELECT cairn_sweep($1, make_interval(secs => $2))`
 
-	sqlNextLeaseExpiry = `SELECT min(lease_expires_at) FROM steps WHERE status = 'running'`
+	// The earliest expiry, but not before the sweep grace after the database's
+	// start has passed (see cairn_sweep).
+	sqlNextLeaseExpiry = `
+SELECT greatest(min(lease_expires_at), pg_postmaster_start_time() + make_interval(secs => $1))
+FROM steps WHERE status = 'running'`
 )
 
 // Claimed is a step leased to a dispatcher, with what its envelope needs.
@@ -339,10 +343,14 @@ func leaseError(op string, err error) error {
 
 // StepSweep returns up to limit steps whose lease expired to ready (attempt
 // interrupted) or to failed when no attempts remain. It returns how many it handled.
-func (s *Store) StepSweep(ctx context.Context, limit int) (int, error) {
+// Until grace has passed since the database started, it sweeps nothing: leases that
+// ran out while the database was down belong to owners that could not renew them,
+// and those owners get the grace to do so (cairn_sweep says why the database's start
+// time decides, not a dispatcher's memory).
+func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
 	var n int
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &n, sqlSweep, limit)
+		return tx.GetContext(ctx, &n, sqlSweep, limit, grace.Seconds())
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sweep expired leases: %w", err)
@@ -350,11 +358,12 @@ func (s *Store) StepSweep(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
-// NextLeaseExpiry returns when the earliest lease of a running step expires, or the
-// zero time when no step runs.
-func (s *Store) NextLeaseExpiry(ctx context.Context) (time.Time, error) {
+// NextLeaseExpiry returns when StepSweep with the same grace may next find an
+// expired lease: the earliest expiry of a running step's lease, or the end of the
+// grace after the database's start if that is later. The zero time when no step runs.
+func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.Time, error) {
 	var t *time.Time
-	if err := s.db.GetContext(ctx, &t, sqlNextLeaseExpiry); err != nil {
+	if err := s.db.GetContext(ctx, &t, sqlNextLeaseExpiry, grace.Seconds()); err != nil {
 		return time.Time{}, fmt.Errorf("next lease expiry: %w", translateError(err))
 	}
 	if t == nil {

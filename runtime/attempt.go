@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnrun/cairn/bundle"
@@ -18,7 +19,27 @@ import (
 type attempt struct {
 	claim  catalog.Claimed
 	cancel context.CancelCauseFunc
+	// done is closed when the attempt's context ends (lease lost, run canceled,
+	// timeout, shutdown).
+	done   <-chan struct{}
 	logger *slog.Logger
+	// reporting is set before the attempt's outcome is written: from then on the
+	// catalog's answer to that write says whether the lease was lost.
+	reporting atomic.Bool
+}
+
+// ending reports whether the attempt is ending on its own: its outcome is being
+// recorded, or its context ended.
+func (a *attempt) ending() bool {
+	if a.reporting.Load() {
+		return true
+	}
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (a *attempt) lease() catalog.Lease {
@@ -30,6 +51,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 	a := &attempt{
 		claim:  c,
 		cancel: cancel,
+		done:   ctx.Done(),
 		logger: d.logger.With("run_id", c.RunID, "step", c.Key, "attempt", c.Attempt, "lease_token", c.LeaseToken),
 	}
 	d.mu.Lock()
@@ -178,6 +200,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 	// Transient database errors are retried until the outcome is written or the
 	// lease is known lost: after an outage the sweepers wait two lease TTLs, so an
 	// outcome written late still counts. Only a stopping dispatcher gives up.
+	a.reporting.Store(true)
 	backoff := 50 * time.Millisecond
 	for {
 		err := d.finish(p)
@@ -192,11 +215,14 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 			d.m.leaseLost.WithLabelValues("finish").Inc()
 			a.logger.Warn("completion rejected: the lease is no longer ours", "outcome", out.status)
 			return
+		case errors.Is(err, errAbandoned):
+			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status)
+			return
 		}
 		d.dbError()
 		a.logger.Warn("record outcome failed; retrying", "error", err, "in", backoff)
 		select {
-		case <-d.abandon:
+		case <-d.abandonCtx.Done():
 			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status, "error", err)
 			return
 		case <-time.After(backoff):

@@ -51,7 +51,9 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 		for i, c := range batch {
 			params[i] = c.p
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		// Not ctx: outcomes are written after the loops are told to end, until Stop
+		// gives up on them.
+		cctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
 		results, err := d.store.StepFinishBatch(cctx, params)
 		cancel()
 		for i, c := range batch {
@@ -64,9 +66,19 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 	}
 }
 
-// finish commits one outcome through the batcher and returns its result.
+// finish commits one outcome through the batcher and returns its result, or
+// errAbandoned once Stop gave up on writing outcomes.
 func (d *Dispatcher) finish(p *catalog.StepFinishParams) error {
 	c := &completion{p: p, done: make(chan error, 1)}
-	d.completions <- c
-	return <-c.done
+	select {
+	case d.completions <- c:
+	case <-d.abandonCtx.Done():
+		return errAbandoned
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-d.abandonCtx.Done():
+		return errAbandoned
+	}
 }

@@ -24,6 +24,9 @@ var (
 	errLeaseLost   = errors.New("lease lost")
 	errRunCanceled = errors.New("run canceled")
 	errShutdown    = errors.New("dispatcher shutting down")
+	// errAbandoned ends the recording of an outcome at shutdown when the database
+	// does not answer in time: the step is swept once its lease expires.
+	errAbandoned = errors.New("outcome abandoned at shutdown")
 )
 
 // Dispatcher claims ready steps and runs their attempts. Create it with New, run it
@@ -49,8 +52,15 @@ type Dispatcher struct {
 	loops   sync.WaitGroup     // background loops
 	work    sync.WaitGroup     // running attempts
 	noClaim chan struct{}      // closed when claiming must stop
-	abandon chan struct{}      // closed when outcomes that cannot be written are given up
 	nextDue time.Time          // earliest local retry we know of
+
+	// abandonCtx ends when Stop gives up on writing what is left (outcomes, logs)
+	// because the database or the blob store does not answer in time.
+	abandonCtx context.Context
+	abandon    context.CancelFunc
+	// stopDone is closed when the first Stop has finished; stopErr is its result.
+	stopDone chan struct{}
+	stopErr  error
 
 	// lastDBError is when a database call of the loops last failed (unix nanos).
 	// After an outage the sweeper waits two lease TTLs, so that owners can renew
@@ -94,7 +104,9 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		slots:       make(chan struct{}, c.Concurrency),
 		active:      map[int64]*attempt{},
 		noClaim:     make(chan struct{}),
+		stopDone:    make(chan struct{}),
 	}
+	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
 		d.slots <- struct{}{}
 	}
@@ -112,6 +124,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	if d.started {
 		return errors.New("dispatcher already started")
 	}
+	if d.stopped {
+		return errors.New("dispatcher stopped")
+	}
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
@@ -128,17 +143,39 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 // Stop stops claiming, lets running attempts finish for up to ShutdownGrace (or until
 // ctx ends), then hands the leases of those still running back so another dispatcher
-// takes them at once. It waits for everything to end and is safe to call twice.
+// takes them at once. Writing what is left (outcomes, hand-backs, logs) gets another
+// ShutdownGrace; if the database or the blob store does not answer by then, or ctx
+// ends, it is given up: those steps are swept when their leases expire. So Stop
+// returns within about twice ShutdownGrace, whatever the state of the database.
+//
+// Stop returns nil when every outcome was written, otherwise an error saying what
+// was given up (wrapping ctx's error when ctx ended first). It is safe to call
+// more than once, and before Start: a later call waits for the first one (or ctx)
+// and returns its result.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
-	if !d.started || d.stopped {
+	if d.stopped {
 		d.mu.Unlock()
-		return nil
+		select {
+		case <-d.stopDone:
+			return d.stopErr
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	d.stopped = true
 	close(d.noClaim)
+	started := d.started
 	d.mu.Unlock()
+	if started {
+		d.stopErr = d.shutdown(ctx)
+	}
+	close(d.stopDone)
+	return d.stopErr
+}
 
+// shutdown is Stop's work once claiming has stopped.
+func (d *Dispatcher) shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		d.work.Wait()
@@ -153,23 +190,30 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	}
 	// Whatever still runs is handed back.
 	d.mu.Lock()
+	running := len(d.active)
 	for _, a := range d.active {
 		a.cancel(errShutdown)
 	}
 	d.mu.Unlock()
-	// Outcomes are written while the database answers; if it does not, they are
-	// given up after another grace period (the sweeper of a later dispatcher takes
-	// the steps back once their leases expire).
+	var err error
+	grace.Reset(d.cfg.ShutdownGrace)
 	select {
 	case <-done:
-	case <-time.After(d.cfg.ShutdownGrace):
-		close(d.abandon)
-		<-done
+	case <-grace.C:
+		err = fmt.Errorf("stop dispatcher: gave up recording the outcomes of up to %d attempts after %s; their steps are swept when their leases expire", running, 2*d.cfg.ShutdownGrace)
+	case <-ctx.Done():
+		err = fmt.Errorf("stop dispatcher: gave up recording the outcomes of up to %d attempts: %w", running, ctx.Err())
 	}
+	d.abandon()
+	<-done
 	d.cancel()
 	d.loops.Wait()
-	d.logger.Info("dispatcher stopped")
-	return nil
+	if err != nil {
+		d.logger.Warn("dispatcher stopped without recording every outcome", "error", err)
+	} else {
+		d.logger.Info("dispatcher stopped")
+	}
+	return err
 }
 
 // Wake hints that steps may be claimable (for tests and the API's run creation in
@@ -335,6 +379,8 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 				lost = append(lost, l)
 			}
 		}
+		// An attempt that finished after the snapshot above no longer holds its
+		// lease either: loseLeases tells it from a real loss.
 		d.loseLeases(lost, "heartbeat")
 	}
 }
@@ -346,11 +392,16 @@ func (d *Dispatcher) loseLeases(leases []catalog.Lease, op string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, l := range leases {
-		if a := d.active[l.Token]; a != nil {
-			d.m.leaseLost.WithLabelValues(op).Inc()
-			d.logger.Warn("lease lost", "run_id", l.RunID, "step", l.Key, "lease_token", l.Token)
-			a.cancel(errLeaseLost)
+		a := d.active[l.Token]
+		if a == nil || a.ending() {
+			// Gone or ending on its own (its outcome is being recorded, the run was
+			// canceled, it timed out): its lease ended normally, or the write of its
+			// outcome finds out and counts the loss.
+			continue
 		}
+		d.m.leaseLost.WithLabelValues(op).Inc()
+		d.logger.Warn("lease lost", "run_id", l.RunID, "step", l.Key, "lease_token", l.Token)
+		a.cancel(errLeaseLost)
 	}
 }
 
@@ -371,7 +422,7 @@ func (d *Dispatcher) cancelRun(runID uuid.UUID) {
 func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	for {
 		wait := d.cfg.SweepInterval/2 + time.Duration(jitterRand()*float64(d.cfg.SweepInterval))
-		if next, err := d.store.NextLeaseExpiry(ctx); err == nil && !next.IsZero() {
+		if next, err := d.store.NextLeaseExpiry(ctx, d.sweepGrace()); err == nil && !next.IsZero() {
 			// A little after the expiry, spread between dispatchers.
 			until := time.Until(next) + time.Duration((0.05+0.1*jitterRand())*float64(d.cfg.LeaseTTL))
 			wait = max(min(wait, until), 10*time.Millisecond)
@@ -381,12 +432,12 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if since := time.Since(time.Unix(0, d.lastDBError.Load())); since < 2*d.cfg.LeaseTTL {
+		if since := time.Since(time.Unix(0, d.lastDBError.Load())); since < d.sweepGrace() {
 			d.logger.Debug("sweep deferred after a database error", "since", since)
 			continue
 		}
 		for {
-			n, err := d.store.StepSweep(ctx, 100)
+			n, err := d.store.StepSweep(ctx, 100, d.sweepGrace())
 			if err != nil {
 				d.dbError()
 				if ctx.Err() == nil {
@@ -442,6 +493,14 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 		}
 	}
 }
+
+// sweepGrace is how long after an outage leases are not swept, so that their owners
+// renew them and report their outcomes first: two lease TTLs (a heartbeat comes
+// every third of one). Two memories of an outage apply it: this process's own
+// (lastDBError: the database did not answer us, though it may have answered
+// others) and the database's (its start time: it was down for everyone, including
+// dispatchers that started after it came back; see catalog.StepSweep).
+func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
 // dbError records that a database call failed just now.
 func (d *Dispatcher) dbError() { d.lastDBError.Store(time.Now().UnixNano()) }

@@ -87,7 +87,9 @@ func (s *attemptSink) storeLog() string {
 	if _, err := s.logFile.Seek(0, io.SeekStart); err != nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), time.Minute)
+	// Not s.ctx: the log of an attempt that timed out or was handed back is kept,
+	// until Stop gives up on writing what is left.
+	ctx, cancel := context.WithTimeout(s.d.abandonCtx, time.Minute)
 	defer cancel()
 	obj, err := s.d.blobs.Put(ctx, "logs", s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1})
 	if err != nil {

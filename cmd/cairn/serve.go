@@ -221,7 +221,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		p.logger.Warn("http shutdown", "error", err)
 	}
 	if disp != nil {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), p.rt.shutdownGrace+30*time.Second)
+		// Stop bounds itself to about twice the grace; this is the last resort.
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*p.rt.shutdownGrace+10*time.Second)
 		defer dcancel()
 		if err := disp.Stop(dctx); err != nil {
 			p.logger.Warn("dispatcher shutdown", "error", err)

@@ -1,0 +1,184 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+	"github.com/cairnrun/cairn/runtime"
+)
+
+// longSleep is a workflow whose one step runs until it is stopped.
+const longSleep = `
+name: long-sleep
+steps:
+  - {key: long, builtin: sleep, with: {duration: 10m}, retry: {max_attempts: 1}}
+`
+
+func newDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.Dispatcher {
+	t.Helper()
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = t.TempDir()
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = tb.dbURL
+	}
+	d, err := runtime.New(tb.store, tb.blobs, &cfg)
+	require.NoError(t, err)
+	return d
+}
+
+// waitRunning waits until the step of the run holds a lease.
+func waitRunning(t *testing.T, tb *testBundle, id uuid.UUID, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return stepMap(t, tb, id)[key].Status == "running" },
+		10*time.Second, 10*time.Millisecond, "waiting for step %s to start", key)
+}
+
+func TestStopWithoutStart(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	d := newDispatcher(t, tb, runtime.Config{})
+	require.NoError(t, d.Stop(ctx))
+	require.NoError(t, d.Stop(ctx), "a second Stop")
+	require.Error(t, d.Start(ctx), "a stopped dispatcher does not start")
+}
+
+func TestStopTwice(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	d := newDispatcher(t, tb, runtime.Config{ShutdownGrace: 100 * time.Millisecond})
+	require.NoError(t, d.Start(ctx))
+	id := startRun(t, tb, deploy(t, tb, map[string]string{"cairn.yaml": longSleep}), "")
+	waitRunning(t, tb, id, "long")
+
+	// Two concurrent Stops and a later one: each returns the first one's result.
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- d.Stop(ctx) }()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	require.NoError(t, d.Stop(ctx))
+	// The lease was handed back.
+	require.Equal(t, "ready", stepMap(t, tb, id)["long"].Status)
+}
+
+// TestStopHonoursContext: a context that ends before the grace cuts Stop short; the
+// error says so.
+func TestStopHonoursContext(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	d := newDispatcher(t, tb, runtime.Config{ShutdownGrace: time.Hour})
+	require.NoError(t, d.Start(ctx))
+	id := startRun(t, tb, deploy(t, tb, map[string]string{"cairn.yaml": longSleep}), "")
+	waitRunning(t, tb, id, "long")
+
+	sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(sctx) }()
+	select {
+	case err := <-stopped:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(time.Minute):
+		// Far beyond the context's 200ms: Stop waited for the hour of grace.
+		t.Fatal("Stop did not return when its context ended")
+	}
+}
+
+// TestStopWhileDatabaseDown: PostgreSQL is gone when the dispatcher stops (the
+// server got SIGTERM during an outage). Stop gives up on the hand-back after the
+// second grace period, by itself, and says so; it does not panic or hang.
+func TestStopWhileDatabaseDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := testenv.PG(t)
+	url := testenv.ClusterDatabaseURL(t, c)
+	store, err := catalog.Open(ctx, url, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	blobs, err := blobstore.NewFile(t.TempDir(), nil)
+	require.NoError(t, err)
+	tb := &testBundle{store: store, blobs: blobs, dbURL: url}
+
+	const grace = 500 * time.Millisecond
+	d := newDispatcher(t, tb, runtime.Config{ShutdownGrace: grace})
+	require.NoError(t, d.Start(ctx))
+	id := startRun(t, tb, deploy(t, tb, map[string]string{"cairn.yaml": longSleep}), "")
+	waitRunning(t, tb, id, "long")
+
+	require.NoError(t, c.Stop(ctx))
+	// A context far longer than the grace: Stop must end by itself.
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	err = d.Stop(sctx)
+	require.Error(t, err, "the hand-back cannot have been recorded")
+	require.NotErrorIs(t, err, context.DeadlineExceeded, "Stop waited for its context instead of giving up after the grace")
+	require.Contains(t, err.Error(), "gave up recording")
+	require.NoError(t, sctx.Err())
+	require.Equal(t, err, d.Stop(ctx), "a second Stop returns the first one's result")
+
+	// The step is still leased to the stopped dispatcher; once the database is back
+	// and the lease has expired, another dispatcher takes it over.
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool {
+		st, err := store.StepGet(ctx, id, "long")
+		return err == nil && st.Status == "running"
+	}, 30*time.Second, 50*time.Millisecond, "waiting for the database to answer again")
+}
+
+// TestHeartbeatCountsOnlyRealLeaseLosses: an attempt that finishes between the
+// heartbeat's snapshot of the active attempts and its renewal no longer holds its
+// lease, normally. Many short attempts under a fast heartbeat make that race
+// common; none of them may be counted or logged as a lost lease.
+func TestHeartbeatCountsOnlyRealLeaseLosses(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	reg := prometheus.NewRegistry()
+	// A 300ms lease (the shortest allowed): a heartbeat every 100ms.
+	startDispatcher(t, tb, runtime.Config{LeaseTTL: 300 * time.Millisecond, Registerer: reg, Concurrency: 64})
+	var steps strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&steps, "  - {key: s%02d, builtin: sleep, with: {duration: %dms}}\n", i, 20+7*i)
+	}
+	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: many-short\nsteps:\n" + steps.String()})
+	ids := make([]uuid.UUID, 30)
+	for i := range ids {
+		ids[i] = startRun(t, tb, v, "")
+	}
+	for _, id := range ids {
+		run := waitRun(t, tb, id, time.Minute)
+		require.Equal(t, catalog.RunSucceeded, run.Status)
+	}
+	require.Zero(t, counterSum(t, reg, "cairn_lease_lost_total"), "leases counted lost although every attempt finished normally")
+}
+
+// counterSum adds up every series of a counter in reg.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
