@@ -125,8 +125,14 @@ func (s *Server) withRecovery(next http.Handler) http.Handler {
 
 var errPanic = errors.New("panic while serving the request")
 
+// levelFor is the access log's level for a response status. A 503 (the database
+// unavailable, a readiness check failing) is an outage, not a fault of ours: its
+// cause is logged at WARN where it is handled (problemFor, readiness), and the
+// access line does not repeat it as an error.
 func levelFor(status int) slog.Level {
 	switch {
+	case status == http.StatusServiceUnavailable:
+		return slog.LevelInfo
 	case status >= 500:
 		return slog.LevelError
 	case status >= 400:
@@ -138,6 +144,9 @@ func levelFor(status int) slog.Level {
 
 // writeProblem writes a problem outside Huma (middleware, raw handlers).
 func writeProblem(w http.ResponseWriter, p *Problem) {
+	for k, v := range p.headers {
+		w.Header()[k] = v
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -24,7 +28,12 @@ type Problem struct {
 	Instance string              `json:"instance,omitempty" doc:"request ID of this occurrence"`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"the individual problems with the input"`
 	Checks   map[string]string   `json:"checks,omitempty" doc:"readiness checks, on 503 from /readyz"`
+
+	headers http.Header // sent with the problem (Retry-After)
 }
+
+// GetHeaders implements huma.HeadersError: headers sent with the problem.
+func (p *Problem) GetHeaders() http.Header { return p.headers }
 
 // Error implements error.
 func (p *Problem) Error() string { return p.Detail }
@@ -51,6 +60,7 @@ var problemClasses = map[int]struct{ code, title string }{
 	http.StatusNotFound:              {"not_found", "Not found"},
 	http.StatusMethodNotAllowed:      {"method_not_allowed", "Method not allowed"},
 	http.StatusConflict:              {"conflict", "Conflict"},
+	statusClientClosedRequest:        {"client_closed_request", "Client closed request"},
 	http.StatusRequestEntityTooLarge: {"payload_too_large", "Payload too large"},
 	http.StatusUnsupportedMediaType:  {"unsupported_media_type", "Unsupported media type"},
 	http.StatusUnprocessableEntity:   {"invalid_input", "Invalid input"},
@@ -58,6 +68,15 @@ var problemClasses = map[int]struct{ code, title string }{
 	http.StatusServiceUnavailable:    {"unavailable", "Service unavailable"},
 	http.StatusGatewayTimeout:        {"timeout", "Timeout"},
 }
+
+// statusClientClosedRequest is the status of a request the client abandoned before
+// the answer (nginx's 499): nobody reads the response, and the access log shows it
+// apart from the server's own failures.
+const statusClientClosedRequest = 499
+
+// retryAfterSeconds is the Retry-After of a 503 for an unavailable database: a
+// restart or a failover takes seconds, and a client retrying at once only adds load.
+const retryAfterSeconds = 5
 
 // NewProblem builds the problem for an HTTP status with a detail message.
 func NewProblem(status int, detail string, errs ...error) *Problem {
@@ -106,10 +125,18 @@ func (e *readyError) Error() string { return "not ready" }
 
 // problemFor maps an error from the domain to its problem. It is the one place where
 // errors become statuses; unknown errors are 500s without internal detail, logged once
-// with the request ID.
+// with the request ID. A database that cannot be reached is a 503 with Retry-After,
+// logged once at WARN; a request its client abandoned is not an error at all.
 func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var p *Problem
 	var ready *readyError
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The client went away (net/http cancels the request's context): whatever
+		// the handler failed with then (context.Canceled, a canceled statement, a
+		// broken stream) is not a fault of ours, and nobody reads the answer.
+		s.logger.DebugContext(ctx, "client closed request", "request_id", RequestID(ctx), "error", err)
+		return NewProblem(statusClientClosedRequest, "the client closed the request")
+	}
 	s.logger.DebugContext(ctx, "request error", "request_id", RequestID(ctx), "error", err)
 	switch {
 	case errors.As(err, &p):
@@ -117,6 +144,12 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	case errors.As(err, &ready):
 		p = NewProblem(http.StatusServiceUnavailable, "a readiness check failed")
 		p.Checks = ready.checks
+		return p
+	case errors.Is(err, catalog.ErrUnavailable):
+		// Before DeadlineExceeded: a connect that timed out is both.
+		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
+		p = NewProblem(http.StatusServiceUnavailable, "the database is unavailable; try again later")
+		p.headers = http.Header{"Retry-After": {strconv.Itoa(retryAfterSeconds)}}
 		return p
 	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, blobstore.ErrNotFound):
 		return NewProblem(http.StatusNotFound, "not found")
@@ -129,4 +162,26 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	p = NewProblem(http.StatusInternalServerError, "an internal error occurred; quote the request ID when reporting it")
 	p.Instance = RequestID(ctx)
 	return p
+}
+
+// withUnavailable documents the 503 of op, with its Retry-After header, when op is
+// under /v1: every such operation reads or writes the catalog. (Listing 503 in
+// op.Errors would document it without the header.)
+func withUnavailable(api huma.API, op huma.Operation) huma.Operation {
+	if !strings.HasPrefix(op.Path, "/v1/") {
+		return op
+	}
+	responses := make(map[string]*huma.Response, len(op.Responses)+1)
+	maps.Copy(responses, op.Responses)
+	responses[strconv.Itoa(http.StatusServiceUnavailable)] = &huma.Response{
+		Description: "The database is unavailable (down, restarting, out of connections); try again after Retry-After.",
+		Headers: map[string]*huma.Param{
+			"Retry-After": {Description: "seconds to wait before trying again", Schema: &huma.Schema{Type: "integer"}},
+		},
+		Content: map[string]*huma.MediaType{
+			"application/problem+json": {Schema: api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[Problem](), true, "Problem")},
+		},
+	}
+	op.Responses = responses
+	return op
 }

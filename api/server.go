@@ -131,7 +131,7 @@ func (s *Server) Handler() http.Handler {
 // register adds an operation whose handler errors are mapped to problems in one place
 // (problemFor). role is the least role that may call it (RoleNone: public).
 func register[I, O any](s *Server, op huma.Operation, role Role, h func(context.Context, *I) (*O, error)) {
-	huma.Register(s.api, withRole(op, role), func(ctx context.Context, in *I) (*O, error) {
+	huma.Register(s.api, withUnavailable(s.api, withRole(op, role)), func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)
 		if err != nil {
 			return nil, s.problemFor(ctx, err)

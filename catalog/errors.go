@@ -1,11 +1,18 @@
 package catalog
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/lib/pq"
+	"github.com/lib/pq/pqerror"
 )
 
 // Errors returned by Store methods; check with errors.Is.
@@ -20,13 +27,19 @@ var (
 	// ErrLeaseLost means a write carried a lease token that is no longer current:
 	// nothing was written.
 	ErrLeaseLost = errors.New("catalog: lease lost")
+	// ErrUnavailable means the database cannot be reached or is not accepting
+	// connections now (refused or dropped connection, shutting down, starting up,
+	// out of connection slots); try again later. Whether a write that failed so was
+	// committed is unknown.
+	ErrUnavailable = errors.New("catalog: database unavailable")
 )
 
 // translateError maps driver errors to the package's sentinels, keeping the original
-// in the chain for logs. It is the only place that looks at driver error codes.
+// in the chain for logs. It is the only place that looks at driver error codes. An
+// error translated before is returned as it is.
 func translateError(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || isTranslated(err) {
+		return err
 	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
@@ -40,7 +53,68 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		}
 	}
+	if isUnavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return err
+}
+
+func isTranslated(err error) bool {
+	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// isUnavailable reports whether err says the database cannot be reached or does not
+// take connections now, as opposed to a fault of the statement or the data.
+func isUnavailable(err error) bool {
+	if errors.Is(err, context.Canceled) {
+		// The caller gave up (a dial interrupted by cancellation is a *net.OpError
+		// too): that says nothing about the database.
+		return false
+	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		switch pqErr.Code {
+		case pqerror.AdminShutdown, // 57P01: the server is shutting down (fast or smart)
+			pqerror.CrashShutdown,      // 57P02: another backend crashed, all are reset
+			pqerror.CannotConnectNow,   // 57P03: "the database system is starting up" (or shutting down)
+			pqerror.TooManyConnections: // 53300: out of connection slots
+			return true
+		}
+		return strings.HasPrefix(string(pqErr.Code), string(pqerror.ClassConnectionException)) // 08xxx
+	}
+	// lib/pq reports a connection that broke under a statement as driver.ErrBadConn
+	// (database/sql then retries on a fresh one, if it can) or passes the read's
+	// io.EOF or network error through.
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	// Dialing: refused, reset, unreachable, DNS, and a connect_timeout or a context
+	// deadline that ran out while connecting (a net.OpError of the dial), or a read
+	// or write on a connection that broke.
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	if errors.As(err, &opErr) || errors.As(err, &dnsErr) {
+		return true
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && !errors.Is(err, context.DeadlineExceeded) {
+		// context.DeadlineExceeded is a net.Error too, but on its own it is the
+		// caller's deadline running out (a slow statement, a full pool), not an
+		// outage.
+		return true
+	}
+	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
+		syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.ETIMEDOUT} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

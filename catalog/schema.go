@@ -177,7 +177,10 @@ func appliedVersions(ctx context.Context, db *sql.DB) ([]int64, error) {
 		}
 		out = append(out, v)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read schema version: %w", translateError(err))
+	}
+	return out, nil
 }
 
 // knownVersions lists the binary's migrations. They are embedded, so they are read

@@ -85,10 +85,10 @@ func (s *Store) DB() *sqlx.DB { return s.db }
 // Close closes the connection pool.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Ping checks that the database answers.
+// Ping checks that the database answers; ErrUnavailable if it cannot be reached.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.db.PingContext(ctx); err != nil {
-		return fmt.Errorf("ping database: %w", err)
+		return fmt.Errorf("ping database: %w", translateError(err))
 	}
 	return nil
 }

@@ -1,0 +1,142 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+// closedPortURL is the URL of a database on a port of 127.0.0.1 where nothing
+// listens: connecting is refused.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return "postgres://cairn:secret@" + addr + "/cairn?sslmode=disable&connect_timeout=5"
+}
+
+type storeCall struct {
+	name string
+	call func(ctx context.Context, s *catalog.Store) error
+}
+
+// storeCalls exercise the Store's read, write and transaction paths on a run.
+func storeCalls(runID uuid.UUID) []storeCall {
+	d := fakeDigest("unavailable")
+	return []storeCall{
+		{"Ping", func(ctx context.Context, s *catalog.Store) error { return s.Ping(ctx) }},
+		{"CheckSchema", func(ctx context.Context, s *catalog.Store) error { return catalog.CheckSchema(ctx, s.DB().DB) }},
+		{"RunList", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.RunList(ctx, &catalog.RunListParams{Limit: 10})
+			return err
+		}},
+		{"RunGet", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.RunGet(ctx, runID)
+			return err
+		}},
+		{"RunCreate", func(ctx context.Context, s *catalog.Store) error {
+			_, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf"})
+			return err
+		}},
+		{"RunCreate idempotent", func(ctx context.Context, s *catalog.Store) error {
+			_, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", IdempotencyKey: "k", IdempotencyScope: "s", RequestHash: "h"})
+			return err
+		}},
+		{"RunCancel", func(ctx context.Context, s *catalog.Store) error { return s.RunCancel(ctx, runID, "test") }},
+		{"EventList", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.EventList(ctx, runID, 0, 10)
+			return err
+		}},
+		{"StepList", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.StepList(ctx, runID)
+			return err
+		}},
+		{"WorkflowList", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.WorkflowList(ctx, &catalog.WorkflowListParams{Limit: 10})
+			return err
+		}},
+		{"VersionGet", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.VersionGet(ctx, "wf", 0)
+			return err
+		}},
+		{"VersionRegister", func(ctx context.Context, s *catalog.Store) error {
+			_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+				Workflow: "wf2", Digest: d, Size: 1, BlobKey: "k", Definition: json.RawMessage(`{}`), Fingerprint: d,
+			})
+			return err
+		}},
+		{"StepClaim", func(ctx context.Context, s *catalog.Store) error {
+			_, err := s.StepClaim(ctx, "test", 1, time.Minute)
+			return err
+		}},
+	}
+}
+
+// requireUnavailable runs every call against s and requires ErrUnavailable.
+func requireUnavailable(t *testing.T, s *catalog.Store, runID uuid.UUID) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, c := range storeCalls(runID) {
+		err := c.call(ctx, s)
+		require.ErrorIs(t, err, catalog.ErrUnavailable, "%s", c.name)
+		require.NotErrorIs(t, err, catalog.ErrNotFound, "%s", c.name)
+	}
+}
+
+// TestUnavailableRefused: a database whose port refuses connections makes every
+// call fail with ErrUnavailable, and Open too.
+func TestUnavailableRefused(t *testing.T) {
+	t.Parallel()
+	url := closedPortURL(t)
+	db, err := sqlx.Open("postgres", url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	requireUnavailable(t, catalog.New(db, nil), uuid.New())
+
+	_, err = catalog.Open(context.Background(), url, nil)
+	require.ErrorIs(t, err, catalog.ErrUnavailable)
+}
+
+// TestUnavailableStopped: PostgreSQL stops (its connections in the pool are closed
+// by the shutdown) and then crashes; meanwhile every call fails with
+// ErrUnavailable, and the store works again once the server is back.
+func TestUnavailableStopped(t *testing.T) {
+	t.Parallel()
+	c := testenv.PG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := catalog.Open(ctx, testenv.ClusterDatabaseURL(t, c), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	register(t, ctx, s, "wf", "1")
+	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}}})
+	require.NoError(t, err)
+	// Every call works, leaving connections in the pool.
+	for _, call := range storeCalls(run.ID) {
+		err := call.call(ctx, s)
+		require.NotErrorIs(t, err, catalog.ErrUnavailable, "%s", call.name)
+	}
+
+	require.NoError(t, c.Stop(ctx))
+	requireUnavailable(t, s, run.ID)
+
+	require.NoError(t, c.Start(ctx))
+	got, err := s.RunGet(ctx, run.ID)
+	require.NoError(t, err, "after the restart")
+	require.Equal(t, run.ID, got.ID)
+
+	require.NoError(t, c.Kill())
+	requireUnavailable(t, s, run.ID)
+}
