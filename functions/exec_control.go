@@ -13,7 +13,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 )
 
 // controlMessage is one line on an exec handler's control descriptor. Exactly one
@@ -60,13 +64,14 @@ func parseControlMessage(line []byte) (*controlMessage, error) {
 	return &m, nil
 }
 
-// readControl reads newline-delimited control messages until EOF (or the read
-// deadline set when the attempt ends) and hands them to the sink. Lines longer
-// than MaxControlLine are skipped, never buffered whole. A Sink error wrapping
-// ErrLeaseLost aborts the attempt.
+// readControl reads newline-delimited control messages until EOF (or until the
+// pipe is cut: see pipeReader) and hands them to the sink, one at a time and in
+// order: a slow sink makes the handler wait on a full pipe, it loses nothing.
+// Lines longer than MaxControlLine are skipped, never buffered whole. A Sink
+// error wrapping ErrLeaseLost aborts the attempt.
 func (r *execRun) readControl(ctx context.Context) {
 	limit := r.exec.maxControlLine
-	br := bufio.NewReaderSize(r.controlR, min(limit+1, 64<<10))
+	br := bufio.NewReaderSize(r.control, min(limit+1, 64<<10))
 	var line []byte
 	skipping := false
 	lineNo := 0
@@ -88,6 +93,10 @@ func (r *execRun) readControl(ctx context.Context) {
 				}
 			}
 			if complete {
+				if r.control.stopped() {
+					// The attempt is over: lines still buffered here can change nothing.
+					return
+				}
 				if !skipping {
 					lineNo++
 					if !r.handleControl(ctx, lineNo, line) {
@@ -176,6 +185,132 @@ func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bo
 	r.note("control message %d (%s) failed: %v", lineNo, op, err)
 	r.logger.WarnContext(ctx, "exec control message failed", "op", op, "error", err)
 	return true
+}
+
+// How a pipeReader was cut. The supervisor only ever raises it.
+const (
+	// pipeOpen: read to EOF.
+	pipeOpen int32 = iota
+	// pipeCutHeld: a process outside the handler's group holds the pipe open.
+	// What the pipe holds when the reader notices the cut is still read (it
+	// includes everything the handler wrote before it exited); then reading stops.
+	pipeCutHeld
+	// pipeCutNow: the attempt is over; reading stops at once.
+	pipeCutNow
+)
+
+// errPipeCut ends the reading of a pipe that was cut.
+var errPipeCut = errors.New("exec pipe cut")
+
+// pipeReader is the parent's end of a handler's stdout, stderr or control pipe.
+// Exactly one goroutine reads it; the supervisor may cut it (cutOff) and ask
+// whether some process still holds its write end (hasWriter) meanwhile.
+type pipeReader struct {
+	f    *os.File
+	name string
+	cut  atomic.Int32
+
+	// Owned by the reading goroutine: after a pipeCutHeld, how much is left of
+	// what the pipe held when the cut was noticed.
+	draining bool
+	left     int
+}
+
+func newPipeReader(f *os.File, name string) *pipeReader {
+	return &pipeReader{f: f, name: name}
+}
+
+// Read reads the pipe like os.File.Read until it is cut; it then returns
+// errPipeCut (or os.ErrDeadlineExceeded), after what a pipeCutHeld keeps.
+func (p *pipeReader) Read(b []byte) (int, error) {
+	for {
+		if p.draining {
+			if p.left == 0 || p.stopped() {
+				return 0, errPipeCut
+			}
+			// Never blocks: the pipe holds at least p.left bytes, and we are its
+			// only reader.
+			n, err := p.f.Read(b[:min(len(b), p.left)])
+			p.left -= n
+			return n, err
+		}
+		n, err := p.f.Read(b)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, err
+		}
+		if p.cut.Load() != pipeCutHeld {
+			return n, errPipeCut
+		}
+		// The deadline that woke us makes Read fail without looking at what the
+		// pipe holds: the handler's last lines may be in it. Keep what is there
+		// now, not what the process holding the pipe writes from now on.
+		left, qerr := p.buffered()
+		if qerr != nil || p.f.SetReadDeadline(time.Time{}) != nil {
+			return n, errPipeCut
+		}
+		p.draining, p.left = true, left
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// stopped reports whether the pipe was cut with pipeCutNow.
+func (p *pipeReader) stopped() bool {
+	return p.cut.Load() == pipeCutNow
+}
+
+// cutOff cuts the pipe (pipeCutHeld or pipeCutNow): a Read blocked on it
+// returns, and so does the next one. Only the supervisor calls it.
+func (p *pipeReader) cutOff(how int32) {
+	if how <= p.cut.Load() {
+		return
+	}
+	p.cut.Store(how)
+	_ = p.f.SetReadDeadline(time.Now())
+}
+
+// hasWriter reports whether some process still holds the pipe's write end.
+// Linux's poll reports POLLHUP on a pipe's read end as soon as no writer is
+// left, even while data remains to be read (fs/pipe.c, pipe_poll). The check
+// goes through RawConn.Control: File.Fd would switch the pipe to blocking mode
+// and make deadlines useless. When it cannot tell, it says true.
+func (p *pipeReader) hasWriter() bool {
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	var revents int16
+	var perr error
+	err = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			_, perr = unix.Poll(fds, 0)
+			if !errors.Is(perr, unix.EINTR) {
+				break
+			}
+		}
+		revents = fds[0].Revents
+	})
+	if err != nil || perr != nil {
+		return true
+	}
+	return revents&unix.POLLHUP == 0
+}
+
+// buffered returns how many bytes the pipe holds (FIONREAD, which x/sys/unix
+// calls TIOCINQ on Linux).
+func (p *pipeReader) buffered() (int, error) {
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return 0, err
+	}
+	return n, ierr
 }
 
 // note writes a line of Cairn's own into the attempt's log.

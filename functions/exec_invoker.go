@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,9 +38,13 @@ const (
 	// stderrTailSize is how much of the end of stderr goes into a failure's message.
 	stderrTailSize = 2 << 10
 	// pipeCloseDelay is how long, after the process group was sent SIGKILL, the
-	// invoker waits for stdout, stderr and the control pipe to reach EOF before it
-	// stops reading them: a process that left the group (setsid) may hold them.
+	// invoker gives the killed processes to let go of stdout, stderr and the
+	// control pipe. A pipe that still has a writer then is held by a process that
+	// left the group (setsid), and may never end: the invoker stops reading it.
 	pipeCloseDelay = 250 * time.Millisecond
+	// pipePollInterval is how often the invoker checks, after the handler
+	// exited, whether its pipes still have writers.
+	pipePollInterval = 50 * time.Millisecond
 	// copyBufferSize is the chunk size of the stdout and stderr copies.
 	copyBufferSize = 32 << 10
 	// startTries bounds the starts of a program that fail with ETXTBSY.
@@ -97,12 +102,19 @@ type ExecConfig struct {
 // CodeSignal) whose message ends with the last 2 KiB of stderr, unless the
 // handler sent an error message: then that error, retryable as it said.
 //
+// Everything the handler wrote before it exited is read and handed to the Sink,
+// in order, however long the Sink takes: a slow Sink makes the handler wait on a
+// full pipe, it never loses a line (a handler's last words are often its error
+// message).
+//
 // When ctx ends, or a Sink method reports ErrLeaseLost, the process group gets
 // SIGTERM, then SIGKILL after KillGrace, and Invoke returns context.Cause(ctx)
-// (or the lease error) once the process is reaped. Whatever is left of the
-// group when the attempt ends is killed too. A process that leaves the group
-// (setsid) escapes this; the invoker then stops reading its pipes shortly after
-// the kill so that Invoke still returns.
+// (or the lease error) once the process is reaped; what is left in the pipes
+// then is dropped shortly after the kill. Whatever is left of the group when the
+// attempt ends is killed too. A process that leaves the group (setsid) escapes
+// this; the invoker then stops reading the pipes it still holds shortly after
+// the kill (keeping what they held then, so what the handler wrote), so that
+// Invoke still returns.
 //
 // Exec is safe for concurrent use.
 type Exec struct {
@@ -308,8 +320,9 @@ type execRun struct {
 	cmd       *exec.Cmd
 
 	// Parent ends of the pipes.
-	stdinW, stdoutR, stderrR, controlR *os.File
-	stdinDone                          chan struct{}
+	stdinW                  *os.File
+	stdout, stderr, control *pipeReader
+	stdinDone               chan struct{}
 
 	// exited is closed when the process has exited; it is not reaped yet, so its
 	// PID and process group ID cannot be reused while we signal the group.
@@ -387,7 +400,10 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 		return startError(cmd.Args[0], startErr)
 	}
 	r.cmd = cmd
-	r.stdinW, r.stdoutR, r.stderrR, r.controlR = stdinW, stdoutR, stderrR, controlR
+	r.stdinW = stdinW
+	r.stdout = newPipeReader(stdoutR, "stdout")
+	r.stderr = newPipeReader(stderrR, "stderr")
+	r.control = newPipeReader(controlR, "control")
 	r.logger.DebugContext(ctx, "exec started", "pid", cmd.Process.Pid, "program", cmd.Args[0])
 
 	go r.waitExit(cmd.Process.Pid)
@@ -487,7 +503,7 @@ func (r *execRun) copyStdout() {
 	out := r.sink.Output()
 	buf := make([]byte, copyBufferSize)
 	for {
-		n, err := r.stdoutR.Read(buf)
+		n, err := r.stdout.Read(buf)
 		if n > 0 {
 			if _, werr := out.Write(buf[:n]); werr != nil {
 				r.abort(sinkWriteError("exec: write output", werr))
@@ -495,7 +511,7 @@ func (r *execRun) copyStdout() {
 			}
 		}
 		if err != nil {
-			// io.EOF, or a read deadline set once the attempt is over.
+			// io.EOF, or the pipe was cut.
 			return
 		}
 	}
@@ -506,7 +522,7 @@ func (r *execRun) copyStdout() {
 func (r *execRun) copyStderr() {
 	buf := make([]byte, copyBufferSize)
 	for {
-		n, err := r.stderrR.Read(buf)
+		n, err := r.stderr.Read(buf)
 		if n > 0 {
 			r.tail.Write(buf[:n])
 			if werr := r.logW.write(buf[:n]); werr != nil && errors.Is(werr, ErrLeaseLost) {
@@ -571,19 +587,7 @@ func (r *execRun) supervise(ctx context.Context) error {
 	var stopErr error
 	select {
 	case <-r.exited:
-		// The handler ended by itself. A background child may still hold stdout:
-		// give it KillGrace to finish before the group is killed.
-		timer := time.NewTimer(r.exec.killGrace)
-		select {
-		case <-r.drained:
-		case <-timer.C:
-			r.logger.DebugContext(ctx, "exec pipes still open after exit; killing the process group")
-		case <-ctx.Done():
-			stopErr = context.Cause(ctx)
-		case <-r.aborted:
-			stopErr = r.abortErr
-		}
-		timer.Stop()
+		stopErr = r.awaitRelease(ctx)
 	case <-ctx.Done():
 		stopErr = context.Cause(ctx)
 		r.terminate()
@@ -594,22 +598,11 @@ func (r *execRun) supervise(ctx context.Context) error {
 
 	// Nothing of the attempt may outlive it.
 	r.signalGroup(syscall.SIGKILL)
-	timer := time.NewTimer(pipeCloseDelay)
-	select {
-	case <-r.drained:
-	case <-timer.C:
-		// Someone outside the group holds a pipe: stop reading.
-		r.logger.WarnContext(ctx, "exec pipes held open by a process outside the group; closing them")
-		for _, f := range []*os.File{r.stdoutR, r.stderrR, r.controlR} {
-			_ = f.SetReadDeadline(time.Now())
-		}
-		<-r.drained
-	}
-	timer.Stop()
+	stopErr = r.drain(ctx, stopErr)
 	_ = r.stdinW.SetWriteDeadline(time.Now())
 	<-r.stdinDone
-	for _, f := range []*os.File{r.stdoutR, r.stderrR, r.controlR} {
-		_ = f.Close()
+	for _, p := range r.pipes() {
+		_ = p.f.Close()
 	}
 
 	<-r.exited
@@ -622,6 +615,108 @@ func (r *execRun) supervise(ctx context.Context) error {
 		return stopErr
 	}
 	return r.result(waitErr)
+}
+
+// awaitRelease waits, once the handler has exited by itself, until nobody
+// writes to its pipes any more: a background child may still hold stdout, and
+// gets KillGrace to finish before the group is killed. A slow reader is no
+// reason to wait: the pipes are drained after the kill. It returns what stopped
+// the attempt meanwhile (ctx, abort), or nil.
+func (r *execRun) awaitRelease(ctx context.Context) error {
+	timer := time.NewTimer(r.exec.killGrace)
+	defer timer.Stop()
+	tick := time.NewTicker(pipePollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.drained:
+			return nil
+		case <-tick.C:
+			if len(r.heldPipes()) == 0 {
+				return nil
+			}
+		case <-timer.C:
+			r.logger.DebugContext(ctx, "exec pipes still open after exit; killing the process group")
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-r.aborted:
+			return r.abortErr
+		}
+	}
+}
+
+// drain waits, once the process group was killed, until stdout, stderr and the
+// control pipe are read to their end. It returns stopErr, or else what stopped
+// the attempt meanwhile (ctx, abort).
+//
+// A pipe without writers is read to its end however long the Sink takes (a
+// checkpoint retrying against the blob store): the handler's last lines, its
+// error message among them, may still be in it. Only a pipe that still has a
+// writer pipeCloseDelay after the kill is cut, with a warning: a process that
+// left the group holds it, and it may never end; what it holds then is still
+// read. Once the attempt is stopped (ctx, abort), every pipe is cut after
+// pipeCloseDelay: what is left in them cannot change Invoke's result.
+func (r *execRun) drain(ctx context.Context, stopErr error) error {
+	timer := time.NewTimer(pipeCloseDelay)
+	defer timer.Stop()
+	ctxDone, aborted := ctx.Done(), r.aborted
+	late, heldCut, allCut := false, false, false
+	for {
+		select {
+		case <-r.drained:
+			return stopErr
+		case <-timer.C:
+			late = true
+		case <-ctxDone:
+			ctxDone = nil
+			if stopErr == nil {
+				stopErr = context.Cause(ctx)
+			}
+		case <-aborted:
+			aborted = nil
+			if stopErr == nil {
+				stopErr = r.abortErr
+			}
+		}
+		if !late {
+			continue
+		}
+		if !heldCut {
+			heldCut = true
+			if held := r.heldPipes(); len(held) > 0 {
+				names := make([]string, len(held))
+				for i, p := range held {
+					names[i] = p.name
+					p.cutOff(pipeCutHeld)
+				}
+				r.logger.WarnContext(ctx, "exec pipes held open by a process outside the group; closing them",
+					"pipes", strings.Join(names, ","))
+			}
+		}
+		if stopErr != nil && !allCut {
+			allCut = true
+			for _, p := range r.pipes() {
+				p.cutOff(pipeCutNow)
+			}
+		}
+	}
+}
+
+// pipes returns the pipes the handler writes to.
+func (r *execRun) pipes() []*pipeReader {
+	return []*pipeReader{r.stdout, r.stderr, r.control}
+}
+
+// heldPipes returns the pipes some process still writes to.
+func (r *execRun) heldPipes() []*pipeReader {
+	var held []*pipeReader
+	for _, p := range r.pipes() {
+		if p.hasWriter() {
+			held = append(held, p)
+		}
+	}
+	return held
 }
 
 // result turns the handler's exit into Invoke's result.
