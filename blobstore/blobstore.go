@@ -80,8 +80,8 @@ type GetOptions struct {
 }
 
 // Store is a content-addressed object store. Every method is safe for concurrent use.
-// Keys are "<kind>/sha256/<hex>"; kinds are short lower-case words ("bundles",
-// "outputs", "checkpoints", "logs"); see KeyFor and ParseKey.
+// Keys are "<kind>/sha256/<hex>"; kinds are short lower-case words (KindBundles,
+// KindPayloads, KindLogs); see KeyFor and ParseKey.
 type Store interface {
 	// Put streams r into the store under "<kind>/sha256/<hex>" and returns the
 	// stored object. The sha256 is computed while writing; nothing holds the whole

@@ -14,6 +14,18 @@ const (
 	maxKindLength = 32
 )
 
+// Kinds of objects: the first part of every key (see KeyFor).
+const (
+	// KindBundles holds canonical bundle archives, named by their tree digest.
+	KindBundles = "bundles"
+	// KindPayloads holds outputs and checkpoints over the inline limit. One kind for
+	// both, so a reference's digest alone names its object, and identical payloads
+	// share it.
+	KindPayloads = "payloads"
+	// KindLogs holds attempts' logs (an exec handler's stderr).
+	KindLogs = "logs"
+)
+
 // KeyFor returns the key "<kind>/sha256/<hex>" of digest ("sha256:<hex>") in kind.
 // ErrInvalidKey when kind is not ^[a-z][a-z0-9-]{0,31}$ or digest is not
 // "sha256:" and 64 lower-case hex digits.

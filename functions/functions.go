@@ -16,6 +16,8 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/cairnrun/cairn/blobstore"
 )
 
 // Envelope is the JSON document every handler receives (DESIGN §5).
@@ -41,16 +43,10 @@ type Envelope struct {
 	CheckpointURL string `json:"checkpoint_url,omitempty"`
 }
 
-// BlobRef is the body of a {"$blob": …} reference to a large value.
-type BlobRef struct {
-	Digest      string `json:"digest"`
-	Size        int64  `json:"size"`
-	ContentType string `json:"content_type,omitempty"`
-	// Path is a local file holding the bytes (exec).
-	Path string `json:"path,omitempty"`
-	// URL is a presigned GET (http, lambda).
-	URL string `json:"url,omitempty"`
-}
+// BlobRef is the body of a {"$blob": …} reference to a large value: its digest,
+// size and content type, and where the handler reads it (Path for exec, URL for
+// http and lambda). Its home is blobstore.Ref.
+type BlobRef = blobstore.Ref
 
 // Spec says what to run: exactly one of the kinds is set.
 type Spec struct {
@@ -135,7 +131,7 @@ type Error struct {
 	RetryAfter time.Duration `json:"-"`
 	// Code is a short machine-readable class, one of the Code* constants:
 	// "exit_status", "signal", "http_status", "network", "function_error",
-	// "protocol", "invalid_spec", "failed".
+	// "protocol", "invalid_spec", "blob_missing", "failed".
 	Code string `json:"code,omitempty"`
 }
 
@@ -161,6 +157,10 @@ const (
 	// built-in, program missing from the bundle or leaving it, bad URL, bad params.
 	// Always terminal.
 	CodeInvalidSpec = "invalid_spec"
+	// CodeBlobMissing is an input or checkpoint whose $blob reference names an
+	// object the blob store does not have (lost or deleted). Always terminal:
+	// retrying cannot bring it back.
+	CodeBlobMissing = "blob_missing"
 )
 
 // Error returns the message and whether the failure is retryable or terminal.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
@@ -243,6 +244,10 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *ver
 	}
 	for k, v := range deps {
 		nv, err := d.resolvePayload(ctx, v, step.Kind)
+		var fe *functions.Error
+		if errors.As(err, &fe) {
+			fe.Message = fmt.Sprintf("input from %s: %s", k, fe.Message)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("input from %s: %w", k, err)
 		}
@@ -307,33 +312,34 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 }
 
 // resolvePayload turns a stored $blob reference into what a handler of kind can read.
+// A reference to an object the blob store does not have fails the step
+// (blob_missing): retrying cannot bring the object back.
 func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind bundle.Kind) (json.RawMessage, error) {
-	ref, ok := parseBlobRef(v)
+	ref, ok := blobstore.ParseRef(v)
 	if !ok {
 		return v, nil
 	}
-	hex, err := digestHex(ref.Digest)
+	key, err := ref.Key()
 	if err != nil {
-		return nil, err
+		return nil, &functions.Error{Message: fmt.Sprintf("malformed $blob reference: %v", err), Code: functions.CodeBlobMissing}
 	}
 	switch kind {
 	case bundle.KindExec:
 		path, err := d.cache.blobFile(ctx, ref.Digest)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			return nil, &functions.Error{Message: fmt.Sprintf("the blob %s is not in the blob store", ref.Digest), Code: functions.CodeBlobMissing}
+		}
 		if err != nil {
 			return nil, err
 		}
 		ref.Path = path
 	case bundle.KindHTTP, bundle.KindLambda:
-		url, err := d.blobs.PresignGet(ctx, payloadKey(hex), d.cfg.PresignExpiry)
+		url, err := d.blobs.PresignGet(ctx, key, d.cfg.PresignExpiry)
 		if err == nil {
 			ref.URL = url
 		}
 		// A backend without presigned URLs (the file store of `cairn dev`) leaves the
 		// reference without a URL: such handlers read it through the API.
 	}
-	b, err := json.Marshal(map[string]functions.BlobRef{"$blob": ref})
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return ref.JSON(), nil
 }

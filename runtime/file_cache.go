@@ -119,7 +119,11 @@ func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error)
 		if _, err := os.Stat(final); err == nil {
 			return nil, nil
 		}
-		rc, _, err := c.blobs.Get(ctx, payloadKey(hex), blobstore.GetOptions{})
+		key, err := blobstore.Ref{Digest: digest}.Key()
+		if err != nil {
+			return nil, err
+		}
+		rc, _, err := c.blobs.Get(ctx, key, blobstore.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("fetch blob %s: %w", digest, err)
 		}
@@ -147,9 +151,3 @@ func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error)
 	}
 	return final, nil
 }
-
-// payloadKind is the blob kind of outputs and checkpoints: one namespace, so a
-// $blob reference's digest alone names its object, and identical payloads share it.
-const payloadKind = "payloads"
-
-func payloadKey(hex string) string { return payloadKind + "/sha256/" + hex }

@@ -9,31 +9,7 @@ import (
 	"io"
 
 	"github.com/cairnrun/cairn/blobstore"
-	"github.com/cairnrun/cairn/functions"
 )
-
-// blobRefJSON is the stored form of a large payload: {"$blob": {...}}.
-func blobRefJSON(obj blobstore.Object) json.RawMessage {
-	b, _ := json.Marshal(map[string]functions.BlobRef{"$blob": {
-		Digest: obj.Digest, Size: obj.Size, ContentType: obj.ContentType,
-	}})
-	return b
-}
-
-// parseBlobRef reports whether v is a {"$blob": …} reference and returns it.
-func parseBlobRef(v json.RawMessage) (functions.BlobRef, bool) {
-	t := bytes.TrimSpace(v)
-	if len(t) == 0 || t[0] != '{' || !bytes.Contains(t, []byte(`"$blob"`)) {
-		return functions.BlobRef{}, false
-	}
-	var w struct {
-		Blob *functions.BlobRef `json:"$blob"`
-	}
-	if err := json.Unmarshal(t, &w); err != nil || w.Blob == nil || w.Blob.Digest == "" {
-		return functions.BlobRef{}, false
-	}
-	return *w.Blob, true
-}
 
 // payloadWriter receives a payload as a stream. Up to the inline limit it stays in
 // memory; past it, everything (the buffered prefix first) streams into the blob store
@@ -90,7 +66,7 @@ func (w *payloadWriter) spill() {
 	w.done = make(chan putResult, 1)
 	ct := w.contentTypeOr("application/octet-stream")
 	go func() {
-		obj, err := w.blobs.Put(w.ctx, payloadKind, pr, blobstore.PutOptions{ContentType: ct, Size: -1})
+		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1})
 		pr.CloseWithError(err) // unblock a writer if Put stopped early
 		w.done <- putResult{obj, err}
 	}()
@@ -129,26 +105,25 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 		if res.err != nil {
 			return nil, fmt.Errorf("%w: store payload: %w", errPayloadStore, res.err)
 		}
-		return blobRefJSON(res.obj), nil
+		return blobstore.ObjectRef(res.obj).JSON(), nil
 	}
 	data := bytes.TrimSpace(w.buf.Bytes())
 	if len(data) == 0 {
 		return json.RawMessage("null"), nil
 	}
-	if json.Valid(data) && !isBlobRefLike(data) {
+	// A value that mentions "$blob" is stored as bytes, so that a handler cannot
+	// forge a reference to a blob it did not write.
+	if json.Valid(data) && !blobstore.MentionsRef(data) {
 		return json.RawMessage(bytes.Clone(data)), nil
 	}
-	ct := w.contentTypeOr("application/octet-stream")
-	obj, err := w.blobs.Put(w.ctx, payloadKind, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len())})
+	ct := "application/octet-stream"
+	if json.Valid(data) {
+		ct = "application/json"
+	}
+	ct = w.contentTypeOr(ct)
+	obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len())})
 	if err != nil {
 		return nil, fmt.Errorf("%w: store payload: %w", errPayloadStore, err)
 	}
-	return blobRefJSON(obj), nil
-}
-
-// isBlobRefLike keeps a handler from forging a reference to someone else's blob: a
-// JSON output that looks like {"$blob": …} is stored as bytes, not trusted.
-func isBlobRefLike(data []byte) bool {
-	_, ok := parseBlobRef(data)
-	return ok
+	return blobstore.ObjectRef(obj).JSON(), nil
 }

@@ -91,7 +91,7 @@ func (s *attemptSink) storeLog() string {
 	// until Stop gives up on writing what is left.
 	ctx, cancel := context.WithTimeout(s.d.abandonCtx, time.Minute)
 	defer cancel()
-	obj, err := s.d.blobs.Put(ctx, "logs", s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindLogs, s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1})
 	if err != nil {
 		s.a.logger.Warn("store attempt log", "error", err)
 		return ""
@@ -115,12 +115,12 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 		return fmt.Errorf("checkpoint is not valid JSON")
 	}
 	stored := value
-	if int64(len(value)) > s.d.cfg.InlineLimit || isBlobRefLike(value) {
-		obj, err := s.d.blobs.Put(ctx, payloadKind, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value))})
+	if int64(len(value)) > s.d.cfg.InlineLimit || blobstore.MentionsRef(value) {
+		obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value))})
 		if err != nil {
 			return fmt.Errorf("store checkpoint: %w", err)
 		}
-		stored = blobRefJSON(obj)
+		stored = blobstore.ObjectRef(obj).JSON()
 	}
 	return s.saveCheckpoint(ctx, stored)
 }
@@ -132,11 +132,11 @@ func (s *attemptSink) CheckpointFile(ctx context.Context, path string) error {
 		return fmt.Errorf("checkpoint file: %w", err)
 	}
 	defer f.Close()
-	obj, err := s.d.blobs.Put(ctx, payloadKind, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1})
 	if err != nil {
 		return fmt.Errorf("store checkpoint file: %w", err)
 	}
-	return s.saveCheckpoint(ctx, blobRefJSON(obj))
+	return s.saveCheckpoint(ctx, blobstore.ObjectRef(obj).JSON())
 }
 
 func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage) error {
@@ -152,7 +152,7 @@ func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage
 // checkpointEventData is what the step.checkpointed event shows: the value when small
 // or a reference, else only its size.
 func checkpointEventData(stored json.RawMessage) json.RawMessage {
-	if _, isRef := parseBlobRef(stored); isRef || len(stored) <= 1024 {
+	if _, isRef := blobstore.ParseRef(stored); isRef || len(stored) <= 1024 {
 		b, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
 		return b
 	}
