@@ -18,6 +18,7 @@ const (
 	DefaultMaxTotalSize    = 1 * GiB   // uncompressed bytes of all files
 	DefaultMaxManifestSize = 1 * MiB   // bytes of cairn.yaml
 	DefaultMaxPathLength   = 1024      // bytes per path or symlink target
+	DefaultMaxSteps        = 5_000     // steps per workflow
 	// archiveSlack is what DefaultMaxArchiveSize allows beyond MaxTotalSize: tar
 	// headers, padding and incompressible content.
 	archiveSlack = 64 * MiB
@@ -47,6 +48,11 @@ type Limits struct {
 	// MaxArchiveSize is the maximum number of compressed bytes read from the input.
 	// Default MaxTotalSize + 64 MiB.
 	MaxArchiveSize int64
+	// MaxSteps is the maximum number of steps in the manifest. Default 5,000. Every
+	// step of a run is a catalog row, an event or more and a share of the definition
+	// a dispatcher parses, so a run's cost grows with it. Unlike the size limits, a
+	// manifest over it is an invalid bundle (400), not one too large (413).
+	MaxSteps int
 }
 
 // DefaultLimits returns the default Limits, every field filled in.
@@ -73,6 +79,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxArchiveSize <= 0 {
 		l.MaxArchiveSize = l.MaxTotalSize + archiveSlack
+	}
+	if l.MaxSteps <= 0 {
+		l.MaxSteps = DefaultMaxSteps
 	}
 	return l
 }

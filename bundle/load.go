@@ -27,7 +27,8 @@ type Bundle struct {
 // runs on an upload; the canonical archive to store can then be written with
 // WriteCanonical(ctx, dir, b.Tree, w).
 //
-// Errors matching ErrInvalid (and ErrTooLarge) are the upload's fault; manifest errors
+// A manifest with more than lim.MaxSteps steps is rejected before the rest of its
+// validation. Errors matching ErrInvalid (and ErrTooLarge) are the upload's fault; manifest errors
 // are all reported, joined (see ValidationErrors). dir is the caller's, to remove.
 // Load is safe for concurrent use with distinct dirs.
 func Load(ctx context.Context, r io.Reader, dir string, lim Limits) (*Bundle, error) {
@@ -46,6 +47,9 @@ func finish(dir string, t *Tree, lim Limits) (*Bundle, error) {
 	}
 	m, err := ParseManifest(data)
 	if err != nil {
+		return nil, err
+	}
+	if err := validateStepCount(m, lim); err != nil {
 		return nil, err
 	}
 	if err := m.Validate(t); err != nil {

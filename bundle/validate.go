@@ -66,6 +66,15 @@ func (m *Manifest) Validate(files FileChecker) error {
 	return joinErrors(v.errs)
 }
 
+// validateStepCount checks m's number of steps against lim.MaxSteps (lim has its
+// defaults applied), before the rest of the validation spends time on every step.
+func validateStepCount(m *Manifest, lim Limits) error {
+	if n := len(m.Steps); n > lim.MaxSteps {
+		return fieldError("", "steps", "%d steps, over the limit of %d steps per workflow", n, lim.MaxSteps)
+	}
+	return nil
+}
+
 // validator collects the errors of one Validate call.
 type validator struct {
 	files FileChecker
