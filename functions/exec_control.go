@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -140,19 +141,10 @@ func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bo
 		err = r.sink.Checkpoint(ctx, m.Checkpoint)
 	case m.CheckpointFile != nil:
 		op = "checkpoint_file"
-		path := *m.CheckpointFile
-		if !filepath.IsAbs(path) {
-			// The handler's working directory is the bundle.
-			path = filepath.Join(r.bundleDir, path)
-		}
-		// Only regular files: opening a FIFO would block the sink (and this
-		// reader) for good, and a device may never end.
-		if info, serr := os.Stat(path); serr != nil {
-			err = serr
-		} else if !info.Mode().IsRegular() {
-			err = fmt.Errorf("%s is not a regular file", path)
-		} else {
-			err = r.sink.CheckpointFile(ctx, path)
+		var f *os.File
+		if f, err = r.openCheckpointFile(*m.CheckpointFile); err == nil {
+			err = r.sink.CheckpointFile(ctx, f)
+			f.Close()
 		}
 	case m.Progress != nil:
 		op = "progress"
@@ -406,4 +398,40 @@ func (t *tailBuffer) String() string {
 		s = "…" + s
 	}
 	return s
+}
+
+// openCheckpointFile opens the file a checkpoint_file message names. The path is
+// the handler's, but the server opens it: it must lie inside the handler's own
+// directories (its TMPDIR and HOME, or the bundle, where relative paths start),
+// and is opened through an os.Root, so that neither "..", nor an absolute path,
+// nor a symbolic link makes the server read one of its own files (its
+// /proc/self/environ, its credentials) on the handler's behalf. Only regular
+// files: a FIFO would block this reader for good, a device may never end.
+func (r *execRun) openCheckpointFile(name string) (*os.File, error) {
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(r.bundleDir, name)
+	}
+	name = filepath.Clean(name)
+	for _, dir := range append([]string{r.bundleDir}, r.workDirs...) {
+		rel, err := filepath.Rel(dir, name)
+		if err != nil || !filepath.IsLocal(rel) {
+			continue
+		}
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer root.Close()
+		// O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+		f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, err
+		}
+		if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+			f.Close()
+			return nil, fmt.Errorf("%s is not a regular file", name)
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("%s is outside the handler's TMPDIR, HOME and bundle", name)
 }

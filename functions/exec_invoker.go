@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cairnrun/cairn/blobstore"
 )
 
 // Defaults of ExecConfig.
@@ -71,6 +74,13 @@ type ExecConfig struct {
 	// TempDir is where each attempt's private directory (its HOME and TMPDIR,
 	// removed when the attempt ends) is created. Default: os.TempDir().
 	TempDir string
+	// Isolation says how handlers are kept from the server: IsolationBwrap (a
+	// sandbox; see IsolationBwrap) or IsolationNone. Default: IsolationNone, for
+	// tests and embedding; `cairn serve` sets IsolationBwrap.
+	Isolation Isolation
+	// SandboxUID is the uid (and gid) of handlers under IsolationBwrap when the
+	// server runs as root. Default: DefaultSandboxUID (65534, nobody).
+	SandboxUID int
 }
 
 // Exec runs exec steps: a program of the bundle, once per attempt, in its own
@@ -125,11 +135,18 @@ type Exec struct {
 	tempDir        string
 	// baseEnv is PATH and LANG captured from the dispatcher's environment.
 	baseEnv []string
+	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
+	sandbox *sandbox
+	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
+	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
+	unavailable error
 }
 
 // NewExec returns an Exec invoker configured by cfg (nil means defaults). It
 // captures PATH and LANG from the current environment (PATH defaults to
-// /usr/local/bin:/usr/bin:/bin, LANG to C.UTF-8).
+// /usr/local/bin:/usr/bin:/bin, LANG to C.UTF-8). With IsolationBwrap it runs one
+// trivial sandbox to check that bubblewrap works here; if it does not, the
+// invoker refuses every attempt (see Isolation).
 func NewExec(cfg *ExecConfig) *Exec {
 	if cfg == nil {
 		cfg = &ExecConfig{}
@@ -159,7 +176,26 @@ func NewExec(cfg *ExecConfig) *Exec {
 		lang = "C.UTF-8"
 	}
 	e.baseEnv = []string{"PATH=" + path, "LANG=" + lang}
+	if cfg.Isolation == IsolationBwrap {
+		uid := cfg.SandboxUID
+		if uid <= 0 {
+			uid = DefaultSandboxUID
+		}
+		e.sandbox, e.unavailable = newSandbox(context.Background(), uid)
+	}
 	return e
+}
+
+// Isolation says how this invoker runs handlers ("bubblewrap, as uid 65534",
+// "none: handlers run as the server's user"), or why it cannot run them.
+func (e *Exec) Isolation() (string, error) {
+	switch {
+	case e.unavailable != nil:
+		return "", e.unavailable
+	case e.sandbox != nil:
+		return e.sandbox.describe(), nil
+	}
+	return "none: handlers run as the server's user, unisolated", nil
 }
 
 // Invoke runs one attempt of an exec step; see Exec for the protocol. It returns
@@ -170,6 +206,10 @@ func NewExec(cfg *ExecConfig) *Exec {
 func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
+	}
+	if e.unavailable != nil {
+		return &Error{Message: "exec steps cannot run on this server: " + e.unavailable.Error(),
+			Retryable: true, Code: CodeIsolationUnavailable}
 	}
 	program, bundleDir, err := resolveProgram(inv.BundleDir, inv.Spec.Exec)
 	if err != nil {
@@ -199,6 +239,11 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return fmt.Errorf("exec: create attempt directory: %w", err)
 		}
+		if e.sandbox != nil {
+			if err := e.sandbox.prepareDir(dir); err != nil {
+				return fmt.Errorf("exec: create attempt directory: %w", err)
+			}
+		}
 	}
 
 	r := &execRun{
@@ -206,6 +251,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		sink:      sink,
 		logger:    logger,
 		bundleDir: bundleDir,
+		workDirs:  []string{home, tmp},
 		logW:      &lockedLog{sink: sink, logger: logger},
 		tail:      newTailBuffer(stderrTailSize),
 		exited:    make(chan struct{}),
@@ -213,10 +259,21 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		aborted:   make(chan struct{}),
 	}
 	env := e.environ(&inv.Envelope, home, tmp)
+	path, args := program, append([]string(nil), inv.Spec.Exec...)
+	if e.sandbox != nil {
+		args = e.sandbox.command(sandboxSpec{
+			bundleDir: bundleDir,
+			inputs:    inputFiles(&inv.Envelope),
+			workDirs:  []string{home, tmp},
+			network:   true,
+			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
+		})
+		path = args[0]
+	}
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
-			Path:        program,
-			Args:        append([]string(nil), inv.Spec.Exec...),
+			Path:        path,
+			Args:        args,
 			Dir:         bundleDir,
 			Env:         env,
 			SysProcAttr: handlerProcAttr(),
@@ -315,9 +372,11 @@ type execRun struct {
 	sink      Sink
 	logger    *slog.Logger
 	bundleDir string
-	logW      *lockedLog
-	tail      *tailBuffer
-	cmd       *exec.Cmd
+	// workDirs are the handler's HOME and TMPDIR.
+	workDirs []string
+	logW     *lockedLog
+	tail     *tailBuffer
+	cmd      *exec.Cmd
 
 	// Parent ends of the pipes.
 	stdinW                  *os.File
@@ -746,4 +805,21 @@ func (r *execRun) result(waitErr error) error {
 		failure.Message += "; stderr: " + tail
 	}
 	return failure
+}
+
+// inputFiles lists the local files of the $blob references in an envelope: the
+// only files outside its bundle and directories a sandboxed handler may read.
+func inputFiles(env *Envelope) []string {
+	var out []string
+	add := func(v json.RawMessage) {
+		if ref, ok := blobstore.ParseRef(v); ok && ref.Path != "" {
+			out = append(out, ref.Path)
+		}
+	}
+	for _, v := range env.Deps {
+		add(v)
+	}
+	add(env.Checkpoint)
+	slices.Sort(out)
+	return slices.Compact(out)
 }

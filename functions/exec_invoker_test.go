@@ -325,11 +325,43 @@ echo done`)
 	require.Contains(t, log, "cairn: control message 4 (checkpoint_file) failed")
 	require.Contains(t, log, "cairn: control message 5 (checkpoint_file) failed")
 	require.Contains(t, log, "fifo is not a regular file")
-	require.Contains(t, log, "cairn: control message 6 (checkpoint_file) failed: /dev/zero is not a regular file")
+	require.Contains(t, log, "cairn: control message 6 (checkpoint_file) failed: /dev/zero is outside the handler's TMPDIR, HOME and bundle")
 	require.Contains(t, log, "cairn: control message 8 ignored: decode control message")
 	require.Contains(t, log, "cairn: control message 9 ignored: control message: want exactly one")
 	require.Contains(t, log, "cairn: control message 10 ignored: control message: want exactly one")
 	require.Contains(t, log, "cairn: control message 12 longer than 100 bytes: skipped")
+}
+
+// TestExecCheckpointFileStaysInside: the server opens a checkpoint_file for the
+// handler, so a path must not make it read one of its own files: its environment
+// (/proc/self/environ is the server's, seen from the server), its credentials,
+// anything outside the handler's TMPDIR, HOME and bundle, however the path gets
+// there (absolute, "..", a symbolic link).
+func TestExecCheckpointFileStaysInside(t *testing.T) {
+	t.Parallel()
+	b := setupExec(t, nil)
+	secret := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(secret, []byte("CAIRN_ADMIN_TOKEN=secret"), 0o644))
+	b.script(t, "steal", `
+echo '{"checkpoint_file":"/proc/self/environ"}' >&3
+echo '{"checkpoint_file":"`+secret+`"}' >&3
+echo "{\"checkpoint_file\":\"$TMPDIR/../../../../../../../..`+secret+`\"}" >&3
+echo '{"checkpoint_file":"../../../../../../../../../..`+secret+`"}' >&3
+ln -s `+secret+` "$TMPDIR/link"
+echo "{\"checkpoint_file\":\"$TMPDIR/link\"}" >&3
+ln -s / "$HOME/root"
+echo "{\"checkpoint_file\":\"$HOME/root`+secret+`\"}" >&3
+printf mine > "$TMPDIR/ok"
+echo "{\"checkpoint_file\":\"$TMPDIR/ok\"}" >&3
+echo done`)
+	sink := &testSink{}
+	require.NoError(t, b.exec.Invoke(context.Background(), b.invocation("steal"), sink))
+	require.Equal(t, []string{"mine"}, sink.CheckpointFiles(), "only the handler's own file is read")
+	log := sink.LogText()
+	for i := 1; i <= 6; i++ {
+		require.Contains(t, log, fmt.Sprintf("cairn: control message %d (checkpoint_file) failed", i))
+	}
+	require.NotContains(t, log, "secret")
 }
 
 func TestExecFailures(t *testing.T) {

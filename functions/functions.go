@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -97,10 +98,10 @@ type Sink interface {
 	// Checkpoint stores a checkpoint given inline (JSON). It fails with an error
 	// wrapping ErrLeaseLost when the attempt no longer holds its lease.
 	Checkpoint(ctx context.Context, value json.RawMessage) error
-	// CheckpointFile stores the content of a local file as a checkpoint. The file
-	// is read before the call returns: the invoker may remove it afterwards (exec
-	// removes the attempt's TMPDIR when the attempt ends).
-	CheckpointFile(ctx context.Context, path string) error
+	// CheckpointFile stores the content of a file, open for reading at its start,
+	// as a checkpoint. The file is read before the call returns; the invoker closes
+	// it (exec removes the attempt's TMPDIR when the attempt ends).
+	CheckpointFile(ctx context.Context, f *os.File) error
 	// Progress records a progress report (JSON) as an event.
 	Progress(ctx context.Context, value json.RawMessage) error
 }

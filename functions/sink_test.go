@@ -56,11 +56,11 @@ func (s *testSink) Checkpoint(_ context.Context, value json.RawMessage) error {
 	return nil
 }
 
-func (s *testSink) CheckpointFile(_ context.Context, path string) error {
+func (s *testSink) CheckpointFile(_ context.Context, f *os.File) error {
 	if s.leaseLost {
 		return fmt.Errorf("store checkpoint file: %w", ErrLeaseLost)
 	}
-	b, err := os.ReadFile(path)
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return fmt.Errorf("read checkpoint file: %w", err)
 	}

@@ -126,12 +126,7 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 }
 
 // CheckpointFile stores a file's bytes as the checkpoint (always a blob).
-func (s *attemptSink) CheckpointFile(ctx context.Context, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("checkpoint file: %w", err)
-	}
-	defer f.Close()
+func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
 	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1})
 	if err != nil {
 		return fmt.Errorf("store checkpoint file: %w", err)

@@ -199,7 +199,7 @@ func (s *memorySink) Progress(context.Context, json.RawMessage) error {
 	return nil
 }
 func (s *memorySink) Checkpoint(context.Context, json.RawMessage) error { return nil }
-func (s *memorySink) CheckpointFile(context.Context, string) error      { return nil }
+func (s *memorySink) CheckpointFile(context.Context, *os.File) error    { return nil }
 
 type lockedWriter struct{ s *memorySink }
 

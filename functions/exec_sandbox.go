@@ -1,0 +1,187 @@
+package functions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Isolation says how exec handlers are kept from the server (ExecConfig.Isolation).
+type Isolation string
+
+const (
+	// IsolationBwrap runs every handler in a sandbox made by bubblewrap (bwrap): its
+	// own PID, mount, IPC and UTS namespaces, so it sees no process of the server
+	// (no /proc/$PPID/environ) and no file but the bundle (read-only: a bind mount
+	// that root inside cannot undo), its own inputs (read-only), a private HOME and
+	// TMPDIR, and the system's /usr and /etc (read-only). A server running as root
+	// runs handlers as an unprivileged uid (ExecConfig.SandboxUID, default 65534,
+	// nobody); a server running as another user runs them as its own uid inside a
+	// user namespace, where they have no capability and still see nothing of the
+	// server. When bwrap is missing or does not work here, exec attempts fail with
+	// CodeIsolationUnavailable: the server never falls back to running them
+	// unisolated.
+	IsolationBwrap Isolation = "bwrap"
+	// IsolationNone runs handlers as the server's own user with no isolation: they
+	// can read whatever the server can, its environment included. For development
+	// on a machine without bubblewrap, and for operators who isolate the whole
+	// server otherwise; never the default of `cairn serve`.
+	IsolationNone Isolation = "none"
+)
+
+// CodeIsolationUnavailable is an exec attempt on a server that must isolate
+// handlers but cannot (bubblewrap missing or refused by the kernel). Retryable: a
+// retry may land on another server; the step's retry policy bounds it.
+const CodeIsolationUnavailable = "isolation_unavailable"
+
+// DefaultSandboxUID is ExecConfig.SandboxUID's default: nobody.
+const DefaultSandboxUID = 65534
+
+// ParseIsolation reads an isolation mode ("bwrap" or "none").
+func ParseIsolation(s string) (Isolation, error) {
+	switch Isolation(s) {
+	case IsolationBwrap, IsolationNone:
+		return Isolation(s), nil
+	}
+	return "", fmt.Errorf("exec isolation %q: want bwrap or none", s)
+}
+
+// sandbox builds the bwrap command lines of one server.
+type sandbox struct {
+	bwrap string
+	// setpriv drops to uid/gid inside the sandbox when the server is root (bwrap
+	// itself can only change the uid inside a user namespace, where root outside
+	// stays root).
+	setpriv  string
+	uid, gid int
+	rootless bool
+}
+
+// systemDirs are bound read-only into every sandbox, when they exist. /bin, /lib
+// and friends are bound as they are: directories, or symbolic links into /usr.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"}
+
+// newSandbox finds bwrap (and setpriv when root) and runs a trivial sandbox once,
+// so that a kernel without the namespaces bwrap needs is found at start-up.
+func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
+	}
+	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0}
+	if !s.rootless {
+		if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
+			return nil, errors.New("setpriv (util-linux) is not installed: a root server needs it to run handlers as an unprivileged user")
+		}
+	}
+	tmp, err := os.MkdirTemp("", "cairn-sandbox-probe-")
+	if err != nil {
+		return nil, fmt.Errorf("probe bubblewrap: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := s.prepareDir(tmp); err != nil {
+		return nil, fmt.Errorf("probe bubblewrap: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, network: true})
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("bubblewrap does not work here (%v: %s); set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated", err, strings.TrimSpace(string(out)))
+	}
+	return s, nil
+}
+
+// describe says how handlers run, for logs and readiness.
+func (s *sandbox) describe() string {
+	if s.rootless {
+		return "bubblewrap, in a user namespace as the server's uid"
+	}
+	return "bubblewrap, as uid " + strconv.Itoa(s.uid)
+}
+
+// prepareDir hands a directory the handler writes (its HOME, TMPDIR) to the
+// handler's uid.
+func (s *sandbox) prepareDir(dir string) error {
+	if s.rootless {
+		return nil
+	}
+	return os.Chown(dir, s.uid, s.gid)
+}
+
+// sandboxSpec is what one attempt's sandbox contains. Every path is bound at the
+// same path inside, so that paths in the envelope and in control messages mean
+// the same inside and out.
+type sandboxSpec struct {
+	bundleDir string   // read-only; the working directory
+	inputs    []string // files, read-only
+	workDirs  []string // read-write (HOME, TMPDIR)
+	network   bool     // share the server's network
+	argv      []string // the program (an absolute path) and its arguments
+}
+
+// command returns the argv that runs spec.argv in a sandbox.
+func (s *sandbox) command(spec sandboxSpec) []string {
+	args := []string{s.bwrap,
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		// Handlers die with the server: with bwrap, whatever it runs dies with it.
+		"--die-with-parent",
+	}
+	if s.rootless {
+		args = append(args, "--unshare-user", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
+	}
+	if !spec.network {
+		args = append(args, "--unshare-net")
+	}
+	for _, d := range systemDirs {
+		info, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case info.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case info.IsDir():
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run")
+	// bwrap makes missing parents of a mount point private (0700); the handler's
+	// uid must be able to walk to its files.
+	made := map[string]bool{"/": true, "/tmp": true, "/run": true}
+	parents := func(p string) {
+		var chain []string
+		for d := filepath.Dir(p); !made[d]; d = filepath.Dir(d) {
+			chain = append(chain, d)
+			made[d] = true
+		}
+		for i := len(chain) - 1; i >= 0; i-- {
+			args = append(args, "--perms", "0755", "--dir", chain[i])
+		}
+	}
+	bind := func(flag, p string) {
+		parents(p)
+		made[p] = true
+		args = append(args, flag, p, p)
+	}
+	bind("--ro-bind", spec.bundleDir)
+	for _, p := range spec.inputs {
+		bind("--ro-bind", p)
+	}
+	for _, p := range spec.workDirs {
+		bind("--bind", p)
+	}
+	args = append(args, "--chdir", spec.bundleDir, "--")
+	if !s.rootless {
+		args = append(args, s.setpriv, "--reuid", strconv.Itoa(s.uid), "--regid", strconv.Itoa(s.gid),
+			"--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
+	}
+	return append(args, spec.argv...)
+}
