@@ -4,10 +4,18 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 )
+
+// definitionLoadTimeout bounds one load of a version's definition. The load is shared
+// by every attempt that needs the version meanwhile, so no single attempt's context
+// governs it.
+const definitionLoadTimeout = time.Minute
 
 // version is a compiled workflow version: immutable, so cached forever.
 type version struct {
@@ -15,17 +23,27 @@ type version struct {
 	steps  map[string]*bundle.StepDefinition
 }
 
-// definitions caches compiled versions by workflow and number.
+// definitions caches compiled versions by workflow and number. Concurrent misses of
+// one version share a single load: the first run of a large version starts many
+// attempts at once, and each loading and parsing the definition (megabytes for
+// thousands of steps) took the process to gigabytes (security audit 1, D9). It is
+// safe for concurrent use.
 type definitions struct {
 	store *catalog.Store
+	load  func(ctx context.Context, workflow string, v int) (*version, error) // loadVersion; tests count calls
+	group singleflight.Group
 	mu    sync.Mutex
 	byKey map[string]*version
 }
 
 func newDefinitions(store *catalog.Store) *definitions {
-	return &definitions{store: store, byKey: map[string]*version{}}
+	d := &definitions{store: store, byKey: map[string]*version{}}
+	d.load = d.loadVersion
+	return d
 }
 
+// get returns version v of workflow, loading it once for all concurrent callers. A
+// caller whose ctx ends stops waiting; the load goes on for the others.
 func (d *definitions) get(ctx context.Context, workflow string, v int) (*version, error) {
 	key := fmt.Sprintf("%s@%d", workflow, v)
 	d.mu.Lock()
@@ -34,20 +52,42 @@ func (d *definitions) get(ctx context.Context, workflow string, v int) (*version
 	if cached != nil {
 		return cached, nil
 	}
+	ch := d.group.DoChan(key, func() (any, error) {
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), definitionLoadTimeout)
+		defer cancel()
+		ver, err := d.load(lctx, workflow, v)
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.byKey[key] = ver
+		d.mu.Unlock()
+		return ver, nil
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*version), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// loadVersion reads version v of workflow from the catalog and compiles it.
+func (d *definitions) loadVersion(ctx context.Context, workflow string, v int) (*version, error) {
 	row, err := d.store.VersionGet(ctx, workflow, v)
 	if err != nil {
 		return nil, err
 	}
 	def, err := bundle.ParseDefinition(row.Definition)
 	if err != nil {
-		return nil, fmt.Errorf("definition of %s: %w", key, err)
+		return nil, fmt.Errorf("definition of %s@%d: %w", workflow, v, err)
 	}
-	out := &version{digest: row.BundleDigest, steps: map[string]*bundle.StepDefinition{}}
+	out := &version{digest: row.BundleDigest, steps: make(map[string]*bundle.StepDefinition, len(def.Steps))}
 	for i := range def.Steps {
 		out.steps[def.Steps[i].Key] = &def.Steps[i]
 	}
-	d.mu.Lock()
-	d.byKey[key] = out
-	d.mu.Unlock()
 	return out, nil
 }

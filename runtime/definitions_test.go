@@ -1,0 +1,115 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+// TestDefinitionsLoadOnceForConcurrentMisses: the first attempts of a large version,
+// starting together, load and parse its definition once, not once each (audit D9).
+func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
+	t.Parallel()
+	const steps, callers = 2000, 32
+	ctx := context.Background()
+	store := catalog.New(testenv.DB(t), nil)
+
+	var m strings.Builder
+	m.WriteString("name: large\nsteps:\n")
+	for i := range steps {
+		fmt.Fprintf(&m, "  - {key: s%d, builtin: noop}\n", i)
+	}
+	manifest, err := bundle.ParseManifest([]byte(m.String()))
+	require.NoError(t, err)
+	def, err := manifest.Normalize()
+	require.NoError(t, err)
+	defJSON, err := def.CanonicalJSON()
+	require.NoError(t, err)
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	_, _, err = store.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "large", Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
+	})
+	require.NoError(t, err)
+
+	d := newDefinitions(store)
+	load := d.load
+	var loads atomic.Int32
+	allIn := make(chan struct{})
+	d.load = func(ctx context.Context, workflow string, v int) (*version, error) {
+		if loads.Add(1) == callers {
+			close(allIn)
+		}
+		// Holding the first load until every caller has missed the cache, so that
+		// without coalescing each would load; with it, only one caller gets here
+		// and the hold ends at the timeout.
+		select {
+		case <-allIn:
+		case <-time.After(300 * time.Millisecond):
+		}
+		return load(ctx, workflow, v)
+	}
+
+	var wg sync.WaitGroup
+	got := make([]*version, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() { got[i], errs[i] = d.get(ctx, "large", 1) })
+	}
+	wg.Wait()
+	require.EqualValues(t, 1, loads.Load(), "loads of one version by concurrent callers")
+	for i := range callers {
+		require.NoError(t, errs[i])
+		require.True(t, got[0] == got[i], "caller %d got another copy of the version", i)
+	}
+	require.Len(t, got[0].steps, steps)
+
+	// Cached from now on.
+	again, err := d.get(ctx, "large", 1)
+	require.NoError(t, err)
+	require.True(t, got[0] == again, "the cached version")
+	require.EqualValues(t, 1, loads.Load())
+}
+
+// TestDefinitionsCallerStopsWaiting: a caller whose context ends stops waiting for a
+// shared load, which goes on for the others.
+func TestDefinitionsCallerStopsWaiting(t *testing.T) {
+	t.Parallel()
+	d := newDefinitions(nil)
+	release := make(chan struct{})
+	want := &version{digest: "d"}
+	d.load = func(ctx context.Context, workflow string, v int) (*version, error) {
+		<-release
+		return want, ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := make(chan error, 1)
+	go func() {
+		_, err := d.get(ctx, "wf", 1)
+		first <- err
+	}()
+	type result struct {
+		v   *version
+		err error
+	}
+	second := make(chan result, 1)
+	go func() {
+		v, err := d.get(context.Background(), "wf", 1)
+		second <- result{v, err}
+	}()
+	cancel()
+	require.ErrorIs(t, <-first, context.Canceled)
+	close(release)
+	res := <-second
+	require.NoError(t, res.err)
+	require.Same(t, want, res.v)
+}
