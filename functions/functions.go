@@ -132,7 +132,8 @@ type Error struct {
 	RetryAfter time.Duration `json:"-"`
 	// Code is a short machine-readable class, one of the Code* constants:
 	// "exit_status", "signal", "http_status", "network", "function_error",
-	// "protocol", "invalid_spec", "blob_missing", "failed".
+	// "protocol", "invalid_spec", "blob_missing", "kind_unavailable",
+	// "bundle_install", "isolation_unavailable", "failed".
 	Code string `json:"code,omitempty"`
 }
 
@@ -162,6 +163,14 @@ const (
 	// object the blob store does not have (lost or deleted). Always terminal:
 	// retrying cannot bring it back.
 	CodeBlobMissing = "blob_missing"
+	// CodeKindUnavailable is a step of a kind this server cannot run (no Lambda
+	// configured). Retryable: a retry may land on another server; the step's retry
+	// policy bounds it.
+	CodeKindUnavailable = "kind_unavailable"
+	// CodeBundleInstall is a bundle this server cannot install in its cache
+	// directory (no permission, read-only file system). Retryable and bounded like
+	// CodeKindUnavailable; the server's log and /readyz say more.
+	CodeBundleInstall = "bundle_install"
 )
 
 // Error returns the message and whether the failure is retryable or terminal.

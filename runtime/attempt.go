@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -103,7 +105,10 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	}
 	invoker := d.cfg.Invokers[step.Kind]
 	if invoker == nil {
-		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: functions.Failf("no %s invoker is configured on dispatcher %s", step.Kind, d.cfg.ID)}, step)
+		// Counted, so bounded by the retry policy: another dispatcher may have it.
+		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: &functions.Error{
+			Message:   fmt.Sprintf("dispatcher %s cannot run %s steps: none is configured", d.cfg.ID, step.Kind),
+			Retryable: true, Code: functions.CodeKindUnavailable}}, step)
 		return
 	}
 
@@ -282,6 +287,19 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *ver
 	switch step.Kind {
 	case bundle.KindExec:
 		dir, err := d.cache.bundleDir(ctx, ver.digest)
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			// This server's cache cannot take it, and retrying here will not
+			// change that: a counted failure, bounded by the retry policy, that
+			// does not show server paths to viewers (the log has them).
+			d.logger.Error("cannot install a bundle in the cache directory", "cache_dir", d.cfg.CacheDir, "error", err)
+			reason := "permission denied"
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				reason = errno.Error()
+			}
+			return nil, &functions.Error{Message: fmt.Sprintf("dispatcher %s cannot install the bundle in its cache directory (%s); see its log and /readyz",
+				d.cfg.ID, reason), Retryable: true, Code: functions.CodeBundleInstall}
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -137,7 +139,13 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 			loop(loopCtx)
 		}()
 	}
-	d.logger.Info("dispatcher started", "concurrency", d.cfg.Concurrency, "lease_ttl", d.cfg.LeaseTTL)
+	caps := d.Capabilities()
+	d.logger.Info("dispatcher started", "concurrency", d.cfg.Concurrency, "lease_ttl", d.cfg.LeaseTTL, "exec", caps[string(bundle.KindExec)])
+	for what, state := range caps {
+		if strings.HasPrefix(state, "unavailable") && what != string(bundle.KindLambda) {
+			d.logger.Warn("this dispatcher cannot run some steps: they fail after their retries", "what", what, "state", state)
+		}
+	}
 	return nil
 }
 
@@ -506,3 +514,42 @@ func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 func (d *Dispatcher) dbError() { d.lastDBError.Store(time.Now().UnixNano()) }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
+
+// isolator is an invoker that says how it isolates handlers (functions.Exec).
+type isolator interface {
+	Isolation() (string, error)
+}
+
+// Capabilities says what this dispatcher can run, for /readyz and the start-up
+// log: one entry per step kind ("ok", how exec handlers are isolated, or why the
+// kind cannot run here) and "cache" (whether bundles can be installed). Steps of a
+// kind that cannot run here fail with a counted, retryable error (a retry may
+// land on another dispatcher), so their retry policy bounds them.
+func (d *Dispatcher) Capabilities() map[string]string {
+	out := make(map[string]string, 5)
+	for _, k := range []bundle.Kind{bundle.KindExec, bundle.KindHTTP, bundle.KindLambda, bundle.KindBuiltin} {
+		inv := d.cfg.Invokers[k]
+		state := "ok"
+		if inv == nil {
+			state = "unavailable: not configured"
+		} else if iso, ok := inv.(isolator); ok {
+			how, err := iso.Isolation()
+			if err != nil {
+				state = "unavailable: " + err.Error()
+			} else {
+				state = "ok: " + how
+			}
+		}
+		out[string(k)] = state
+	}
+	out["cache"] = "ok"
+	if err := d.cache.writable(); err != nil {
+		var errno syscall.Errno
+		reason := "not writable"
+		if errors.As(err, &errno) {
+			reason += " (" + errno.Error() + ")"
+		}
+		out["cache"] = "unavailable: " + reason
+	}
+	return out
+}

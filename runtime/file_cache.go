@@ -57,7 +57,11 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 		if _, err := os.Stat(final); err == nil {
 			return nil, nil
 		}
-		rc, _, err := c.blobs.Get(ctx, "bundles/sha256/"+hex, blobstore.GetOptions{})
+		key, err := blobstore.KeyFor(blobstore.KindBundles, digest)
+		if err != nil {
+			return nil, err
+		}
+		rc, _, err := c.blobs.Get(ctx, key, blobstore.GetOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("fetch bundle %s: %w", digest, err)
 		}
@@ -71,6 +75,11 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 		if _, err := bundle.Extract(ctx, rc, tree, bundle.DefaultLimits()); err != nil {
 			return nil, fmt.Errorf("extract bundle %s: %w", digest, err)
 		}
+		// Everything read-only but the tree's root: moving a directory to another
+		// parent rewrites its ".." entry, which needs write permission on the
+		// directory itself, and a server that is not root has no other way to
+		// get it. The root loses it once in place. (Sandboxed handlers see the
+		// bundle through a read-only bind mount whatever the modes.)
 		if err := makeReadOnly(tree); err != nil {
 			return nil, err
 		}
@@ -78,6 +87,9 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 			if _, serr := os.Stat(final); serr != nil {
 				return nil, fmt.Errorf("install bundle %s: %w", digest, err)
 			}
+		}
+		if err := os.Chmod(final, 0o555); err != nil {
+			return nil, fmt.Errorf("install bundle %s: %w", digest, err)
 		}
 		return nil, nil
 	})
@@ -87,12 +99,16 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 	return final, nil
 }
 
-// makeReadOnly removes write permission from a tree, so handlers cannot change the
-// bundle that later attempts share.
+// makeReadOnly removes write permission from everything under root (not root
+// itself), so that unsandboxed handlers of another uid cannot change the bundle
+// that later attempts share.
 func makeReadOnly(root string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if p == root {
+			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
 			return nil
@@ -150,4 +166,15 @@ func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error)
 		return "", err
 	}
 	return final, nil
+}
+
+// writable checks that bundles and blobs can be installed: a file can be created
+// in the cache's tmp folder.
+func (c *fileCache) writable() error {
+	f, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), "probe-")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
