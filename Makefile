@@ -17,8 +17,9 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests need (the versitygw S3 server, gotestsum) if missing.
+## tools: install what tests need (the versitygw S3 server, gotestsum, bubblewrap) if missing.
 tools:
+	@scripts/install-sandbox.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
 
