@@ -15,7 +15,7 @@
 -- that died during the outage has its steps swept when the grace ends, a little
 -- later than without an outage and never earlier than its lease.
 -- +goose StatementBegin
-CREATE OR REPLACE FUNCTION cairn_sweep(p_limit integer, p_grace interval)
+CREATE FUNCTION cairn_sweep(p_limit integer, p_grace interval)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
     r record;
@@ -44,11 +44,29 @@ END $$;
 DROP FUNCTION cairn_sweep(integer);
 
 -- +goose Down
--- The old signature comes back with the behaviour of 00001 (no grace); the
--- two-argument function stays, so that up, down, up works.
+-- The function of 00001, as it was.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_sweep(p_limit integer)
-RETURNS integer LANGUAGE sql AS $$
-    SELECT cairn_sweep(p_limit, interval '0');
-$$;
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT run_id, key, lease_token FROM steps
+        WHERE status = 'running' AND lease_expires_at < now()
+        ORDER BY lease_expires_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM cairn_step_finish(r.run_id, r.key, r.lease_token, 'interrupted', NULL,
+            jsonb_build_object('message', 'lease expired: the dispatcher holding the step stopped or lost the database',
+                               'code', 'lease_expired'),
+            true, now(), NULL);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
 -- +goose StatementEnd
+
+DROP FUNCTION cairn_sweep(integer, interval);

@@ -4,7 +4,8 @@ package migrations
 
 import "embed"
 
-// FS holds every migration file (NNNNN_name.sql) at its root.
+// FS holds every migration file (NNNNN_name.sql) at its root, and landed.sha256:
+// the checksums of the landed ones, which a test holds them to.
 //
-//go:embed *.sql
+//go:embed *.sql landed.sha256
 var FS embed.FS

@@ -1,0 +1,99 @@
+package migrations_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"io/fs"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/lib/pq"
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/internal/testenv"
+	"github.com/cairnrun/cairn/migrations"
+)
+
+// landedFile lists every landed migration with its SHA-256, in sha256sum's format.
+// A migration lands with its line: `(cd migrations && sha256sum NNNNN_name.sql >>
+// landed.sha256)`. From then on it is never edited; a change is a new file.
+const landedFile = "landed.sha256"
+
+// TestLandedMigrationsUnchanged fails when a landed migration was edited, removed,
+// or a new one has no line in landed.sha256 yet.
+func TestLandedMigrationsUnchanged(t *testing.T) {
+	t.Parallel()
+	list, err := migrations.FS.Open(landedFile)
+	require.NoError(t, err)
+	defer list.Close()
+	landed := map[string]string{}
+	sc := bufio.NewScanner(list)
+	for sc.Scan() {
+		sum, name, ok := strings.Cut(sc.Text(), "  ")
+		require.True(t, ok, "bad line in %s: %q", landedFile, sc.Text())
+		landed[name] = sum
+	}
+	require.NoError(t, sc.Err())
+
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	for _, name := range files {
+		b, err := fs.ReadFile(migrations.FS, name)
+		require.NoError(t, err)
+		sum := sha256.Sum256(b)
+		want, ok := landed[name]
+		require.True(t, ok, "%s has no line in migrations/%s: add it when it lands (see landedFile)", name, landedFile)
+		require.Equal(t, want, hex.EncodeToString(sum[:]), "%s was edited after it landed: write a new migration instead", name)
+		delete(landed, name)
+	}
+	require.Empty(t, landed, "landed migrations were removed")
+}
+
+// TestMigrationsUpDownUp applies every migration to an empty database, rolls them
+// all back, and applies them again: every Down section runs and undoes its Up.
+func TestMigrationsUpDownUp(t *testing.T) {
+	t.Parallel()
+	c := testenv.PG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.CreateDatabase(ctx, "updownup"))
+	db, err := sql.Open("postgres", c.URL("updownup"))
+	require.NoError(t, err)
+	defer db.Close()
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+
+	objects := func() []string {
+		rows, err := db.QueryContext(ctx, `
+SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
+UNION ALL SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+UNION ALL SELECT 'sequence ' || sequencename FROM pg_sequences WHERE schemaname = 'public' AND sequencename <> 'goose_db_version_id_seq'
+ORDER BY 1`)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+
+	_, err = provider.Up(ctx)
+	require.NoError(t, err, "up")
+	afterUp := objects()
+	require.NotEmpty(t, afterUp)
+	_, err = provider.DownTo(ctx, 0)
+	require.NoError(t, err, "down")
+	require.Empty(t, objects(), "down left objects behind")
+	_, err = provider.Up(ctx)
+	require.NoError(t, err, "up again")
+	require.Equal(t, afterUp, objects(), "up after down made another schema")
+}
