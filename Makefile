@@ -10,7 +10,7 @@ FUZZTIME  ?= 1000x
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools openapi client lambda-zip clean
+.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools generate openapi client ts-schema lambda-zip clean
 
 all: build
 
@@ -56,6 +56,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
+## generate: every generated file, in order: the OpenAPI document from the code, then the Go and TypeScript clients from it.
+generate: openapi client ts-schema
+
 ## openapi: regenerate api/openapi.yaml from the code.
 openapi:
 	$(GO) run ./cmd/cairn openapi > api/openapi.yaml
@@ -63,6 +66,10 @@ openapi:
 ## client: regenerate the Go client (client/openapi-3.0.yaml, client/client.gen.go) from the API.
 client:
 	$(GO) generate ./client
+
+## ts-schema: regenerate the TypeScript client's types (clients/ts/src/schema.d.ts) from api/openapi.yaml.
+ts-schema:
+	cd clients/ts && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && npm run generate
 
 ## lambda-zip: the lambda-hello example function for provided.al2023 (linux/amd64), zipped into bin/lambda-hello.zip.
 lambda-zip:
