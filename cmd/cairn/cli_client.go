@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"os"
 	"strings"
@@ -204,36 +205,37 @@ func (t *table) Flush() error {
 	return err
 }
 
-// listAll follows next_cursor from the first page until the end, or until limit
-// items (limit ≤ 0: all). fetch gets the cursor (nil for the first page) and a page
-// size; it returns the page's items, its raw body (for --output json) and the next
-// cursor.
-func listAll[T any](limit int, fetch func(cursor *string, size int64) (items []T, body []byte, next *string, err error)) ([]T, []json.RawMessage, error) {
+// firstItems gathers the items of pages (a list's page iterator, which follows
+// next_cursor) until limit items (limit ≤ 0: all): typed, for tables, and as the
+// API's JSON, for --output json. itemsOf returns a page's items and its raw body.
+func firstItems[R, T any](pages iter.Seq2[*R, error], limit int, itemsOf func(*R) ([]T, []byte)) ([]T, []json.RawMessage, error) {
 	var all []T
 	var raw []json.RawMessage
-	var cursor *string
-	for {
-		size := int64(maxPageSize)
-		if limit > 0 && limit-len(all) < maxPageSize {
-			size = int64(limit - len(all))
-		}
-		items, body, next, err := fetch(cursor, size)
+	for page, err := range pages {
 		if err != nil {
 			return nil, nil, err
 		}
-		var page struct {
-			Items []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(body, &page); err != nil {
+		items, body := itemsOf(page)
+		var p rawItems
+		if err := json.Unmarshal(body, &p); err != nil {
 			return nil, nil, fmt.Errorf("decode page: %w", err)
 		}
 		all = append(all, items...)
-		raw = append(raw, page.Items...)
-		if next == nil || *next == "" || (limit > 0 && len(all) >= limit) || len(items) == 0 {
-			return all, raw, nil
+		raw = append(raw, p.Items...)
+		if limit > 0 && len(all) >= limit {
+			return all[:limit], raw[:min(limit, len(raw))], nil
 		}
-		cursor = next
 	}
+	return all, raw, nil
+}
+
+// pageSize is the page size to ask for to show limit items (limit ≤ 0: all).
+func pageSize(limit int) *int64 {
+	n := int64(maxPageSize)
+	if limit > 0 && limit < maxPageSize {
+		n = int64(limit)
+	}
+	return &n
 }
 
 // maxPageSize is the largest page the API serves.

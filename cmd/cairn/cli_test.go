@@ -239,6 +239,40 @@ steps:
 	require.Regexp(t, `(?m)^boom +failed +1/1 .*boom on purpose`, out)
 }
 
+// TestCLIListLimits: lists show at most --limit items, and as JSON the API's items.
+func TestCLIListLimits(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	for _, name := range []string{"wf-b", "wf-a", "wf-c"} {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte("name: "+name+"\nsteps:\n  - key: a\n    builtin: noop\n"), 0o644))
+		b.mustCLI(t, "deploy", dir)
+	}
+	var ids []string
+	for range 4 {
+		out := b.mustCLI(t, "run", "start", "wf-a", "--input", `{"big":12345678901234567890}`, "--wait")
+		ids = append(ids, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
+	}
+
+	out := b.mustCLI(t, "run", "list", "--limit", "3")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 4, "a header and three runs:\n%s", out)
+	for i, id := range []string{ids[3], ids[2], ids[1]} {
+		require.True(t, strings.HasPrefix(lines[i+1], id+" "), "newest first:\n%s", out)
+	}
+
+	var page struct {
+		Items []map[string]json.RawMessage `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(b.mustCLI(t, "run", "list", "--workflow", "wf-a", "--limit", "0", "-o", "json")), &page))
+	require.Len(t, page.Items, 4)
+	require.Contains(t, string(page.Items[0]["input"]), "12345678901234567890", "the API's JSON, numbers as they are")
+
+	out = b.mustCLI(t, "workflows", "list", "--limit", "2")
+	require.Regexp(t, `^NAME +LATEST +UPDATED +DESCRIPTION\nwf-a +1 .*\nwf-b +1 .*\n$`, out)
+	require.Contains(t, b.mustCLI(t, "versions", "list", "wf-c"), "sha256:")
+}
+
 func TestCLIViewerCannotDeploy(t *testing.T) {
 	t.Parallel()
 	b := setupCLI(t)
@@ -294,17 +328,29 @@ func TestCLIFindsServer(t *testing.T) {
 	}
 }
 
-// TestFollowReconnects drops the event stream after two events and checks that the
-// CLI comes back with Last-Event-ID and reads on to the final event.
-func TestFollowReconnects(t *testing.T) {
+// TestWatchReconnects drops the event stream after two events and checks that
+// watch comes back with Last-Event-ID, prints each event once, and ends with the run.
+func TestWatchReconnects(t *testing.T) {
 	t.Parallel()
 	id := uuid.New()
 	var mu sync.Mutex
 	var lastIDs []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/runs/"+id.String()+"/events/stream" {
+		switch r.URL.Path {
+		case "/v1/runs/" + id.String() + "/events/stream":
+		case "/v1/runs/" + id.String() + "/steps":
 			w.Header().Set("Content-Type", "application/json")
-			fmt.Fprintf(w, `{"id":%q,"workflow":"w","version":1,"status":"running","created_at":"2026-01-01T00:00:00Z"}`, id)
+			fmt.Fprint(w, `{"items":[{"key":"a","status":"succeeded","attempts":1,"max_attempts":1}]}`)
+			return
+		default:
+			status := "running"
+			mu.Lock()
+			if len(lastIDs) == 2 {
+				status = "succeeded"
+			}
+			mu.Unlock()
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"id":%q,"workflow":"w","version":1,"status":%q,"revision":3,"created_at":"2026-01-01T00:00:00Z"}`, id, status)
 			return
 		}
 		mu.Lock()
@@ -327,42 +373,15 @@ func TestFollowReconnects(t *testing.T) {
 
 	cl, err := client.New(srv.URL, "token")
 	require.NoError(t, err)
-	c := newCLI(func(string) string { return "" }, io.Discard, io.Discard)
-	var seen []string
-	err = c.follow(t.Context(), cl, id, func(ev *client.Event) error {
-		seen = append(seen, ev.Type)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, []string{"run.created", "step.started", "run.succeeded"}, seen)
+	var out bytes.Buffer
+	c := newCLI(func(string) string { return "" }, &out, io.Discard)
+	require.NoError(t, c.watch(t.Context(), cl, id))
+	require.Regexp(t, `(?s)^[0-9:.]+  #1 +run\.created\n[0-9:.]+  #2 +step\.started\n[0-9:.]+  #3 +run\.succeeded\n\n`, out.String())
+	require.Regexp(t, `(?m)^status +succeeded$`, out.String())
+	require.Regexp(t, `(?m)^a +succeeded +1/1 `, out.String())
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"", "2"}, lastIDs)
-}
-
-func TestReadSSE(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name, in string
-		want     []sseMessage
-	}{
-		{name: "messages and comments", in: ": hello\n\nid: 1\nevent: a\ndata: {}\n\nid: 2\ndata: x\ndata: y\n\n",
-			want: []sseMessage{{id: "1", event: "a", data: "{}"}, {id: "2", data: "x\ny"}}},
-		{name: "no space after colon, unterminated last message", in: "id:7\ndata:{\"a\":1}\n\nid: 8\ndata: lost",
-			want: []sseMessage{{id: "7", data: `{"a":1}`}}},
-		{name: "empty", in: "", want: nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			var got []sseMessage
-			require.NoError(t, readSSE(strings.NewReader(tt.in), func(m sseMessage) error {
-				got = append(got, m)
-				return nil
-			}))
-			require.Equal(t, tt.want, got)
-		})
-	}
 }
 
 // syncBuffer is a bytes.Buffer safe for the server's concurrent logging.

@@ -61,10 +61,6 @@ func runResult(r *client.Run) error {
 	return &runEndedError{ID: r.Id, Status: r.Status, Reason: errorMessage(r.Error)}
 }
 
-func isFinalRunStatus(s client.RunStatus) bool {
-	return s == client.RunStatusSucceeded || s == client.RunStatusFailed || s == client.RunStatusCanceled
-}
-
 func parseRunID(s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil {
@@ -139,7 +135,7 @@ func (c *cli) startRun(ctx context.Context, name string, version int64, input, i
 	if err != nil {
 		return err
 	}
-	if err := c.follow(ctx, cl, id, nil); err != nil {
+	if _, err := cl.WaitRun(ctx, id, client.WaitOptions{Follow: c.followOptions()}); err != nil {
 		return stoppedFollowing(id, err)
 	}
 	return c.showRun(ctx, cl, id, false)
@@ -238,7 +234,7 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 	if err := writeSteps(c.stdout, deref(stepsResp.JSON200.Items), time.Now()); err != nil {
 		return err
 	}
-	if !isFinalRunStatus(run.Status) {
+	if !run.Status.Terminal() {
 		return nil
 	}
 	return runResult(run)
@@ -388,17 +384,9 @@ func (c *cli) listRuns(ctx context.Context, workflow, status string, limit int, 
 	if err != nil {
 		return err
 	}
-	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Run, []byte, *string, error) {
-		p := params
-		p.Cursor, p.Limit = cursor, &size
-		resp, err := cl.ListRunsWithResponse(ctx, &p)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("list runs: %w", err)
-		}
-		if resp.JSON200 == nil {
-			return nil, nil, nil, unexpected("list runs", resp.StatusCode())
-		}
-		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	params.Limit = pageSize(limit)
+	items, raw, err := firstItems(cl.RunPages(ctx, &params), limit, func(r *client.ListRunsResponse) ([]client.Run, []byte) {
+		return deref(r.JSON200.Items), r.Body
 	})
 	if err != nil {
 		return err

@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -18,16 +14,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cairnrun/cairn/client"
-)
-
-// Reconnection of a dropped event stream: the delay doubles from the first up to
-// the last; after maxStreamFailures attempts in a row without an event, give up.
-const (
-	reconnectFirst    = 200 * time.Millisecond
-	reconnectMax      = 5 * time.Second
-	maxStreamFailures = 10
-	// maxEventSize bounds one SSE line (an event's JSON).
-	maxEventSize = 4 << 20
 )
 
 func (c *cli) newRunWatchCmd() *cobra.Command {
@@ -63,7 +49,7 @@ func (c *cli) watch(ctx context.Context, cl *client.Client, id uuid.UUID) error 
 			return err
 		}
 	}
-	if err := c.follow(ctx, cl, id, on); err != nil {
+	if err := cl.FollowRun(ctx, id, 0, on, c.followOptions()); err != nil {
 		return stoppedFollowing(id, err)
 	}
 	if live != nil {
@@ -152,162 +138,8 @@ func (t *liveTable) clear() {
 	_, _ = io.WriteString(t.w, out.String())
 }
 
-// follow reads the run's event stream, calling on (when set) for every event, and
-// returns once the run has ended. A stream that drops is reopened after the last
-// event seen (Last-Event-ID), with a growing delay; answers of the server other than
-// 5xx (404, 401, …) end it at once.
-func (c *cli) follow(ctx context.Context, cl *client.Client, id uuid.UUID, on func(*client.Event) error) error {
-	logger := c.logger()
-	var last int64
-	failures := 0
-	delay := reconnectFirst
-	for {
-		before := last
-		final, clean, err := streamEvents(ctx, cl, id, &last, on)
-		switch {
-		case final:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil && !retryable(err):
-			return fmt.Errorf("follow run %s: %w", id, err)
-		}
-		if clean {
-			// The server ends a stream without the final event when the run had
-			// ended before (nothing left to replay after Last-Event-ID) or when it
-			// shuts down: ask which.
-			resp, gerr := cl.GetRunWithResponse(ctx, id)
-			if gerr == nil && resp.JSON200 != nil && isFinalRunStatus(resp.JSON200.Status) {
-				return nil
-			}
-			if gerr != nil && !retryable(gerr) {
-				return fmt.Errorf("follow run %s: %w", id, gerr)
-			}
-			err = errors.Join(err, gerr)
-		}
-		if last > before {
-			failures, delay = 0, reconnectFirst
-		}
-		failures++
-		if failures > maxStreamFailures {
-			return fmt.Errorf("follow run %s: the event stream keeps failing: %w", id, err)
-		}
-		logger.Warn("event stream ended early; reconnecting", "run_id", id.String(), "after", last, "error", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, reconnectMax)
-	}
-}
-
-// retryable reports whether following may go on after err: network trouble and 5xx
-// answers, not a refusal (4xx) of the server.
-func retryable(err error) bool {
-	var p *client.Problem
-	if errors.As(err, &p) {
-		return p.Status >= 500
-	}
-	return true
-}
-
-// streamEvents reads one connection of the event stream, from the event after *last.
-// final reports that the run's final event was read; clean that the server ended the
-// stream itself (EOF) rather than it breaking.
-func streamEvents(ctx context.Context, cl *client.Client, id uuid.UUID, last *int64, on func(*client.Event) error) (final, clean bool, err error) {
-	params := &client.StreamEventsParams{}
-	if *last > 0 {
-		lastID := strconv.FormatInt(*last, 10)
-		params.LastEventID = &lastID
-	}
-	resp, err := cl.StreamEvents(ctx, id, params)
-	if err != nil {
-		return false, false, err
-	}
-	defer resp.Body.Close()
-	err = readSSE(resp.Body, func(msg sseMessage) error {
-		if msg.data == "" {
-			return nil
-		}
-		var ev client.Event
-		if err := json.Unmarshal([]byte(msg.data), &ev); err != nil {
-			return fmt.Errorf("decode event %s: %w", msg.id, err)
-		}
-		if ev.Seq <= *last {
-			return nil // replayed twice: already seen
-		}
-		*last = ev.Seq
-		if on != nil {
-			if err := on(&ev); err != nil {
-				return err
-			}
-		}
-		if isFinalEvent(ev.Type) {
-			final = true
-			return errStreamDone
-		}
-		return nil
-	})
-	switch {
-	case final:
-		return true, true, nil
-	case err == nil:
-		return false, true, nil
-	}
-	return false, false, err
-}
-
-// errStreamDone stops readSSE after the final event.
-var errStreamDone = errors.New("stream done")
-
-func isFinalEvent(typ string) bool {
-	return typ == "run.succeeded" || typ == "run.failed" || typ == "run.canceled"
-}
-
-// sseMessage is one server-sent event.
-type sseMessage struct {
-	id, event, data string
-}
-
-// readSSE parses a text/event-stream, calling fn for every message, until EOF
-// (nil), a read error, or an error of fn (returned, except errStreamDone).
-func readSSE(r io.Reader, fn func(sseMessage) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxEventSize)
-	var msg sseMessage
-	var data []string
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			if len(data) > 0 || msg.event != "" {
-				msg.data = strings.Join(data, "\n")
-				if err := fn(msg); err != nil {
-					if errors.Is(err, errStreamDone) {
-						return nil
-					}
-					return err
-				}
-			}
-			msg, data = sseMessage{}, nil
-			continue
-		}
-		if strings.HasPrefix(line, ":") {
-			continue // a comment or keep-alive
-		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
-		case "id":
-			msg.id = value
-		case "event":
-			msg.event = value
-		case "data":
-			data = append(data, value)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read event stream: %w", err)
-	}
-	return nil
+// followOptions are the CLI's settings of a followed event stream (the client's
+// defaults), with reconnections logged to stderr.
+func (c *cli) followOptions() client.FollowOptions {
+	return client.FollowOptions{Logger: c.logger()}
 }

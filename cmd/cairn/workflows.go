@@ -41,15 +41,9 @@ func (c *cli) listWorkflows(ctx context.Context, limit int, out outputFormat) er
 	if err != nil {
 		return err
 	}
-	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Workflow, []byte, *string, error) {
-		resp, err := cl.ListWorkflowsWithResponse(ctx, &client.ListWorkflowsParams{Cursor: cursor, Limit: &size})
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("list workflows: %w", err)
-		}
-		if resp.JSON200 == nil {
-			return nil, nil, nil, unexpected("list workflows", resp.HTTPResponse.StatusCode)
-		}
-		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	pages := cl.WorkflowPages(ctx, &client.ListWorkflowsParams{Limit: pageSize(limit)})
+	items, raw, err := firstItems(pages, limit, func(r *client.ListWorkflowsResponse) ([]client.Workflow, []byte) {
+		return deref(r.JSON200.Items), r.Body
 	})
 	if err != nil {
 		return err
@@ -94,15 +88,9 @@ func (c *cli) listVersions(ctx context.Context, name string, limit int, out outp
 	if err != nil {
 		return err
 	}
-	items, raw, err := listAll(limit, func(cursor *string, size int64) ([]client.Version, []byte, *string, error) {
-		resp, err := cl.ListVersionsWithResponse(ctx, name, &client.ListVersionsParams{Cursor: cursor, Limit: &size})
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("list versions of %s: %w", name, err)
-		}
-		if resp.JSON200 == nil {
-			return nil, nil, nil, unexpected("list versions", resp.HTTPResponse.StatusCode)
-		}
-		return deref(resp.JSON200.Items), resp.Body, resp.JSON200.NextCursor, nil
+	pages := cl.VersionPages(ctx, name, &client.ListVersionsParams{Limit: pageSize(limit)})
+	items, raw, err := firstItems(pages, limit, func(r *client.ListVersionsResponse) ([]client.Version, []byte) {
+		return deref(r.JSON200.Items), r.Body
 	})
 	if err != nil {
 		return err
