@@ -112,7 +112,7 @@ func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, err
 	}
 	defer os.RemoveAll(dir)
 	tree := dir + "/tree"
-	b, err := bundle.Load(ctx, body, tree, bundle.Limits{})
+	b, err := bundle.Load(ctx, body, tree, s.cfg.BundleLimits)
 	if err != nil {
 		return nil, bundleProblem(err)
 	}

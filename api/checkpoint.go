@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -17,21 +18,25 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// maxCheckpointSize bounds one checkpoint upload.
-const maxCheckpointSize = 4 << 30
+// DefaultMaxCheckpointSize is Config.MaxCheckpointSize's default.
+const DefaultMaxCheckpointSize = 256 << 20
 
 // checkpointInput streams the body and reads the lease credential.
 type checkpointInput struct {
 	StepParams
 	Authorization string `header:"Authorization" doc:"Bearer <lease_token from the envelope>"`
 	ContentType   string `header:"Content-Type" doc:"application/json for an inline-able JSON checkpoint; anything else is stored as bytes"`
+
 	body          io.ReadCloser
+	contentLength int64 // -1 when unknown (chunked)
+	w             http.ResponseWriter
 }
 
-// Resolve implements huma.Resolver: it captures the body as a bounded stream.
+// Resolve implements huma.Resolver: it captures the body as a stream, unread. The
+// handler bounds it (the limit is the server's) once the caller is known.
 func (c *checkpointInput) Resolve(ctx huma.Context) []error {
 	r, w := humago.Unwrap(ctx)
-	c.body = http.MaxBytesReader(w, r.Body, maxCheckpointSize)
+	c.body, c.contentLength, c.w = r.Body, r.ContentLength, w
 	return nil
 }
 
@@ -52,7 +57,7 @@ func (s *Server) registerCheckpoint() {
 		Method:      http.MethodPut,
 		Path:        "/v1/runs/{id}/steps/{key}/checkpoint",
 		Summary:     "Store a checkpoint from a running function",
-		Description: "Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.",
+		Description: "Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.",
 		Tags:        []string{"runs"},
 		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
 			"application/json":         jsonBody,
@@ -72,7 +77,20 @@ func (s *Server) registerCheckpoint() {
 		if err != nil {
 			return nil, NewProblem(http.StatusUnauthorized, "the lease credential is not valid for this step")
 		}
-		stored, err := s.storeCheckpoint(ctx, in.body, in.ContentType)
+		if in.contentLength > s.cfg.MaxCheckpointSize {
+			return nil, checkpointTooLarge(s.cfg.MaxCheckpointSize)
+		}
+		lease := catalog.Lease{RunID: id, Key: in.Key, Token: token}
+		// Nothing goes to the blob store for a lease that is not current: a lease
+		// credential's signature never expires, so a stale one must not be a way to
+		// write objects. The lease may still end between this check and the write
+		// below; that write is fenced by the token, so such a checkpoint is refused
+		// too, and only its blob (if it had one) stays behind as an orphan.
+		if err := s.leaseCurrent(ctx, lease); err != nil {
+			return nil, err
+		}
+		body := http.MaxBytesReader(in.w, in.body, s.cfg.MaxCheckpointSize)
+		stored, err := s.storeCheckpoint(ctx, body, in.ContentType)
 		if err != nil {
 			return nil, err
 		}
@@ -80,10 +98,9 @@ func (s *Server) registerCheckpoint() {
 		if len(stored) > 1024 {
 			data = []byte(`{"size":` + itoa(len(stored)) + `}`)
 		}
-		err = s.store.StepCheckpoint(ctx, catalog.Lease{RunID: id, Key: in.Key, Token: token}, stored, data)
+		err = s.store.StepCheckpoint(ctx, lease, stored, data)
 		if errors.Is(err, catalog.ErrLeaseLost) {
-			s.cfg.Metrics.leaseLost("checkpoint_api")
-			return nil, NewProblem(http.StatusConflict, "the lease is no longer current: the checkpoint was not stored")
+			return nil, s.checkpointLeaseLost()
 		}
 		if err != nil {
 			return nil, err
@@ -91,6 +108,31 @@ func (s *Server) registerCheckpoint() {
 		return &struct{ Body CheckpointResult }{Body: CheckpointResult{Checkpoint: stored}}, nil
 	})
 	jsonBody.Schema = &huma.Schema{}
+}
+
+// leaseCurrent checks in the catalog that l is the step's current lease: the step is
+// running under l's fencing token. A missing step or another token is a 409.
+func (s *Server) leaseCurrent(ctx context.Context, l catalog.Lease) error {
+	st, err := s.store.StepGet(ctx, l.RunID, l.Key)
+	if errors.Is(err, catalog.ErrNotFound) {
+		return s.checkpointLeaseLost()
+	}
+	if err != nil {
+		return err
+	}
+	if st.Status != catalog.StepRunning || !st.LeaseToken.Valid || st.LeaseToken.Int64 != l.Token {
+		return s.checkpointLeaseLost()
+	}
+	return nil
+}
+
+func (s *Server) checkpointLeaseLost() error {
+	s.cfg.Metrics.leaseLost("checkpoint_api")
+	return NewProblem(http.StatusConflict, "the lease is no longer current: the checkpoint was not stored")
+}
+
+func checkpointTooLarge(limit int64) error {
+	return NewProblem(http.StatusRequestEntityTooLarge, fmt.Sprintf("the checkpoint is larger than the limit of %d bytes", limit))
 }
 
 // storeCheckpoint keeps a small JSON checkpoint inline and streams anything else

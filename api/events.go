@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/catalog"
 )
@@ -38,7 +40,7 @@ func isTerminalRun(status string) bool {
 	return status == catalog.RunSucceeded || status == catalog.RunFailed || status == catalog.RunCanceled
 }
 
-// ssePollInterval is how often a live stream looks for new events.
+// ssePollInterval is how often a live stream looks for new events (see pollEvents).
 const ssePollInterval = 100 * time.Millisecond
 
 func (s *Server) registerEvents() {
@@ -86,7 +88,7 @@ func (s *Server) registerEvents() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}/events/stream",
 		Summary:     "Follow a run's events (server-sent events)",
-		Description: "Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.",
+		Description: "Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "A stream of events", Content: map[string]*huma.MediaType{
@@ -112,7 +114,12 @@ func (s *Server) registerEvents() {
 		if _, err := s.store.RunGet(ctx, id); err != nil {
 			return nil, err
 		}
+		release, err := s.acquireStream()
+		if err != nil {
+			return nil, err
+		}
 		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			defer release()
 			hc.SetHeader("Content-Type", "text/event-stream")
 			hc.SetHeader("Cache-Control", "no-cache")
 			hc.SetHeader("X-Accel-Buffering", "no")
@@ -120,6 +127,31 @@ func (s *Server) registerEvents() {
 			s.followEvents(hc, id.String(), after)
 		}}, nil
 	})
+}
+
+// streamRetryAfter is the Retry-After, in seconds, of a stream refused at the cap:
+// streams last as long as runs, so room comes back slowly.
+const streamRetryAfter = 10
+
+// acquireStream takes one of the MaxStreams slots, or fails with a 503 problem. The
+// returned release gives it back; it is safe to call more than once.
+func (s *Server) acquireStream() (release func(), err error) {
+	select {
+	case s.streams <- struct{}{}:
+	default:
+		s.cfg.Metrics.refused("streams")
+		p := NewProblem(http.StatusServiceUnavailable, fmt.Sprintf("the server has its maximum of %d open event streams; try again later, or poll GET /v1/runs/{id}/events", cap(s.streams)))
+		p.headers = http.Header{"Retry-After": {strconv.Itoa(streamRetryAfter)}}
+		return nil, p
+	}
+	s.cfg.Metrics.addStreams(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			<-s.streams
+			s.cfg.Metrics.addStreams(-1)
+		})
+	}, nil
 }
 
 // followEvents writes events after seq until the run's final event, the client
@@ -135,11 +167,12 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 	_, _ = fmt.Fprint(w, ": stream of run "+runID+"\n\n")
 	flush()
 	id, _ := parseUUID(runID)
-	ticker := time.NewTicker(ssePollInterval)
-	defer ticker.Stop()
+	s.pulse.join()
+	defer s.pulse.leave()
 	keepalive := time.Now()
 	for {
-		rows, err := s.store.EventList(ctx, id, after, 500)
+		tick := s.pulse.next()
+		rows, err := s.pollEvents(ctx, id, after)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.logger.WarnContext(ctx, "event stream", "run_id", runID, "error", err)
@@ -164,7 +197,7 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 			if len(rows) == 500 {
 				continue
 			}
-		} else if run, err := s.store.RunGet(ctx, id); err == nil && isTerminalRun(run.Status) {
+		} else if run, err := s.pollRun(ctx, id); err == nil && isTerminalRun(run.Status) {
 			// Everything up to the final event was sent before (Last-Event-ID).
 			return
 		} else if time.Since(keepalive) > 15*time.Second {
@@ -179,7 +212,105 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 			return
 		case <-s.streamsDone:
 			return
-		case <-ticker.C:
+		case <-tick:
 		}
+	}
+}
+
+// pollTimeout bounds a poll shared by several streams (no one stream's context
+// governs it).
+const pollTimeout = 10 * time.Second
+
+// pollEvents is EventList(id, after, 500) shared by the streams that ask for it at
+// the same time. Streams wake on one pulse, so the streams of one run that are caught
+// up (at the same seq) cost one query per pulse, not one each (audit W2: 2,000
+// streams, 20,000 queries a second). A caller whose ctx ends stops waiting; the rows
+// are shared and must not be modified.
+func (s *Server) pollEvents(ctx context.Context, id uuid.UUID, after int64) ([]catalog.Event, error) {
+	v, err := s.shared(ctx, fmt.Sprintf("events/%s/%d", id, after), func(ctx context.Context) (any, error) {
+		return s.store.EventList(ctx, id, after, 500)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.([]catalog.Event), nil
+}
+
+// pollRun is RunGet(id) shared like pollEvents.
+func (s *Server) pollRun(ctx context.Context, id uuid.UUID) (*catalog.Run, error) {
+	v, err := s.shared(ctx, "run/"+id.String(), func(ctx context.Context) (any, error) {
+		return s.store.RunGet(ctx, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*catalog.Run), nil
+}
+
+func (s *Server) shared(ctx context.Context, key string, query func(context.Context) (any, error)) (any, error) {
+	ch := s.polls.DoChan(key, func() (any, error) {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollTimeout)
+		defer cancel()
+		return query(qctx)
+	})
+	select {
+	case res := <-ch:
+		return res.Val, res.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// pulse closes its channel every interval while streams use it, and replaces it:
+// every stream waits for the same pulse, so their polls line up and coalesce. Its
+// goroutine runs only while there are users. It is safe for concurrent use.
+type pulse struct {
+	interval time.Duration
+	mu       sync.Mutex
+	ch       chan struct{}
+	users    int
+	running  bool
+}
+
+func newPulse(interval time.Duration) *pulse {
+	return &pulse{interval: interval, ch: make(chan struct{})}
+}
+
+func (p *pulse) join() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.users++
+	if !p.running {
+		p.running = true
+		go p.run()
+	}
+}
+
+func (p *pulse) leave() {
+	p.mu.Lock()
+	p.users--
+	p.mu.Unlock()
+}
+
+// next returns the channel closed at the next pulse.
+func (p *pulse) next() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ch
+}
+
+func (p *pulse) run() {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for range t.C {
+		p.mu.Lock()
+		close(p.ch)
+		p.ch = make(chan struct{})
+		if p.users == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
 	}
 }

@@ -2,9 +2,14 @@ package api
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the API's Prometheus series. A nil *Metrics records nothing.
+// Metrics are the API's Prometheus series. A nil *Metrics records nothing. It is safe
+// for concurrent use.
 type Metrics struct {
 	leaseLostTotal *prometheus.CounterVec
+	refusedTotal   *prometheus.CounterVec
+	slowBodyTotal  prometheus.Counter
+	connections    prometheus.Gauge
+	streams        prometheus.Gauge
 }
 
 // NewMetrics registers the API's series with reg.
@@ -13,13 +18,49 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		leaseLostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_api_lease_lost_total", Help: "Writes through the API rejected because the lease was no longer current, by operation.",
 		}, []string{"op"}),
+		refusedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_api_refused_total", Help: "Requests answered 503 because a cap was reached, by cap: connections (CAIRN_MAX_CONNECTIONS) or streams (CAIRN_MAX_STREAMS).",
+		}, []string{"cap"}),
+		slowBodyTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_api_slow_body_total", Help: "Request bodies cut because they arrived below the minimum rate (CAIRN_MIN_BODY_RATE).",
+		}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cairn_api_connections", Help: "HTTP connections open on the API listener.",
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cairn_api_event_streams", Help: "Event streams (GET …/events/stream) open.",
+		}),
 	}
-	reg.MustRegister(m.leaseLostTotal)
+	reg.MustRegister(m.leaseLostTotal, m.refusedTotal, m.slowBodyTotal, m.connections, m.streams)
 	return m
 }
 
 func (m *Metrics) leaseLost(op string) {
 	if m != nil {
 		m.leaseLostTotal.WithLabelValues(op).Inc()
+	}
+}
+
+func (m *Metrics) refused(cap string) {
+	if m != nil {
+		m.refusedTotal.WithLabelValues(cap).Inc()
+	}
+}
+
+func (m *Metrics) slowBody() {
+	if m != nil {
+		m.slowBodyTotal.Inc()
+	}
+}
+
+func (m *Metrics) addConnections(n float64) {
+	if m != nil {
+		m.connections.Add(n)
+	}
+}
+
+func (m *Metrics) addStreams(n float64) {
+	if m != nil {
+		m.streams.Add(n)
 	}
 }

@@ -2,16 +2,22 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 )
 
@@ -39,10 +45,38 @@ type Config struct {
 	Metrics *Metrics
 	// TempDir is where uploads are unpacked for validation; default os.TempDir().
 	TempDir string
+	// BundleLimits bounds an uploaded bundle (entries, sizes, steps per workflow);
+	// zero fields mean bundle's defaults.
+	BundleLimits bundle.Limits
 	// Tokens are the bearer tokens and their roles; default none, so every
 	// protected operation answers 401.
 	Tokens *Tokens
+	// MetricsToken, when set, is the bearer token GET /metrics requires (an admin
+	// token of Tokens is accepted too); default none: /metrics is open to anyone who
+	// reaches the server.
+	MetricsToken string
+	// MaxCheckpointSize is the largest body of PUT …/checkpoint, in bytes; a larger
+	// one is a 413, refused unread when its Content-Length says so. Default
+	// DefaultMaxCheckpointSize (256 MiB).
+	MaxCheckpointSize int64
+	// MaxStreams caps the event streams (GET …/events/stream) open at once on this
+	// server; one more is a 503 with Retry-After. Default DefaultMaxStreams (1,000).
+	MaxStreams int
+	// BodyReadTimeout and MinBodyRate bound how slowly a request body may arrive
+	// (see Handler): over each BodyReadTimeout the server spends waiting for the
+	// body, at least BodyReadTimeout × MinBodyRate bytes must come, or the read fails
+	// and the connection is closed. Defaults DefaultBodyReadTimeout (30 s) and
+	// DefaultMinBodyRate (4 KiB/s).
+	BodyReadTimeout time.Duration
+	MinBodyRate     int64
 }
+
+// Defaults of Config.
+const (
+	DefaultMaxStreams      = 1000
+	DefaultBodyReadTimeout = 30 * time.Second
+	DefaultMinBodyRate     = 4 << 10
+)
 
 func (c *Config) withDefaults() Config {
 	var out Config
@@ -58,6 +92,18 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
+	if out.MaxCheckpointSize <= 0 {
+		out.MaxCheckpointSize = DefaultMaxCheckpointSize
+	}
+	if out.MaxStreams <= 0 {
+		out.MaxStreams = DefaultMaxStreams
+	}
+	if out.BodyReadTimeout <= 0 {
+		out.BodyReadTimeout = DefaultBodyReadTimeout
+	}
+	if out.MinBodyRate <= 0 {
+		out.MinBodyRate = DefaultMinBodyRate
+	}
 	return out
 }
 
@@ -72,6 +118,9 @@ type Server struct {
 
 	streamsDone chan struct{} // closed by CloseStreams
 	closeOnce   sync.Once
+	streams     chan struct{}      // one element per open event stream, up to MaxStreams
+	pulse       *pulse             // wakes the event streams together
+	polls       singleflight.Group // their polls of the catalog, shared
 }
 
 // CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
@@ -91,12 +140,14 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 		mux:    http.NewServeMux(),
 
 		streamsDone: make(chan struct{}),
+		streams:     make(chan struct{}, c.MaxStreams),
+		pulse:       newPulse(ssePollInterval),
 	}
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
-	s.api.UseMiddleware(s.authMiddleware)
+	s.api.UseMiddleware(s.bodyGuardMiddleware, s.authMiddleware)
 	if c.Gatherer != nil {
-		s.mux.Handle("GET /metrics", promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{}))
+		s.mux.Handle("GET /metrics", s.withMetricsToken(promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{})))
 	}
 	s.registerHealth()
 	s.registerWorkflows()
@@ -106,6 +157,28 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSteps()
 	s.registerEvents()
 	return s
+}
+
+// withMetricsToken guards GET /metrics when Config.MetricsToken is set: the bearer
+// token must be it or an admin token, compared in constant time; otherwise 401.
+func (s *Server) withMetricsToken(next http.Handler) http.Handler {
+	if s.cfg.MetricsToken == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte(s.cfg.MetricsToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		token = strings.TrimSpace(token)
+		if strings.EqualFold(scheme, "Bearer") && token != "" {
+			have := sha256.Sum256([]byte(token))
+			if subtle.ConstantTimeCompare(have[:], want[:]) == 1 || s.cfg.Tokens.Lookup(token) == RoleAdmin {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
+		writeProblem(w, NewProblem(http.StatusUnauthorized, "GET /metrics needs the metrics token or an admin token as bearer token"))
+	})
 }
 
 // NewConfig returns the Huma configuration of the Cairn API: OpenAPI 3.1 at
@@ -123,9 +196,12 @@ func NewConfig() huma.Config {
 // API returns the Huma API (its OpenAPI document, for export and tests).
 func (s *Server) API() huma.API { return s.api }
 
-// Handler returns the HTTP handler with request IDs, logging and panic recovery.
+// Handler returns the HTTP handler with request IDs, logging, panic recovery and the
+// request body guard (BodyReadTimeout, MinBodyRate). The guard sets read deadlines
+// through http.ResponseController, so Handler must get the server's own
+// ResponseWriter (or one that unwraps to it).
 func (s *Server) Handler() http.Handler {
-	return s.withRequestID(s.withRecovery(s.withLogging(s.mux)))
+	return s.withRequestID(s.withBodyGuard(s.withRecovery(s.withLogging(s.mux))))
 }
 
 // register adds an operation whose handler errors are mapped to problems in one place

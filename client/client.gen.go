@@ -673,7 +673,7 @@ type ClientInterface interface {
 
 	// StreamEvents Follow a run's events (server-sent events)
 	//
-	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.
+	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 	//
 	// Requires the `viewer` role.
 	//
@@ -698,7 +698,7 @@ type ClientInterface interface {
 
 	// PutCheckpointWithBody Store a checkpoint from a running function
 	//
-	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -707,7 +707,7 @@ type ClientInterface interface {
 
 	// PutCheckpoint Store a checkpoint from a running function
 	//
-	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -960,7 +960,7 @@ func (c *APIClient) ListEvents(ctx context.Context, id openapi_types.UUID, param
 
 // StreamEvents Follow a run's events (server-sent events)
 //
-// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.
+// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 //
 // Requires the `viewer` role.
 //
@@ -1015,7 +1015,7 @@ func (c *APIClient) ListAttempts(ctx context.Context, id openapi_types.UUID, key
 
 // PutCheckpointWithBody Store a checkpoint from a running function
 //
-// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1034,7 +1034,7 @@ func (c *APIClient) PutCheckpointWithBody(ctx context.Context, id openapi_types.
 
 // PutCheckpoint Store a checkpoint from a running function
 //
-// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2319,7 +2319,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamEventsWithResponse Follow a run's events (server-sent events)
 	//
-	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.
+	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 	//
 	// Requires the `viewer` role.
 	//
@@ -2350,7 +2350,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 	//
-	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2359,7 +2359,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutCheckpointWithResponse Store a checkpoint from a running function
 	//
-	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -4345,7 +4345,7 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, id ope
 
 // StreamEventsWithResponse Follow a run's events (server-sent events)
 //
-// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.
+// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 //
 // Requires the `viewer` role.
 //
@@ -4394,7 +4394,7 @@ func (c *ClientWithResponses) ListAttemptsWithResponse(ctx context.Context, id o
 
 // PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 //
-// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4409,7 +4409,7 @@ func (c *ClientWithResponses) PutCheckpointWithBodyWithResponse(ctx context.Cont
 
 // PutCheckpointWithResponse Store a checkpoint from a running function
 //
-// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -183,7 +183,7 @@ export interface paths {
         };
         /**
          * Follow a run's events (server-sent events)
-         * @description Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event.
+         * @description Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
          *
          *     Requires the `viewer` role.
          */
@@ -248,7 +248,7 @@ export interface paths {
         get?: never;
         /**
          * Store a checkpoint from a running function
-         * @description Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 and not stored. The newest checkpoint is handed to the next attempt in its envelope.
+         * @description Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
          */
         put: operations["putCheckpoint"];
         post?: never;
