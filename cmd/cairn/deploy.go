@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -67,7 +68,9 @@ func (c *cli) deploy(ctx context.Context, path string) error {
 // anything is sent), then streams its canonical archive through a pipe: the archive
 // is never held whole in memory or on disk.
 func (c *cli) deployDir(ctx context.Context, cl *client.Client, dir string) (*client.UploadResult, error) {
-	b, err := bundle.LoadDir(ctx, dir, bundle.Limits{})
+	// The server decides how many steps a workflow may have (CAIRN_MAX_STEPS): the
+	// default is not imposed here.
+	b, err := bundle.LoadDir(ctx, dir, bundle.Limits{MaxSteps: math.MaxInt})
 	if err != nil {
 		return nil, fmt.Errorf("deploy %s: %w", dir, err)
 	}

@@ -25,6 +25,7 @@ const devDatabase = "cairn"
 func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var dataDir, listen string
 	var rf runtimeFlags
+	var lf limitFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process: API, dispatcher, a private PostgreSQL and a file blob store",
@@ -33,16 +34,20 @@ a PostgreSQL cluster started from the installed binaries, the blob store, and a
 credentials file with the URL and freshly generated tokens that the CLI reads.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, rf)
+			if err := lf.check(); err != nil {
+				return err
+			}
+			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, rf, lf)
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".cairn", "folder for the database, blobs and credentials")
 	cmd.Flags().StringVar(&listen, "listen", e.or("CAIRN_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env CAIRN_LISTEN)")
 	rf.register(cmd.Flags(), e)
+	lf.register(cmd.Flags(), e)
 	return cmd
 }
 
-func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, rf runtimeFlags) (err error) {
+func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, rf runtimeFlags, lf limitFlags) (err error) {
 	logger := newLogger(e, stderr)
 	dataDir, err = filepath.Abs(dataDir)
 	if err != nil {
@@ -114,15 +119,18 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if err != nil {
 		return err
 	}
-	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf}
+	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf}
 	return runServer(ctx, parts, func(addr string) {
 		creds.server = "http://" + addr
 		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {
 			logger.Error("write credentials", "path", credPath, "error", err)
 		}
+		// The tokens stay in the credentials file (mode 0600): stdout often ends up
+		// in a log or a terminal recording.
 		fmt.Fprintf(stdout, "Cairn dev server ready at %s\n", creds.server)
-		fmt.Fprintf(stdout, "  viewer token:   %s\n  operator token: %s\n  admin token:    %s\n", creds.viewer, creds.operator, creds.admin)
-		fmt.Fprintf(stdout, "  credentials:    %s (the CLI reads ./.cairn/credentials by default)\n", credPath)
+		fmt.Fprintf(stdout, "  credentials: %s (server URL and viewer, operator and admin tokens)\n", credPath)
+		fmt.Fprintf(stdout, "  in a shell:  set -a; . %s; set +a\n", shellQuote(credPath))
+		fmt.Fprintf(stdout, "  the CLI reads ./.cairn/credentials by default\n")
 	})
 }
 
@@ -159,4 +167,19 @@ func devSecret(path string) (string, error) {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return secret, nil
+}
+
+// shellQuote quotes s for a POSIX shell when it holds anything but safe characters.
+func shellQuote(s string) string {
+	safe := s != ""
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-+:@%,", c)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

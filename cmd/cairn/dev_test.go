@@ -44,6 +44,7 @@ func cairnBinary(t *testing.T) string {
 // devProcess is a `cairn dev` subprocess.
 type devProcess struct {
 	cmd    *exec.Cmd
+	stdout *syncBuffer
 	stderr *syncBuffer
 	creds  map[string]string
 	exited chan struct{} // closed once the process has been waited for
@@ -66,10 +67,11 @@ func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
 	cmd := exec.Command(cairnBinary(t), "dev", "--listen", "127.0.0.1:0")
 	cmd.Dir = dir
 	stderr := &syncBuffer{}
+	stdout := &syncBuffer{}
 	cmd.Stderr = stderr
-	cmd.Stdout = &syncBuffer{}
+	cmd.Stdout = stdout
 	require.NoError(t, cmd.Start())
-	p := &devProcess{cmd: cmd, stderr: stderr, exited: make(chan struct{})}
+	p := &devProcess{cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.exited)

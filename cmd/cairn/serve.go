@@ -49,11 +49,65 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
 	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
 }
 
+// limitFlags bound what one server gives its clients (security audit 1); shared by
+// serve and dev. Zero means the default; negative values are refused.
+type limitFlags struct {
+	maxConnections    int
+	maxStreams        int
+	idleTimeout       time.Duration
+	bodyReadTimeout   time.Duration
+	minBodyRate       int64
+	maxCheckpointSize int64
+	maxSteps          int
+	metricsToken      string
+}
+
+// defaultIdleTimeout is how long an idle keep-alive connection is kept: long enough
+// for a client's next request in a burst, short enough that idle connections do not
+// pile up towards the connection cap.
+const defaultIdleTimeout = 120 * time.Second
+
+func (f *limitFlags) register(fs *pflag.FlagSet, e env) {
+	fs.IntVar(&f.maxConnections, "max-connections", envInt(e, "CAIRN_MAX_CONNECTIONS", api.DefaultMaxConnections), "HTTP connections open at once; more are answered 503 with Retry-After (env CAIRN_MAX_CONNECTIONS)")
+	fs.IntVar(&f.maxStreams, "max-streams", envInt(e, "CAIRN_MAX_STREAMS", api.DefaultMaxStreams), "event streams (GET …/events/stream) open at once; more are answered 503 with Retry-After (env CAIRN_MAX_STREAMS)")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", envDuration(e, "CAIRN_IDLE_TIMEOUT", defaultIdleTimeout), "how long an idle keep-alive connection is kept open (env CAIRN_IDLE_TIMEOUT)")
+	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", envDuration(e, "CAIRN_BODY_READ_TIMEOUT", api.DefaultBodyReadTimeout), "window over which an upload (bundle, checkpoint) must arrive at --min-body-rate, or is cut (env CAIRN_BODY_READ_TIMEOUT)")
+	fs.Int64Var(&f.minBodyRate, "min-body-rate", int64(envInt(e, "CAIRN_MIN_BODY_RATE", api.DefaultMinBodyRate)), "slowest upload rate accepted, in bytes per second, averaged over --body-read-timeout (env CAIRN_MIN_BODY_RATE)")
+	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", int64(envInt(e, "CAIRN_MAX_CHECKPOINT_SIZE", api.DefaultMaxCheckpointSize)), "largest checkpoint accepted by PUT …/checkpoint, in bytes (env CAIRN_MAX_CHECKPOINT_SIZE)")
+	fs.IntVar(&f.maxSteps, "max-steps", envInt(e, "CAIRN_MAX_STEPS", bundle.DefaultMaxSteps), "most steps a deployed workflow may have (env CAIRN_MAX_STEPS)")
+	fs.StringVar(&f.metricsToken, "metrics-token", e("CAIRN_METRICS_TOKEN"), "bearer token GET /metrics requires (an admin token works too); empty: /metrics is open (env CAIRN_METRICS_TOKEN)")
+}
+
+// check refuses negative limits and a metrics token short enough to guess.
+func (f *limitFlags) check() error {
+	for _, v := range []struct {
+		name string
+		val  int64
+	}{
+		{"--max-connections", int64(f.maxConnections)},
+		{"--max-streams", int64(f.maxStreams)},
+		{"--idle-timeout", int64(f.idleTimeout)},
+		{"--body-read-timeout", int64(f.bodyReadTimeout)},
+		{"--min-body-rate", f.minBodyRate},
+		{"--max-checkpoint-size", f.maxCheckpointSize},
+		{"--max-steps", int64(f.maxSteps)},
+	} {
+		if v.val < 0 {
+			return fmt.Errorf("%s must not be negative", v.name)
+		}
+	}
+	if f.metricsToken != "" && len(f.metricsToken) < 16 {
+		return errors.New("--metrics-token (CAIRN_METRICS_TOKEN) is shorter than 16 characters")
+	}
+	return nil
+}
+
 func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		listen, dbURL, blobURL string
 		tokensSpec, tokensFile string
 		rf                     runtimeFlags
+		lf                     limitFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -75,6 +129,12 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if tokens.Len() == 0 {
 				logger.Warn("no tokens configured (CAIRN_TOKENS or CAIRN_TOKENS_FILE): every /v1 operation will answer 401")
 			}
+			if err := lf.check(); err != nil {
+				return err
+			}
+			if lf.metricsToken == "" {
+				logger.Warn("no CAIRN_METRICS_TOKEN: /metrics is open to anyone who reaches the server")
+			}
 			store, err := openStore(ctx, dbURL, logger)
 			if err != nil {
 				return err
@@ -95,7 +155,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, lambda: lambdaInvoker}, nil)
+			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker}, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -105,6 +165,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	f.StringVar(&tokensSpec, "tokens", e("CAIRN_TOKENS"), "bearer tokens as role:token,... (env CAIRN_TOKENS)")
 	f.StringVar(&tokensFile, "tokens-file", e("CAIRN_TOKENS_FILE"), "file of role:token lines (env CAIRN_TOKENS_FILE)")
 	rf.register(f, e)
+	lf.register(f, e)
 	return cmd
 }
 
@@ -141,7 +202,28 @@ type serverParts struct {
 	tokens *api.Tokens
 	logger *slog.Logger
 	rt     runtimeFlags
+	limits limitFlags
 	lambda functions.Invoker // nil: no lambda steps here (see newLambdaInvoker)
+}
+
+// newHTTPServer returns the API's http.Server with its timeouts:
+//   - ReadHeaderTimeout (10 s): a request's headers, and a new connection's silence;
+//   - IdleTimeout (--idle-timeout): an idle keep-alive connection is closed after it;
+//   - no ReadTimeout: it would bound whole uploads, and a legitimate 1 GiB bundle over
+//     a slow link takes minutes; bodies are bounded by rate instead (api.Config's
+//     BodyReadTimeout and MinBodyRate), and Huma gives JSON bodies 5 s;
+//   - no WriteTimeout: event streams and downloads last as long as they need.
+func newHTTPServer(h http.Handler, lim limitFlags, logger *slog.Logger) *http.Server {
+	idle := lim.idleTimeout
+	if idle <= 0 {
+		idle = defaultIdleTimeout
+	}
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       idle,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
 }
 
 // runServer runs the dispatcher and serves the API until ctx ends, then drains HTTP
@@ -186,9 +268,14 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		}
 	}
 
+	metrics := api.NewMetrics(reg)
+	lim := p.limits
 	srv := api.New(p.store, p.blobs, &api.Config{
-		Logger: p.logger, Tokens: p.tokens, Gatherer: reg, Metrics: api.NewMetrics(reg),
+		Logger: p.logger, Tokens: p.tokens, Gatherer: reg, Metrics: metrics,
 		SigningKey: []byte(p.rt.signingKey), InlineLimit: p.rt.inlineLimit,
+		MetricsToken: lim.metricsToken, MaxCheckpointSize: lim.maxCheckpointSize, MaxStreams: lim.maxStreams,
+		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
+		BundleLimits: bundle.Limits{MaxSteps: lim.maxSteps},
 	})
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {
@@ -196,14 +283,11 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			return err
 		}
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelWarn),
-	}
+	httpSrv := newHTTPServer(srv.Handler(), lim, p.logger)
 	httpSrv.RegisterOnShutdown(srv.CloseStreams)
+	limited := api.LimitConnections(ln, lim.maxConnections, &api.ConnLimitConfig{Server: httpSrv, Metrics: metrics, Logger: p.logger})
 	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
+	go func() { errc <- httpSrv.Serve(limited) }()
 	p.logger.Info("serving", "url", "http://"+addr)
 	if onListen != nil {
 		onListen(addr)
