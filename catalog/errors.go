@@ -32,6 +32,12 @@ var (
 	// out of connection slots); try again later. Whether a write that failed so was
 	// committed is unknown.
 	ErrUnavailable = errors.New("catalog: database unavailable")
+	// ErrInvalidInput means the database refused a value of the statement's input:
+	// text with a NUL character, invalid UTF-8 or (in JSON) an unpaired surrogate
+	// escape, a number out of its column's range, a string too long for its column.
+	// Nothing was written. Callers should have checked their input; this is the last
+	// line of defence, the caller's fault rather than the database's.
+	ErrInvalidInput = errors.New("catalog: invalid input")
 )
 
 // translateError maps driver errors to the package's sentinels, keeping the original
@@ -51,6 +57,12 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrConflict, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
+		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text
+			pqerror.UntranslatableCharacter,   // 22P05: \u0000 in jsonb
+			pqerror.InvalidTextRepresentation, // 22P02: invalid json (an unpaired surrogate), uuid, integer text
+			pqerror.NumericValueOutOfRange,    // 22003: an integer beyond its column
+			pqerror.StringDataRightTruncation: // 22001: a string longer than its column
+			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		}
 	}
 	if isUnavailable(err) {
@@ -60,7 +72,7 @@ func translateError(err error) error {
 }
 
 func isTranslated(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable} {
+	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput} {
 		if errors.Is(err, s) {
 			return true
 		}
