@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -313,6 +314,10 @@ func normalizeMap(m map[string]any, at string, depth int) (map[string]any, *with
 		if !utf8.ValidString(k) {
 			return nil, &withError{withKey(at, k), "key is not valid UTF-8"}
 		}
+		if strings.IndexByte(k, 0) >= 0 {
+			// The catalog stores the definition as jsonb, which cannot hold U+0000.
+			return nil, &withError{withKey(at, k), "key contains a NUL character"}
+		}
 		nv, err := normalizeValue(m[k], withKey(at, k), depth+1)
 		if err != nil {
 			return nil, err
@@ -334,6 +339,9 @@ func normalizeValue(v any, at string, depth int) (any, *withError) {
 	case string:
 		if !utf8.ValidString(x) {
 			return nil, &withError{at, "string is not valid UTF-8"}
+		}
+		if strings.IndexByte(x, 0) >= 0 {
+			return nil, &withError{at, "string contains a NUL character"}
 		}
 		return x, nil
 	case float64:

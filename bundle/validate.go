@@ -92,8 +92,13 @@ func (v *validator) manifest(m *Manifest) {
 	case !reName.MatchString(m.Name):
 		v.add("", "name", "%q must be 1 to 63 lower-case letters, digits and hyphens, starting with a letter or digit", m.Name)
 	}
-	if len(m.Description) > maxDescription {
+	switch {
+	case len(m.Description) > maxDescription:
 		v.add("", "description", "is %d bytes long, over the %d-byte limit", len(m.Description), maxDescription)
+	case !utf8.ValidString(m.Description):
+		v.add("", "description", "is not valid UTF-8")
+	case strings.IndexByte(m.Description, 0) >= 0:
+		v.add("", "description", "contains a NUL character")
 	}
 	var defaults RetryPolicy
 	if m.Defaults != nil {
