@@ -2,14 +2,17 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -89,20 +92,89 @@ func NewProblem(status int, detail string, errs ...error) *Problem {
 		Title:  class.title,
 		Status: status,
 		Code:   class.code,
-		Detail: detail,
+		Detail: truncate(detail, maxProblemDetail),
 	}
 	for _, err := range errs {
 		if err == nil {
 			continue
 		}
-		var d *huma.ErrorDetail
-		if errors.As(err, &d) {
-			p.Errors = append(p.Errors, d)
-			continue
+		if len(p.Errors) == maxProblemErrors {
+			p.Errors = append(p.Errors, &huma.ErrorDetail{Message: fmt.Sprintf("and %d more errors", countErrors(errs)-maxProblemErrors)})
+			break
 		}
-		p.Errors = append(p.Errors, &huma.ErrorDetail{Message: err.Error()})
+		var d *huma.ErrorDetail
+		var pathErr *fs.PathError
+		switch {
+		case errors.As(err, &d):
+			p.Errors = append(p.Errors, &huma.ErrorDetail{
+				Message:  truncate(d.Message, maxEchoedMessage),
+				Location: truncate(d.Location, maxEchoedLocation),
+				Value:    echoValue(d.Value),
+			})
+		case errors.As(err, &pathErr):
+			// A file's error names a path of the server's: not the client's business.
+			p.Errors = append(p.Errors, &huma.ErrorDetail{Message: "a file operation failed"})
+		default:
+			p.Errors = append(p.Errors, &huma.ErrorDetail{Message: truncate(err.Error(), maxEchoedMessage)})
+		}
 	}
 	return p
+}
+
+// What a problem repeats of a request is bounded (security audit 1, W8: a 900 KB
+// cursor was echoed whole): a bad value is shown by its first maxEchoed bytes, then
+// "…"; a location (which may hold a client's field name) and a message (which may
+// quote a value) are cut likewise at larger bounds; at most maxProblemErrors errors
+// are listed.
+const (
+	maxEchoed         = 64
+	maxEchoedLocation = 256
+	maxEchoedMessage  = 512
+	maxProblemDetail  = 2048
+	maxProblemErrors  = 100
+)
+
+func countErrors(errs []error) int {
+	n := 0
+	for _, err := range errs {
+		if err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// truncate returns s cut to at most n bytes on a rune boundary, followed by "…"
+// when it was cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// echoValue returns the value of an error detail as a problem shows it: a string
+// cut to maxEchoed bytes; another value whose JSON is longer, as that JSON cut to
+// maxEchoed bytes.
+func echoValue(v any) any {
+	switch x := v.(type) {
+	case nil, bool, int, int64, float64:
+		return x
+	case string:
+		return truncate(x, maxEchoed)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	if len(b) <= maxEchoed {
+		return v
+	}
+	return truncate(string(b), maxEchoed)
 }
 
 var installProblems sync.Once
@@ -155,6 +227,11 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return NewProblem(http.StatusNotFound, "not found")
 	case errors.Is(err, catalog.ErrConflict):
 		return NewProblem(http.StatusConflict, "the request conflicts with the current state")
+	case errors.Is(err, catalog.ErrInvalidInput):
+		// The input checks (checkText, the schema's bounds) should have caught the
+		// value: the request is still at fault, but a check is missing.
+		s.logger.WarnContext(ctx, "database refused a value of the request", "request_id", RequestID(ctx), "error", err)
+		return NewProblem(http.StatusBadRequest, "the request holds a value the database cannot store (a NUL character, invalid UTF-8, an unpaired surrogate or a number out of range)")
 	case errors.Is(err, context.DeadlineExceeded):
 		return NewProblem(http.StatusGatewayTimeout, "the request took too long")
 	}

@@ -58,7 +58,7 @@ func timePtr(t time.Time, valid bool) *time.Time {
 
 // StartRunBody is the body of POST /v1/workflows/{name}/runs.
 type StartRunBody struct {
-	Version int             `json:"version,omitempty" minimum:"0" doc:"version to run; the latest when absent or 0"`
+	Version int             `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; the latest when absent or 0"`
 	Input   json.RawMessage `json:"input,omitempty" doc:"the run's input, any JSON value"`
 }
 
@@ -100,7 +100,7 @@ func (s *Server) registerRuns() {
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
 		Errors:        []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
-	}, RoleOperator, func(ctx context.Context, in *struct {
+	}, RoleOperator, withTextChecks(func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody
@@ -131,7 +131,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &startRunOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: runOf(run)}, nil
-	})
+	}))
 
 	register(s, huma.Operation{
 		OperationID: "listRuns",
@@ -141,8 +141,8 @@ func (s *Server) registerRuns() {
 		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest},
-	}, RoleViewer, func(ctx context.Context, in *struct {
-		Workflow string `query:"workflow" doc:"only runs of this workflow"`
+	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+		Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
 		Status   string `query:"status" enum:"pending,running,succeeded,failed,canceled" doc:"only runs in this state"`
 		PageParams
 	}) (*listOutput[Run], error) {
@@ -165,7 +165,7 @@ func (s *Server) registerRuns() {
 			out.Body.Items = append(out.Body.Items, runOf(&rows[i]))
 		}
 		return out, nil
-	})
+	}))
 
 	register(s, huma.Operation{
 		OperationID: "getRun",
@@ -174,7 +174,7 @@ func (s *Server) registerRuns() {
 		Summary:     "Get a run",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
+	}, RoleViewer, withTextChecks(func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -184,7 +184,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &runOutput{Body: runOf(run)}, nil
-	})
+	}))
 
 	register(s, huma.Operation{
 		OperationID: "cancelRun",
@@ -194,7 +194,7 @@ func (s *Server) registerRuns() {
 		Description: "Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
-	}, RoleOperator, func(ctx context.Context, in *struct {
+	}, RoleOperator, withTextChecks(func(ctx context.Context, in *struct {
 		RunIDParam
 		Body *struct {
 			Reason string `json:"reason,omitempty" maxLength:"1000" doc:"recorded on the run and its event"`
@@ -219,7 +219,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &runOutput{Body: runOf(run)}, nil
-	})
+	}))
 }
 
 // requestHash identifies a start-run request for idempotency.
