@@ -148,7 +148,7 @@ func (s *Server) registerRuns() {
 	}) (*listOutput[Run], error) {
 		filter := in.Workflow + "\x00" + in.Status
 		var before uuid.UUID
-		if err := decodeCursor(in.Cursor, "runs", filter, &before); err != nil {
+		if err := s.decodeCursor(in.Cursor, "runs", filter, &before); err != nil {
 			return nil, err
 		}
 		rows, err := s.store.RunList(ctx, &catalog.RunListParams{Workflow: in.Workflow, Status: in.Status, Before: before, Limit: in.Limit + 1})
@@ -159,7 +159,7 @@ func (s *Server) registerRuns() {
 		out.Body.Items = make([]Run, 0, len(rows))
 		for i := range rows {
 			if i == in.Limit {
-				out.Body.NextCursor = encodeCursor("runs", filter, rows[i-1].ID)
+				out.Body.NextCursor = s.encodeCursor("runs", filter, rows[i-1].ID)
 				break
 			}
 			out.Body.Items = append(out.Body.Items, runOf(&rows[i]))

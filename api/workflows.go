@@ -80,7 +80,7 @@ func (s *Server) registerWorkflows() {
 		Errors:      []int{http.StatusBadRequest},
 	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
 		var after string
-		if err := decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
+		if err := s.decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
 			return nil, err
 		}
 		rows, err := s.store.WorkflowList(ctx, &catalog.WorkflowListParams{After: after, Limit: in.Limit + 1})
@@ -91,7 +91,7 @@ func (s *Server) registerWorkflows() {
 		out.Body.Items = make([]Workflow, 0, len(rows))
 		for i := range rows {
 			if i == in.Limit {
-				out.Body.NextCursor = encodeCursor("workflows", "", rows[i-1].Name)
+				out.Body.NextCursor = s.encodeCursor("workflows", "", rows[i-1].Name)
 				break
 			}
 			out.Body.Items = append(out.Body.Items, workflowOf(&rows[i]))
@@ -127,7 +127,7 @@ func (s *Server) registerWorkflows() {
 		PageParams
 	}) (*listOutput[Version], error) {
 		var before int
-		if err := decodeCursor(in.Cursor, "versions", in.Name, &before); err != nil {
+		if err := s.decodeCursor(in.Cursor, "versions", in.Name, &before); err != nil {
 			return nil, err
 		}
 		if _, err := s.store.WorkflowGet(ctx, in.Name); err != nil {
@@ -141,7 +141,7 @@ func (s *Server) registerWorkflows() {
 		out.Body.Items = make([]Version, 0, len(rows))
 		for i := range rows {
 			if i == in.Limit {
-				out.Body.NextCursor = encodeCursor("versions", in.Name, rows[i-1].Version)
+				out.Body.NextCursor = s.encodeCursor("versions", in.Name, rows[i-1].Version)
 				break
 			}
 			out.Body.Items = append(out.Body.Items, versionOf(&rows[i], false))
