@@ -18,24 +18,25 @@ import (
 
 // Run is a run of a pinned workflow version.
 type Run struct {
-	ID         string          `json:"id" doc:"run ID (UUIDv7)"`
-	Workflow   string          `json:"workflow"`
-	Version    int             `json:"version" doc:"the version the run is pinned to"`
-	Status     string          `json:"status" enum:"pending,running,succeeded,failed,canceled"`
-	Input      json.RawMessage `json:"input" doc:"the run's input"`
-	Error      json.RawMessage `json:"error" doc:"why the run failed or was canceled; null otherwise"`
-	Revision   int64           `json:"revision" doc:"increments on every committed change; equals the seq of the run's newest event"`
-	StepsTotal int             `json:"steps_total"`
-	StepsLeft  int             `json:"steps_remaining" doc:"steps not yet in a terminal state"`
-	CreatedAt  time.Time       `json:"created_at"`
-	StartedAt  *time.Time      `json:"started_at" doc:"when the first step started"`
-	FinishedAt *time.Time      `json:"finished_at"`
+	ID           string          `json:"id" doc:"run ID (UUIDv7)"`
+	Workflow     string          `json:"workflow"`
+	Version      int             `json:"version" doc:"the version the run is pinned to"`
+	Status       string          `json:"status" enum:"pending,running,succeeded,failed,canceled"`
+	Input        json.RawMessage `json:"input" doc:"the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted"`
+	InputOmitted bool            `json:"input_omitted,omitempty" doc:"only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole"`
+	Error        json.RawMessage `json:"error" doc:"why the run failed or was canceled; null otherwise"`
+	Revision     int64           `json:"revision" doc:"increments on every committed change; equals the seq of the run's newest event"`
+	StepsTotal   int             `json:"steps_total"`
+	StepsLeft    int             `json:"steps_remaining" doc:"steps not yet in a terminal state"`
+	CreatedAt    time.Time       `json:"created_at"`
+	StartedAt    *time.Time      `json:"started_at" doc:"when the first step started"`
+	FinishedAt   *time.Time      `json:"finished_at"`
 }
 
 func runOf(r *catalog.Run) Run {
 	return Run{
 		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: r.Status,
-		Input: jsonOrNull(r.Input), Error: jsonOrNull(r.Error), Revision: r.Revision,
+		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: timePtr(r.StartedAt.Time, r.StartedAt.Valid), FinishedAt: timePtr(r.FinishedAt.Time, r.FinishedAt.Valid),
 	}
@@ -89,6 +90,12 @@ func (p RunIDParam) uuid() (uuid.UUID, error) {
 // by reference.
 const maxInputSize = 1 << 20
 
+// maxListedInput is the largest input, in bytes (as JSON text and as stored), that
+// a list of runs carries: a page of the largest size (1,000) then holds at most
+// 4 MiB of inputs (security audit 1, D8: a page of runs with 1 MiB inputs made
+// gigabytes of garbage).
+const maxListedInput = 4 << 10
+
 func (s *Server) registerRuns() {
 	register(s, huma.Operation{
 		OperationID:   "startRun",
@@ -138,7 +145,7 @@ func (s *Server) registerRuns() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs",
 		Summary:     "List runs",
-		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.",
+		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest},
 	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
@@ -151,7 +158,7 @@ func (s *Server) registerRuns() {
 		if err := s.decodeCursor(in.Cursor, "runs", filter, &before); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.RunList(ctx, &catalog.RunListParams{Workflow: in.Workflow, Status: in.Status, Before: before, Limit: in.Limit + 1})
+		rows, err := s.store.RunList(ctx, &catalog.RunListParams{Workflow: in.Workflow, Status: in.Status, Before: before, Limit: in.Limit + 1, MaxInput: maxListedInput})
 		if err != nil {
 			return nil, err
 		}
@@ -172,6 +179,7 @@ func (s *Server) registerRuns() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}",
 		Summary:     "Get a run",
+		Description: "The run with its whole input.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 	}, RoleViewer, withTextChecks(func(ctx context.Context, in *RunIDParam) (*runOutput, error) {

@@ -82,11 +82,23 @@ FROM r CROSS JOIN LATERAL (SELECT pg_notify('cairn_steps', '')) AS wake`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
+	// sqlRunList reads a page of runs with the inputs over $5 bytes left out, as
+	// stored or as JSON text, so that a large input is never read whole:
+	// pg_column_size, the stored (possibly compressed) size, is known without
+	// reading the value; only an input stored in at most $5 bytes is turned into
+	// text to be measured.
 	sqlRunList = `
-SELECT ` + runColumns + ` FROM runs
-WHERE ($1 = '' OR workflow = $1) AND ($2 = '' OR status = $2)
-  AND ($3::uuid IS NULL OR id < $3::uuid)
-ORDER BY id DESC
+SELECT r.id, r.workflow, r.version, r.status,
+       CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
+       r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at
+FROM runs r CROSS JOIN LATERAL (
+    SELECT CASE WHEN r.input IS NULL THEN false
+                WHEN pg_column_size(r.input) > $5 THEN true
+                ELSE octet_length(r.input::text) > $5 END AS omitted
+) o
+WHERE ($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
+  AND ($3::uuid IS NULL OR r.id < $3::uuid)
+ORDER BY r.id DESC
 LIMIT $4`
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
@@ -106,6 +118,9 @@ type Run struct {
 	CreatedAt      time.Time    `db:"created_at"`
 	StartedAt      sql.NullTime `db:"started_at"`
 	FinishedAt     sql.NullTime `db:"finished_at"`
+	// InputOmitted is set by RunList on a run whose input it left out (Input is
+	// nil): over RunListParams.MaxInput.
+	InputOmitted bool `db:"input_omitted"`
 }
 
 // NewStep is a step of a run being created.
@@ -217,16 +232,24 @@ type RunListParams struct {
 	Before uuid.UUID
 	// Limit is the page size.
 	Limit int
+	// MaxInput is the largest input, in bytes of JSON text (as PostgreSQL writes
+	// it) and as stored, that the page carries; a larger one is left out
+	// (Run.InputOmitted), so that a page's size is bounded by Limit whatever the
+	// inputs. (An input near MaxInput whose binary form does not compress can be
+	// over it as stored and left out while its text is not.) 0 leaves out every
+	// input.
+	MaxInput int
 }
 
-// RunList returns a page of runs, newest first.
+// RunList returns a page of runs, newest first, with the inputs over p.MaxInput
+// left out.
 func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 	var before any
 	if p.Before != uuid.Nil {
 		before = p.Before
 	}
 	var out []Run
-	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit, p.MaxInput); err != nil {
 		return nil, fmt.Errorf("list runs: %w", translateError(err))
 	}
 	return out, nil

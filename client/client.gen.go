@@ -308,8 +308,11 @@ type Run struct {
 	// Id run ID (UUIDv7)
 	Id string `json:"id"`
 
-	// Input the run's input
+	// Input the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted
 	Input interface{} `json:"input"`
+
+	// InputOmitted only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole
+	InputOmitted *bool `json:"input_omitted,omitempty"`
 
 	// Revision increments on every committed change; equals the seq of the run's newest event
 	Revision int64 `json:"revision"`
@@ -626,7 +629,7 @@ type ClientInterface interface {
 
 	// ListRuns List runs
 	//
-	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.
+	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 	//
 	// Requires the `viewer` role.
 	//
@@ -634,6 +637,8 @@ type ClientInterface interface {
 	ListRuns(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetRun Get a run
+	//
+	// The run with its whole input.
 	//
 	// Requires the `viewer` role.
 	//
@@ -863,7 +868,7 @@ func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...
 
 // ListRuns List runs
 //
-// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.
+// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 //
 // Requires the `viewer` role.
 //
@@ -881,6 +886,8 @@ func (c *APIClient) ListRuns(ctx context.Context, params *ListRunsParams, reqEdi
 }
 
 // GetRun Get a run
+//
+// The run with its whole input.
 //
 // Requires the `viewer` role.
 //
@@ -2266,7 +2273,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListRunsWithResponse List runs
 	//
-	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.
+	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 	//
 	// Requires the `viewer` role.
 	//
@@ -2276,6 +2283,8 @@ type ClientWithResponsesInterface interface {
 	ListRunsWithResponse(ctx context.Context, params *ListRunsParams, reqEditors ...RequestEditorFn) (*ListRunsResponse, error)
 
 	// GetRunWithResponse Get a run
+	//
+	// The run with its whole input.
 	//
 	// Requires the `viewer` role.
 	//
@@ -4262,7 +4271,7 @@ func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest 
 
 // ListRunsWithResponse List runs
 //
-// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.
+// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 //
 // Requires the `viewer` role.
 //
@@ -4278,6 +4287,8 @@ func (c *ClientWithResponses) ListRunsWithResponse(ctx context.Context, params *
 }
 
 // GetRunWithResponse Get a run
+//
+// The run with its whole input.
 //
 // Requires the `viewer` role.
 //

@@ -97,7 +97,7 @@ export interface paths {
         };
         /**
          * List runs
-         * @description Runs newest first, optionally filtered; a cursor only works with the filters it was issued for.
+         * @description Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
          *
          *     Requires the `viewer` role.
          */
@@ -119,7 +119,9 @@ export interface paths {
         };
         /**
          * Get a run
-         * @description Requires the `viewer` role.
+         * @description The run with its whole input.
+         *
+         *     Requires the `viewer` role.
          */
         get: operations["getRun"];
         put?: never;
@@ -535,8 +537,10 @@ export interface components {
             finished_at: string | null;
             /** @description run ID (UUIDv7) */
             id: string;
-            /** @description the run's input */
+            /** @description the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted */
             input: unknown;
+            /** @description only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole */
+            input_omitted?: boolean;
             /**
              * Format: int64
              * @description increments on every committed change; equals the seq of the run's newest event
