@@ -5,37 +5,53 @@
  * openapi-typescript (`npm run generate`); requests go through openapi-fetch, so
  * every path, parameter and body is checked against the contract at compile time.
  * This module adds what the contract cannot say: the bearer token, binary bundle
- * uploads, problem details as errors, and waiting for a run to end.
+ * uploads, problem details as errors, waiting for a run to end (waitRun),
+ * following its events with resumption after a dropped stream (followRun), and
+ * async iterators over the paginated lists (listRuns, listWorkflows,
+ * listVersions, listEvents).
  *
  * @example
  * const cairn = createCairnClient({ baseUrl: "http://127.0.0.1:8080", token });
  * const { workflow } = await uploadBundle(cairn, archiveBytes);
  * const run = await startRun(cairn, workflow, { input: { name: "ada" } });
- * const done = await waitForRun(cairn, run.id);
+ * for await (const event of followRun(cairn, run.id)) console.log(event.seq, event.type);
+ * const done = await waitRun(cairn, run.id, { timeoutMs: 60_000 });
  */
-import createClient, { type Client, type Middleware } from "openapi-fetch";
-import type { components, operations, paths } from "./schema.js";
+import createClient, { type Middleware } from "openapi-fetch";
+import { type CairnClient, type Run, type StartRunBody, type Step, type UploadResult, terminalRunStatuses, unwrap } from "./base.js";
+import type { paths } from "./schema.js";
 
-export type { components, operations, paths };
-
-/** A run (GET /v1/runs/{id}). */
-export type Run = components["schemas"]["Run"];
-/** A step of a run (GET /v1/runs/{id}/steps). */
-export type Step = components["schemas"]["Step"];
-/** The answer to a bundle upload. */
-export type UploadResult = components["schemas"]["UploadResult"];
-/** The body of POST /v1/workflows/{name}/runs. */
-export type StartRunBody = components["schemas"]["StartRunBody"];
-/** An RFC 9457 problem detail, the body of every error response. */
-export type Problem = components["schemas"]["Problem"];
-/** A run's status. */
-export type RunStatus = Run["status"];
-
-/** The typed openapi-fetch client of the Cairn API. */
-export type CairnClient = Client<paths>;
-
-/** Statuses after which a run never changes. */
-export const terminalRunStatuses: readonly RunStatus[] = ["succeeded", "failed", "canceled"];
+export {
+  CairnProblemError,
+  finalEventTypes,
+  isRetryable,
+  terminalRunStatuses,
+  type CairnClient,
+  type components,
+  type operations,
+  type paths,
+  type Problem,
+  type Run,
+  type RunEvent,
+  type RunStatus,
+  type StartRunBody,
+  type Step,
+  type UploadResult,
+  type Version,
+  type Workflow,
+} from "./base.js";
+export { followRun, StreamFailedError, waitRun, type FollowOptions, type WaitRunOptions } from "./follow.js";
+export {
+  listEvents,
+  listRuns,
+  listVersions,
+  listWorkflows,
+  type ListEventsQuery,
+  type ListOptions,
+  type ListRunsQuery,
+  type ListVersionsQuery,
+  type ListWorkflowsQuery,
+} from "./lists.js";
 
 /** Options of createCairnClient. */
 export interface CairnClientOptions {
@@ -67,35 +83,6 @@ export function createCairnClient(options: CairnClientOptions): CairnClient {
     client.use(auth);
   }
   return client;
-}
-
-/** The error thrown by the helpers below for a non-2xx answer. */
-export class CairnProblemError extends Error {
-  /** The HTTP status. */
-  readonly status: number;
-  /** The problem detail the server sent, when it sent one. */
-  readonly problem: Problem | undefined;
-
-  constructor(operation: string, response: Response, problem: unknown) {
-    const p = isProblem(problem) ? problem : undefined;
-    const detail = p ? `${p.title}${p.detail ? `: ${p.detail}` : ""}${p.code ? ` (${p.code})` : ""}` : response.statusText;
-    super(`${operation}: ${response.status} ${detail}`.trim());
-    this.name = "CairnProblemError";
-    this.status = response.status;
-    this.problem = p;
-  }
-}
-
-function isProblem(v: unknown): v is Problem {
-  return typeof v === "object" && v !== null && ("title" in v || "detail" in v || "status" in v);
-}
-
-/** Returns data, or throws CairnProblemError for an error answer. */
-function unwrap<T>(operation: string, result: { data?: T; error?: unknown; response: Response }): T {
-  if (result.error !== undefined || !result.response.ok || result.data === undefined) {
-    throw new CairnProblemError(operation, result.response, result.error);
-  }
-  return result.data;
 }
 
 /**
@@ -171,7 +158,8 @@ export interface WaitOptions {
 /**
  * Polls the run until it reaches a terminal status (succeeded, failed,
  * canceled) and returns it, whatever that status is. Throws when the timeout
- * passes or the signal aborts first.
+ * passes or the signal aborts first. waitRun does the same without asking over
+ * and over: it follows the run's event stream.
  */
 export async function waitForRun(client: CairnClient, id: string, options: WaitOptions = {}): Promise<Run> {
   const timeoutMs = options.timeoutMs ?? 60_000;
