@@ -14,10 +14,13 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 	go build -trimpath -ldflags="-s -w" -o /out/cairn ./cmd/cairn
 
 FROM alpine:3.24.1
-RUN apk add --no-cache ca-certificates tzdata \
+RUN apk add --no-cache ca-certificates tzdata bubblewrap \
 	&& addgroup -S -g 10001 cairn \
 	&& adduser -S -D -H -u 10001 -G cairn -s /sbin/nologin cairn
 COPY --from=build /out/cairn /usr/local/bin/cairn
+# Exec handlers run in a bubblewrap sandbox inside a user namespace (docs/security.md):
+# Docker's default seccomp profile refuses those, so run the container with a profile
+# that allows them, or set CAIRN_EXEC_ISOLATION=none knowingly.
 USER 10001:10001
 # Extracted bundles and downloaded inputs (CAIRN_CACHE_DIR default: $TMPDIR/cairn-cache).
 WORKDIR /tmp

@@ -15,7 +15,7 @@ import (
 type HealthOutput struct {
 	Body struct {
 		Status string            `json:"status" enum:"ok,unavailable" doc:"ok when every check passed"`
-		Checks map[string]string `json:"checks,omitempty" doc:"each check and its result: ok, or what failed"`
+		Checks map[string]string `json:"checks,omitempty" doc:"each check and its result: ok, or what failed; with a dispatcher, also what it can run (exec, http, lambda, builtin, cache: ok, or unavailable and why), which does not fail readiness"`
 	}
 }
 
@@ -91,6 +91,11 @@ func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
 	}
 	if s.cfg.ReadyCheck != nil {
 		record("runtime", s.cfg.ReadyCheck(ctx))
+	}
+	if s.cfg.Capabilities != nil {
+		for what, state := range s.cfg.Capabilities() {
+			checks[what] = state
+		}
 	}
 	return checks, ok
 }

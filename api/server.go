@@ -34,6 +34,10 @@ type Config struct {
 	// ReadyCheck, when set, is an extra readiness check run by GET /readyz after the
 	// database, blob store and schema checks; default none.
 	ReadyCheck func(ctx context.Context) error
+	// Capabilities, when set, says what this server's dispatcher can run (one entry
+	// per step kind, and its cache: "ok…" or why not); GET /readyz shows them
+	// beside its checks without failing on them: other kinds still run. Default none.
+	Capabilities func() map[string]string
 	// Gatherer, when set, is served at GET /metrics (Prometheus); default none.
 	Gatherer prometheus.Gatherer
 	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign

@@ -36,6 +36,11 @@ type runtimeFlags struct {
 	noDispatcher  bool
 	cacheDir      string
 	publicURL     string
+	execIsolation string
+	execUID       int
+	// isolationFallback (cairn dev) runs exec handlers unisolated, with a warning,
+	// when bubblewrap does not work and no isolation was asked for explicitly.
+	isolationFallback bool
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
@@ -47,6 +52,37 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
 	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
 	fs.StringVar(&f.publicURL, "public-url", e("CAIRN_PUBLIC_URL"), "the API's URL as functions reach it, for checkpoint_url in envelopes (env CAIRN_PUBLIC_URL; default http://<listen address>)")
 	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
+	fs.StringVar(&f.execIsolation, "exec-isolation", e("CAIRN_EXEC_ISOLATION"), "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user); default bwrap, and for cairn dev bwrap when it works, else none (env CAIRN_EXEC_ISOLATION; see docs/security.md)")
+	fs.IntVar(&f.execUID, "exec-uid", envInt(e, "CAIRN_EXEC_UID", functions.DefaultSandboxUID), "uid and gid of sandboxed exec handlers when the server runs as root (env CAIRN_EXEC_UID)")
+}
+
+// newExecInvoker makes the exec invoker with the isolation rf asks for, and says at
+// start-up how handlers will run.
+func newExecInvoker(rf runtimeFlags, logger *slog.Logger) (*functions.Exec, error) {
+	mode, fallback := rf.execIsolation, false
+	if mode == "" {
+		mode, fallback = string(functions.IsolationBwrap), rf.isolationFallback
+	}
+	iso, err := functions.ParseIsolation(mode)
+	if err != nil {
+		return nil, fmt.Errorf("CAIRN_EXEC_ISOLATION: %w", err)
+	}
+	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID}
+	inv := functions.NewExec(cfg)
+	how, err := inv.Isolation()
+	switch {
+	case err != nil && fallback:
+		logger.Warn("exec handlers run UNISOLATED, as this server's user: they can read its environment and files (set CAIRN_EXEC_ISOLATION=none to silence this)", "reason", err)
+		cfg.Isolation = functions.IsolationNone
+		inv = functions.NewExec(cfg)
+	case err != nil:
+		logger.Error("exec steps will be refused: handlers cannot be isolated here", "reason", err)
+	case iso == functions.IsolationNone:
+		logger.Warn("CAIRN_EXEC_ISOLATION=none: exec handlers run unisolated, as this server's user: they can read its environment and files")
+	default:
+		logger.Info("exec handlers isolated", "how", how)
+	}
+	return inv, nil
 }
 
 // limitFlags bound what one server gives its clients (security audit 1); shared by
@@ -244,8 +280,13 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		publicURL = "http://" + addr
 	}
 	var disp *runtime.Dispatcher
+	var capabilities func() map[string]string
 	if !p.rt.noDispatcher {
-		var err error
+		execInvoker, err := newExecInvoker(p.rt, p.logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
 		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
 			Concurrency:   p.rt.concurrency,
 			LeaseTTL:      p.rt.leaseTTL,
@@ -258,6 +299,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			Logger:        p.logger,
 			Registerer:    reg,
 			Invokers: map[bundle.Kind]functions.Invoker{
+				bundle.KindExec:   execInvoker,
 				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger}),
 				bundle.KindLambda: p.lambda,
 			},
@@ -266,6 +308,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ln.Close()
 			return err
 		}
+		capabilities = disp.Capabilities
 	}
 
 	metrics := api.NewMetrics(reg)
@@ -276,6 +319,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		MetricsToken: lim.metricsToken, MaxCheckpointSize: lim.maxCheckpointSize, MaxStreams: lim.maxStreams,
 		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
 		BundleLimits: bundle.Limits{MaxSteps: lim.maxSteps},
+		Capabilities: capabilities,
 	})
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -361,14 +362,26 @@ func (c *apiClient) waitStep(id, key string, timeout time.Duration, what string,
 // output downloads a step's output and returns its bytes.
 func (c *apiClient) output(id, key string) []byte {
 	c.t.Helper()
+	return c.download("/v1/runs/" + id + "/steps/" + key + "/output")
+}
+
+// logs downloads the log (stderr) of an attempt of a step.
+func (c *apiClient) logs(id, key string, attempt int) string {
+	c.t.Helper()
+	return string(c.download("/v1/runs/" + id + "/steps/" + key + "/logs?attempt=" + strconv.Itoa(attempt)))
+}
+
+// download GETs path and returns its 200 body.
+func (c *apiClient) download(path string) []byte {
+	c.t.Helper()
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, "/v1/runs/"+id+"/steps/"+key+"/output", nil, nil)
+	resp, err := c.do(ctx, http.MethodGet, path, nil, nil)
 	require.NoError(c.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
-	require.Equal(c.t, http.StatusOK, resp.StatusCode, "output of %s: %s", key, b)
+	require.Equal(c.t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, b)
 	return b
 }
 

@@ -177,6 +177,10 @@ type serverOptions struct {
 	noDispatcher bool
 	// env is added to the server's environment.
 	env []string
+	// uid, when not 0, runs the server as that user (and group): the non-root
+	// path of production. Its folders and the stack's file blob store are handed
+	// to it.
+	uid int
 }
 
 // server is a running (or ended) `cairn serve` process.
@@ -262,6 +266,11 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 		env = append(env, "CAIRN_SHUTDOWN_GRACE="+opts.shutdownGrace.String())
 	}
 	env = append(append(env, st.env...), opts.env...)
+	if opts.uid != 0 {
+		if err := st.handTo(opts.uid, home); err != nil {
+			return nil, err
+		}
+	}
 	args := []string{"serve"}
 	if opts.noDispatcher {
 		args = append(args, "--no-dispatcher")
@@ -294,6 +303,9 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 		// A process group of its own, so that signals to the test's group do not
 		// reach it. Exec handlers get groups of their own from the dispatcher.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if opts.uid != 0 {
+			cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(opts.uid), Gid: uint32(opts.uid)}
+		}
 		s.started = time.Now()
 		if err := cmd.Start(); err != nil {
 			started <- err
@@ -535,4 +547,44 @@ func processGone(pid int) bool {
 // withTimeout returns a context for one helper operation.
 func withTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// handTo lets uid run a server in home: it owns home and the stack's file blob
+// store, and can reach them and the binary.
+func (st *stack) handTo(uid int, home string) error {
+	chownAll := func(root string) error {
+		return filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(p, uid, uid)
+		})
+	}
+	if err := chownAll(home); err != nil {
+		return err
+	}
+	if blobs, ok := strings.CutPrefix(st.blobURL, "file://"); ok {
+		if err := chownAll(blobs); err != nil {
+			return err
+		}
+	}
+	// Every folder above home and the binary must be walkable by uid.
+	for _, p := range []string{home, filepath.Dir(cairnBinary(st.t))} {
+		for d := filepath.Dir(p); d != "/"; d = filepath.Dir(d) {
+			info, err := os.Stat(d)
+			if err != nil {
+				return err
+			}
+			if info.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(d, info.Mode().Perm()|0o011); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	bin := cairnBinary(st.t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		return err
+	}
+	return nil
 }
