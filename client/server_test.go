@@ -36,6 +36,8 @@ type testBundle struct {
 	store *catalog.Store
 	blobs blobstore.Store
 
+	// configure changes the API servers' configuration.
+	configure []func(*api.Config)
 	// refuseStreams answers that many of the next event stream requests with a 503
 	// and Retry-After: 1, as a server at its maximum of streams does.
 	refuseStreams int
@@ -46,14 +48,53 @@ type testBundle struct {
 	requests []recorded
 }
 
-// recorded is a request the server had.
+// recorded is a request the server had, and the status of its answer.
 type recorded struct {
 	path, query, lastEventID string
+	status                   *statusWriter
+}
+
+// statusWriter remembers the status of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	mu   sync.Mutex
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	if w.code == 0 {
+		w.code = code
+	}
+	w.mu.Unlock()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK) // a no-op once a status is set
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush keeps event streams streaming through the wrapper.
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Status is the answer's status, 0 before it is sent.
+func (w *statusWriter) Status() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.code
 }
 
 // setup starts a server and a dispatcher on a fresh migrated database and a file
-// blob store, and stops them when the test ends.
-func setup(t *testing.T) *testBundle {
+// blob store, and stops them when the test ends. configure, when given, changes
+// the API server's configuration.
+func setup(t *testing.T, configure ...func(*api.Config)) *testBundle {
 	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
 	ctx := context.Background()
@@ -75,7 +116,7 @@ func setup(t *testing.T) *testBundle {
 		require.NoError(t, disp.Stop(sctx))
 	})
 
-	tb := &testBundle{store: store, blobs: blobs}
+	tb := &testBundle{store: store, blobs: blobs, configure: configure}
 	require.NoError(t, tb.serve("127.0.0.1:0", t.TempDir()))
 	t.Cleanup(tb.stop)
 	tb.cl, err = client.New(tb.url, operatorToken)
@@ -89,7 +130,11 @@ func (tb *testBundle) serve(addr, tempDir string) error {
 	if err != nil {
 		return err
 	}
-	srv := api.New(tb.store, tb.blobs, &api.Config{Tokens: tokens, TempDir: tempDir, Logger: slog.New(slog.DiscardHandler)})
+	cfg := &api.Config{Tokens: tokens, TempDir: tempDir, Logger: slog.New(slog.DiscardHandler)}
+	for _, f := range tb.configure {
+		f(cfg)
+	}
+	srv := api.New(tb.store, tb.blobs, cfg)
 	// The address of a server just closed can take a moment to be free again.
 	var ln net.Listener
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -149,8 +194,10 @@ func (tb *testBundle) killConnections() {
 // record notes every request, and refuses event streams while refuseStreams says so.
 func (tb *testBundle) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		w = sw
 		tb.mu.Lock()
-		tb.requests = append(tb.requests, recorded{path: r.URL.Path, query: r.URL.RawQuery, lastEventID: r.Header.Get("Last-Event-ID")})
+		tb.requests = append(tb.requests, recorded{path: r.URL.Path, query: r.URL.RawQuery, lastEventID: r.Header.Get("Last-Event-ID"), status: sw})
 		refuse := strings.HasSuffix(r.URL.Path, "/events/stream") && tb.refuseStreams > 0
 		if refuse {
 			tb.refuseStreams--

@@ -2,12 +2,14 @@ package client_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -95,6 +97,35 @@ func TestWaitRunPollsWhenStreamRefused(t *testing.T) {
 	require.Equal(t, client.RunStatusSucceeded, run.Status)
 	require.Len(t, tb.requestsTo("/events/stream"), 1, "one refusal, then polling")
 	require.GreaterOrEqual(t, len(tb.requestsTo("/v1/runs/"+id.String())), 2)
+}
+
+// TestWaitRunPollsAtStreamCap: a server with its one event stream taken refuses
+// another (503, Retry-After: 10); WaitRun polls rather than wait that long.
+func TestWaitRunPollsAtStreamCap(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, func(cfg *api.Config) { cfg.MaxStreams = 1 })
+	tb.deploy(t, chainManifest("chain", 2, 100*time.Millisecond))
+	tb.deploy(t, "name: slow\nsteps:\n  - key: nap\n    builtin: sleep\n    with: {duration: 1h}\n")
+
+	// Take the one stream, following a run that will not end.
+	slow := tb.start(t, "slow", nil)
+	t.Cleanup(func() {
+		_, err := tb.cl.CancelRunWithResponse(context.Background(), slow, client.CancelRunRequest{})
+		require.NoError(t, err)
+	})
+	holder, err := tb.cl.StreamEvents(t.Context(), slow, nil)
+	require.NoError(t, err)
+	defer holder.Body.Close()
+
+	id := tb.start(t, "chain", nil)
+	start := time.Now()
+	run, err := tb.cl.WaitRun(t.Context(), id, client.WaitOptions{PollInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	require.Equal(t, client.RunStatusSucceeded, run.Status)
+	require.Less(t, time.Since(start), 10*time.Second, "polled, not waited for Retry-After")
+	streams := tb.requestsTo(id.String() + "/events/stream")
+	require.Len(t, streams, 1, "one refusal, then polling")
+	require.Equal(t, http.StatusServiceUnavailable, streams[0].status.Status())
 }
 
 // TestFollowRunRetriesRefusedStream has the server refuse the stream twice with a
