@@ -148,15 +148,17 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 		if !json.Valid(head) {
 			return nil, NewProblem(http.StatusBadRequest, "the checkpoint is not valid JSON")
 		}
-		if t := bytes.TrimSpace(head); !(len(t) > 0 && t[0] == '{' && bytes.Contains(t, []byte(`"$blob"`))) {
-			return json.RawMessage(t), nil
+		// The runtime's rule: a value that mentions "$blob", however spelled, is
+		// stored as bytes, so that it can never read as a reference.
+		if !blobstore.MentionsRef(head) {
+			return json.RawMessage(bytes.TrimSpace(head)), nil
 		}
 	}
 	ct := contentType
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	obj, err := s.blobs.Put(ctx, "payloads", io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1})
+	obj, err := s.blobs.Put(ctx, blobstore.KindPayloads, io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1})
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -164,8 +166,7 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 		}
 		return nil, err
 	}
-	ref, _ := json.Marshal(map[string]any{"$blob": map[string]any{"digest": obj.Digest, "size": obj.Size, "content_type": obj.ContentType}})
-	return ref, nil
+	return blobstore.ObjectRef(obj).JSON(), nil
 }
 
 func bodyError(err error) error {
