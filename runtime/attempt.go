@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -182,9 +183,16 @@ func infraOutcome(a *attempt, what string, err error) outcome {
 }
 
 // infraError is a retryable failure of Cairn's own infrastructure (not the handler).
+// Its message goes to viewers (last_error, attempts): the server's file paths are
+// taken out of it; the dispatcher's log has the whole error.
 func infraError(what string, err error) *functions.Error {
-	return &functions.Error{Message: fmt.Sprintf("cairn could not %s: %v", what, err), Retryable: true, Code: "infrastructure"}
+	msg := serverPath.ReplaceAllString(fmt.Sprintf("cairn could not %s: %v", what, err), "${1}<path>")
+	return &functions.Error{Message: msg, Retryable: true, Code: "infrastructure"}
 }
+
+// serverPath matches an absolute file path at the start of a word (so not the path
+// of a URL), without the punctuation that follows it.
+var serverPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s"'()]*[^\s"'():,;.]`)
 
 // report commits an outcome, fenced by the lease. Transient database errors are
 // retried until the lease would have expired: after that the sweeper owns the step.
