@@ -27,6 +27,8 @@ type fakeStream struct {
 	conns []func(w http.ResponseWriter, r *http.Request)
 	// run is the JSON of GET /v1/runs/{id}.
 	run string
+	// url is the server's, once started.
+	url string
 
 	mu          sync.Mutex
 	lastEventID []string
@@ -48,6 +50,7 @@ func (f *fakeStream) start(t *testing.T) *client.Client {
 		f.conns[min(n, len(f.conns)-1)](w, r)
 	}))
 	t.Cleanup(srv.Close)
+	f.url = srv.URL
 	cl, err := client.New(srv.URL, "token")
 	require.NoError(t, err)
 	return cl
@@ -290,4 +293,36 @@ func TestPagesEndOnRepeatedCursor(t *testing.T) {
 	}
 	require.Equal(t, []string{"w", "wsame"}, names)
 	require.Equal(t, 2, calls)
+}
+
+// TestFollowRunClientNotMadeByNew: a Client built around the generated client
+// (without New's error handling) follows too, and its error answers are *Problem.
+func TestFollowRunClientNotMadeByNew(t *testing.T) {
+	t.Parallel()
+	notFound := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprint(w, `{"type":"urn:cairn:problem:not_found","title":"Not Found","status":404,"code":"not_found"}`)
+	}
+	f := &fakeStream{id: uuid.New(), conns: []func(http.ResponseWriter, *http.Request){
+		func(w http.ResponseWriter, _ *http.Request) {
+			sseEvent(w, 1, "run.created", "\n")
+			sseEvent(w, 2, "run.succeeded", "\n")
+		},
+		notFound,
+	}}
+	f.run = runJSON(f.id, "running", 0)
+	f.start(t)
+	gen, err := client.NewClientWithResponses(f.url)
+	require.NoError(t, err)
+	cl := &client.Client{ClientWithResponses: gen}
+
+	got, err := followTypes(t, cl, f.id, 0, fast)
+	require.NoError(t, err)
+	require.Equal(t, []string{"1 run.created", "2 run.succeeded"}, got)
+
+	err = cl.FollowRun(t.Context(), f.id, 0, func(*client.Event) error { return nil }, fast)
+	var p *client.Problem
+	require.ErrorAs(t, err, &p)
+	require.EqualValues(t, http.StatusNotFound, p.Status)
 }

@@ -81,30 +81,36 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 // Retry-After the server sent (see retryAfter), which the generated operations drop.
 //
 // build gets the server URL. fallback is the generated operation, used when c was
-// not made by New (its transport is unknown): it works, without Retry-After.
+// not made by New (its transport is unknown): it works, without Retry-After when
+// that transport turns error answers into errors itself.
 func (c *Client) send(ctx context.Context, build func(server string) (*http.Request, error), fallback func() (*http.Response, error)) (*http.Response, error) {
-	ac, ok := c.ClientInterface.(*APIClient)
-	if !ok {
-		return fallback()
-	}
-	req, err := build(ac.Server)
-	if err != nil {
-		return nil, err
-	}
-	req = req.WithContext(ctx)
-	for _, edit := range ac.RequestEditors {
-		if err := edit(ctx, req); err != nil {
+	var resp *http.Response
+	if ac, ok := c.ClientInterface.(*APIClient); ok {
+		req, err := build(ac.Server)
+		if err != nil {
+			return nil, err
+		}
+		req = req.WithContext(ctx)
+		for _, edit := range ac.RequestEditors {
+			if err := edit(ctx, req); err != nil {
+				return nil, err
+			}
+		}
+		doer := ac.Client
+		if pd, ok := doer.(problemDoer); ok {
+			doer = pd.next // to see the headers of an error answer
+		}
+		if resp, err = doer.Do(req); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if resp, err = fallback(); err != nil {
 			return nil, err
 		}
 	}
-	doer := ac.Client
-	pd, wrapped := doer.(problemDoer)
-	if wrapped {
-		doer = pd.next
-	}
-	resp, err := doer.Do(req)
-	if err != nil || !wrapped || (resp.StatusCode >= 200 && resp.StatusCode < 300) {
-		return resp, err
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemSize))
