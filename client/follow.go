@@ -197,11 +197,26 @@ func (c *Client) followOnce(ctx context.Context, id uuid.UUID, last *int64, fn f
 	defer watchdog.Stop()
 	body := &activityReader{r: resp.Body, active: func() { watchdog.Reset(idle) }}
 
-	for msg, err := range sse.Read(body, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
+	final, err = readEvents(body, last, func(ev *Event) error {
+		watchdog.Stop() // the time fn takes is not the server's silence
+		defer watchdog.Reset(idle)
+		return fn(ev)
+	})
+	var cbErr *callbackError
+	if !final && !errors.As(err, &cbErr) && errors.Is(context.Cause(ctx), errIdle) {
+		err = errIdle // the read failed, or ended, because the watchdog cut it
+	}
+	return final, err
+}
+
+// readEvents reads a text/event-stream of a run's events, calling fn for each
+// event after *last and advancing *last. It stops at the run's final event (final),
+// at the end of r (nil), or at an error: of fn (a *callbackError), of reading, of a
+// malformed event, or of an event out of order (a gap: the events after it must be
+// read again after *last).
+func readEvents(r io.Reader, last *int64, fn func(*Event) error) (final bool, err error) {
+	for msg, err := range sse.Read(r, &sse.ReadConfig{MaxEventSize: maxEventSize}) {
 		if err != nil {
-			if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
-				err = cause
-			}
 			return false, fmt.Errorf("read event stream: %w", err)
 		}
 		if msg.Data == "" {
@@ -219,18 +234,13 @@ func (c *Client) followOnce(ctx context.Context, id uuid.UUID, last *int64, fn f
 			// after the last one fn had rather than skip one.
 			return false, fmt.Errorf("event %d came after %d: event %d missing", ev.Seq, *last, *last+1)
 		}
-		watchdog.Stop() // the time fn takes is not the server's silence
 		if err := fn(&ev); err != nil {
 			return false, &callbackError{err: err}
 		}
-		watchdog.Reset(idle)
 		*last = ev.Seq
 		if IsFinalEvent(ev.Type) {
 			return true, nil
 		}
-	}
-	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errIdle) {
-		return false, cause
 	}
 	return false, nil
 }
