@@ -214,7 +214,7 @@ type Event struct {
 
 // HealthOutputBody defines model for HealthOutputBody.
 type HealthOutputBody struct {
-	// Checks each check and its result: ok, or what failed
+	// Checks each check and its result: ok, or what failed; with a dispatcher, also what it can run (exec, http, lambda, builtin, cache: ok, or unavailable and why), which does not fail readiness
 	Checks *map[string]string `json:"checks,omitempty"`
 
 	// Status ok when every check passed

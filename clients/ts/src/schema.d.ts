@@ -465,7 +465,7 @@ export interface components {
             type: string;
         };
         HealthOutputBody: {
-            /** @description each check and its result: ok, or what failed */
+            /** @description each check and its result: ok, or what failed; with a dispatcher, also what it can run (exec, http, lambda, builtin, cache: ok, or unavailable and why), which does not fail readiness */
             checks?: {
                 [key: string]: string;
             };
