@@ -252,6 +252,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		logger:    logger,
 		bundleDir: bundleDir,
 		workDirs:  []string{home, tmp},
+		sandboxed: e.sandbox != nil,
 		logW:      &lockedLog{sink: sink, logger: logger},
 		tail:      newTailBuffer(stderrTailSize),
 		exited:    make(chan struct{}),
@@ -374,9 +375,11 @@ type execRun struct {
 	bundleDir string
 	// workDirs are the handler's HOME and TMPDIR.
 	workDirs []string
-	logW     *lockedLog
-	tail     *tailBuffer
-	cmd      *exec.Cmd
+	// sandboxed says the process is bubblewrap running the handler.
+	sandboxed bool
+	logW      *lockedLog
+	tail      *tailBuffer
+	cmd       *exec.Cmd
 
 	// Parent ends of the pipes.
 	stdinW                  *os.File
@@ -795,9 +798,16 @@ func (r *execRun) result(waitErr error) error {
 		return fnErr
 	}
 	failure := &Error{Retryable: true, Code: CodeExitStatus}
-	if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	ws, _ := exitErr.Sys().(syscall.WaitStatus)
+	sig, signaled := ws.Signal(), ws.Signaled()
+	if code := exitErr.ExitCode(); r.sandboxed && code > 128 && code <= 128+64 {
+		// bubblewrap exits with 128+n when the handler was killed by signal n (so
+		// does a handler that exits with such a status itself: the two look alike).
+		sig, signaled = syscall.Signal(code-128), true
+	}
+	if signaled {
 		failure.Code = CodeSignal
-		failure.Message = fmt.Sprintf("killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+		failure.Message = fmt.Sprintf("killed by signal %d (%s)", int(sig), sig)
 	} else {
 		failure.Message = fmt.Sprintf("exit status %d", exitErr.ExitCode())
 	}

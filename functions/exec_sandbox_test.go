@@ -180,3 +180,17 @@ func TestIsolationUnavailableRefuses(t *testing.T) {
 	_, ierr := b.exec.Isolation()
 	require.Error(t, ierr)
 }
+
+// TestSandboxReportsSignals: a sandboxed handler killed by a signal is reported as
+// such, as without a sandbox (bubblewrap turns it into exit status 128+n).
+func TestSandboxReportsSignals(t *testing.T) {
+	t.Parallel()
+	b := setupSandbox(t)
+	b.script(t, "die", `cat >/dev/null; kill -9 $$`)
+	err := b.exec.Invoke(context.Background(), b.invocation("./die"), &testSink{})
+	var fe *Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, CodeSignal, fe.Code, fe.Message)
+	require.Contains(t, fe.Message, "killed by signal 9")
+	require.True(t, fe.Retryable)
+}

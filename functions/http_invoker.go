@@ -13,9 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -70,6 +72,13 @@ type HTTPConfig struct {
 	Logger *slog.Logger
 	// UserAgent is the User-Agent header. Default: DefaultUserAgent.
 	UserAgent string
+	// AllowLocal lets steps call local addresses: loopback (127.0.0.0/8, ::1),
+	// link-local (169.254.0.0/16, where clouds serve instance credentials;
+	// fe80::/10) and unspecified ones (0.0.0.0, ::). Default false: a step whose
+	// URL resolves to one fails, terminally (CodeInvalidSpec), without a request,
+	// so that a deployer cannot reach the server's own API or metrics, or the
+	// machine's credentials, through Cairn. Applies to the default Client only.
+	AllowLocal bool
 }
 
 // HTTP runs http steps: a POST of the envelope (JSON) to HTTPSpec.URL (DESIGN §5).
@@ -108,7 +117,7 @@ func NewHTTP(cfg *HTTPConfig) *HTTP {
 		userAgent: cfg.UserAgent,
 	}
 	if h.client == nil {
-		h.client = defaultHTTPClient()
+		h.client = defaultHTTPClient(cfg.AllowLocal)
 	}
 	if h.userAgent == "" {
 		h.userAgent = DefaultUserAgent
@@ -116,8 +125,32 @@ func NewHTTP(cfg *HTTPConfig) *HTTP {
 	return h
 }
 
-func defaultHTTPClient() *http.Client {
+// errLocalAddress is a connection refused because it would reach a local address.
+var errLocalAddress = errors.New("local addresses are not allowed (CAIRN_HTTP_ALLOW_LOCAL)")
+
+// refuseLocal is a net.Dialer's Control: it runs on the resolved address, so a
+// name that resolves to a local address is refused as well.
+func refuseLocal(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	ip = ip.Unmap()
+	if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() {
+		return fmt.Errorf("%s: %w", ip, errLocalAddress)
+	}
+	return nil
+}
+
+func defaultHTTPClient(allowLocal bool) *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowLocal {
+		dialer.Control = refuseLocal
+	}
 	return &http.Client{
 		Transport: &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
@@ -190,6 +223,9 @@ func (h *HTTP) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
+		}
+		if errors.Is(err, errLocalAddress) {
+			return invalidSpecf("POST %s: %v", where, errLocalAddress)
 		}
 		var urlErr *url.Error
 		if errors.As(err, &urlErr) {

@@ -29,7 +29,7 @@ func setupHTTP(t *testing.T, handler http.HandlerFunc) *httpTestBundle {
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)
 	return &httpTestBundle{
-		invoker: NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey), UserAgent: "cairn-test"}),
+		invoker: NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey), UserAgent: "cairn-test", AllowLocal: true}),
 		server:  server,
 	}
 }
@@ -188,7 +188,7 @@ func TestHTTPNetworkError(t *testing.T) {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 
-	invoker := NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey)})
+	invoker := NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey), AllowLocal: true})
 	inv := &Invocation{Spec: Spec{HTTP: &HTTPSpec{URL: "http://" + addr + "/fn"}}}
 	err = invoker.Invoke(context.Background(), inv, &testSink{})
 	var fnErr *Error
@@ -271,7 +271,7 @@ func TestHTTPContextEnds(t *testing.T) {
 func TestHTTPInvalidSpec(t *testing.T) {
 	t.Parallel()
 
-	invoker := NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey)})
+	invoker := NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey), AllowLocal: true})
 	tests := []struct {
 		name string
 		spec *HTTPSpec
@@ -398,4 +398,29 @@ func FuzzVerifySignature(f *testing.F) {
 		// Accepted: it must carry a real signature of this body.
 		require.Contains(t, header, "v1=")
 	})
+}
+
+// TestHTTPRefusesLocalAddresses (audit W5): by default a step cannot reach the
+// server's own machine (its API, /metrics) or a cloud's instance credentials, by
+// address or by a name that resolves to one; the failure is terminal and no
+// request is sent.
+func TestHTTPRefusesLocalAddresses(t *testing.T) {
+	t.Parallel()
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits++ }))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	require.NoError(t, err)
+	invoker := NewHTTP(&HTTPConfig{SigningKey: []byte(testSigningKey)})
+	for _, u := range []string{srv.URL, "http://localhost:" + port + "/", "http://[::1]:" + port + "/",
+		"http://169.254.169.254/latest/meta-data/", "http://0.0.0.0:" + port + "/"} {
+		inv := &Invocation{Envelope: Envelope{RunID: "r", Step: "s", Attempt: 1}, Spec: Spec{HTTP: &HTTPSpec{URL: u}}}
+		err := invoker.Invoke(context.Background(), inv, &testSink{})
+		var fe *Error
+		require.ErrorAs(t, err, &fe, u)
+		require.Equal(t, CodeInvalidSpec, fe.Code, "%s: %v", u, err)
+		require.False(t, fe.Retryable)
+		require.Contains(t, fe.Message, "CAIRN_HTTP_ALLOW_LOCAL")
+	}
+	require.Zero(t, hits, "a request reached the local server")
 }

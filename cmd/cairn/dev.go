@@ -103,8 +103,9 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if rf.cacheDir == "" {
 		rf.cacheDir = filepath.Join(dataDir, "cache")
 	}
-	// A laptop may lack bubblewrap: dev runs exec handlers anyway, and says so.
-	rf.isolationFallback = true
+	// A laptop may lack bubblewrap (dev runs exec handlers anyway, and says so),
+	// and runs its http functions on itself.
+	rf.devDefaults = true
 	creds := devCredentials{
 		viewer:   newToken(),
 		operator: newToken(),

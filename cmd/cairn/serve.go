@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,9 +39,12 @@ type runtimeFlags struct {
 	publicURL     string
 	execIsolation string
 	execUID       int
-	// isolationFallback (cairn dev) runs exec handlers unisolated, with a warning,
-	// when bubblewrap does not work and no isolation was asked for explicitly.
-	isolationFallback bool
+	// httpAllowLocal is "true", "false" or "" (serve: false; dev: true).
+	httpAllowLocal string
+	// devDefaults (cairn dev) gives the laptop's defaults: exec handlers run
+	// unisolated, with a warning, when bubblewrap does not work and no isolation
+	// was asked for; http steps may call local addresses.
+	devDefaults bool
 }
 
 func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
@@ -53,6 +57,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
 	fs.StringVar(&f.publicURL, "public-url", e("CAIRN_PUBLIC_URL"), "the API's URL as functions reach it, for checkpoint_url in envelopes (env CAIRN_PUBLIC_URL; default http://<listen address>)")
 	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
 	fs.StringVar(&f.execIsolation, "exec-isolation", e("CAIRN_EXEC_ISOLATION"), "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user); default bwrap, and for cairn dev bwrap when it works, else none (env CAIRN_EXEC_ISOLATION; see docs/security.md)")
+	fs.StringVar(&f.httpAllowLocal, "http-allow-local", e("CAIRN_HTTP_ALLOW_LOCAL"), "let http steps call loopback and link-local addresses (this machine, cloud instance credentials): true or false; default false, and true for cairn dev (env CAIRN_HTTP_ALLOW_LOCAL)")
 	fs.IntVar(&f.execUID, "exec-uid", envInt(e, "CAIRN_EXEC_UID", functions.DefaultSandboxUID), "uid and gid of sandboxed exec handlers when the server runs as root (env CAIRN_EXEC_UID)")
 }
 
@@ -61,7 +66,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
 func newExecInvoker(rf runtimeFlags, logger *slog.Logger) (*functions.Exec, error) {
 	mode, fallback := rf.execIsolation, false
 	if mode == "" {
-		mode, fallback = string(functions.IsolationBwrap), rf.isolationFallback
+		mode, fallback = string(functions.IsolationBwrap), rf.devDefaults
 	}
 	iso, err := functions.ParseIsolation(mode)
 	if err != nil {
@@ -287,6 +292,13 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ln.Close()
 			return err
 		}
+		allowLocal := p.rt.devDefaults
+		if p.rt.httpAllowLocal != "" {
+			if allowLocal, err = strconv.ParseBool(p.rt.httpAllowLocal); err != nil {
+				ln.Close()
+				return fmt.Errorf("CAIRN_HTTP_ALLOW_LOCAL=%q: want true or false", p.rt.httpAllowLocal)
+			}
+		}
 		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
 			Concurrency:   p.rt.concurrency,
 			LeaseTTL:      p.rt.leaseTTL,
@@ -300,7 +312,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			Registerer:    reg,
 			Invokers: map[bundle.Kind]functions.Invoker{
 				bundle.KindExec:   execInvoker,
-				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger}),
+				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: allowLocal}),
 				bundle.KindLambda: p.lambda,
 			},
 		})

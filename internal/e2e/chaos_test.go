@@ -158,7 +158,9 @@ func TestChaos(t *testing.T) {
 	pg := testenv.PG(t)
 	s3 := startS3Server(t, "")
 	st := newStack(t, stackOptions{dbURL: testenv.ClusterDatabaseURL(t, pg), blobURL: s3.blobURL(nil), env: s3.env()})
-	opts := serverOptions{inlineLimit: 1024}
+	// Handlers in the sandbox of production: it must hold under chaos too.
+	requireBwrap(t)
+	opts := serverOptions{inlineLimit: 1024, env: []string{"CAIRN_EXEC_ISOLATION=bwrap"}}
 	cs := &chaosStack{t: t, st: st}
 	for range 3 {
 		cs.live = append(cs.live, st.start(opts))
