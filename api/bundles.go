@@ -69,7 +69,7 @@ func (s *Server) registerBundles() {
 			},
 		},
 		Errors: []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge},
-	}, RoleOperator, withTextChecks(func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
+	}, RoleOperator, func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
 		res, err := s.upload(ctx, in.body)
 		if err != nil {
 			return nil, err
@@ -79,7 +79,7 @@ func (s *Server) registerBundles() {
 			status = http.StatusCreated
 		}
 		return &uploadOutput{Status: status, Location: "/v1/workflows/" + res.Workflow + "/versions/" + itoa(res.Version), Body: *res}, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getBundle",
@@ -92,7 +92,7 @@ func (s *Server) registerBundles() {
 		Responses: map[string]*huma.Response{"200": {Description: "The canonical archive", Content: map[string]*huma.MediaType{
 			"application/gzip": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}}},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleViewer, func(ctx context.Context, in *struct {
 		Digest string `path:"digest" pattern:"^sha256:[0-9a-f]{64}$" doc:"bundle digest"`
 	}) (*huma.StreamResponse, error) {
 		b, err := s.store.BundleGet(ctx, in.Digest)
@@ -100,7 +100,7 @@ func (s *Server) registerBundles() {
 			return nil, err
 		}
 		return s.streamBlob(ctx, b.BlobKey)
-	}))
+	})
 }
 
 // upload validates a bundle from body, stores its canonical archive (unless stored

@@ -148,6 +148,9 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 		if !json.Valid(head) {
 			return nil, NewProblem(http.StatusBadRequest, "the checkpoint is not valid JSON")
 		}
+		if at, msg := jsonTextProblem(head); msg != "" {
+			return nil, NewProblem(http.StatusUnprocessableEntity, "validation failed", &huma.ErrorDetail{Location: "body" + at, Message: msg})
+		}
 		// The runtime's rule: a value that mentions "$blob", however spelled, is
 		// stored as bytes, so that it can never read as a reference.
 		if !blobstore.MentionsRef(head) {

@@ -48,3 +48,16 @@ func TestCheckpointForgedReferenceIsStoredAsBytes(t *testing.T) {
 		require.Equal(t, forged, got.String())
 	}
 }
+
+// TestCheckpointBadTextNamed (audit D5): a JSON checkpoint with text PostgreSQL
+// cannot store is a 422 naming where, not a 500 (nor the catalog's fallback 400).
+func TestCheckpointBadTextNamed(t *testing.T) {
+	t.Parallel()
+	tb := setupWith(t, api.Config{})
+	for _, body := range []string{`{"a":"\u0000"}`, "{\"a\":\"\xff\"}", `{"a":["\ud800"]}`} {
+		id, c, cred := tb.claimFirst(t)
+		status, resp := tb.putCheckpoint(t, id, c.Key, cred, "application/json", strings.NewReader(body))
+		require.Equal(t, http.StatusUnprocessableEntity, status, "%q: %s", body, resp)
+		require.Contains(t, resp, "body.a")
+	}
+}

@@ -77,17 +77,6 @@ func (s *Server) decodeCursor(raw, list, filter string, after any) error {
 	return s.cursors().decode(raw, list, filter, after)
 }
 
-// encodeCursor and decodeCursor without a server use an empty key: anyone can mint
-// their cursors, as before W7. Deprecated: only events.go calls them still; it moves
-// to the Server methods (s.encodeCursor, s.decodeCursor), then they go.
-func encodeCursor(list, filter string, after any) string {
-	return cursorCodec{}.encode(list, filter, after)
-}
-
-func decodeCursor(raw, list, filter string, after any) error {
-	return cursorCodec{}.decode(raw, list, filter, after)
-}
-
 // mac is the MAC of a cursor's fields, each length-prefixed so that no two field
 // lists make the same input.
 func (c cursorCodec) mac(list, filter string, after []byte) string {

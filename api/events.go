@@ -61,7 +61,7 @@ func (s *Server) registerEvents() {
 			return nil, err
 		}
 		var after int64
-		if err := decodeCursor(in.Cursor, "events", id.String(), &after); err != nil {
+		if err := s.decodeCursor(in.Cursor, "events", id.String(), &after); err != nil {
 			return nil, err
 		}
 		if _, err := s.store.RunGet(ctx, id); err != nil {
@@ -75,7 +75,7 @@ func (s *Server) registerEvents() {
 		out.Body.Items = make([]Event, 0, len(rows))
 		for i := range rows {
 			if i == in.Limit {
-				out.Body.NextCursor = encodeCursor("events", id.String(), rows[i-1].Seq)
+				out.Body.NextCursor = s.encodeCursor("events", id.String(), rows[i-1].Seq)
 				break
 			}
 			out.Body.Items = append(out.Body.Items, eventOf(&rows[i]))

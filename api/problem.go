@@ -202,6 +202,12 @@ func (e *readyError) Error() string { return "not ready" }
 func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var p *Problem
 	var ready *readyError
+	if errors.Is(err, errSlowBody) {
+		// The body guard cut a trickling upload (net/http then cancels the request's
+		// context too): the client is slow, not gone.
+		s.logger.InfoContext(ctx, "request body too slow", "request_id", RequestID(ctx))
+		return NewProblem(http.StatusRequestTimeout, "the request body arrived too slowly")
+	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The client went away (net/http cancels the request's context): whatever
 		// the handler failed with then (context.Canceled, a canceled statement, a

@@ -107,7 +107,7 @@ func (s *Server) registerRuns() {
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
 		Errors:        []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
-	}, RoleOperator, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleOperator, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody
@@ -138,7 +138,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &startRunOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: runOf(run)}, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "listRuns",
@@ -148,7 +148,7 @@ func (s *Server) registerRuns() {
 		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleViewer, func(ctx context.Context, in *struct {
 		Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
 		Status   string `query:"status" enum:"pending,running,succeeded,failed,canceled" doc:"only runs in this state"`
 		PageParams
@@ -172,7 +172,7 @@ func (s *Server) registerRuns() {
 			out.Body.Items = append(out.Body.Items, runOf(&rows[i]))
 		}
 		return out, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getRun",
@@ -182,7 +182,7 @@ func (s *Server) registerRuns() {
 		Description: "The run with its whole input.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
+	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -192,7 +192,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &runOutput{Body: runOf(run)}, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "cancelRun",
@@ -202,7 +202,7 @@ func (s *Server) registerRuns() {
 		Description: "Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
-	}, RoleOperator, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleOperator, func(ctx context.Context, in *struct {
 		RunIDParam
 		Body *struct {
 			Reason string `json:"reason,omitempty" maxLength:"1000" doc:"recorded on the run and its event"`
@@ -227,7 +227,7 @@ func (s *Server) registerRuns() {
 			return nil, err
 		}
 		return &runOutput{Body: runOf(run)}, nil
-	}))
+	})
 }
 
 // requestHash identifies a start-run request for idempotency.

@@ -208,11 +208,14 @@ func (s *Server) Handler() http.Handler {
 	return s.withRequestID(s.withBodyGuard(s.withRecovery(s.withLogging(s.mux))))
 }
 
-// register adds an operation whose handler errors are mapped to problems in one place
-// (problemFor). role is the least role that may call it (RoleNone: public).
+// register adds an operation whose parameters and body are checked for text the
+// catalog cannot store (withTextChecks) and whose handler errors are mapped to
+// problems in one place (problemFor). role is the least role that may call it
+// (RoleNone: public).
 func register[I, O any](s *Server, op huma.Operation, role Role, h func(context.Context, *I) (*O, error)) {
+	checked := withTextChecks(h)
 	huma.Register(s.api, withUnavailable(s.api, withRole(op, role)), func(ctx context.Context, in *I) (*O, error) {
-		out, err := h(ctx, in)
+		out, err := checked(ctx, in)
 		if err != nil {
 			return nil, s.problemFor(ctx, err)
 		}

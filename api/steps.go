@@ -99,7 +99,7 @@ func (s *Server) registerSteps() {
 		Description: "Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *RunIDParam) (*itemsOutput[Step], error) {
+	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*itemsOutput[Step], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -114,7 +114,7 @@ func (s *Server) registerSteps() {
 			}
 		}
 		return itemsOf(rows, stepOf), nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "listAttempts",
@@ -123,7 +123,7 @@ func (s *Server) registerSteps() {
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
+	}, RoleViewer, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -136,7 +136,7 @@ func (s *Server) registerSteps() {
 			return nil, err
 		}
 		return itemsOf(rows, attemptOf), nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getStepOutput",
@@ -150,7 +150,7 @@ func (s *Server) registerSteps() {
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
+	}, RoleViewer, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -163,7 +163,7 @@ func (s *Server) registerSteps() {
 			return nil, NewProblem(http.StatusNotFound, "the step has no output: it is "+st.Status)
 		}
 		return s.streamPayload(ctx, json.RawMessage(st.Output))
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getAttemptLog",
@@ -176,7 +176,7 @@ func (s *Server) registerSteps() {
 		Responses: map[string]*huma.Response{"200": {Description: "The log", Content: map[string]*huma.MediaType{
 			"text/plain": {Schema: &huma.Schema{Type: "string"}},
 		}}},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleViewer, func(ctx context.Context, in *struct {
 		StepParams
 		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
@@ -207,7 +207,7 @@ func (s *Server) registerSteps() {
 			}}, nil
 		}
 		return s.streamBlob(ctx, a.LogKey.String)
-	}))
+	})
 }
 
 // streamPayload writes a stored payload: an inline JSON value, or the bytes of the

@@ -78,7 +78,7 @@ func (s *Server) registerWorkflows() {
 		Description: "Workflows ordered by name, keyset-paginated.",
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusBadRequest},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
+	}, RoleViewer, func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
 		var after string
 		if err := s.decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
 			return nil, err
@@ -97,7 +97,7 @@ func (s *Server) registerWorkflows() {
 			out.Body.Items = append(out.Body.Items, workflowOf(&rows[i]))
 		}
 		return out, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getWorkflow",
@@ -106,13 +106,13 @@ func (s *Server) registerWorkflows() {
 		Summary:     "Get a workflow",
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *WorkflowNameParam) (*workflowOutput, error) {
+	}, RoleViewer, func(ctx context.Context, in *WorkflowNameParam) (*workflowOutput, error) {
 		w, err := s.store.WorkflowGet(ctx, in.Name)
 		if err != nil {
 			return nil, err
 		}
 		return &workflowOutput{Body: workflowOf(w)}, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "listVersions",
@@ -122,7 +122,7 @@ func (s *Server) registerWorkflows() {
 		Description: "Versions newest first, keyset-paginated.",
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleViewer, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		PageParams
 	}) (*listOutput[Version], error) {
@@ -147,7 +147,7 @@ func (s *Server) registerWorkflows() {
 			out.Body.Items = append(out.Body.Items, versionOf(&rows[i], false))
 		}
 		return out, nil
-	}))
+	})
 
 	register(s, huma.Operation{
 		OperationID: "getVersion",
@@ -156,7 +156,7 @@ func (s *Server) registerWorkflows() {
 		Summary:     "Get a version with its normalized definition",
 		Tags:        []string{"workflows"},
 		Errors:      []int{http.StatusNotFound},
-	}, RoleViewer, withTextChecks(func(ctx context.Context, in *struct {
+	}, RoleViewer, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		Version int `path:"version" minimum:"1" maximum:"2147483647" doc:"version number"`
 	}) (*versionOutput, error) {
@@ -165,5 +165,5 @@ func (s *Server) registerWorkflows() {
 			return nil, err
 		}
 		return &versionOutput{Body: versionOf(v, true)}, nil
-	}))
+	})
 }
