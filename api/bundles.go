@@ -86,13 +86,13 @@ func (s *Server) registerBundles() {
 		Method:      http.MethodGet,
 		Path:        "/v1/bundles/{digest}",
 		Summary:     "Download a bundle",
-		Description: "The canonical archive (gzip-compressed tar) of an uploaded bundle.",
+		Description: "The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.",
 		Tags:        []string{"bundles"},
 		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "The canonical archive", Content: map[string]*huma.MediaType{
 			"application/gzip": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}}},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleOperator, func(ctx context.Context, in *struct {
 		Digest string `path:"digest" pattern:"^sha256:[0-9a-f]{64}$" doc:"bundle digest"`
 	}) (*huma.StreamResponse, error) {
 		b, err := s.store.BundleGet(ctx, in.Digest)

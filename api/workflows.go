@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -40,9 +41,40 @@ func versionOf(v *catalog.Version, withDefinition bool) Version {
 	out := Version{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize,
 		Fingerprint: v.Fingerprint, CreatedAt: v.CreatedAt.UTC()}
 	if withDefinition {
-		out.Definition = json.RawMessage(v.Definition)
+		out.Definition = redactDefinition(json.RawMessage(v.Definition))
 	}
 	return out
+}
+
+// redacted stands for a value the API never shows.
+const redacted = "[redacted]"
+
+// redactDefinition hides the values of http steps' headers, the manifest's place for
+// a function's credentials (audit W4): viewers see that a header is sent, not what.
+func redactDefinition(def json.RawMessage) json.RawMessage {
+	if !bytes.Contains(def, []byte(`"headers"`)) {
+		return def
+	}
+	var d map[string]any
+	if err := json.Unmarshal(def, &d); err != nil {
+		return nil // a stored definition always decodes; never show what did not
+	}
+	for _, list := range []string{"steps", "on_failure"} {
+		steps, _ := d[list].([]any)
+		for _, st := range steps {
+			step, _ := st.(map[string]any)
+			h, _ := step["http"].(map[string]any)
+			headers, _ := h["headers"].(map[string]any)
+			for k := range headers {
+				headers[k] = redacted
+			}
+		}
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // PageParams are the query parameters of every list.

@@ -620,9 +620,9 @@ type ClientInterface interface {
 
 	// GetBundle Download a bundle
 	//
-	// The canonical archive (gzip-compressed tar) of an uploaded bundle.
+	// The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.
 	//
-	// Requires the `viewer` role.
+	// Requires the `operator` role.
 	//
 	// Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 	GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -849,9 +849,9 @@ func (c *APIClient) UploadBundleWithBody(ctx context.Context, contentType string
 
 // GetBundle Download a bundle
 //
-// The canonical archive (gzip-compressed tar) of an uploaded bundle.
+// The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.
 //
-// Requires the `viewer` role.
+// Requires the `operator` role.
 //
 // Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2262,9 +2262,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetBundleWithResponse Download a bundle
 	//
-	// The canonical archive (gzip-compressed tar) of an uploaded bundle.
+	// The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.
 	//
-	// Requires the `viewer` role.
+	// Requires the `operator` role.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -4254,9 +4254,9 @@ func (c *ClientWithResponses) UploadBundleWithBodyWithResponse(ctx context.Conte
 
 // GetBundleWithResponse Download a bundle
 //
-// The canonical archive (gzip-compressed tar) of an uploaded bundle.
+// The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.
 //
-// Requires the `viewer` role.
+// Requires the `operator` role.
 //
 // Returns a wrapper object for the known response body format(s).
 //

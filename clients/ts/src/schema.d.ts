@@ -75,9 +75,9 @@ export interface paths {
         };
         /**
          * Download a bundle
-         * @description The canonical archive (gzip-compressed tar) of an uploaded bundle.
+         * @description The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.
          *
-         *     Requires the `viewer` role.
+         *     Requires the `operator` role.
          */
         get: operations["getBundle"];
         put?: never;
