@@ -80,6 +80,8 @@ type StepDefinition struct {
 	TimeoutMS int64    `json:"timeout_ms"`
 	// Retry is the effective retry policy.
 	Retry RetryDefinition `json:"retry"`
+	// Network is NetworkNone for an exec step without network; empty otherwise.
+	Network string `json:"network,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -150,6 +152,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			p, _ := execPath(s.Exec[0])
 			d.Kind = KindExec
 			d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
+			d.Network = s.Network
 		case s.HTTP != nil:
 			d.Kind = KindHTTP
 			h := &HTTPSpec{URL: s.HTTP.URL}

@@ -61,7 +61,14 @@ type Step struct {
 	// Retry policy; each unset field falls back to Defaults.Retry, then to the
 	// built-in default.
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
+	// Network is "none" for an exec step that must run without any network (not
+	// even loopback); unset, it shares the host's. Only servers that isolate
+	// handlers can honour it: the others refuse the step.
+	Network string `yaml:"network,omitempty" json:"network,omitempty"`
 }
+
+// NetworkNone is Step.Network's one value: no network at all.
+const NetworkNone = "none"
 
 // HTTPSpec is the function of an http step: a POST of the envelope to URL.
 type HTTPSpec struct {

@@ -163,6 +163,13 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 		kinds = append(kinds, "builtin")
 		v.builtin(s.Key, f, s.Builtin, s.With)
 	}
+	switch {
+	case s.Network == "":
+	case s.Network != NetworkNone:
+		v.add(s.Key, f+".network", "network must be %q (or unset: the host's network)", NetworkNone)
+	case s.Exec == nil:
+		v.add(s.Key, f+".network", "network applies to exec steps only")
+	}
 	switch len(kinds) {
 	case 0:
 		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin", s.Key)

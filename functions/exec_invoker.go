@@ -211,6 +211,10 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		return &Error{Message: "exec steps cannot run on this server: " + e.unavailable.Error(),
 			Retryable: true, Code: CodeIsolationUnavailable}
 	}
+	if inv.Spec.NoNetwork && e.sandbox == nil {
+		return &Error{Message: "the step asks for no network (network: none), which only a server that isolates handlers can enforce; this one runs them unisolated (CAIRN_EXEC_ISOLATION=none)",
+			Retryable: true, Code: CodeIsolationUnavailable}
+	}
 	program, bundleDir, err := resolveProgram(inv.BundleDir, inv.Spec.Exec)
 	if err != nil {
 		return err
@@ -266,7 +270,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			bundleDir: bundleDir,
 			inputs:    inputFiles(&inv.Envelope),
 			workDirs:  []string{home, tmp},
-			network:   true,
+			network:   !inv.Spec.NoNetwork,
 			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
 		})
 		path = args[0]

@@ -194,3 +194,33 @@ func TestSandboxReportsSignals(t *testing.T) {
 	require.Contains(t, fe.Message, "killed by signal 9")
 	require.True(t, fe.Retryable)
 }
+
+// TestSandboxNoNetwork: a step with network: none sees no network interface but
+// its own, unconfigured loopback; other steps share the host's. A server that
+// does not isolate handlers refuses such a step rather than run it networked.
+func TestSandboxNoNetwork(t *testing.T) {
+	t.Parallel()
+	b := setupSandbox(t)
+	host, err := os.ReadFile("/proc/net/dev")
+	require.NoError(t, err)
+	b.script(t, "ifaces", `cat >/dev/null; grep : /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort | tr '\n' ' '`)
+
+	inv := b.invocation("./ifaces")
+	inv.Spec.NoNetwork = true
+	sink := &testSink{}
+	require.NoError(t, b.exec.Invoke(context.Background(), inv, sink), sink.LogText())
+	require.Equal(t, "lo ", sink.Out())
+
+	shared := &testSink{}
+	require.NoError(t, b.exec.Invoke(context.Background(), b.invocation("./ifaces"), shared))
+	require.Equal(t, strings.Count(string(host), ":"), strings.Count(shared.Out(), " "), "the host's interfaces: %s", shared.Out())
+
+	plain := setupExec(t, nil)
+	plain.script(t, "ifaces", `echo ran`)
+	inv = plain.invocation("./ifaces")
+	inv.Spec.NoNetwork = true
+	err = plain.exec.Invoke(context.Background(), inv, &testSink{})
+	var fe *Error
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, CodeIsolationUnavailable, fe.Code)
+}

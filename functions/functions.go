@@ -59,6 +59,8 @@ type Spec struct {
 	Lambda *LambdaSpec `json:"lambda,omitempty"`
 	// Builtin names a built-in: noop, echo, sleep, fail.
 	Builtin string `json:"builtin,omitempty"`
+	// NoNetwork runs an exec handler without any network (manifest: network: none).
+	NoNetwork bool `json:"no_network,omitempty"`
 }
 
 // HTTPSpec is the http kind's target.

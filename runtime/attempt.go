@@ -313,6 +313,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *ver
 		}
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
+		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
 	case bundle.KindHTTP:
 		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL, Headers: step.HTTP.Headers}
 		d.addCheckpointCredential(inv, c)
