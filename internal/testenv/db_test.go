@@ -1,14 +1,20 @@
 package testenv
 
 import (
+	"io/fs"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/migrations"
 )
 
-// dbRequireMigrated checks that db holds the catalog schema at version 1.
+// dbRequireMigrated checks that db holds the catalog schema at the newest version of
+// migrations.FS.
 func dbRequireMigrated(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	var runs bool
@@ -16,7 +22,12 @@ func dbRequireMigrated(t *testing.T, db *sqlx.DB) {
 	require.True(t, runs, "the runs table exists")
 	var version int64
 	require.NoError(t, db.GetContext(t.Context(), &version, `SELECT max(version_id) FROM goose_db_version WHERE is_applied`))
-	require.EqualValues(t, 1, version)
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	newest, err := strconv.ParseInt(strings.SplitN(files[len(files)-1], "_", 2)[0], 10, 64)
+	require.NoError(t, err)
+	require.Equal(t, newest, version)
 }
 
 func TestDBIsolated(t *testing.T) {
