@@ -132,7 +132,14 @@ func PG(t testing.TB) *pglocal.Cluster {
 	dbStaleOnce.Do(dbRemoveStale)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
-	c, dir, found, err := dbStartLocal(ctx)
+	// A cluster that is killed on purpose keeps what it acknowledged:
+	// synchronous_commit stays on, or a crash loses the last commits (the WAL
+	// still in the server's memory) and the tests would see a database that
+	// forgot what it had said. fsync and full_page_writes only matter when the
+	// machine itself goes down, which these tests do not do.
+	settings := dbTestSettings()
+	delete(settings, "synchronous_commit")
+	c, dir, found, err := dbStartLocal(ctx, settings)
 	switch {
 	case err != nil:
 		t.Fatalf("testenv: %v", err)
@@ -224,7 +231,7 @@ func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 	dbStaleOnce.Do(dbRemoveStale)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
-	c, _, found, err := dbStartLocal(ctx)
+	c, _, found, err := dbStartLocal(ctx, dbTestSettings())
 	if err != nil {
 		return conf, "", err
 	}
@@ -248,14 +255,14 @@ func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 // dbStartLocal starts a cluster on a new data directory under os.TempDir.
 // found is false when no PostgreSQL binaries are installed (and
 // CAIRN_PG_BIN, which would make their absence an error, is unset).
-func dbStartLocal(ctx context.Context) (c *pglocal.Cluster, dir string, found bool, err error) {
+func dbStartLocal(ctx context.Context, settings map[string]string) (c *pglocal.Cluster, dir string, found bool, err error) {
 	dir, err = os.MkdirTemp("", dbTempDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, "", false, fmt.Errorf("postgres data dir: %w", err)
 	}
 	c, err = pglocal.Start(ctx, pglocal.Config{
 		DataDir:       dir,
-		Settings:      dbTestSettings(),
+		Settings:      settings,
 		DieWithParent: true,
 	})
 	if err != nil {
