@@ -28,16 +28,12 @@ type Event struct {
 }
 
 func eventOf(e *catalog.Event) Event {
-	return Event{Seq: e.Seq, Type: e.Type, Step: e.StepKey, Attempt: e.Attempt, Data: jsonOrNull(e.Data), CreatedAt: e.CreatedAt.UTC()}
+	return Event{Seq: e.Seq, Type: string(e.Type), Step: e.StepKey, Attempt: e.Attempt, Data: jsonOrNull(e.Data), CreatedAt: e.CreatedAt.UTC()}
 }
 
 // isFinal reports whether an event ends a run's history.
 func isFinal(typ string) bool {
 	return typ == "run.succeeded" || typ == "run.failed" || typ == "run.canceled"
-}
-
-func isTerminalRun(status string) bool {
-	return status == catalog.RunSucceeded || status == catalog.RunFailed || status == catalog.RunCanceled
 }
 
 // ssePollInterval is how often a live stream looks for new events (see pollEvents).
@@ -197,7 +193,7 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 			if len(rows) == 500 {
 				continue
 			}
-		} else if run, err := s.pollRun(ctx, id); err == nil && isTerminalRun(run.Status) {
+		} else if run, err := s.pollRun(ctx, id); err == nil && run.Status.Terminal() {
 			// Everything up to the final event was sent before (Last-Event-ID).
 			return
 		} else if time.Since(keepalive) > 15*time.Second {

@@ -35,7 +35,7 @@ type Run struct {
 
 func runOf(r *catalog.Run) Run {
 	return Run{
-		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: r.Status,
+		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: string(r.Status),
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: timePtr(r.StartedAt.Time, r.StartedAt.Valid), FinishedAt: timePtr(r.FinishedAt.Time, r.FinishedAt.Valid),

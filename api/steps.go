@@ -34,7 +34,7 @@ type Step struct {
 
 func stepOf(st *catalog.Step) Step {
 	out := Step{
-		Key: st.Key, Status: st.Status, Needs: []string(st.Needs), Attempts: st.Attempts, MaxAttempts: st.MaxAttempts,
+		Key: st.Key, Status: string(st.Status), Needs: []string(st.Needs), Attempts: st.Attempts, MaxAttempts: st.MaxAttempts,
 		ReadyAt:        timePtr(st.ReadyAt.Time, st.ReadyAt.Valid),
 		LeaseExpiresAt: timePtr(st.LeaseExpiresAt.Time, st.LeaseExpiresAt.Valid),
 		LastError:      jsonOrNull(st.LastError), Output: jsonOrNull(st.Output), Checkpoint: jsonOrNull(st.Checkpoint),
@@ -63,7 +63,7 @@ type Attempt struct {
 }
 
 func attemptOf(a *catalog.Attempt) Attempt {
-	return Attempt{Number: a.Number, Status: a.Status, Dispatcher: a.Dispatcher, LeaseToken: a.LeaseToken,
+	return Attempt{Number: a.Number, Status: string(a.Status), Dispatcher: a.Dispatcher, LeaseToken: a.LeaseToken,
 		Counted: a.Counted, Error: jsonOrNull(a.Error), HasLog: a.LogKey.Valid, StartedAt: a.StartedAt.UTC(),
 		FinishedAt: timePtr(a.FinishedAt.Time, a.FinishedAt.Valid)}
 }
@@ -160,7 +160,7 @@ func (s *Server) registerSteps() {
 			return nil, err
 		}
 		if st.Status != catalog.StepSucceeded {
-			return nil, NewProblem(http.StatusNotFound, "the step has no output: it is "+st.Status)
+			return nil, NewProblem(http.StatusNotFound, "the step has no output: it is "+string(st.Status))
 		}
 		return s.streamPayload(ctx, json.RawMessage(st.Output))
 	})

@@ -132,7 +132,7 @@ func statuses(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUID)
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, st := range steps {
-		out[st.Key] = st.Status
+		out[st.Key] = string(st.Status)
 	}
 	return out
 }
@@ -149,7 +149,7 @@ func claimKeys(t *testing.T, ctx context.Context, s *catalog.Store, owner string
 	return out
 }
 
-func finish(t *testing.T, ctx context.Context, s *catalog.Store, c catalog.Claimed, outcome string, retryable bool, output string) error {
+func finish(t *testing.T, ctx context.Context, s *catalog.Store, c catalog.Claimed, outcome catalog.Outcome, retryable bool, output string) error {
 	t.Helper()
 	p := &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken, Outcome: outcome, Retryable: retryable}
 	if output != "" {
@@ -200,8 +200,8 @@ func TestRunLifecycle(t *testing.T) {
 	for i, e := range events {
 		require.Equal(t, int64(i+1), e.Seq)
 	}
-	require.Equal(t, "run.created", events[0].Type)
-	require.Equal(t, "run.failed", events[len(events)-1].Type)
+	require.Equal(t, catalog.EventRunCreated, events[0].Type)
+	require.Equal(t, catalog.EventRunFailed, events[len(events)-1].Type)
 	require.Equal(t, r.Revision, events[len(events)-1].Seq)
 }
 
@@ -246,7 +246,7 @@ func TestLeaseFencingAndSweep(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "waiting for the 50ms lease to expire")
 	attempts, err := s.AttemptList(ctx, run.ID, "a")
 	require.NoError(t, err)
-	require.Equal(t, "interrupted", attempts[0].Status)
+	require.Equal(t, catalog.AttemptInterrupted, attempts[0].Status)
 	require.Equal(t, "ready", statuses(t, ctx, s, run.ID)["a"])
 
 	second := claimKeys(t, ctx, s, "d2", 1)["a"]
@@ -280,7 +280,8 @@ func TestRetryBudgetAndHandback(t *testing.T) {
 	require.Equal(t, "failed", statuses(t, ctx, s, run.ID)["a"])
 	attempts, err := s.AttemptList(ctx, run.ID, "a")
 	require.NoError(t, err)
-	require.Equal(t, []string{"interrupted", "failed", "timed_out"}, []string{attempts[0].Status, attempts[1].Status, attempts[2].Status})
+	require.Equal(t, []catalog.AttemptStatus{catalog.AttemptInterrupted, catalog.AttemptFailed, catalog.AttemptTimedOut},
+		[]catalog.AttemptStatus{attempts[0].Status, attempts[1].Status, attempts[2].Status})
 	require.False(t, attempts[0].Counted)
 	r, err := s.RunGet(ctx, run.ID)
 	require.NoError(t, err)
@@ -313,7 +314,7 @@ func TestCancel(t *testing.T) {
 	require.Equal(t, map[string]string{"a": "canceled", "b": "canceled", "c": "canceled", "d": "canceled"}, statuses(t, ctx, s, run.ID))
 	attempts, err := s.AttemptList(ctx, run.ID, "a")
 	require.NoError(t, err)
-	require.Equal(t, "canceled", attempts[0].Status)
+	require.Equal(t, catalog.AttemptCanceled, attempts[0].Status)
 	// The dispatcher's late completion is fenced out.
 	require.ErrorIs(t, finish(t, ctx, s, a, catalog.OutcomeSucceeded, false, `1`), catalog.ErrLeaseLost)
 	r, err := s.RunGet(ctx, run.ID)

@@ -40,6 +40,17 @@ var (
 	ErrInvalidInput = errors.New("catalog: invalid input")
 )
 
+// SQLSTATEs of the class CA, which the catalog's functions raise (migrations).
+const (
+	// sqlstateNotFound: the row the call is about does not exist (cairn_run_cancel).
+	sqlstateNotFound pq.ErrorCode = "CA404"
+	// sqlstateRunFinished: the run has already ended (cairn_run_cancel).
+	sqlstateRunFinished pq.ErrorCode = "CA409"
+	// sqlstateBadOutcome: an outcome cairn_step_finish does not take (an unknown
+	// one, or succeeded: successes go through cairn_steps_succeed).
+	sqlstateBadOutcome pq.ErrorCode = "CA400"
+)
+
 // translateError maps driver errors to the package's sentinels, keeping the original
 // in the chain for logs. It is the only place that looks at driver error codes. An
 // error translated before is returned as it is.
@@ -55,6 +66,14 @@ func translateError(err error) error {
 		switch pqErr.Code {
 		case "23505": // unique_violation
 			return fmt.Errorf("%w: %w", ErrConflict, err)
+		// Cairn's own codes, raised by the catalog's functions for a whole call that
+		// cannot be done (per-item results are their return values instead).
+		case sqlstateNotFound:
+			return fmt.Errorf("%w: %w", ErrNotFound, err)
+		case sqlstateRunFinished:
+			return fmt.Errorf("%w: %w", ErrRunFinished, err)
+		case sqlstateBadOutcome:
+			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text

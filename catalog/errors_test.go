@@ -45,6 +45,9 @@ func TestTranslateError(t *testing.T) {
 		{name: "unique violation", err: pqErr("23505"), want: ErrConflict},
 		{name: "serialization failure", err: pqErr("40001"), want: ErrRetryable},
 		{name: "no rows", err: sql.ErrNoRows, want: ErrNotFound},
+		{name: "cairn: not found", err: pqErr("CA404"), want: ErrNotFound},
+		{name: "cairn: run finished", err: pqErr("CA409"), want: ErrRunFinished},
+		{name: "cairn: bad outcome", err: pqErr("CA400"), want: ErrInvalidInput},
 		{name: "undefined table", err: pqErr("42P01")},
 		{name: "query canceled", err: pqErr("57014")},
 		{name: "caller canceled the dial", err: dial(context.Canceled)},
@@ -52,14 +55,15 @@ func TestTranslateError(t *testing.T) {
 		{name: "caller deadline", err: context.DeadlineExceeded},
 		{name: "other", err: errors.New("boom")},
 	}
-	sentinels := []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable}
+	sentinels := []error{ErrNotFound, ErrConflict, ErrRunFinished, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := translateError(tt.err)
 			require.ErrorIs(t, got, tt.err, "the original stays in the chain")
 			for _, s := range sentinels {
-				require.Equal(t, s == tt.want, errors.Is(got, s), "errors.Is(%v, %v)", got, s)
+				// ErrRunFinished is an ErrConflict too.
+				require.Equal(t, tt.want != nil && errors.Is(tt.want, s), errors.Is(got, s), "errors.Is(%v, %v)", got, s)
 			}
 			require.Equal(t, got.Error(), translateError(got).Error(), "translating twice changes nothing")
 		})

@@ -19,7 +19,7 @@ LIMIT $3`
 type Event struct {
 	RunID     uuid.UUID `db:"run_id"`
 	Seq       int64     `db:"seq"`
-	Type      string    `db:"type"`
+	Type      EventType `db:"type"`
 	StepKey   string    `db:"step_key"`
 	Attempt   int       `db:"attempt"`
 	Data      JSON      `db:"data"`

@@ -20,26 +20,18 @@ const (
 	ChannelCancel = "cairn_cancel"
 )
 
-// Attempt outcomes accepted by StepFinish.
-const (
-	OutcomeSucceeded   = "succeeded"
-	OutcomeFailed      = "failed"
-	OutcomeTimedOut    = "timed_out"
-	OutcomeInterrupted = "interrupted"
-	// OutcomeHandback returns the lease at shutdown: the attempt is recorded
-	// interrupted, does not count against max_attempts, and the step is ready at once.
-	OutcomeHandback = "handback"
-	// OutcomeInfraFailed reports a failure of Cairn's own infrastructure (blob store
-	// down while storing the output, bundle not fetchable): the attempt is failed but
-	// does not count against max_attempts, and the step retries after RetryIn.
-	OutcomeInfraFailed = "infra_failed"
-)
-
 const (
 	// sqlClaim leases up to $2 ready steps to $1 for $3 seconds in one statement: each
 	// step gets a fresh fencing token and an attempt row; each run touched gets one
 	// revision bump for all its step.started events (seq = the run's revisions, in
 	// key order), and leaves pending. The deps of each step come back with it.
+	//
+	// attempts numbers the tries (the attempt row's number); counted_attempts is
+	// what max_attempts limits. The claim counts every attempt up front, so that an
+	// attempt whose dispatcher dies (swept as interrupted) is counted; the outcomes
+	// that do not count (handback, infra_failed) take theirs back in
+	// cairn_step_finish. So attempts ≥ counted_attempts, and the difference is the
+	// number of uncounted attempts.
 	sqlClaim = `
 WITH c AS (
     SELECT s.run_id, s.key FROM steps s
@@ -78,18 +70,20 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
         FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
 
-	sqlStepFinish = `SELECT cairn_step_finish($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)`
-
-	// One round trip finishes a batch; rows are finished in array order (the caller
-	// sorts by run and key so concurrent batches lock in one order).
-	sqlStepFinishBatch = `
-SELECT cairn_step_finish(r.run_id, r.key, r.token, r.outcome, r.output::jsonb, r.error::jsonb,
+	// sqlStepsFail finishes the attempts that did not succeed, one
+	// cairn_step_finish each, in one round trip; rows are finished in array order
+	// (the caller sorts by run and key so concurrent batches lock in one order).
+	// One boolean per row: written, or false when the lease was lost.
+	sqlStepsFail = `
+SELECT cairn_step_finish(r.run_id, r.key, r.token, r.outcome, NULL, r.error::jsonb,
                          r.retryable, now() + make_interval(secs => r.retry_in), r.log_key)
-FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-            $7::boolean[], $8::float8[], $9::text[])
-     WITH ORDINALITY AS r(run_id, key, token, outcome, output, error, retryable, retry_in, log_key, ord)
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],
+            $6::boolean[], $7::float8[], $8::text[])
+     WITH ORDINALITY AS r(run_id, key, token, outcome, error, retryable, retry_in, log_key, ord)
 ORDER BY r.ord`
 
+	// sqlStepsSucceed finishes successful attempts set-based; it returns the
+	// ordinals (1-based) of the rows written, the others lost their lease.
 	sqlStepsSucceed = `SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])`
 
 	sqlHeartbeat = `
@@ -152,8 +146,7 @@ type StepFinishParams struct {
 	RunID      uuid.UUID
 	Key        string
 	LeaseToken int64
-	// Outcome is one of the Outcome constants.
-	Outcome string
+	Outcome    Outcome
 	// Output is the step's output (inline JSON or a $blob reference) on success.
 	Output json.RawMessage
 	// Error describes a failure ({"message", "code", …}).
@@ -166,34 +159,27 @@ type StepFinishParams struct {
 	LogKey string
 }
 
-// StepFinish records the end of an attempt and everything that follows from it (the
-// step's state, dependents made ready or skipped, the run's final state, events) in
-// one transaction. ErrLeaseLost if the token is no longer the step's lease: nothing
-// is written then.
+// StepFinish records the end of one attempt, as StepFinishBatch does: ErrLeaseLost if
+// the token is no longer the step's lease (nothing is written then), ErrInvalidInput
+// for an unknown outcome.
 func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
-	var res string
-	var logKey any
-	if p.LogKey != "" {
-		logKey = p.LogKey
-	}
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.QueryRowxContext(ctx, sqlStepFinish, p.RunID, p.Key, p.LeaseToken, p.Outcome,
-			nullJSON(p.Output), nullJSON(p.Error), p.Retryable, p.RetryIn.Seconds(), logKey).Scan(&res)
-	})
+	errs, err := s.StepFinishBatch(ctx, []*StepFinishParams{p})
 	if err != nil {
-		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, err)
+		return err
 	}
-	if res == "lease_lost" {
-		return fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, ErrLeaseLost)
-	}
-	return nil
+	return errs[0]
 }
 
-// StepFinishBatch finishes many attempts in one transaction and one or two round
-// trips: a group commit. Successes, the common case, are written set-based
-// (cairn_steps_succeed); other outcomes go through cairn_step_finish one by one. It
-// returns one error per item, in order: nil or ErrLeaseLost. A failure of the whole
-// batch is the returned error (every item is then unwritten).
+// StepFinishBatch records the end of many attempts and everything that follows from
+// each (the step's state, dependents made ready or skipped, the run's final state,
+// events) in one transaction and one or two round trips: a group commit. Successes,
+// the common case, are written set-based (cairn_steps_succeed); other outcomes go
+// through cairn_step_finish one by one (state.go lists what each outcome does).
+//
+// It returns one error per item, in order: nil, or ErrLeaseLost when the token is no
+// longer the step's lease (that item is not written). A failure of the whole batch
+// is the returned error, and no item is written: ErrInvalidInput for an unknown
+// outcome, or a database error.
 func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) ([]error, error) {
 	var ok, other []int // indexes into items
 	for i, p := range items {
@@ -203,62 +189,35 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 			other = append(other, i)
 		}
 	}
+	succeeded, failed := newFinishArrays(items, ok), newFinishArrays(items, other)
 	written := make([]bool, len(items))
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		if len(ok) > 0 {
-			runs := make([]string, len(ok))
-			keys := make([]string, len(ok))
-			tokens := make([]int64, len(ok))
-			outputs := make([]sql.NullString, len(ok))
-			logKeys := make([]sql.NullString, len(ok))
-			for j, i := range ok {
-				p := items[i]
-				runs[j], keys[j], tokens[j] = p.RunID.String(), p.Key, p.LeaseToken
-				outputs[j] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
-				logKeys[j] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
-			}
+			a := succeeded
 			var ords pq.Int64Array
-			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
-				pq.GenericArray{A: outputs}, pq.GenericArray{A: logKeys}).Scan(&ords); err != nil {
+			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
 				return err
 			}
 			for _, o := range ords {
 				written[ok[o-1]] = true
 			}
 		}
-		if len(other) == 0 {
-			return nil
-		}
-		n := len(other)
-		runs := make([]string, n)
-		keys := make([]string, n)
-		tokens := make([]int64, n)
-		outcomes := make([]string, n)
-		outputs := make([]sql.NullString, n)
-		errs := make([]sql.NullString, n)
-		retryable := make([]bool, n)
-		retryIn := make([]float64, n)
-		logKeys := make([]sql.NullString, n)
-		for j, i := range other {
-			p := items[i]
-			runs[j], keys[j], tokens[j], outcomes[j] = p.RunID.String(), p.Key, p.LeaseToken, p.Outcome
-			outputs[j] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
-			errs[j] = sql.NullString{String: string(p.Error), Valid: len(p.Error) > 0}
-			retryable[j], retryIn[j] = p.Retryable, p.RetryIn.Seconds()
-			logKeys[j] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
-		}
-		var res []string
-		if err := tx.SelectContext(ctx, &res, sqlStepFinishBatch, pq.Array(runs), pq.Array(keys), pq.Array(tokens),
-			pq.Array(outcomes), pq.GenericArray{A: outputs}, pq.GenericArray{A: errs}, pq.Array(retryable),
-			pq.Array(retryIn), pq.GenericArray{A: logKeys}); err != nil {
-			return err
-		}
-		if len(res) != n {
-			return fmt.Errorf("%d results for %d outcomes", len(res), n)
-		}
-		for j, r := range res {
-			written[other[j]] = r == "ok"
+		if len(other) > 0 {
+			a := failed
+			var res []bool
+			if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+				pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
+				pq.GenericArray{A: a.logKeys}); err != nil {
+				return err
+			}
+			if len(res) != len(other) {
+				return fmt.Errorf("%d results for %d outcomes", len(res), len(other))
+			}
+			for j, w := range res {
+				written[other[j]] = w
+			}
 		}
 		return nil
 	})
@@ -272,6 +231,34 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		}
 	}
 	return out, nil
+}
+
+// finishArrays lays out some of StepFinishBatch's items as the parallel arrays its
+// statements take (sqlStepsSucceed reads the outputs, sqlStepsFail the rest).
+type finishArrays struct {
+	runs, keys, outcomes     []string
+	tokens                   []int64
+	outputs, errors, logKeys []sql.NullString
+	retryable                []bool
+	retryIn                  []float64
+}
+
+func newFinishArrays(items []*StepFinishParams, idx []int) *finishArrays {
+	n := len(idx)
+	a := &finishArrays{
+		runs: make([]string, n), keys: make([]string, n), outcomes: make([]string, n), tokens: make([]int64, n),
+		outputs: make([]sql.NullString, n), errors: make([]sql.NullString, n), logKeys: make([]sql.NullString, n),
+		retryable: make([]bool, n), retryIn: make([]float64, n),
+	}
+	for j, i := range idx {
+		p := items[i]
+		a.runs[j], a.keys[j], a.tokens[j], a.outcomes[j] = p.RunID.String(), p.Key, p.LeaseToken, string(p.Outcome)
+		a.outputs[j] = sql.NullString{String: string(p.Output), Valid: len(p.Output) > 0}
+		a.errors[j] = sql.NullString{String: string(p.Error), Valid: len(p.Error) > 0}
+		a.logKeys[j] = sql.NullString{String: p.LogKey, Valid: p.LogKey != ""}
+		a.retryable[j], a.retryIn[j] = p.Retryable, p.RetryIn.Seconds()
+	}
+	return a
 }
 
 // Lease identifies a held lease.
@@ -310,15 +297,15 @@ func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventDa
 		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, []byte(checkpoint)); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, "step.checkpointed", l.Key, attempt, nullJSON(eventData))
+		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, EventStepCheckpointed, l.Key, attempt, nullJSON(eventData))
 		return err
 	})
 	return leaseError(fmt.Sprintf("checkpoint step %s/%s", l.RunID, l.Key), err)
 }
 
-// StepEvent records an event for a running attempt (for example step.progress),
+// StepEvent records an event for a running attempt (for example EventStepProgress),
 // fenced by its lease token: ErrLeaseLost if the lease is not current.
-func (s *Store) StepEvent(ctx context.Context, l Lease, typ string, data json.RawMessage) error {
+func (s *Store) StepEvent(ctx context.Context, l Lease, typ EventType, data json.RawMessage) error {
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
 		var attempt int
 		if err := tx.GetContext(ctx, &attempt, sqlLeaseHeld+" FOR UPDATE", l.RunID, l.Key, l.Token); err != nil {

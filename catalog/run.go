@@ -13,15 +13,6 @@ import (
 	"github.com/lib/pq"
 )
 
-// Run states.
-const (
-	RunPending   = "pending"
-	RunRunning   = "running"
-	RunSucceeded = "succeeded"
-	RunFailed    = "failed"
-	RunCanceled  = "canceled"
-)
-
 // ErrIdempotencyMismatch means an idempotency key was used before with a different
 // request. It wraps ErrConflict.
 var ErrIdempotencyMismatch = fmt.Errorf("%w: idempotency key was used with a different request", ErrConflict)
@@ -78,7 +69,7 @@ WITH v AS (
     SELECT $1, 1, 'run.created', jsonb_build_object('workflow', v.workflow, 'version', v.version) FROM v
 )
 SELECT r.* -- the RETURNING list above
-FROM r CROSS JOIN LATERAL (SELECT pg_notify('cairn_steps', '')) AS wake`
+FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
@@ -109,7 +100,7 @@ type Run struct {
 	ID             uuid.UUID    `db:"id"`
 	Workflow       string       `db:"workflow"`
 	Version        int          `db:"version"`
-	Status         string       `db:"status"`
+	Status         RunStatus    `db:"status"`
 	Input          JSON         `db:"input"`
 	Error          JSON         `db:"error"`
 	Revision       int64        `db:"revision"`
@@ -257,20 +248,14 @@ func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 
 // RunCancel cancels a run: steps not yet finished become canceled, running attempts
 // are revoked (their dispatchers are notified and kill them). ErrNotFound if no such
-// run, ErrRunFinished if it already ended.
+// run, ErrRunFinished if it already ended (cairn_run_cancel raises CA404 and CA409).
 func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, reason string) error {
-	var res string
 	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.QueryRowxContext(ctx, sqlRunCancel, id, reason).Scan(&res)
+		_, err := tx.ExecContext(ctx, sqlRunCancel, id, reason)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
-	}
-	switch res {
-	case "not_found":
-		return fmt.Errorf("cancel run %s: %w", id, ErrNotFound)
-	case "finished":
-		return fmt.Errorf("cancel run %s: %w", id, ErrRunFinished)
 	}
 	return nil
 }

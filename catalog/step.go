@@ -10,17 +10,6 @@ import (
 	"github.com/lib/pq"
 )
 
-// Step states.
-const (
-	StepWaiting   = "waiting"
-	StepReady     = "ready"
-	StepRunning   = "running"
-	StepSucceeded = "succeeded"
-	StepFailed    = "failed"
-	StepCanceled  = "canceled"
-	StepSkipped   = "skipped"
-)
-
 const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
@@ -42,12 +31,18 @@ SELECT ` + attemptColumns + ` FROM attempts WHERE run_id = $1 AND step_key = $2 
 
 // Step is one step of a run: its state, lease and result.
 type Step struct {
-	RunID           uuid.UUID      `db:"run_id"`
-	Key             string         `db:"key"`
-	Status          string         `db:"status"`
-	Needs           pq.StringArray `db:"needs"`
-	DepsRemaining   int            `db:"deps_remaining"`
-	Attempts        int            `db:"attempts"`
+	RunID         uuid.UUID      `db:"run_id"`
+	Key           string         `db:"key"`
+	Status        StepStatus     `db:"status"`
+	Needs         pq.StringArray `db:"needs"`
+	DepsRemaining int            `db:"deps_remaining"`
+	// Attempts is how many times the step was claimed: the number of its latest
+	// attempt.
+	Attempts int `db:"attempts"`
+	// CountedAttempts is how many of them count against MaxAttempts: all but
+	// those handed back at shutdown or failed by Cairn's own infrastructure
+	// (OutcomeHandback, OutcomeInfraFailed). A claim counts its attempt at once (a
+	// dispatcher that dies cannot report it); those two outcomes take it back.
 	CountedAttempts int            `db:"counted_attempts"`
 	MaxAttempts     int            `db:"max_attempts"`
 	ReadyAt         sql.NullTime   `db:"ready_at"`
@@ -67,7 +62,7 @@ type Attempt struct {
 	RunID      uuid.UUID      `db:"run_id"`
 	StepKey    string         `db:"step_key"`
 	Number     int            `db:"number"`
-	Status     string         `db:"status"`
+	Status     AttemptStatus  `db:"status"`
 	Dispatcher string         `db:"dispatcher"`
 	LeaseToken int64          `db:"lease_token"`
 	Counted    bool           `db:"counted"`

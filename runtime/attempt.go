@@ -80,7 +80,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 
 // outcome is what an attempt reports to the catalog.
 type outcome struct {
-	status    string // a catalog.Outcome*
+	status    catalog.Outcome
 	output    json.RawMessage
 	err       *functions.Error
 	retryable bool
@@ -220,7 +220,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		err := d.finish(p)
 		switch {
 		case err == nil:
-			d.m.attempts.WithLabelValues(out.status).Inc()
+			d.m.attempts.WithLabelValues(string(out.status)).Inc()
 			if p.RetryIn > 0 {
 				d.scheduleWake(time.Now().Add(p.RetryIn))
 			}

@@ -36,10 +36,10 @@ func requireOneTerminalAttempt(t *testing.T, tb *testBundle, id uuid.UUID, key s
 	a := attempts(t, tb, id, key)
 	var seen []string
 	for _, at := range a {
-		seen = append(seen, at.Status+": "+string(at.Error))
+		seen = append(seen, string(at.Status)+": "+string(at.Error))
 	}
 	require.Len(t, a, 1, "the handler said not to retry; attempts: %q", seen)
-	require.Equal(t, "failed", a[0].Status)
+	require.Equal(t, catalog.AttemptFailed, a[0].Status)
 	var fe struct {
 		Message   string `json:"message"`
 		Retryable bool   `json:"retryable"`
@@ -50,7 +50,7 @@ func requireOneTerminalAttempt(t *testing.T, tb *testBundle, id uuid.UUID, key s
 	require.False(t, fe.Retryable)
 	require.Equal(t, "function_error", fe.Code)
 	st := stepMap(t, tb, id)[key]
-	require.Equal(t, "failed", st.Status)
+	require.Equal(t, catalog.StepFailed, st.Status)
 	require.Equal(t, 1, st.Attempts)
 }
 
@@ -67,7 +67,7 @@ func checkpointEvents(t *testing.T, tb *testBundle, id uuid.UUID) []json.RawMess
 			return out
 		}
 		for _, e := range events {
-			if e.Type == "step.checkpointed" {
+			if e.Type == catalog.EventStepCheckpointed {
 				out = append(out, json.RawMessage(e.Data))
 			}
 			after = e.Seq

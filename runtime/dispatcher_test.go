@@ -185,7 +185,7 @@ steps:
 	require.Equal(t, catalog.RunSucceeded, run.Status)
 	a := attempts(t, tb, id, "flaky")
 	require.Len(t, a, 3)
-	require.Equal(t, []string{"failed", "failed", "succeeded"}, []string{a[0].Status, a[1].Status, a[2].Status})
+	require.Equal(t, []catalog.AttemptStatus{catalog.AttemptFailed, catalog.AttemptFailed, catalog.AttemptSucceeded}, []catalog.AttemptStatus{a[0].Status, a[1].Status, a[2].Status})
 	// Linear backoff: ≥200ms before attempt 2, ≥400ms before attempt 3.
 	require.GreaterOrEqual(t, a[1].StartedAt.Sub(a[0].FinishedAt.Time), 200*time.Millisecond)
 	require.GreaterOrEqual(t, a[2].StartedAt.Sub(a[1].FinishedAt.Time), 400*time.Millisecond)
@@ -213,7 +213,7 @@ steps:
 	steps := stepMap(t, tb, id)
 	got := map[string]string{}
 	for k, s := range steps {
-		got[k] = s.Status
+		got[k] = string(s.Status)
 	}
 	require.Equal(t, map[string]string{"root": "succeeded", "bad": "failed", "after-bad": "skipped", "after-after": "skipped", "good": "succeeded", "after-good": "succeeded"}, got)
 	require.Len(t, attempts(t, tb, id, "bad"), 1, "a terminal failure is not retried")
@@ -269,7 +269,7 @@ steps:
 	a := attempts(t, tb, id, "slow")
 	require.Len(t, a, 2)
 	for i, at := range a {
-		require.Equal(t, "timed_out", at.Status, "attempt %d", i+1)
+		require.Equal(t, catalog.AttemptTimedOut, at.Status, "attempt %d", i+1)
 		for _, name := range []string{"pid", "child"} {
 			pid := readPid(t, filepath.Join(pids, fmt.Sprintf("%s-%d", name, i+1)))
 			require.Eventually(t, func() bool { return !pidAlive(pid) }, 5*time.Second, 20*time.Millisecond, "waiting for %s %d of attempt %d to be gone", name, pid, i+1)
@@ -304,9 +304,9 @@ steps:
 	run := waitRun(t, tb, id, 5*time.Second)
 	require.Equal(t, catalog.RunCanceled, run.Status)
 	steps := stepMap(t, tb, id)
-	require.Equal(t, "canceled", steps["nap"].Status)
-	require.Equal(t, "canceled", steps["after"].Status)
-	require.Equal(t, "canceled", attempts(t, tb, id, "nap")[0].Status)
+	require.Equal(t, catalog.StepCanceled, steps["nap"].Status)
+	require.Equal(t, catalog.StepCanceled, steps["after"].Status)
+	require.Equal(t, catalog.AttemptCanceled, attempts(t, tb, id, "nap")[0].Status)
 }
 
 func TestLargeOutputGoesToBlobStore(t *testing.T) {
@@ -364,9 +364,9 @@ steps:
 	require.NoError(t, d.Stop(ctx))
 	a := attempts(t, tb, id, "long")
 	require.Len(t, a, 1)
-	require.Equal(t, "interrupted", a[0].Status)
+	require.Equal(t, catalog.AttemptInterrupted, a[0].Status)
 	require.False(t, a[0].Counted)
-	require.Equal(t, "ready", stepMap(t, tb, id)["long"].Status)
+	require.Equal(t, catalog.StepReady, stepMap(t, tb, id)["long"].Status)
 
 	// Another dispatcher takes it at once, although max_attempts is 1.
 	startDispatcher(t, tb, runtime.Config{})

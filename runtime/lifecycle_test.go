@@ -73,7 +73,7 @@ func TestStopTwice(t *testing.T) {
 	require.NoError(t, <-errs)
 	require.NoError(t, d.Stop(ctx))
 	// The lease was handed back.
-	require.Equal(t, "ready", stepMap(t, tb, id)["long"].Status)
+	require.Equal(t, catalog.StepReady, stepMap(t, tb, id)["long"].Status)
 }
 
 // TestStopHonoursContext: a context that ends before the grace cuts Stop short; the

@@ -161,7 +161,7 @@ func (s *attemptSink) Progress(ctx context.Context, value json.RawMessage) error
 		return fmt.Errorf("progress is not valid JSON")
 	}
 	b, _ := json.Marshal(map[string]json.RawMessage{"progress": value})
-	err := s.d.store.StepEvent(ctx, s.a.lease(), "step.progress", b)
+	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, b)
 	if errors.Is(err, catalog.ErrLeaseLost) {
 		s.d.m.leaseLost.WithLabelValues("progress").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)

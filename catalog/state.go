@@ -1,0 +1,123 @@
+package catalog
+
+// The state machine of DESIGN §4: its states and outcomes as types. The rules that
+// move between them are stated once, in the catalog's SQL functions (migrations), and
+// pinned by TestStepFinishTransitions; this file names what those functions write.
+//
+// What follows the end of an attempt (cairn_steps_succeed writes successes,
+// cairn_step_finish the rest; the sweeper reports an expired lease as a retryable
+// interrupted):
+//
+//   - succeeded: the attempt succeeded, the step succeeded, and its dependents whose
+//     needs are all met become ready (step.succeeded).
+//   - failed, timed_out, interrupted: the attempt is recorded so and counts against
+//     max_attempts. The step is ready again at RetryIn when the outcome is retryable
+//     and counted attempts remain (step.retrying); otherwise it failed and its
+//     dependents, transitively, are skipped (step.failed, step.skipped).
+//   - handback: the attempt is interrupted and does not count; the step is ready at
+//     once (step.handed_back).
+//   - infra_failed: the attempt failed and does not count; the step is ready at
+//     RetryIn whatever Retryable says (step.retrying).
+//
+// When no step of a run is left unfinished, the run ends: failed if a step failed,
+// else succeeded (run.failed, run.succeeded). RunCancel cancels a run that has not
+// ended, its unfinished steps and their running attempts (run.canceled).
+
+// RunStatus is the state of a run: pending → running → succeeded | failed | canceled.
+type RunStatus string
+
+// Run states.
+const (
+	// RunPending: created, no step claimed yet.
+	RunPending RunStatus = "pending"
+	// RunRunning: a step was claimed.
+	RunRunning RunStatus = "running"
+	// RunSucceeded: every step succeeded.
+	RunSucceeded RunStatus = "succeeded"
+	// RunFailed: every step is terminal and one failed.
+	RunFailed RunStatus = "failed"
+	// RunCanceled: canceled by RunCancel.
+	RunCanceled RunStatus = "canceled"
+)
+
+// Terminal reports whether a run in state s has ended: it changes no more.
+func (s RunStatus) Terminal() bool {
+	return s == RunSucceeded || s == RunFailed || s == RunCanceled
+}
+
+// StepStatus is the state of a step of a run: waiting (upstream not done) → ready
+// (claimable at ready_at) → running (leased) → succeeded | failed | canceled |
+// skipped (an upstream step did not succeed). A retried step goes from running back
+// to ready.
+type StepStatus string
+
+// Step states.
+const (
+	StepWaiting   StepStatus = "waiting"
+	StepReady     StepStatus = "ready"
+	StepRunning   StepStatus = "running"
+	StepSucceeded StepStatus = "succeeded"
+	StepFailed    StepStatus = "failed"
+	StepCanceled  StepStatus = "canceled"
+	StepSkipped   StepStatus = "skipped"
+)
+
+// Terminal reports whether a step in state s has ended: it changes no more.
+func (s StepStatus) Terminal() bool {
+	return s == StepSucceeded || s == StepFailed || s == StepCanceled || s == StepSkipped
+}
+
+// AttemptStatus is the state of one try of a step: running → succeeded | failed |
+// timed_out | interrupted | canceled. Interrupted means the lease ended without an
+// outcome from the handler (expired, or handed back at shutdown); it is never
+// written as canceled, which only RunCancel writes.
+type AttemptStatus string
+
+// Attempt states.
+const (
+	AttemptRunning     AttemptStatus = "running"
+	AttemptSucceeded   AttemptStatus = "succeeded"
+	AttemptFailed      AttemptStatus = "failed"
+	AttemptTimedOut    AttemptStatus = "timed_out"
+	AttemptInterrupted AttemptStatus = "interrupted"
+	AttemptCanceled    AttemptStatus = "canceled"
+)
+
+// Outcome is how an attempt ended, as a dispatcher reports it to StepFinish or
+// StepFinishBatch.
+type Outcome string
+
+// Attempt outcomes.
+const (
+	OutcomeSucceeded   Outcome = "succeeded"
+	OutcomeFailed      Outcome = "failed"
+	OutcomeTimedOut    Outcome = "timed_out"
+	OutcomeInterrupted Outcome = "interrupted"
+	// OutcomeHandback returns the lease at shutdown: the attempt is recorded
+	// interrupted, does not count against max_attempts, and the step is ready at once.
+	OutcomeHandback Outcome = "handback"
+	// OutcomeInfraFailed reports a failure of Cairn's own infrastructure (blob store
+	// down while storing the output, bundle not fetchable): the attempt is failed but
+	// does not count against max_attempts, and the step retries after RetryIn.
+	OutcomeInfraFailed Outcome = "infra_failed"
+)
+
+// EventType is the type of an entry of a run's history (Event.Type).
+type EventType string
+
+// Event types. The SQL functions write all but step.checkpointed (StepCheckpoint)
+// and step.progress (StepEvent).
+const (
+	EventRunCreated       EventType = "run.created"
+	EventRunSucceeded     EventType = "run.succeeded"
+	EventRunFailed        EventType = "run.failed"
+	EventRunCanceled      EventType = "run.canceled"
+	EventStepStarted      EventType = "step.started"
+	EventStepSucceeded    EventType = "step.succeeded"
+	EventStepRetrying     EventType = "step.retrying"
+	EventStepFailed       EventType = "step.failed"
+	EventStepSkipped      EventType = "step.skipped"
+	EventStepHandedBack   EventType = "step.handed_back"
+	EventStepCheckpointed EventType = "step.checkpointed"
+	EventStepProgress     EventType = "step.progress"
+)
