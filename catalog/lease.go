@@ -14,7 +14,8 @@ import (
 
 // Notification channels.
 const (
-	// ChannelSteps is notified when steps become ready.
+	// ChannelSteps is notified when steps become ready, by the SQL function
+	// cairn_wake (the one place in SQL that names it; TestWake holds the two equal).
 	ChannelSteps = "cairn_steps"
 	// ChannelCancel is notified with a run id when the run is canceled.
 	ChannelCancel = "cairn_cancel"
