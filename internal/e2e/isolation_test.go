@@ -70,33 +70,40 @@ echo '{}'
 	require.JSONEq(t, `{"victim":"original"}`, string(api.output(id, "victim")))
 }
 
-// TestNonRootServerRunsHello: `cairn serve` as the non-root user of our Docker
-// image (its USER line) runs examples/hello with isolated handlers: it installs
-// the bundle in its cache and its handlers run in a user namespace. A Docker
-// engine is not available here: running the same uid outside Docker is what this
-// machine can prove.
+// TestNonRootServerRunsHello: `cairn serve` as a user other than root runs
+// examples/hello with isolated handlers: it installs the bundle in its cache and
+// its handlers run in a user namespace. Two users: nobody, and the non-root user
+// of our Docker image (its USER line). A Docker engine is not available here:
+// running the image's uid outside Docker is what this machine can prove.
 func TestNonRootServerRunsHello(t *testing.T) {
 	t.Parallel()
 	requireBwrap(t)
 	if os.Geteuid() != 0 {
 		t.Skip("dropping to another user needs root; this test run is already not root")
 	}
-	uid := dockerfileUID(t)
-	st := newStack(t, stackOptions{})
-	s := st.start(serverOptions{uid: uid, env: []string{"CAIRN_EXEC_ISOLATION=bwrap"}})
-	api := s.api()
-	api.deploy(readTree(t, filepath.Join(moduleRootT(t), "examples", "hello")))
-	id := api.startRun("hello", 0, map[string]string{"name": "ada"})
-	run := api.waitRun(id, 30*time.Second)
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
-	for _, step := range api.mustSteps(id) {
-		require.Equal(t, 1, step.Attempts, "step %s", step.Key)
+	for _, tc := range []struct {
+		name string
+		uid  int
+	}{{"nobody", 65534}, {"docker-image-user", dockerfileUID(t)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newStack(t, stackOptions{})
+			s := st.start(serverOptions{uid: tc.uid, env: []string{"CAIRN_EXEC_ISOLATION=bwrap"}})
+			api := s.api()
+			api.deploy(readTree(t, filepath.Join(moduleRootT(t), "examples", "hello")))
+			id := api.startRun("hello", 0, map[string]string{"name": "ada"})
+			run := api.waitRun(id, 30*time.Second)
+			require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+			for _, step := range api.mustSteps(id) {
+				require.Equal(t, 1, step.Attempts, "step %s", step.Key)
+			}
+			require.Contains(t, string(api.output(id, "join")), "ada")
+			// The server really ran as that user.
+			b, err := os.ReadFile("/proc/" + strconv.Itoa(s.pid) + "/status")
+			require.NoError(t, err)
+			require.Regexp(t, regexp.MustCompile(`(?m)^Uid:\s+`+strconv.Itoa(tc.uid)+`\s`), string(b))
+		})
 	}
-	require.Contains(t, string(api.output(id, "join")), "ada")
-	// The server really ran as that user.
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(s.pid) + "/status")
-	require.NoError(t, err)
-	require.Regexp(t, regexp.MustCompile(`(?m)^Uid:\s+`+strconv.Itoa(uid)+`\s`), string(b))
 }
 
 // dockerfileUID reads the uid of the Dockerfile's USER line.
