@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +55,10 @@ func TestLandedMigrationsUnchanged(t *testing.T) {
 	require.Empty(t, landed, "landed migrations were removed")
 }
 
-// TestMigrationsUpDownUp applies every migration to an empty database, rolls them
-// all back, and applies them again: every Down section runs and undoes its Up.
+// TestMigrationsUpDownUp applies the migrations one at a time to an empty database,
+// noting the schema after each, then rolls them back one at a time: after each Down
+// the schema must be the one noted at that version (tables, sequences, and
+// functions with their result types and bodies). Then all of them go up again.
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	c := testenv.PG(t)
@@ -71,7 +74,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	objects := func() []string {
 		rows, err := db.QueryContext(ctx, `
 SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
-UNION ALL SELECT 'function ' || p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+UNION ALL SELECT 'function ' || p.oid::regprocedure::text || ' returns ' || pg_get_function_result(p.oid) || ' body ' || md5(p.prosrc)
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
 UNION ALL SELECT 'sequence ' || sequencename FROM pg_sequences WHERE schemaname = 'public' AND sequencename <> 'goose_db_version_id_seq'
 ORDER BY 1`)
 		require.NoError(t, err)
@@ -86,14 +90,26 @@ ORDER BY 1`)
 		return out
 	}
 
-	_, err = provider.Up(ctx)
-	require.NoError(t, err, "up")
-	afterUp := objects()
-	require.NotEmpty(t, afterUp)
-	_, err = provider.DownTo(ctx, 0)
-	require.NoError(t, err, "down")
+	sources := provider.ListSources()
+	require.NotEmpty(t, sources)
+	at := map[int64][]string{0: objects()}
+	for _, src := range sources {
+		_, err := provider.UpTo(ctx, src.Version)
+		require.NoError(t, err, "up to %d", src.Version)
+		at[src.Version] = objects()
+	}
+	top := at[sources[len(sources)-1].Version]
+	for i := len(sources) - 1; i >= 0; i-- {
+		below := int64(0)
+		if i > 0 {
+			below = sources[i-1].Version
+		}
+		_, err := provider.DownTo(ctx, below)
+		require.NoError(t, err, "down from %d", sources[i].Version)
+		require.Equal(t, at[below], objects(), "the Down of %s does not restore the schema of version %d", filepath.Base(sources[i].Path), below)
+	}
 	require.Empty(t, objects(), "down left objects behind")
 	_, err = provider.Up(ctx)
 	require.NoError(t, err, "up again")
-	require.Equal(t, afterUp, objects(), "up after down made another schema")
+	require.Equal(t, top, objects(), "up after down made another schema")
 }
