@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -108,7 +109,7 @@ func MigrationStatus(ctx context.Context, db *sql.DB) ([]MigrationState, error) 
 	var out []MigrationState
 	for _, st := range statuses {
 		known[st.Source.Version] = true
-		ms := MigrationState{Version: st.Source.Version, Name: baseName(st.Source.Path), Applied: st.State == goose.StateApplied}
+		ms := MigrationState{Version: st.Source.Version, Name: path.Base(st.Source.Path), Applied: st.State == goose.StateApplied}
 		if ms.Applied && !st.AppliedAt.IsZero() {
 			t := st.AppliedAt.UTC()
 			ms.AppliedAt = &t
@@ -201,12 +202,3 @@ var knownVersions = sync.OnceValues(func() (map[int64]bool, error) {
 	}
 	return out, nil
 })
-
-func baseName(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if p[i] == '/' {
-			return p[i+1:]
-		}
-	}
-	return p
-}

@@ -66,7 +66,12 @@ func (c *Client) UploadBundle(ctx context.Context, body io.Reader) (*UploadResul
 	if err != nil {
 		return nil, fmt.Errorf("upload bundle: %w", err)
 	}
-	// The document lists only 200; a new version is a 201 with the same body.
+	switch {
+	case resp.JSON201 != nil:
+		return resp.JSON201, nil
+	case resp.JSON200 != nil:
+		return resp.JSON200, nil
+	}
 	return decodeBody[UploadResult]("upload bundle", resp.HTTPResponse, resp.Body)
 }
 
@@ -82,11 +87,14 @@ func (c *Client) CreateRun(ctx context.Context, name string, body StartRunBody, 
 	if err != nil {
 		return nil, fmt.Errorf("start run of %s: %w", name, err)
 	}
+	if resp.JSON202 != nil {
+		return resp.JSON202, nil
+	}
 	return decodeBody[Run]("start run of "+name, resp.HTTPResponse, resp.Body)
 }
 
-// decodeBody decodes the JSON body of a 2xx response whose status the document does
-// not list (so the generated parser left it raw).
+// decodeBody decodes the JSON body of a 2xx response the generated parser left raw
+// (a status the document does not list, or a content type it does not expect).
 func decodeBody[T any](op string, resp *http.Response, body []byte) (*T, error) {
 	var v T
 	if err := json.Unmarshal(body, &v); err != nil {

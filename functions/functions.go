@@ -1,5 +1,5 @@
 // Package functions holds the invoker interface and its kinds (builtin, exec,
-// httpfn, lambda): what runs one attempt of a step and streams its
+// http, lambda): what runs one attempt of a step and streams its
 // output, checkpoints and log to the dispatcher.
 //
 // An invoker is told what to run (Invocation) and where to put what comes out (Sink).

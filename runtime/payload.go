@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -88,22 +87,18 @@ func (w *payloadWriter) abort(cause error) {
 	}
 }
 
-// errPayloadStore marks failures of the blob store while storing a payload: an
-// infrastructure failure, retryable.
-var errPayloadStore = errors.New("blob store")
-
 // finish returns the payload's stored value: inline JSON when it is valid JSON within
 // the limit ("null" when empty), else a $blob reference to the stored object.
 func (w *payloadWriter) finish() (json.RawMessage, error) {
 	if w.err != nil {
 		w.abort(w.err)
-		return nil, fmt.Errorf("%w: store payload: %w", errPayloadStore, w.err)
+		return nil, fmt.Errorf("store payload in the blob store: %w", w.err)
 	}
 	if w.spilled {
 		w.pw.Close()
 		res := <-w.done
 		if res.err != nil {
-			return nil, fmt.Errorf("%w: store payload: %w", errPayloadStore, res.err)
+			return nil, fmt.Errorf("store payload in the blob store: %w", res.err)
 		}
 		return blobstore.ObjectRef(res.obj).JSON(), nil
 	}
@@ -123,7 +118,7 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 	ct = w.contentTypeOr(ct)
 	obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len())})
 	if err != nil {
-		return nil, fmt.Errorf("%w: store payload: %w", errPayloadStore, err)
+		return nil, fmt.Errorf("store payload in the blob store: %w", err)
 	}
 	return blobstore.ObjectRef(obj).JSON(), nil
 }
