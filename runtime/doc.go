@@ -5,6 +5,11 @@
 // checkpoints over the inline limit go to the blob store, and large inputs reach
 // handlers as local files or presigned URLs).
 //
+// The package's name is the one DESIGN gives it, and it shadows the standard
+// library's runtime: a file that needs both imports one of them under another name
+// (cmd/cairn and the exec invoker do). Likewise package functions is plural because
+// it holds the invokers of every kind of function, not one function.
+//
 // Dispatchers are stateless: any number of them run against one database. The
 // catalog's state machine (migrations, cairn_* functions) decides what follows an
 // outcome; the dispatcher only reports outcomes (catalog.Outcome; catalog's state.go
