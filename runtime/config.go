@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,28 +25,48 @@ type Blobs interface {
 	PresignGet(ctx context.Context, key string, expiry time.Duration) (string, error)
 }
 
+// Defaults of Config, exported so that the command line and the API show and use the
+// same values.
+const (
+	DefaultConcurrency   = 128
+	DefaultClaimBatch    = 64
+	DefaultLeaseTTL      = 30 * time.Second
+	DefaultPollInterval  = time.Second
+	DefaultInlineLimit   = 256 << 10
+	DefaultShutdownGrace = 10 * time.Second
+	DefaultPresignExpiry = time.Hour
+	DefaultMaxLogSize    = 16 << 20
+)
+
+// MinLeaseTTL is the shortest Config.LeaseTTL: a shorter lease leaves no time for
+// heartbeats (every LeaseTTL/3).
+const MinLeaseTTL = 300 * time.Millisecond
+
 // Config tunes a Dispatcher. A nil *Config means all defaults.
 type Config struct {
 	// ID names this dispatcher in leases and attempts; default host-pid-random.
 	ID string
-	// Concurrency is how many attempts run at once; default 128. Short steps need a
-	// high value: claims and group commits batch what is free or finished at once.
+	// Concurrency is how many attempts run at once; default DefaultConcurrency
+	// (128). Short steps need a high value: claims and group commits batch what is
+	// free or finished at once.
 	Concurrency int
-	// ClaimBatch bounds the steps claimed per round trip; default 64.
+	// ClaimBatch bounds the steps claimed per round trip; default DefaultClaimBatch
+	// (64).
 	ClaimBatch int
 	// LeaseTTL is how long a claim lasts without a heartbeat; heartbeats extend it
-	// every LeaseTTL/3. Default 30s.
+	// every LeaseTTL/3. Default DefaultLeaseTTL (30s); at least MinLeaseTTL.
 	LeaseTTL time.Duration
 	// PollInterval is how often the dispatcher looks for work when no notification
-	// arrives (notifications are hints; polling guarantees progress). Default 1s.
+	// arrives (notifications are hints; polling guarantees progress). Default
+	// DefaultPollInterval (1s).
 	PollInterval time.Duration
 	// SweepInterval is how often expired leases are swept; default LeaseTTL/2.
 	SweepInterval time.Duration
 	// InlineLimit is the largest output or checkpoint kept in the catalog row;
-	// larger ones go to the blob store. Default 256 KiB.
+	// larger ones go to the blob store. Default DefaultInlineLimit (256 KiB).
 	InlineLimit int64
 	// ShutdownGrace is how long Stop lets running attempts finish before handing
-	// their leases back; default 10s.
+	// their leases back; default DefaultShutdownGrace (10s).
 	ShutdownGrace time.Duration
 	// CacheDir holds extracted bundles and downloaded inputs; default
 	// $TMPDIR/cairn-cache.
@@ -66,9 +85,10 @@ type Config struct {
 	// the envelope's checkpoint_url; default none.
 	PublicURL string
 	// PresignExpiry is how long presigned input URLs for http and lambda handlers
-	// live; default 1h.
+	// live; default DefaultPresignExpiry (1h).
 	PresignExpiry time.Duration
-	// MaxLogSize caps the stored log of one attempt; default 16 MiB.
+	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
+	// (16 MiB).
 	MaxLogSize int64
 	// Logger; default discard.
 	Logger *slog.Logger
@@ -88,37 +108,37 @@ func (c *Config) withDefaults() (Config, error) {
 		out.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if out.Concurrency <= 0 {
-		out.Concurrency = 128
+		out.Concurrency = DefaultConcurrency
 	}
 	if out.ClaimBatch <= 0 {
-		out.ClaimBatch = 64
+		out.ClaimBatch = DefaultClaimBatch
 	}
 	if out.LeaseTTL <= 0 {
-		out.LeaseTTL = 30 * time.Second
+		out.LeaseTTL = DefaultLeaseTTL
 	}
-	if out.LeaseTTL < 300*time.Millisecond {
-		return out, errors.New("runtime config: lease TTL under 300ms leaves no time for heartbeats")
+	if out.LeaseTTL < MinLeaseTTL {
+		return out, fmt.Errorf("runtime config: a lease TTL under %s leaves no time for heartbeats", MinLeaseTTL)
 	}
 	if out.PollInterval <= 0 {
-		out.PollInterval = time.Second
+		out.PollInterval = DefaultPollInterval
 	}
 	if out.SweepInterval <= 0 {
 		out.SweepInterval = out.LeaseTTL / 2
 	}
 	if out.InlineLimit <= 0 {
-		out.InlineLimit = 256 << 10
+		out.InlineLimit = DefaultInlineLimit
 	}
 	if out.ShutdownGrace <= 0 {
-		out.ShutdownGrace = 10 * time.Second
+		out.ShutdownGrace = DefaultShutdownGrace
 	}
 	if out.CacheDir == "" {
 		out.CacheDir = filepath.Join(os.TempDir(), "cairn-cache")
 	}
 	if out.PresignExpiry <= 0 {
-		out.PresignExpiry = time.Hour
+		out.PresignExpiry = DefaultPresignExpiry
 	}
 	if out.MaxLogSize <= 0 {
-		out.MaxLogSize = 16 << 20
+		out.MaxLogSize = DefaultMaxLogSize
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
