@@ -233,7 +233,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status)
 			return
 		}
-		d.dbError()
+		d.noteDBError()
 		a.logger.Warn("record outcome failed; retrying", "error", err, "in", backoff)
 		select {
 		case <-d.abandonCtx.Done():

@@ -260,7 +260,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		for d.claiming() {
 			n, full, err := d.claimOnce(ctx)
 			if err != nil {
-				d.dbError()
+				d.noteDBError()
 				failures++
 				if ctx.Err() == nil {
 					d.logger.Warn("claim failed", "error", err)
@@ -376,7 +376,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			// The attempts go on: when the database answers again the leases are
 			// renewed (sweepers wait a lease TTL after an outage) or found lost.
 			// Only the catalog's answer ends an attempt.
-			d.dbError()
+			d.noteDBError()
 			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases), "since_last_renewal", time.Since(lastOK))
 			continue
 		}
@@ -447,7 +447,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 		for {
 			n, err := d.store.StepSweep(ctx, 100, d.sweepGrace())
 			if err != nil {
-				d.dbError()
+				d.noteDBError()
 				if ctx.Err() == nil {
 					d.logger.Warn("sweep failed", "error", err)
 				}
@@ -510,8 +510,8 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 // dispatchers that started after it came back; see catalog.StepSweep).
 func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
-// dbError records that a database call failed just now.
-func (d *Dispatcher) dbError() { d.lastDBError.Store(time.Now().UnixNano()) }
+// noteDBError records that a database call failed just now (see sweepGrace).
+func (d *Dispatcher) noteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
 
