@@ -186,7 +186,7 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 const roleKey ctxKey = iota + 10
 
 // withRole marks op as needing role: its security requirement shows in the OpenAPI
-// document and its 401/403 responses are listed.
+// document (its 401 and 403 responses are listed by errorResponses).
 func withRole(op huma.Operation, role Role) huma.Operation {
 	if role == RoleNone {
 		return op
@@ -196,7 +196,6 @@ func withRole(op huma.Operation, role Role) huma.Operation {
 	}
 	op.Metadata[metaRole] = role
 	op.Security = []map[string][]string{{securityScheme: {}}}
-	op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
 	if op.Description != "" {
 		op.Description += "\n\n"
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -68,8 +67,7 @@ func (s *Server) registerBundles() {
 				"application/gzip": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			},
 		},
-		Errors: []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge},
-	}, RoleOperator, func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
+	}, RoleOperator, []problemClass{classInvalidBundle, classPayloadTooLarge, classRequestTimeout}, func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
 		res, err := s.upload(ctx, in.body)
 		if err != nil {
 			return nil, err
@@ -78,7 +76,7 @@ func (s *Server) registerBundles() {
 		if res.Created {
 			status = http.StatusCreated
 		}
-		return &uploadOutput{Status: status, Location: "/v1/workflows/" + res.Workflow + "/versions/" + itoa(res.Version), Body: *res}, nil
+		return &uploadOutput{Status: status, Location: "/v1/workflows/" + res.Workflow + "/versions/" + strconv.Itoa(res.Version), Body: *res}, nil
 	})
 
 	register(s, huma.Operation{
@@ -88,11 +86,10 @@ func (s *Server) registerBundles() {
 		Summary:     "Download a bundle",
 		Description: "The canonical archive (gzip-compressed tar) of an uploaded bundle. Operators only: its manifest holds the http steps' headers, which viewers never see.",
 		Tags:        []string{"bundles"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "The canonical archive", Content: map[string]*huma.MediaType{
 			"application/gzip": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}}},
-	}, RoleOperator, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
 		Digest string `path:"digest" pattern:"^sha256:[0-9a-f]{64}$" doc:"bundle digest"`
 	}) (*huma.StreamResponse, error) {
 		b, err := s.store.BundleGet(ctx, in.Digest)
@@ -114,7 +111,7 @@ func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, err
 	tree := dir + "/tree"
 	b, err := bundle.Load(ctx, body, tree, s.cfg.BundleLimits)
 	if err != nil {
-		return nil, bundleProblem(err)
+		return nil, err // bundle.ErrInvalid, or a *http.MaxBytesError for an archive over the limit
 	}
 	def, err := b.Definition.CanonicalJSON()
 	if err != nil {
@@ -149,36 +146,3 @@ func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, err
 	}
 	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created}, nil
 }
-
-// bundleProblem turns a rejected bundle into a 400 (or 413) naming every entry, step
-// and field at fault.
-func bundleProblem(err error) error {
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return NewProblem(http.StatusRequestEntityTooLarge, "the bundle archive is larger than the limit")
-	case !errors.Is(err, bundle.ErrInvalid):
-		return err
-	}
-	status := http.StatusBadRequest
-	if errors.Is(err, bundle.ErrTooLarge) {
-		status = http.StatusRequestEntityTooLarge
-	}
-	var details []error
-	var msgs []string
-	for _, ve := range bundle.ValidationErrors(err) {
-		loc := ve.Path
-		if ve.Field != "" {
-			loc = strings.TrimPrefix(loc+"#"+ve.Field, "#")
-		}
-		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Message})
-		msgs = append(msgs, ve.Error())
-	}
-	detail := "invalid bundle"
-	if len(msgs) > 0 {
-		detail = "invalid bundle: " + strings.Join(msgs, "; ")
-	}
-	return NewProblem(status, detail, details...)
-}
-
-func itoa(n int) string { return strconv.Itoa(n) }

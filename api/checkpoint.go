@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -63,19 +64,18 @@ func (s *Server) registerCheckpoint() {
 			"application/json":         jsonBody,
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}},
-		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
-	}, RoleNone, func(ctx context.Context, in *checkpointInput) (*struct{ Body CheckpointResult }, error) {
+	}, RoleNone, []problemClass{classBadRequest, classUnauthorized, classLeaseLost, classPayloadTooLarge, classRequestTimeout}, func(ctx context.Context, in *checkpointInput) (*struct{ Body CheckpointResult }, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
 		}
 		scheme, cred, _ := strings.Cut(in.Authorization, " ")
 		if !strings.EqualFold(scheme, "Bearer") || cred == "" {
-			return nil, NewProblem(http.StatusUnauthorized, "the attempt's lease credential is required as bearer token")
+			return nil, withDetail(errUnauthorized, "the attempt's lease credential is required as bearer token")
 		}
 		token, err := functions.ParseLeaseCredential(s.cfg.SigningKey, id.String(), in.Key, strings.TrimSpace(cred))
 		if err != nil {
-			return nil, NewProblem(http.StatusUnauthorized, "the lease credential is not valid for this step")
+			return nil, withDetail(err, "the lease credential is not valid for this step")
 		}
 		if in.contentLength > s.cfg.MaxCheckpointSize {
 			return nil, checkpointTooLarge(s.cfg.MaxCheckpointSize)
@@ -87,7 +87,7 @@ func (s *Server) registerCheckpoint() {
 		// below; that write is fenced by the token, so such a checkpoint is refused
 		// too, and only its blob (if it had one) stays behind as an orphan.
 		if err := s.leaseCurrent(ctx, lease); err != nil {
-			return nil, err
+			return nil, s.countLeaseLost(err)
 		}
 		body := http.MaxBytesReader(in.w, in.body, s.cfg.MaxCheckpointSize)
 		stored, err := s.storeCheckpoint(ctx, body, in.ContentType)
@@ -96,14 +96,10 @@ func (s *Server) registerCheckpoint() {
 		}
 		data, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
 		if len(stored) > 1024 {
-			data = []byte(`{"size":` + itoa(len(stored)) + `}`)
+			data = []byte(`{"size":` + strconv.Itoa(len(stored)) + `}`)
 		}
-		err = s.store.StepCheckpoint(ctx, lease, stored, data)
-		if errors.Is(err, catalog.ErrLeaseLost) {
-			return nil, s.checkpointLeaseLost()
-		}
-		if err != nil {
-			return nil, err
+		if err := s.store.StepCheckpoint(ctx, lease, stored, data); err != nil {
+			return nil, s.countLeaseLost(err)
 		}
 		return &struct{ Body CheckpointResult }{Body: CheckpointResult{Checkpoint: stored}}, nil
 	})
@@ -111,28 +107,34 @@ func (s *Server) registerCheckpoint() {
 }
 
 // leaseCurrent checks in the catalog that l is the step's current lease: the step is
-// running under l's fencing token. A missing step or another token is a 409.
+// running under l's fencing token. A missing step or another token is
+// catalog.ErrLeaseLost, as from a fenced write.
 func (s *Server) leaseCurrent(ctx context.Context, l catalog.Lease) error {
 	st, err := s.store.StepGet(ctx, l.RunID, l.Key)
 	if errors.Is(err, catalog.ErrNotFound) {
-		return s.checkpointLeaseLost()
+		return catalog.ErrLeaseLost
 	}
 	if err != nil {
 		return err
 	}
 	if st.Status != catalog.StepRunning || !st.LeaseToken.Valid || st.LeaseToken.Int64 != l.Token {
-		return s.checkpointLeaseLost()
+		return catalog.ErrLeaseLost
 	}
 	return nil
 }
 
-func (s *Server) checkpointLeaseLost() error {
+// countLeaseLost counts a checkpoint refused for its lease, and says so; other
+// errors are returned as they are.
+func (s *Server) countLeaseLost(err error) error {
+	if !errors.Is(err, catalog.ErrLeaseLost) {
+		return err
+	}
 	s.cfg.Metrics.leaseLost("checkpoint_api")
-	return NewProblem(http.StatusConflict, "the lease is no longer current: the checkpoint was not stored")
+	return withDetail(err, "the lease is no longer current: the checkpoint was not stored")
 }
 
 func checkpointTooLarge(limit int64) error {
-	return NewProblem(http.StatusRequestEntityTooLarge, fmt.Sprintf("the checkpoint is larger than the limit of %d bytes", limit))
+	return withDetail(errTooLarge, "the checkpoint is larger than the limit of %d bytes", limit)
 }
 
 // storeCheckpoint keeps a small JSON checkpoint inline and streams anything else
@@ -146,10 +148,10 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 	isJSON := strings.HasPrefix(strings.ToLower(contentType), "application/json")
 	if int64(len(head)) <= limit && isJSON {
 		if !json.Valid(head) {
-			return nil, NewProblem(http.StatusBadRequest, "the checkpoint is not valid JSON")
+			return nil, withDetail(errBadRequest, "the checkpoint is not valid JSON")
 		}
 		if at, msg := jsonTextProblem(head); msg != "" {
-			return nil, NewProblem(http.StatusUnprocessableEntity, "validation failed", &huma.ErrorDetail{Location: "body" + at, Message: msg})
+			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body" + at, Message: msg}}}
 		}
 		// The runtime's rule: a value that mentions "$blob", however spelled, is
 		// stored as bytes, so that it can never read as a reference.
@@ -163,19 +165,17 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 	}
 	obj, err := s.blobs.Put(ctx, blobstore.KindPayloads, io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1})
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, bodyError(err)
-		}
-		return nil, err
+		return nil, err // a *http.MaxBytesError for a body over the limit: a 413
 	}
 	return blobstore.ObjectRef(obj).JSON(), nil
 }
 
+// bodyError is the error of a failed read of the request body: over the limit (a
+// *http.MaxBytesError, a 413), too slow (errSlowBody, a 408), or broken.
 func bodyError(err error) error {
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return NewProblem(http.StatusRequestEntityTooLarge, "the body is larger than the limit")
+	if errors.As(err, &mbe) || errors.Is(err, errSlowBody) {
+		return err
 	}
-	return NewProblem(http.StatusBadRequest, "could not read the request body")
+	return withDetail(fmt.Errorf("%w: %w", errBadRequest, err), "could not read the request body")
 }

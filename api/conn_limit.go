@@ -53,7 +53,7 @@ func LimitConnections(ln net.Listener, limit int, cfg *ConnLimitConfig) net.List
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	body, _ := json.Marshal(NewProblem(http.StatusServiceUnavailable, "the server has its maximum number of open connections; try again later"))
+	body, _ := json.Marshal(classUnavailable.problem("the server has its maximum number of open connections; try again later"))
 	var refusal bytes.Buffer
 	refusal.WriteString("HTTP/1.1 503 Service Unavailable\r\n")
 	refusal.WriteString("Content-Type: application/problem+json\r\n")

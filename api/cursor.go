@@ -8,8 +8,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 )
 
@@ -69,10 +69,13 @@ func (s *Server) encodeCursor(list, filter string, after any) string {
 	return s.cursors().encode(list, filter, after)
 }
 
+// errInvalidCursor means a cursor is malformed, was not made with this server's key
+// (forged, edited, of another deployment), belongs to another list or was made with
+// other filters.
+var errInvalidCursor = errors.New("invalid cursor")
+
 // decodeCursor reads a cursor for list and filter into after. An empty cursor leaves
-// after untouched. A cursor that is malformed, not made with this server's key
-// (forged, edited, of another deployment), from another list or made with other
-// filters is a 400 problem.
+// after untouched; an invalid one is errInvalidCursor.
 func (s *Server) decodeCursor(raw, list, filter string, after any) error {
 	return s.cursors().decode(raw, list, filter, after)
 }
@@ -105,7 +108,7 @@ func (c cursorCodec) decode(raw, list, filter string, after any) error {
 		return nil
 	}
 	bad := func(why string) error {
-		return NewProblem(http.StatusBadRequest, "invalid cursor: "+why)
+		return withDetail(errInvalidCursor, "invalid cursor: %s", why)
 	}
 	if len(raw) > maxCursorLength {
 		return bad("too long")

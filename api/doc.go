@@ -3,6 +3,7 @@
 // document (committed as api/openapi.yaml and served at /openapi.json and
 // /openapi.yaml, with a docs page at /docs).
 //
-// Routes are registered by New, outside main, so tests drive them through humatest
-// or a real listener.
+// Routes are registered by New, outside main, so tests drive them through a real
+// listener (httptest) and the generated client. Handlers return errors; problemFor
+// (problem.go) alone turns them into error classes, and so statuses.
 package api

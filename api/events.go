@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -47,8 +48,7 @@ func (s *Server) registerEvents() {
 		Summary:     "List a run's events",
 		Description: "The run's history in order, keyset-paginated.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classBadRequest, classInvalidCursor, classNotFound}, func(ctx context.Context, in *struct {
 		RunIDParam
 		PageParams
 	}) (*listOutput[Event], error) {
@@ -86,11 +86,10 @@ func (s *Server) registerEvents() {
 		Summary:     "Follow a run's events (server-sent events)",
 		Description: "Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "A stream of events", Content: map[string]*huma.MediaType{
 			"text/event-stream": {Schema: &huma.Schema{Type: "string"}},
 		}}},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound, classUnavailable}, func(ctx context.Context, in *struct {
 		RunIDParam
 		LastEventID string `header:"Last-Event-ID" doc:"seq of the last event received; replay starts after it"`
 		After       int64  `query:"after" minimum:"0" doc:"like Last-Event-ID, for clients that cannot set headers"`
@@ -103,7 +102,7 @@ func (s *Server) registerEvents() {
 		if in.LastEventID != "" {
 			n, err := strconv.ParseInt(strings.TrimSpace(in.LastEventID), 10, 64)
 			if err != nil || n < 0 {
-				return nil, NewProblem(http.StatusBadRequest, "Last-Event-ID must be an event seq (a non-negative integer)")
+				return nil, withDetail(errBadRequest, "Last-Event-ID must be an event seq (a non-negative integer)")
 			}
 			after = n
 		}
@@ -120,7 +119,7 @@ func (s *Server) registerEvents() {
 			hc.SetHeader("Cache-Control", "no-cache")
 			hc.SetHeader("X-Accel-Buffering", "no")
 			hc.SetStatus(http.StatusOK)
-			s.followEvents(hc, id.String(), after)
+			s.followEvents(hc, id, after)
 		}}, nil
 	})
 }
@@ -129,16 +128,18 @@ func (s *Server) registerEvents() {
 // streams last as long as runs, so room comes back slowly.
 const streamRetryAfter = 10
 
-// acquireStream takes one of the MaxStreams slots, or fails with a 503 problem. The
+// errStreamsFull means the server has its maximum of open event streams (a 503 with
+// Retry-After streamRetryAfter).
+var errStreamsFull = errors.New("too many event streams")
+
+// acquireStream takes one of the MaxStreams slots, or fails with errStreamsFull. The
 // returned release gives it back; it is safe to call more than once.
 func (s *Server) acquireStream() (release func(), err error) {
 	select {
 	case s.streams <- struct{}{}:
 	default:
 		s.cfg.Metrics.refused("streams")
-		p := NewProblem(http.StatusServiceUnavailable, fmt.Sprintf("the server has its maximum of %d open event streams; try again later, or poll GET /v1/runs/{id}/events", cap(s.streams)))
-		p.headers = http.Header{"Retry-After": {strconv.Itoa(streamRetryAfter)}}
-		return nil, p
+		return nil, withDetail(errStreamsFull, "the server has its maximum of %d open event streams; try again later, or poll GET /v1/runs/{id}/events", cap(s.streams))
 	}
 	s.cfg.Metrics.addStreams(1)
 	var once sync.Once
@@ -152,7 +153,7 @@ func (s *Server) acquireStream() (release func(), err error) {
 
 // followEvents writes events after seq until the run's final event, the client
 // leaving, or the server shutting down.
-func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
+func (s *Server) followEvents(hc huma.Context, id uuid.UUID, after int64) {
 	ctx := hc.Context()
 	w := hc.BodyWriter()
 	flush := func() {
@@ -160,9 +161,8 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 			f.Flush()
 		}
 	}
-	_, _ = fmt.Fprint(w, ": stream of run "+runID+"\n\n")
+	_, _ = fmt.Fprint(w, ": stream of run "+id.String()+"\n\n")
 	flush()
-	id, _ := parseUUID(runID)
 	s.pulse.join()
 	defer s.pulse.leave()
 	keepalive := time.Now()
@@ -171,7 +171,7 @@ func (s *Server) followEvents(hc huma.Context, runID string, after int64) {
 		rows, err := s.pollEvents(ctx, id, after)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.logger.WarnContext(ctx, "event stream", "run_id", runID, "error", err)
+				s.logger.WarnContext(ctx, "event stream", "run_id", id.String(), "error", err)
 			}
 			return
 		}

@@ -27,7 +27,7 @@ func (s *Server) registerHealth() {
 		Summary:     "Liveness",
 		Description: "Answers 200 while the process serves HTTP.",
 		Tags:        []string{"health"},
-	}, RoleNone, func(ctx context.Context, _ *struct{}) (*HealthOutput, error) {
+	}, RoleNone, nil, func(ctx context.Context, _ *struct{}) (*HealthOutput, error) {
 		out := &HealthOutput{}
 		out.Body.Status = "ok"
 		return out, nil
@@ -40,8 +40,7 @@ func (s *Server) registerHealth() {
 		Summary:     "Readiness",
 		Description: "Checks the database, the blob store and the schema version; 503 names the failing check.",
 		Tags:        []string{"health"},
-		Errors:      []int{http.StatusServiceUnavailable},
-	}, RoleNone, func(ctx context.Context, _ *struct{}) (*HealthOutput, error) {
+	}, RoleNone, []problemClass{classUnavailable}, func(ctx context.Context, _ *struct{}) (*HealthOutput, error) {
 		checks, ok := s.readiness(ctx)
 		if !ok {
 			return nil, &readyError{checks: checks}

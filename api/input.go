@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -36,18 +35,18 @@ func withTextChecks[I, O any](h func(context.Context, *I) (*O, error)) func(cont
 	}
 }
 
-// checkText returns a 422 problem listing every parameter (path, query, header
-// fields of in) and body value (the Body field, json.RawMessage values included, to
-// any depth) whose text PostgreSQL would refuse, or nil. in is a pointer to an
-// operation's input struct. Fields without a parameter tag outside Body, and
-// unexported fields (streamed bodies), are not parameters and are skipped.
+// checkText returns a *validationError (a 422) listing every parameter (path,
+// query, header fields of in) and body value (the Body field, json.RawMessage values
+// included, to any depth) whose text PostgreSQL would refuse, or nil. in is a
+// pointer to an operation's input struct. Fields without a parameter tag outside
+// Body, and unexported fields (streamed bodies), are not parameters and are skipped.
 func checkText(in any) error {
 	var errs []error
 	walkText(reflect.ValueOf(in), "", &errs)
 	if len(errs) == 0 {
 		return nil
 	}
-	return NewProblem(http.StatusUnprocessableEntity, "validation failed", errs...)
+	return &validationError{errs: errs}
 }
 
 var rawMessageType = reflect.TypeFor[json.RawMessage]()

@@ -116,8 +116,9 @@ func TestCheckTextLocations(t *testing.T) {
 			Meta: map[string]string{"k\x00": "v", "k": "\xfe"}, Skip: "\x00", Bytes: []byte{0, 0xff}},
 	}
 	err := checkText(in)
-	var p *Problem
-	require.ErrorAs(t, err, &p)
+	var invalid *validationError
+	require.ErrorAs(t, err, &invalid)
+	p := classValidationFailed.problem("validation failed", invalid.errs...)
 	require.Equal(t, 422, p.Status)
 	var locs []string
 	for _, e := range p.Errors {

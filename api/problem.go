@@ -1,14 +1,15 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,16 +18,18 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
 )
 
-// Problem is an RFC 9457 problem document. Type and Code are stable per error class;
-// clients switch on Code, never on Title or Detail.
+// Problem is an RFC 9457 problem document. Type and Code are stable per error class
+// (the table in docs/api.md); clients switch on Code, never on Title or Detail.
 type Problem struct {
 	Type     string              `json:"type" doc:"URI of the error class, urn:cairn:problem:<code>"`
 	Title    string              `json:"title" doc:"short summary of the error class"`
 	Status   int                 `json:"status" doc:"HTTP status code"`
-	Code     string              `json:"code" doc:"stable machine-readable error class"`
+	Code     string              `json:"code" doc:"stable machine-readable error class, such as not_found, idempotency_key_reused, run_finished, lease_lost, invalid_cursor, invalid_bundle, validation_failed or unavailable: the API description and each response list them"`
 	Detail   string              `json:"detail,omitempty" doc:"what went wrong in this occurrence"`
 	Instance string              `json:"instance,omitempty" doc:"request ID of this occurrence"`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"the individual problems with the input"`
@@ -55,43 +58,70 @@ func (p *Problem) ContentType(ct string) string {
 	return ct
 }
 
-// The stable error classes and their statuses.
-var problemClasses = map[int]struct{ code, title string }{
-	http.StatusBadRequest:            {"bad_request", "Bad request"},
-	http.StatusUnauthorized:          {"unauthorized", "Unauthorized"},
-	http.StatusForbidden:             {"forbidden", "Forbidden"},
-	http.StatusNotFound:              {"not_found", "Not found"},
-	http.StatusMethodNotAllowed:      {"method_not_allowed", "Method not allowed"},
-	http.StatusConflict:              {"conflict", "Conflict"},
-	statusClientClosedRequest:        {"client_closed_request", "Client closed request"},
-	http.StatusRequestEntityTooLarge: {"payload_too_large", "Payload too large"},
-	http.StatusUnsupportedMediaType:  {"unsupported_media_type", "Unsupported media type"},
-	http.StatusUnprocessableEntity:   {"invalid_input", "Invalid input"},
-	http.StatusInternalServerError:   {"internal", "Internal server error"},
-	http.StatusServiceUnavailable:    {"unavailable", "Service unavailable"},
-	http.StatusGatewayTimeout:        {"timeout", "Timeout"},
+// problemClass is a stable error class: clients switch on its code, and the HTTP
+// status comes from it (never the other way round). Every class is declared here,
+// mapped from errors by problemFor, and listed in docs/api.md.
+type problemClass struct {
+	status int
+	code   string
+	title  string
+	about  string // when a server answers it: the OpenAPI document and docs/api.md
 }
 
-// statusClientClosedRequest is the status of a request the client abandoned before
-// the answer (nginx's 499): nobody reads the response, and the access log shows it
-// apart from the server's own failures.
-const statusClientClosedRequest = 499
+// The error classes.
+var (
+	classBadRequest           = problemClass{http.StatusBadRequest, "bad_request", "Bad request", "The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form."}
+	classInvalidCursor        = problemClass{http.StatusBadRequest, "invalid_cursor", "Invalid cursor", "The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it."}
+	classInvalidBundle        = problemClass{http.StatusBadRequest, "invalid_bundle", "Invalid bundle", "The bundle was refused; `errors` names each archive entry, step and manifest field at fault. Nothing was stored."}
+	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential)."}
+	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs."}
+	classNotFound             = problemClass{http.StatusNotFound, "not_found", "Not found", "The workflow, version, run, step, output, log or bundle does not exist (an output: not yet)."}
+	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
+	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
+	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
+	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled."}
+	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
+	classPayloadTooLarge      = problemClass{http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body, or a bundle's archive or files, is over the server's limit. Nothing was stored."}
+	classUnsupportedMediaType = problemClass{http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type", "The body's Content-Type is not one the operation takes."}
+	classValidationFailed     = problemClass{http.StatusUnprocessableEntity, "validation_failed", "Validation failed", "A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location."}
+	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
+	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
+	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
+	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
+)
 
-// retryAfterSeconds is the Retry-After of a 503 for an unavailable database: a
-// restart or a failover takes seconds, and a client retrying at once only adds load.
-const retryAfterSeconds = 5
+// problemClasses lists every class, in the order of docs/api.md's table.
+var problemClasses = []problemClass{
+	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
+	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
+	classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+	classClientClosed, classInternal, classUnavailable, classTimeout,
+}
 
-// NewProblem builds the problem for an HTTP status with a detail message.
-func NewProblem(status int, detail string, errs ...error) *Problem {
-	class, ok := problemClasses[status]
-	if !ok {
-		class.code, class.title = fmt.Sprintf("http_%d", status), http.StatusText(status)
+// classOfStatus is the class of an error that Huma (or an authentication
+// middleware) knows by its status only: the general class of that status, or
+// http_<status> for a status Cairn gives no class of its own.
+func classOfStatus(status int) problemClass {
+	for _, c := range []problemClass{
+		classBadRequest, classUnauthorized, classForbidden, classNotFound, classRequestTimeout,
+		classConflict, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+		classClientClosed, classInternal, classUnavailable, classTimeout,
+	} {
+		if c.status == status {
+			return c
+		}
 	}
+	return problemClass{status: status, code: fmt.Sprintf("http_%d", status), title: http.StatusText(status)}
+}
+
+// problem returns the problem of class c with a detail message and the individual
+// problems with the input.
+func (c problemClass) problem(detail string, errs ...error) *Problem {
 	p := &Problem{
-		Type:   "urn:cairn:problem:" + class.code,
-		Title:  class.title,
-		Status: status,
-		Code:   class.code,
+		Type:   "urn:cairn:problem:" + c.code,
+		Title:  c.title,
+		Status: c.status,
+		Code:   c.code,
 		Detail: truncate(detail, maxProblemDetail),
 	}
 	for _, err := range errs {
@@ -120,6 +150,68 @@ func NewProblem(status int, detail string, errs ...error) *Problem {
 	}
 	return p
 }
+
+// retryAfter returns p with a Retry-After header of seconds.
+func (p *Problem) retryAfter(seconds int) *Problem {
+	p.headers = http.Header{"Retry-After": {strconv.Itoa(seconds)}}
+	return p
+}
+
+// statusClientClosedRequest is the status of a request the client abandoned before
+// the answer (nginx's 499): nobody reads the response, and the access log shows it
+// apart from the server's own failures.
+const statusClientClosedRequest = 499
+
+// retryAfterSeconds is the Retry-After of a 503 for an unavailable database: a
+// restart or a failover takes seconds, and a client retrying at once only adds load.
+const retryAfterSeconds = 5
+
+// Errors of the API's own, for problemFor to map; the handler says what happened
+// with withDetail. (Errors of the domain are the catalog's, blobstore's and bundle's
+// sentinels; the cursor's, the body guard's and the event streams' are beside them.)
+var (
+	errBadRequest   = errors.New("bad request")
+	errUnauthorized = errors.New("unauthorized")
+	errNotFound     = errors.New("not found")
+	errTooLarge     = errors.New("too large")
+)
+
+// detailedError gives an error the detail a client is shown. Its class still comes
+// from the error it wraps.
+type detailedError struct {
+	err    error
+	detail string
+}
+
+func (e *detailedError) Error() string { return e.detail + ": " + e.err.Error() }
+func (e *detailedError) Unwrap() error { return e.err }
+
+// withDetail returns err with a detail for the client (a format and its arguments).
+// The text must say what the client did or asked for: it is shown as it is.
+func withDetail(err error, format string, args ...any) error {
+	return &detailedError{err: err, detail: fmt.Sprintf(format, args...)}
+}
+
+// detailOr returns the detail withDetail gave err, or def.
+func detailOr(err error, def string) string {
+	var d *detailedError
+	if errors.As(err, &d) {
+		return d.detail
+	}
+	return def
+}
+
+// validationError is input that breaks a rule Huma's schema validation cannot state
+// (text the catalog cannot store): each error is a *huma.ErrorDetail naming the
+// location. It is a 422 validation_failed, like Huma's own validation errors.
+type validationError struct{ errs []error }
+
+func (e *validationError) Error() string { return "validation failed" }
+
+// readyError is the 503 of /readyz, carrying the checks.
+type readyError struct{ checks map[string]string }
+
+func (e *readyError) Error() string { return "not ready" }
 
 // What a problem repeats of a request is bounded (security audit 1, W8: a 900 KB
 // cursor was echoed whole): a bad value is shown by its first maxEchoed bytes, then
@@ -179,92 +271,174 @@ func echoValue(v any) any {
 
 var installProblems sync.Once
 
-// useProblems makes Huma's own errors (validation, unknown content type) Problems.
-// huma.NewError is a package variable by Huma's design; it is set once, to a pure
-// function, so every Server shares it safely.
+// useProblems makes Huma's own errors (validation, unknown content type) Problems of
+// the general class of their status. huma.NewError is a package variable by Huma's
+// design; it is set once, to a pure function, so every Server shares it safely.
 func useProblems() {
 	installProblems.Do(func() {
 		huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
-			return NewProblem(status, msg, errs...)
+			return classOfStatus(status).problem(msg, errs...)
 		}
 	})
 }
 
-// readyError is the 503 of /readyz, carrying the checks.
-type readyError struct{ checks map[string]string }
-
-func (e *readyError) Error() string { return "not ready" }
-
-// problemFor maps an error from the domain to its problem. It is the one place where
-// errors become statuses; unknown errors are 500s without internal detail, logged once
-// with the request ID. A database that cannot be reached is a 503 with Retry-After,
-// logged once at WARN; a request its client abandoned is not an error at all.
+// problemFor maps an error to its problem. It is the one place where errors become
+// classes, and so statuses; handlers only return errors. Unknown errors are 500s
+// that carry only the request ID, logged once at ERROR. A database that cannot be
+// reached is a 503 with Retry-After, logged once at WARN; a request its client
+// abandoned is not an error at all.
 func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var p *Problem
 	var ready *readyError
+	var invalid *validationError
+	var tooBig *http.MaxBytesError
 	if errors.Is(err, errSlowBody) {
 		// The body guard cut a trickling upload (net/http then cancels the request's
 		// context too): the client is slow, not gone.
 		s.logger.InfoContext(ctx, "request body too slow", "request_id", RequestID(ctx))
-		return NewProblem(http.StatusRequestTimeout, "the request body arrived too slowly")
+		return classRequestTimeout.problem("the request body arrived too slowly")
 	}
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// The client went away (net/http cancels the request's context): whatever
 		// the handler failed with then (context.Canceled, a canceled statement, a
 		// broken stream) is not a fault of ours, and nobody reads the answer.
 		s.logger.DebugContext(ctx, "client closed request", "request_id", RequestID(ctx), "error", err)
-		return NewProblem(statusClientClosedRequest, "the client closed the request")
+		return classClientClosed.problem("the client closed the request")
 	}
 	s.logger.DebugContext(ctx, "request error", "request_id", RequestID(ctx), "error", err)
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &invalid):
+		return classValidationFailed.problem("validation failed", invalid.errs...)
 	case errors.As(err, &ready):
-		p = NewProblem(http.StatusServiceUnavailable, "a readiness check failed")
+		p = classUnavailable.problem("a readiness check failed")
 		p.Checks = ready.checks
 		return p
 	case errors.Is(err, catalog.ErrUnavailable):
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
-		p = NewProblem(http.StatusServiceUnavailable, "the database is unavailable; try again later")
-		p.headers = http.Header{"Retry-After": {strconv.Itoa(retryAfterSeconds)}}
-		return p
-	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, blobstore.ErrNotFound):
-		return NewProblem(http.StatusNotFound, "not found")
+		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
+	case errors.Is(err, errStreamsFull):
+		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
+	// The three conflicts with a class of their own wrap catalog.ErrConflict: first.
+	case errors.Is(err, catalog.ErrIdempotencyMismatch):
+		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
+	case errors.Is(err, catalog.ErrRunFinished):
+		return classRunFinished.problem("the run has already finished")
+	case errors.Is(err, catalog.ErrLeaseLost):
+		return classLeaseLost.problem(detailOr(err, "the lease is no longer current: nothing was stored"))
 	case errors.Is(err, catalog.ErrConflict):
-		return NewProblem(http.StatusConflict, "the request conflicts with the current state")
+		return classConflict.problem("the request conflicts with the current state")
+	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, blobstore.ErrNotFound), errors.Is(err, errNotFound):
+		return classNotFound.problem(detailOr(err, "not found"))
+	case errors.As(err, &tooBig), errors.Is(err, errTooLarge):
+		return classPayloadTooLarge.problem(detailOr(err, "the body is larger than the limit"))
+	case errors.Is(err, bundle.ErrInvalid):
+		return bundleProblem(err)
+	case errors.Is(err, errInvalidCursor):
+		return classInvalidCursor.problem(detailOr(err, "invalid cursor"))
+	case errors.Is(err, errUnauthorized), errors.Is(err, functions.ErrBadCredential):
+		return classUnauthorized.problem(detailOr(err, "unauthorized"))
+	case errors.Is(err, errBadRequest):
+		return classBadRequest.problem(detailOr(err, "bad request"))
 	case errors.Is(err, catalog.ErrInvalidInput):
 		// The input checks (checkText, the schema's bounds) should have caught the
 		// value: the request is still at fault, but a check is missing.
 		s.logger.WarnContext(ctx, "database refused a value of the request", "request_id", RequestID(ctx), "error", err)
-		return NewProblem(http.StatusBadRequest, "the request holds a value the database cannot store (a NUL character, invalid UTF-8, an unpaired surrogate or a number out of range)")
+		return classBadRequest.problem("the request holds a value the database cannot store (a NUL character, invalid UTF-8, an unpaired surrogate or a number out of range)")
 	case errors.Is(err, context.DeadlineExceeded):
-		return NewProblem(http.StatusGatewayTimeout, "the request took too long")
+		return classTimeout.problem("the request took too long")
 	}
 	s.logger.ErrorContext(ctx, "request failed", "request_id", RequestID(ctx), "error", err)
-	p = NewProblem(http.StatusInternalServerError, "an internal error occurred; quote the request ID when reporting it")
+	p = classInternal.problem("an internal error occurred; quote the request ID when reporting it")
 	p.Instance = RequestID(ctx)
 	return p
 }
 
-// withUnavailable documents the 503 of op, with its Retry-After header, when op is
-// under /v1: every such operation reads or writes the catalog. (Listing 503 in
-// op.Errors would document it without the header.)
-func withUnavailable(api huma.API, op huma.Operation) huma.Operation {
-	if !strings.HasPrefix(op.Path, "/v1/") {
-		return op
+// bundleProblem is the problem of a refused bundle: invalid_bundle, or
+// payload_too_large for a bundle over a size limit, naming every entry, step and
+// field at fault.
+func bundleProblem(err error) *Problem {
+	class := classInvalidBundle
+	if errors.Is(err, bundle.ErrTooLarge) {
+		class = classPayloadTooLarge
 	}
-	responses := make(map[string]*huma.Response, len(op.Responses)+1)
-	maps.Copy(responses, op.Responses)
-	responses[strconv.Itoa(http.StatusServiceUnavailable)] = &huma.Response{
-		Description: "The database is unavailable (down, restarting, out of connections); try again after Retry-After.",
-		Headers: map[string]*huma.Param{
-			"Retry-After": {Description: "seconds to wait before trying again", Schema: &huma.Schema{Type: "integer"}},
-		},
-		Content: map[string]*huma.MediaType{
-			"application/problem+json": {Schema: api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[Problem](), true, "Problem")},
-		},
+	var details []error
+	var msgs []string
+	for _, ve := range bundle.ValidationErrors(err) {
+		loc := ve.Path
+		if ve.Field != "" {
+			loc = strings.TrimPrefix(loc+"#"+ve.Field, "#")
+		}
+		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Message})
+		msgs = append(msgs, ve.Error())
 	}
-	op.Responses = responses
-	return op
+	detail := "invalid bundle"
+	if len(msgs) > 0 {
+		detail = "invalid bundle: " + strings.Join(msgs, "; ")
+	}
+	return class.problem(detail, details...)
+}
+
+// errorResponses documents the error classes an operation answers with: one
+// response per status, whose description lists each class's code and meaning; a
+// 503 also documents Retry-After. Beside declared, every operation may answer
+// internal; one under /v1 (every one reads or writes the catalog) unavailable and
+// timeout; one with a role unauthorized and forbidden; one with parameters
+// validation_failed; one whose JSON body Huma reads the errors of reading it.
+func errorResponses[I any](api huma.API, op huma.Operation, role Role, declared []problemClass) map[string]*huma.Response {
+	classes := slices.Clone(declared)
+	classes = append(classes, classInternal)
+	if strings.HasPrefix(op.Path, "/v1/") {
+		classes = append(classes, classUnavailable, classTimeout)
+	}
+	if role != RoleNone {
+		classes = append(classes, classUnauthorized, classForbidden)
+	}
+	in := reflect.TypeFor[I]()
+	if slices.ContainsFunc(reflect.VisibleFields(in), func(f reflect.StructField) bool { return f.IsExported() }) {
+		classes = append(classes, classValidationFailed)
+	}
+	if _, ok := in.FieldByName("Body"); ok {
+		classes = append(classes, classBadRequest, classUnsupportedMediaType, classPayloadTooLarge, classRequestTimeout)
+	}
+	slices.SortStableFunc(classes, func(a, b problemClass) int { return cmp.Compare(a.status, b.status) })
+	classes = slices.CompactFunc(classes, func(a, b problemClass) bool { return a.code == b.code })
+
+	schema := api.OpenAPI().Components.Schemas.Schema(reflect.TypeFor[Problem](), true, "Problem")
+	responses := make(map[string]*huma.Response, len(op.Responses)+len(classes))
+	for k, v := range op.Responses {
+		responses[k] = v
+	}
+	for i := 0; i < len(classes); {
+		status := classes[i].status
+		var b strings.Builder
+		b.WriteString(http.StatusText(status) + ":\n")
+		for ; i < len(classes) && classes[i].status == status; i++ {
+			fmt.Fprintf(&b, "\n- `%s`: %s", classes[i].code, classes[i].about)
+		}
+		r := &huma.Response{
+			Description: b.String(),
+			Content:     map[string]*huma.MediaType{"application/problem+json": {Schema: schema}},
+		}
+		if status == http.StatusServiceUnavailable {
+			r.Headers = map[string]*huma.Param{
+				"Retry-After": {Description: "seconds to wait before trying again", Schema: &huma.Schema{Type: "integer"}},
+			}
+		}
+		responses[strconv.Itoa(status)] = r
+	}
+	return responses
+}
+
+// problemTable is the table of error classes in Markdown, as docs/api.md and the
+// OpenAPI document's description show it.
+func problemTable() string {
+	var b strings.Builder
+	b.WriteString("| code | status | when |\n|---|---|---|\n")
+	for _, c := range problemClasses {
+		fmt.Fprintf(&b, "| `%s` | %d | %s |\n", c.code, c.status, c.about)
+	}
+	return b.String()
 }

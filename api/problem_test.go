@@ -2,6 +2,7 @@ package api
 
 import (
 	"io/fs"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -26,7 +27,7 @@ func TestProblemTruncates(t *testing.T) {
 	for range 200 {
 		errs = append(errs, &huma.ErrorDetail{Message: "x"})
 	}
-	p := NewProblem(422, long, errs...)
+	p := classValidationFailed.problem(long, errs...)
 	require.LessOrEqual(t, len(p.Detail), maxProblemDetail+len("…"))
 	require.True(t, utf8.ValidString(p.Detail))
 	require.Len(t, p.Errors, maxProblemErrors+1)
@@ -39,4 +40,21 @@ func TestProblemTruncates(t *testing.T) {
 	require.LessOrEqual(t, len(p.Errors[1].Value.(string)), maxEchoed+len("…"))
 	require.Equal(t, 12, p.Errors[2].Value)
 	require.NotContains(t, p.Errors[3].Message, "/etc")
+}
+
+// TestProblemClassesDocumented: docs/api.md shows the table of error classes as the
+// code has it, and every class has its own code.
+func TestProblemClassesDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	require.Contains(t, string(doc), problemTable(), "docs/api.md: the table of error classes differs from problemTable()")
+	codes := map[string]bool{}
+	for _, c := range problemClasses {
+		require.False(t, codes[c.code], "code %s used twice", c.code)
+		codes[c.code] = true
+		require.NotEmpty(t, c.title, c.code)
+		require.NotEmpty(t, c.about, c.code)
+		require.Equal(t, c.status, classOfStatus(c.status).status, "%s: its status has a general class", c.code)
+	}
 }

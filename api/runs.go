@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -81,7 +80,7 @@ type RunIDParam struct {
 func (p RunIDParam) uuid() (uuid.UUID, error) {
 	id, err := uuid.Parse(p.ID)
 	if err != nil {
-		return uuid.Nil, NewProblem(http.StatusBadRequest, "the run ID is not a UUID")
+		return uuid.Nil, withDetail(errBadRequest, "the run ID is not a UUID")
 	}
 	return id, nil
 }
@@ -102,12 +101,11 @@ func (s *Server) registerRuns() {
 		Method:        http.MethodPost,
 		Path:          "/v1/workflows/{name}/runs",
 		Summary:       "Start a run",
-		Description:   "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.",
+		Description:   "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.",
 		Tags:          []string{"runs"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
-		Errors:        []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
-	}, RoleOperator, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound, classIdempotencyReused}, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody
@@ -125,16 +123,12 @@ func (s *Server) registerRuns() {
 			p.RequestHash = requestHash(in.Name, body.Version, body.Input)
 		}
 		run, _, err := s.store.RunCreate(ctx, p)
-		if errors.Is(err, catalog.ErrIdempotencyMismatch) {
-			return nil, NewProblem(http.StatusConflict, "this Idempotency-Key was used with a different request")
-		}
-		if errors.Is(err, catalog.ErrNotFound) {
-			if body.Version > 0 {
-				return nil, NewProblem(http.StatusNotFound, fmt.Sprintf("workflow %q has no version %d", in.Name, body.Version))
-			}
-			return nil, NewProblem(http.StatusNotFound, fmt.Sprintf("no workflow %q: deploy a bundle first", in.Name))
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, catalog.ErrNotFound) && body.Version > 0:
+			return nil, withDetail(err, "workflow %q has no version %d", in.Name, body.Version)
+		case errors.Is(err, catalog.ErrNotFound):
+			return nil, withDetail(err, "no workflow %q: deploy a bundle first", in.Name)
+		case err != nil:
 			return nil, err
 		}
 		return &startRunOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: runOf(run)}, nil
@@ -147,8 +141,7 @@ func (s *Server) registerRuns() {
 		Summary:     "List runs",
 		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
 		Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
 		Status   string `query:"status" enum:"pending,running,succeeded,failed,canceled" doc:"only runs in this state"`
 		PageParams
@@ -181,8 +174,7 @@ func (s *Server) registerRuns() {
 		Summary:     "Get a run",
 		Description: "The run with its whole input.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *RunIDParam) (*runOutput, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -199,10 +191,9 @@ func (s *Server) registerRuns() {
 		Method:      http.MethodPost,
 		Path:        "/v1/runs/{id}/cancel",
 		Summary:     "Cancel a run",
-		Description: "Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.",
+		Description: "Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict},
-	}, RoleOperator, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classBadRequest, classNotFound, classRunFinished}, func(ctx context.Context, in *struct {
 		RunIDParam
 		Body *struct {
 			Reason string `json:"reason,omitempty" maxLength:"1000" doc:"recorded on the run and its event"`
@@ -217,9 +208,6 @@ func (s *Server) registerRuns() {
 			reason = in.Body.Reason
 		}
 		if err := s.store.RunCancel(ctx, id, reason); err != nil {
-			if errors.Is(err, catalog.ErrRunFinished) {
-				return nil, NewProblem(http.StatusConflict, "the run has already finished")
-			}
 			return nil, err
 		}
 		run, err := s.store.RunGet(ctx, id)
@@ -253,5 +241,3 @@ func compactJSON(b json.RawMessage) json.RawMessage {
 	out, _ := json.Marshal(v)
 	return out
 }
-
-func parseUUID(s string) (uuid.UUID, error) { return uuid.Parse(s) }

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/runtime"
 )
 
 // Title and the API version stamped into the OpenAPI document.
@@ -43,7 +44,8 @@ type Config struct {
 	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign
 	// them with the same key); default none, so that operation answers 401.
 	SigningKey []byte
-	// InlineLimit is the largest checkpoint kept inline; default 256 KiB.
+	// InlineLimit is the largest checkpoint kept inline; default
+	// runtime.DefaultInlineLimit (256 KiB), as for the dispatchers' outputs.
 	InlineLimit int64
 	// Metrics counts API-side events (lease rejections); default none.
 	Metrics *Metrics
@@ -91,7 +93,7 @@ func (c *Config) withDefaults() Config {
 		out.Tokens = &Tokens{}
 	}
 	if out.InlineLimit <= 0 {
-		out.InlineLimit = 256 << 10
+		out.InlineLimit = runtime.DefaultInlineLimit
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
@@ -181,7 +183,7 @@ func (s *Server) withMetricsToken(next http.Handler) http.Handler {
 			}
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
-		writeProblem(w, NewProblem(http.StatusUnauthorized, "GET /metrics needs the metrics token or an admin token as bearer token"))
+		writeProblem(w, classUnauthorized.problem("GET /metrics needs the metrics token or an admin token as bearer token"))
 	})
 }
 
@@ -190,7 +192,9 @@ func (s *Server) withMetricsToken(next http.Handler) http.Handler {
 func NewConfig() huma.Config {
 	cfg := huma.DefaultConfig(Title, APIVersion)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
-	cfg.Info.Description = "Cairn is a durable, serverless-style function runtime on PostgreSQL and S3-compatible object storage."
+	cfg.Info.Description = "Cairn is a durable, serverless-style function runtime on PostgreSQL and S3-compatible object storage.\n\n" +
+		"Errors are RFC 9457 problem documents (application/problem+json). Each has a stable `code`, its error class, and the HTTP status comes from the class; " +
+		"clients switch on `code`, never on `title` or `detail`. Each operation lists the classes it answers with. The classes:\n\n" + problemTable()
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS; roles viewer, operator, admin."},
 	}
@@ -211,10 +215,17 @@ func (s *Server) Handler() http.Handler {
 // register adds an operation whose parameters and body are checked for text the
 // catalog cannot store (withTextChecks) and whose handler errors are mapped to
 // problems in one place (problemFor). role is the least role that may call it
-// (RoleNone: public).
-func register[I, O any](s *Server, op huma.Operation, role Role, h func(context.Context, *I) (*O, error)) {
+// (RoleNone: public); errs are the error classes its handler returns, beside those
+// every operation of its kind may answer (see errorResponses), for the OpenAPI
+// document.
+func register[I, O any](s *Server, op huma.Operation, role Role, errs []problemClass, h func(context.Context, *I) (*O, error)) {
+	if len(op.Errors) > 0 {
+		panic("register " + op.OperationID + ": list the error classes in errs, not statuses in op.Errors") // a programming error
+	}
+	op = withRole(op, role)
+	op.Responses = errorResponses[I](s.api, op, role, errs)
 	checked := withTextChecks(h)
-	huma.Register(s.api, withUnavailable(s.api, withRole(op, role)), func(ctx context.Context, in *I) (*O, error) {
+	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := checked(ctx, in)
 		if err != nil {
 			return nil, s.problemFor(ctx, err)

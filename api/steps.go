@@ -98,8 +98,7 @@ func (s *Server) registerSteps() {
 		Summary:     "List a run's steps",
 		Description: "Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *RunIDParam) (*itemsOutput[Step], error) {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *RunIDParam) (*itemsOutput[Step], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -122,8 +121,7 @@ func (s *Server) registerSteps() {
 		Path:        "/v1/runs/{id}/steps/{key}/attempts",
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -145,12 +143,11 @@ func (s *Server) registerSteps() {
 		Summary:     "Download a step's output",
 		Description: "The output's bytes, streamed from the blob store for large outputs, with their length and content type. 404 until the step has succeeded.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "The output bytes", Content: map[string]*huma.MediaType{
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
-	}, RoleViewer, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
 		id, err := in.uuid()
 		if err != nil {
 			return nil, err
@@ -160,7 +157,7 @@ func (s *Server) registerSteps() {
 			return nil, err
 		}
 		if st.Status != catalog.StepSucceeded {
-			return nil, NewProblem(http.StatusNotFound, "the step has no output: it is "+string(st.Status))
+			return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
 		}
 		return s.streamPayload(ctx, json.RawMessage(st.Output))
 	})
@@ -172,11 +169,10 @@ func (s *Server) registerSteps() {
 		Summary:     "Download an attempt's log",
 		Description: "The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.",
 		Tags:        []string{"runs"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "The log", Content: map[string]*huma.MediaType{
 			"text/plain": {Schema: &huma.Schema{Type: "string"}},
 		}}},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *struct {
 		StepParams
 		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
@@ -193,7 +189,7 @@ func (s *Server) registerSteps() {
 			n = st.Attempts
 		}
 		if n == 0 {
-			return nil, NewProblem(http.StatusNotFound, "the step has not run yet")
+			return nil, withDetail(errNotFound, "the step has not run yet")
 		}
 		a, err := s.store.AttemptGet(ctx, id, in.Key, n)
 		if err != nil {

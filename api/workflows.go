@@ -109,8 +109,7 @@ func (s *Server) registerWorkflows() {
 		Summary:     "List workflows",
 		Description: "Workflows ordered by name, keyset-paginated.",
 		Tags:        []string{"workflows"},
-		Errors:      []int{http.StatusBadRequest},
-	}, RoleViewer, func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
+	}, RoleViewer, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct{ PageParams }) (*listOutput[Workflow], error) {
 		var after string
 		if err := s.decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
 			return nil, err
@@ -137,8 +136,7 @@ func (s *Server) registerWorkflows() {
 		Path:        "/v1/workflows/{name}",
 		Summary:     "Get a workflow",
 		Tags:        []string{"workflows"},
-		Errors:      []int{http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *WorkflowNameParam) (*workflowOutput, error) {
+	}, RoleViewer, []problemClass{classNotFound}, func(ctx context.Context, in *WorkflowNameParam) (*workflowOutput, error) {
 		w, err := s.store.WorkflowGet(ctx, in.Name)
 		if err != nil {
 			return nil, err
@@ -153,8 +151,7 @@ func (s *Server) registerWorkflows() {
 		Summary:     "List a workflow's versions",
 		Description: "Versions newest first, keyset-paginated.",
 		Tags:        []string{"workflows"},
-		Errors:      []int{http.StatusBadRequest, http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classInvalidCursor, classNotFound}, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		PageParams
 	}) (*listOutput[Version], error) {
@@ -187,8 +184,7 @@ func (s *Server) registerWorkflows() {
 		Path:        "/v1/workflows/{name}/versions/{version}",
 		Summary:     "Get a version with its normalized definition",
 		Tags:        []string{"workflows"},
-		Errors:      []int{http.StatusNotFound},
-	}, RoleViewer, func(ctx context.Context, in *struct {
+	}, RoleViewer, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		Version int `path:"version" minimum:"1" maximum:"2147483647" doc:"version number"`
 	}) (*versionOutput, error) {

@@ -275,7 +275,7 @@ type Problem struct {
 	// Checks readiness checks, on 503 from /readyz
 	Checks *map[string]string `json:"checks,omitempty"`
 
-	// Code stable machine-readable error class
+	// Code stable machine-readable error class, such as not_found, idempotency_key_reused, run_finished, lease_lost, invalid_cursor, invalid_bundle, validation_failed or unavailable: the API description and each response list them
 	Code string `json:"code"`
 
 	// Detail what went wrong in this occurrence
@@ -647,7 +647,7 @@ type ClientInterface interface {
 
 	// CancelRunWithBody Cancel a run
 	//
-	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 	//
 	// Requires the `operator` role.
 	//
@@ -658,7 +658,7 @@ type ClientInterface interface {
 
 	// CancelRun Cancel a run
 	//
-	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 	//
 	// Requires the `operator` role.
 	//
@@ -755,7 +755,7 @@ type ClientInterface interface {
 
 	// StartRunWithBody Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -766,7 +766,7 @@ type ClientInterface interface {
 
 	// StartRun Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -906,7 +906,7 @@ func (c *APIClient) GetRun(ctx context.Context, id openapi_types.UUID, reqEditor
 
 // CancelRunWithBody Cancel a run
 //
-// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 //
 // Requires the `operator` role.
 //
@@ -927,7 +927,7 @@ func (c *APIClient) CancelRunWithBody(ctx context.Context, id openapi_types.UUID
 
 // CancelRun Cancel a run
 //
-// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 //
 // Requires the `operator` role.
 //
@@ -1134,7 +1134,7 @@ func (c *APIClient) GetWorkflow(ctx context.Context, name string, reqEditors ...
 
 // StartRunWithBody Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -1155,7 +1155,7 @@ func (c *APIClient) StartRunWithBody(ctx context.Context, name string, params *S
 
 // StartRun Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -2295,7 +2295,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelRunWithBodyWithResponse Cancel a run
 	//
-	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 	//
 	// Requires the `operator` role.
 	//
@@ -2306,7 +2306,7 @@ type ClientWithResponsesInterface interface {
 
 	// CancelRunWithResponse Cancel a run
 	//
-	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+	// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 	//
 	// Requires the `operator` role.
 	//
@@ -2419,7 +2419,7 @@ type ClientWithResponsesInterface interface {
 
 	// StartRunWithBodyWithResponse Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -2430,7 +2430,7 @@ type ClientWithResponsesInterface interface {
 
 	// StartRunWithResponse Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -2465,8 +2465,8 @@ type HealthzResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *HealthOutputBody
-	// ApplicationproblemJSONDefault the response for an HTTP default `application/problem+json` response
-	ApplicationproblemJSONDefault *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2474,9 +2474,9 @@ func (r HealthzResponse) GetJSON200() *HealthOutputBody {
 	return r.JSON200
 }
 
-// GetApplicationproblemJSONDefault returns the response for an HTTP default `application/problem+json` response
-func (r HealthzResponse) GetApplicationproblemJSONDefault() *Problem {
-	return r.ApplicationproblemJSONDefault
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r HealthzResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
 }
 
 // GetBody returns the raw response body bytes
@@ -2508,6 +2508,11 @@ func (r HealthzResponse) ContentType() string {
 	return ""
 }
 
+// ReadyzResponse503Headers the declared response headers of an HTTP 503 response for Readyz
+type ReadyzResponse503Headers struct {
+	RetryAfter *int
+}
+
 type ReadyzResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -2517,6 +2522,8 @@ type ReadyzResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReadyzResponse503Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -2586,12 +2593,16 @@ type UploadBundleResponse struct {
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *UploadBundleResponse201Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -2623,6 +2634,11 @@ func (r UploadBundleResponse) GetApplicationproblemJSON403() *Problem {
 	return r.ApplicationproblemJSON403
 }
 
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r UploadBundleResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UploadBundleResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
@@ -2636,6 +2652,11 @@ func (r UploadBundleResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r UploadBundleResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r UploadBundleResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2675,8 +2696,6 @@ type GetBundleResponse503Headers struct {
 type GetBundleResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
-	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
@@ -2689,13 +2708,10 @@ type GetBundleResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetBundleResponse503Headers
-}
-
-// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
-func (r GetBundleResponse) GetApplicationproblemJSON400() *Problem {
-	return r.ApplicationproblemJSON400
 }
 
 // GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
@@ -2726,6 +2742,11 @@ func (r GetBundleResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetBundleResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetBundleResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2779,6 +2800,8 @@ type ListRunsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListRunsResponse503Headers
 }
@@ -2816,6 +2839,11 @@ func (r ListRunsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListRunsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListRunsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2871,6 +2899,8 @@ type GetRunResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetRunResponse503Headers
 }
@@ -2913,6 +2943,11 @@ func (r GetRunResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetRunResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -2962,14 +2997,22 @@ type CancelRunResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CancelRunResponse503Headers
 }
@@ -2999,9 +3042,24 @@ func (r CancelRunResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r CancelRunResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -3017,6 +3075,11 @@ func (r CancelRunResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r CancelRunResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r CancelRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3072,6 +3135,8 @@ type ListEventsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListEventsResponse503Headers
 }
@@ -3114,6 +3179,11 @@ func (r ListEventsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListEventsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListEventsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3167,6 +3237,8 @@ type StreamEventsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *StreamEventsResponse503Headers
 }
@@ -3204,6 +3276,11 @@ func (r StreamEventsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r StreamEventsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r StreamEventsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3259,6 +3336,8 @@ type ListStepsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListStepsResponse503Headers
 }
@@ -3301,6 +3380,11 @@ func (r ListStepsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListStepsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListStepsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3356,6 +3440,8 @@ type ListAttemptsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListAttemptsResponse503Headers
 }
@@ -3398,6 +3484,11 @@ func (r ListAttemptsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListAttemptsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListAttemptsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3443,8 +3534,8 @@ type PutCheckpointResponse struct {
 	ApplicationproblemJSON400 *Problem
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
 	ApplicationproblemJSON401 *Problem
-	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
-	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
@@ -3455,6 +3546,8 @@ type PutCheckpointResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PutCheckpointResponse503Headers
 }
@@ -3474,9 +3567,9 @@ func (r PutCheckpointResponse) GetApplicationproblemJSON401() *Problem {
 	return r.ApplicationproblemJSON401
 }
 
-// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
-func (r PutCheckpointResponse) GetApplicationproblemJSON404() *Problem {
-	return r.ApplicationproblemJSON404
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PutCheckpointResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
 }
 
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
@@ -3502,6 +3595,11 @@ func (r PutCheckpointResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r PutCheckpointResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r PutCheckpointResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3555,6 +3653,8 @@ type GetAttemptLogResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetAttemptLogResponse503Headers
 }
@@ -3592,6 +3692,11 @@ func (r GetAttemptLogResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetAttemptLogResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetAttemptLogResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3647,6 +3752,8 @@ type GetStepOutputResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetStepOutputResponse503Headers
 }
@@ -3689,6 +3796,11 @@ func (r GetStepOutputResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetStepOutputResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetStepOutputResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3742,6 +3854,8 @@ type ListWorkflowsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListWorkflowsResponse503Headers
 }
@@ -3779,6 +3893,11 @@ func (r ListWorkflowsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListWorkflowsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListWorkflowsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3832,6 +3951,8 @@ type GetWorkflowResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetWorkflowResponse503Headers
 }
@@ -3869,6 +3990,11 @@ func (r GetWorkflowResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetWorkflowResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetWorkflowResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -3923,16 +4049,22 @@ type StartRunResponse struct {
 	ApplicationproblemJSON403 *Problem
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRunResponse202Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
@@ -3964,6 +4096,11 @@ func (r StartRunResponse) GetApplicationproblemJSON404() *Problem {
 	return r.ApplicationproblemJSON404
 }
 
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
 // GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON409() *Problem {
 	return r.ApplicationproblemJSON409
@@ -3972,6 +4109,11 @@ func (r StartRunResponse) GetApplicationproblemJSON409() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
 }
 
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
@@ -3987,6 +4129,11 @@ func (r StartRunResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -4042,6 +4189,8 @@ type ListVersionsResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListVersionsResponse503Headers
 }
@@ -4084,6 +4233,11 @@ func (r ListVersionsResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r ListVersionsResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListVersionsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -4137,6 +4291,8 @@ type GetVersionResponse struct {
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetVersionResponse503Headers
 }
@@ -4174,6 +4330,11 @@ func (r GetVersionResponse) GetApplicationproblemJSON500() *Problem {
 // GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
 func (r GetVersionResponse) GetApplicationproblemJSON503() *Problem {
 	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetVersionResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
 }
 
 // GetBody returns the raw response body bytes
@@ -4305,7 +4466,7 @@ func (c *ClientWithResponses) GetRunWithResponse(ctx context.Context, id openapi
 
 // CancelRunWithBodyWithResponse Cancel a run
 //
-// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 //
 // Requires the `operator` role.
 //
@@ -4322,7 +4483,7 @@ func (c *ClientWithResponses) CancelRunWithBodyWithResponse(ctx context.Context,
 
 // CancelRunWithResponse Cancel a run
 //
-// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409.
+// Waiting and ready steps become canceled; running handlers are killed by the dispatchers holding them. Canceling a finished run is a 409 run_finished.
 //
 // Requires the `operator` role.
 //
@@ -4501,7 +4662,7 @@ func (c *ClientWithResponses) GetWorkflowWithResponse(ctx context.Context, name 
 
 // StartRunWithBodyWithResponse Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -4518,7 +4679,7 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 
 // StartRunWithResponse Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409.
+// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -4586,12 +4747,12 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 		}
 		response.JSON200 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && true:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSONDefault = &dest
+		response.ApplicationproblemJSON500 = &dest
 
 	}
 
@@ -4633,6 +4794,19 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
 	}
 
 	return response, nil
@@ -4687,6 +4861,13 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 		}
 		response.ApplicationproblemJSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4707,6 +4888,13 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -4750,13 +4938,6 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest Problem
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.ApplicationproblemJSON400 = &dest
-
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -4798,6 +4979,13 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -4879,6 +5067,13 @@ func ParseListRunsResponse(rsp *http.Response) (*ListRunsResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -4968,6 +5163,13 @@ func ParseGetRunResponse(rsp *http.Response) (*GetRunResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5035,12 +5237,33 @@ func ParseCancelRunResponse(rsp *http.Response) (*CancelRunResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
@@ -5062,6 +5285,13 @@ func ParseCancelRunResponse(rsp *http.Response) (*CancelRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -5151,6 +5381,13 @@ func ParseListEventsResponse(rsp *http.Response) (*ListEventsResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5231,6 +5468,13 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -5320,6 +5564,13 @@ func ParseListStepsResponse(rsp *http.Response) (*ListStepsResponse, error) {
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5408,6 +5659,13 @@ func ParseListAttemptsResponse(rsp *http.Response) (*ListAttemptsResponse, error
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5461,12 +5719,12 @@ func ParsePutCheckpointResponse(rsp *http.Response) (*PutCheckpointResponse, err
 		}
 		response.ApplicationproblemJSON401 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
-		response.ApplicationproblemJSON404 = &dest
+		response.ApplicationproblemJSON408 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
@@ -5502,6 +5760,13 @@ func ParsePutCheckpointResponse(rsp *http.Response) (*PutCheckpointResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -5583,6 +5848,13 @@ func ParseGetAttemptLogResponse(rsp *http.Response) (*GetAttemptLogResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -5672,6 +5944,13 @@ func ParseGetStepOutputResponse(rsp *http.Response) (*GetStepOutputResponse, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	case rsp.StatusCode == 200:
 		// Content-type (application/octet-stream) unsupported
 
@@ -5756,6 +6035,13 @@ func ParseListWorkflowsResponse(rsp *http.Response) (*ListWorkflowsResponse, err
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5837,6 +6123,13 @@ func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) 
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -5904,6 +6197,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -5917,6 +6217,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
@@ -5938,6 +6245,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
@@ -6037,6 +6351,13 @@ func ParseListVersionsResponse(rsp *http.Response) (*ListVersionsResponse, error
 		}
 		response.ApplicationproblemJSON503 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
 	}
 
 	switch {
@@ -6117,6 +6438,13 @@ func ParseGetVersionResponse(rsp *http.Response) (*GetVersionResponse, error) {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
 
 	}
 
