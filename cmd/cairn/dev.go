@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -34,16 +35,18 @@ a PostgreSQL cluster started from the installed binaries, the blob store, and a
 credentials file with the URL and freshly generated tokens that the CLI reads.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := lf.check(); err != nil {
+			if err := errors.Join(rf.check(), lf.check()); err != nil {
 				return err
 			}
 			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, rf, lf)
 		},
 	}
-	cmd.Flags().StringVar(&dataDir, "data-dir", ".cairn", "folder for the database, blobs and credentials")
-	cmd.Flags().StringVar(&listen, "listen", e.or("CAIRN_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env CAIRN_LISTEN)")
-	rf.register(cmd.Flags(), e)
-	lf.register(cmd.Flags(), e)
+	f := cmd.Flags()
+	f.StringVar(&dataDir, "data-dir", ".cairn", "folder for the database, blobs and credentials")
+	f.StringVar(&listen, "listen", defaultListen, "address to serve HTTP on")
+	bindEnv(f, map[string]string{"listen": "CAIRN_LISTEN"})
+	rf.register(f, true)
+	lf.register(f)
 	return cmd
 }
 
@@ -103,9 +106,6 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if rf.cacheDir == "" {
 		rf.cacheDir = filepath.Join(dataDir, "cache")
 	}
-	// A laptop may lack bubblewrap (dev runs exec handlers anyway, and says so),
-	// and runs its http functions on itself.
-	rf.devDefaults = true
 	creds := devCredentials{
 		viewer:   newToken(),
 		operator: newToken(),

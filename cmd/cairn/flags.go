@@ -1,26 +1,57 @@
 package main
 
 import (
-	"strconv"
-	"time"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/spf13/pflag"
 )
 
-// envInt reads an integer variable, or def when unset or malformed.
-func envInt(e env, key string, def int) int {
-	if v := e(key); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
+// envAnnotation is the pflag annotation naming a flag's environment variable.
+const envAnnotation = "cairn_env"
+
+// bindEnv names the environment variable of each flag (flag name → variable):
+// applyEnv sets the flag from it, and --help shows it after the flag's usage.
+func bindEnv(fs *pflag.FlagSet, vars map[string]string) {
+	for _, name := range slices.Sorted(maps.Keys(vars)) {
+		f := fs.Lookup(name)
+		if f == nil {
+			panic("bindEnv: no flag --" + name) // a programming error
 		}
+		f.Usage += " (env " + vars[name] + ")"
+		_ = fs.SetAnnotation(name, envAnnotation, []string{vars[name]})
 	}
-	return def
 }
 
-// envDuration reads a duration variable ("30s"), or def when unset or malformed.
-func envDuration(e env, key string, def time.Duration) time.Duration {
-	if v := e(key); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
+// applyEnv sets every flag of fs bound to an environment variable (bindEnv) from
+// that variable, unless the flag was given on the command line or the variable is
+// unset or empty. The flag's own parser reads the value, so a variable that does not
+// parse is an error naming it, its value and its flag; every such variable is
+// reported, before anything starts.
+func applyEnv(fs *pflag.FlagSet, e env) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if keys := f.Annotations[envAnnotation]; len(keys) > 0 {
+			errs = append(errs, fromEnv(f, e, keys[0]))
 		}
+	})
+	return errors.Join(errs...)
+}
+
+// fromEnv sets f from the variable key unless f was given on the command line.
+func fromEnv(f *pflag.Flag, e env, key string) error {
+	if f.Changed {
+		return nil
 	}
-	return def
+	v := e(key)
+	if v == "" {
+		return nil
+	}
+	if err := f.Value.Set(v); err != nil {
+		return fmt.Errorf("%s=%q (--%s): %w", key, v, f.Name, err)
+	}
+	f.Changed = true
+	return nil
 }

@@ -16,7 +16,8 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		Use:   "migrate",
 		Short: "Apply or inspect the catalog's schema migrations",
 	}
-	cmd.PersistentFlags().StringVar(&dbURL, "database-url", e("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL)")
+	cmd.PersistentFlags().StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
+	bindEnv(cmd.PersistentFlags(), map[string]string{"database-url": "CAIRN_DATABASE_URL"})
 
 	up := &cobra.Command{
 		Use:   "up",

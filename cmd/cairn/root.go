@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -54,6 +55,13 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		Short:         "Cairn: durable functions on PostgreSQL and object storage",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Before any command runs: the environment's settings, each parsed as its
+		// flag would be (a flag given on the command line wins). A variable that
+		// does not parse stops the command before it starts anything.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			_, levelErr := parseLogLevel(e("CAIRN_LOG_LEVEL"))
+			return errors.Join(levelErr, applyEnv(cmd.Flags(), e))
+		},
 	}
 	root.AddCommand(
 		newDevCmd(e, stdout, stderr),
@@ -66,11 +74,23 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 }
 
 // newLogger builds the process logger: text on stderr, level from CAIRN_LOG_LEVEL
-// (debug, info, warn, error; default info).
+// (debug, info, warn, error; default info; a malformed one stopped the command in
+// PersistentPreRunE).
 func newLogger(e env, stderr io.Writer) *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(strings.ToUpper(e.or("CAIRN_LOG_LEVEL", "info")))); err != nil {
-		level = slog.LevelInfo
-	}
+	level, _ := parseLogLevel(e("CAIRN_LOG_LEVEL"))
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// parseLogLevel reads CAIRN_LOG_LEVEL: debug, info, warn or error, any case; empty
+// is info.
+func parseLogLevel(v string) (slog.Level, error) {
+	switch strings.ToLower(v) {
+	case "":
+		return slog.LevelInfo, nil
+	case "debug", "info", "warn", "error":
+		var level slog.Level
+		err := level.UnmarshalText([]byte(v))
+		return level, err
+	}
+	return slog.LevelInfo, fmt.Errorf("CAIRN_LOG_LEVEL=%q: want debug, info, warn or error", v)
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +26,9 @@ import (
 // shutdownGrace bounds how long in-flight HTTP requests may take to drain.
 const shutdownGrace = 10 * time.Second
 
+// defaultListen is the address serve and dev listen on by default: this machine only.
+const defaultListen = "127.0.0.1:8080"
+
 // runtimeFlags are the dispatcher settings shared by serve and dev.
 type runtimeFlags struct {
 	concurrency   int
@@ -37,40 +39,90 @@ type runtimeFlags struct {
 	noDispatcher  bool
 	cacheDir      string
 	publicURL     string
-	execIsolation string
+	// execIsolation is bwrap or none; empty (cairn dev's default) means bwrap where
+	// it works, else none with a warning.
+	execIsolation isolationFlag
 	execUID       int
-	// httpAllowLocal is "true", "false" or "" (serve: false; dev: true).
-	httpAllowLocal string
-	// devDefaults (cairn dev) gives the laptop's defaults: exec handlers run
-	// unisolated, with a warning, when bubblewrap does not work and no isolation
-	// was asked for; http steps may call local addresses.
-	devDefaults bool
+	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
+	httpAllowLocal bool
 }
 
-func (f *runtimeFlags) register(fs *pflag.FlagSet, e env) {
-	fs.IntVar(&f.concurrency, "concurrency", envInt(e, "CAIRN_CONCURRENCY", 0), "attempts run at once by this process's dispatcher; 0 = 128 (env CAIRN_CONCURRENCY)")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", envDuration(e, "CAIRN_LEASE_TTL", 30*time.Second), "lease of a claimed step without heartbeat (env CAIRN_LEASE_TTL)")
-	fs.Int64Var(&f.inlineLimit, "inline-limit", int64(envInt(e, "CAIRN_INLINE_LIMIT", 256<<10)), "largest output or checkpoint kept in the catalog row, in bytes (env CAIRN_INLINE_LIMIT)")
-	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", envDuration(e, "CAIRN_SHUTDOWN_GRACE", 10*time.Second), "how long running attempts may finish at shutdown before their leases are handed back (env CAIRN_SHUTDOWN_GRACE)")
-	fs.StringVar(&f.signingKey, "signing-key", e("CAIRN_SIGNING_KEY"), "HMAC key that signs requests to http functions; shared by every server (env CAIRN_SIGNING_KEY)")
+// register adds the flags to fs with their defaults: serve's, or cairn dev's (a
+// laptop may lack bubblewrap, and runs its http functions on itself).
+func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
+	isolation, isolationDefault := isolationFlag(functions.IsolationBwrap), ""
+	keyDefault, cacheDefault := "random per process", "$TMPDIR/cairn-cache"
+	if dev {
+		isolation, isolationDefault = "", "; default bwrap where it works, else none with a warning"
+		keyDefault, cacheDefault = "made once, kept in <data-dir>/signing-key", "<data-dir>/cache"
+	}
+	f.execIsolation = isolation
+	fs.IntVar(&f.concurrency, "concurrency", runtime.DefaultConcurrency, "attempts run at once by this process's dispatcher")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", runtime.DefaultLeaseTTL, fmt.Sprintf("lease of a claimed step without heartbeat (at least %s)", runtime.MinLeaseTTL))
+	fs.Int64Var(&f.inlineLimit, "inline-limit", runtime.DefaultInlineLimit, "largest output or checkpoint kept in the catalog row, in bytes")
+	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", runtime.DefaultShutdownGrace, "how long running attempts may finish at shutdown before their leases are handed back")
+	fs.StringVar(&f.signingKey, "signing-key", "", "HMAC key that signs requests to http functions, lease credentials and cursors; shared by every server (default "+keyDefault+")")
 	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
-	fs.StringVar(&f.publicURL, "public-url", e("CAIRN_PUBLIC_URL"), "the API's URL as functions reach it, for checkpoint_url in envelopes (env CAIRN_PUBLIC_URL; default http://<listen address>)")
-	fs.StringVar(&f.cacheDir, "cache-dir", e("CAIRN_CACHE_DIR"), "folder for extracted bundles and downloaded inputs (env CAIRN_CACHE_DIR; default $TMPDIR/cairn-cache)")
-	fs.StringVar(&f.execIsolation, "exec-isolation", e("CAIRN_EXEC_ISOLATION"), "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user); default bwrap, and for cairn dev bwrap when it works, else none (env CAIRN_EXEC_ISOLATION; see docs/security.md)")
-	fs.StringVar(&f.httpAllowLocal, "http-allow-local", e("CAIRN_HTTP_ALLOW_LOCAL"), "let http steps call loopback and link-local addresses (this machine, cloud instance credentials): true or false; default false, and true for cairn dev (env CAIRN_HTTP_ALLOW_LOCAL)")
-	fs.IntVar(&f.execUID, "exec-uid", envInt(e, "CAIRN_EXEC_UID", functions.DefaultSandboxUID), "uid and gid of sandboxed exec handlers when the server runs as root (env CAIRN_EXEC_UID)")
+	fs.StringVar(&f.publicURL, "public-url", "", "the API's URL as functions reach it, for checkpoint_url in envelopes (default http://<listen address>)")
+	fs.StringVar(&f.cacheDir, "cache-dir", "", "folder for extracted bundles and downloaded inputs (default "+cacheDefault+")")
+	fs.Var(&f.execIsolation, "exec-isolation", "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user; see docs/security.md)"+isolationDefault)
+	fs.BoolVar(&f.httpAllowLocal, "http-allow-local", dev, "let http steps call loopback and link-local addresses (this machine, cloud instance credentials)")
+	fs.IntVar(&f.execUID, "exec-uid", functions.DefaultSandboxUID, "uid and gid of sandboxed exec handlers when the server runs as root")
+	bindEnv(fs, map[string]string{
+		"concurrency":      "CAIRN_CONCURRENCY",
+		"lease-ttl":        "CAIRN_LEASE_TTL",
+		"inline-limit":     "CAIRN_INLINE_LIMIT",
+		"shutdown-grace":   "CAIRN_SHUTDOWN_GRACE",
+		"signing-key":      "CAIRN_SIGNING_KEY",
+		"public-url":       "CAIRN_PUBLIC_URL",
+		"cache-dir":        "CAIRN_CACHE_DIR",
+		"exec-isolation":   "CAIRN_EXEC_ISOLATION",
+		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
+		"exec-uid":         "CAIRN_EXEC_UID",
+	})
 }
+
+// check refuses values that parse but cannot work.
+func (f *runtimeFlags) check() error {
+	switch {
+	case f.concurrency < 1:
+		return errors.New("--concurrency (CAIRN_CONCURRENCY) must be at least 1")
+	case f.leaseTTL < runtime.MinLeaseTTL:
+		return fmt.Errorf("--lease-ttl (CAIRN_LEASE_TTL) must be at least %s: heartbeats renew it every third", runtime.MinLeaseTTL)
+	case f.inlineLimit < 1:
+		return errors.New("--inline-limit (CAIRN_INLINE_LIMIT) must be at least 1")
+	case f.shutdownGrace < 0:
+		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
+	}
+	return nil
+}
+
+// isolationFlag is the value of --exec-isolation: bwrap, none, or empty for cairn
+// dev's default (bwrap where it works, else none).
+type isolationFlag string
+
+// String implements pflag.Value.
+func (f *isolationFlag) String() string { return string(*f) }
+
+// Set implements pflag.Value: bwrap or none.
+func (f *isolationFlag) Set(v string) error {
+	iso, err := functions.ParseIsolation(v)
+	if err != nil {
+		return err
+	}
+	*f = isolationFlag(iso)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (f *isolationFlag) Type() string { return "mode" }
 
 // newExecInvoker makes the exec invoker with the isolation rf asks for, and says at
 // start-up how handlers will run.
-func newExecInvoker(rf runtimeFlags, logger *slog.Logger) (*functions.Exec, error) {
-	mode, fallback := rf.execIsolation, false
-	if mode == "" {
-		mode, fallback = string(functions.IsolationBwrap), rf.devDefaults
-	}
-	iso, err := functions.ParseIsolation(mode)
-	if err != nil {
-		return nil, fmt.Errorf("CAIRN_EXEC_ISOLATION: %w", err)
+func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
+	iso, fallback := functions.Isolation(rf.execIsolation), false
+	if iso == "" {
+		iso, fallback = functions.IsolationBwrap, true
 	}
 	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID}
 	inv := functions.NewExec(cfg)
@@ -87,7 +139,7 @@ func newExecInvoker(rf runtimeFlags, logger *slog.Logger) (*functions.Exec, erro
 	default:
 		logger.Info("exec handlers isolated", "how", how)
 	}
-	return inv, nil
+	return inv
 }
 
 // limitFlags bound what one server gives its clients (security audit 1); shared by
@@ -108,15 +160,25 @@ type limitFlags struct {
 // pile up towards the connection cap.
 const defaultIdleTimeout = 120 * time.Second
 
-func (f *limitFlags) register(fs *pflag.FlagSet, e env) {
-	fs.IntVar(&f.maxConnections, "max-connections", envInt(e, "CAIRN_MAX_CONNECTIONS", api.DefaultMaxConnections), "HTTP connections open at once; more are answered 503 with Retry-After (env CAIRN_MAX_CONNECTIONS)")
-	fs.IntVar(&f.maxStreams, "max-streams", envInt(e, "CAIRN_MAX_STREAMS", api.DefaultMaxStreams), "event streams (GET …/events/stream) open at once; more are answered 503 with Retry-After (env CAIRN_MAX_STREAMS)")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", envDuration(e, "CAIRN_IDLE_TIMEOUT", defaultIdleTimeout), "how long an idle keep-alive connection is kept open (env CAIRN_IDLE_TIMEOUT)")
-	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", envDuration(e, "CAIRN_BODY_READ_TIMEOUT", api.DefaultBodyReadTimeout), "window over which an upload (bundle, checkpoint) must arrive at --min-body-rate, or is cut (env CAIRN_BODY_READ_TIMEOUT)")
-	fs.Int64Var(&f.minBodyRate, "min-body-rate", int64(envInt(e, "CAIRN_MIN_BODY_RATE", api.DefaultMinBodyRate)), "slowest upload rate accepted, in bytes per second, averaged over --body-read-timeout (env CAIRN_MIN_BODY_RATE)")
-	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", int64(envInt(e, "CAIRN_MAX_CHECKPOINT_SIZE", api.DefaultMaxCheckpointSize)), "largest checkpoint accepted by PUT …/checkpoint, in bytes (env CAIRN_MAX_CHECKPOINT_SIZE)")
-	fs.IntVar(&f.maxSteps, "max-steps", envInt(e, "CAIRN_MAX_STEPS", bundle.DefaultMaxSteps), "most steps a deployed workflow may have (env CAIRN_MAX_STEPS)")
-	fs.StringVar(&f.metricsToken, "metrics-token", e("CAIRN_METRICS_TOKEN"), "bearer token GET /metrics requires (an admin token works too); empty: /metrics is open (env CAIRN_METRICS_TOKEN)")
+func (f *limitFlags) register(fs *pflag.FlagSet) {
+	fs.IntVar(&f.maxConnections, "max-connections", api.DefaultMaxConnections, "HTTP connections open at once; more are answered 503 with Retry-After")
+	fs.IntVar(&f.maxStreams, "max-streams", api.DefaultMaxStreams, "event streams (GET …/events/stream) open at once; more are answered 503 with Retry-After")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept open")
+	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "window over which an upload (bundle, checkpoint) must arrive at --min-body-rate, or is cut")
+	fs.Int64Var(&f.minBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest upload rate accepted, in bytes per second, averaged over --body-read-timeout")
+	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", api.DefaultMaxCheckpointSize, "largest checkpoint accepted by PUT …/checkpoint, in bytes")
+	fs.IntVar(&f.maxSteps, "max-steps", bundle.DefaultMaxSteps, "most steps a deployed workflow may have")
+	fs.StringVar(&f.metricsToken, "metrics-token", "", "bearer token GET /metrics requires (an admin token works too); empty: /metrics is open")
+	bindEnv(fs, map[string]string{
+		"max-connections":     "CAIRN_MAX_CONNECTIONS",
+		"max-streams":         "CAIRN_MAX_STREAMS",
+		"idle-timeout":        "CAIRN_IDLE_TIMEOUT",
+		"body-read-timeout":   "CAIRN_BODY_READ_TIMEOUT",
+		"min-body-rate":       "CAIRN_MIN_BODY_RATE",
+		"max-checkpoint-size": "CAIRN_MAX_CHECKPOINT_SIZE",
+		"max-steps":           "CAIRN_MAX_STEPS",
+		"metrics-token":       "CAIRN_METRICS_TOKEN",
+	})
 }
 
 // check refuses negative limits and a metrics token short enough to guess.
@@ -163,15 +225,15 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if blobURL == "" {
 				return errors.New("no blob store: set --blobstore or CAIRN_BLOBSTORE (file:///path or s3://bucket?endpoint=...)")
 			}
+			if err := errors.Join(rf.check(), lf.check()); err != nil {
+				return err
+			}
 			tokens, err := loadTokens(tokensSpec, tokensFile)
 			if err != nil {
 				return err
 			}
 			if tokens.Len() == 0 {
 				logger.Warn("no tokens configured (CAIRN_TOKENS or CAIRN_TOKENS_FILE): every /v1 operation will answer 401")
-			}
-			if err := lf.check(); err != nil {
-				return err
 			}
 			if lf.metricsToken == "" {
 				logger.Warn("no CAIRN_METRICS_TOKEN: /metrics is open to anyone who reaches the server")
@@ -200,13 +262,20 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&listen, "listen", e.or("CAIRN_LISTEN", "127.0.0.1:8080"), "address to serve HTTP on (env CAIRN_LISTEN)")
-	f.StringVar(&dbURL, "database-url", e("CAIRN_DATABASE_URL"), "PostgreSQL URL (env CAIRN_DATABASE_URL)")
-	f.StringVar(&blobURL, "blobstore", e("CAIRN_BLOBSTORE"), "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1 (env CAIRN_BLOBSTORE)")
-	f.StringVar(&tokensSpec, "tokens", e("CAIRN_TOKENS"), "bearer tokens as role:token,... (env CAIRN_TOKENS)")
-	f.StringVar(&tokensFile, "tokens-file", e("CAIRN_TOKENS_FILE"), "file of role:token lines (env CAIRN_TOKENS_FILE)")
-	rf.register(f, e)
-	lf.register(f, e)
+	f.StringVar(&listen, "listen", defaultListen, "address to serve HTTP on")
+	f.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
+	f.StringVar(&blobURL, "blobstore", "", "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1")
+	f.StringVar(&tokensSpec, "tokens", "", "bearer tokens as role:token,...")
+	f.StringVar(&tokensFile, "tokens-file", "", "file of role:token lines")
+	bindEnv(f, map[string]string{
+		"listen":       "CAIRN_LISTEN",
+		"database-url": "CAIRN_DATABASE_URL",
+		"blobstore":    "CAIRN_BLOBSTORE",
+		"tokens":       "CAIRN_TOKENS",
+		"tokens-file":  "CAIRN_TOKENS_FILE",
+	})
+	rf.register(f, false)
+	lf.register(f)
 	return cmd
 }
 
@@ -287,18 +356,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	var disp *runtime.Dispatcher
 	var capabilities func() map[string]string
 	if !p.rt.noDispatcher {
-		execInvoker, err := newExecInvoker(p.rt, p.logger)
-		if err != nil {
-			ln.Close()
-			return err
-		}
-		allowLocal := p.rt.devDefaults
-		if p.rt.httpAllowLocal != "" {
-			if allowLocal, err = strconv.ParseBool(p.rt.httpAllowLocal); err != nil {
-				ln.Close()
-				return fmt.Errorf("CAIRN_HTTP_ALLOW_LOCAL=%q: want true or false", p.rt.httpAllowLocal)
-			}
-		}
+		execInvoker := newExecInvoker(p.rt, p.logger)
 		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
 			Concurrency:   p.rt.concurrency,
 			LeaseTTL:      p.rt.leaseTTL,
@@ -312,7 +370,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			Registerer:    reg,
 			Invokers: map[bundle.Kind]functions.Invoker{
 				bundle.KindExec:   execInvoker,
-				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: allowLocal}),
+				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: p.rt.httpAllowLocal}),
 				bundle.KindLambda: p.lambda,
 			},
 		})
