@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -171,38 +169,6 @@ func writeJSON(w io.Writer, v any) error {
 		return fmt.Errorf("write json: %w", err)
 	}
 	return nil
-}
-
-// table aligns columns (text/tabwriter) and writes the lines without the padding
-// that an empty last column leaves behind. Call Flush when done.
-type table struct {
-	out io.Writer
-	buf bytes.Buffer
-	tw  *tabwriter.Writer
-}
-
-func newTable(w io.Writer) *table {
-	t := &table{out: w}
-	t.tw = tabwriter.NewWriter(&t.buf, 0, 0, 2, ' ', 0)
-	return t
-}
-
-// Write implements io.Writer: cells separated by tabs, rows by newlines.
-func (t *table) Write(p []byte) (int, error) { return t.tw.Write(p) }
-
-// Flush writes the aligned table.
-func (t *table) Flush() error {
-	if err := t.tw.Flush(); err != nil {
-		return err
-	}
-	var out bytes.Buffer
-	for line := range strings.Lines(t.buf.String()) {
-		out.WriteString(strings.TrimRight(line, " \n"))
-		out.WriteByte('\n')
-	}
-	t.buf.Reset()
-	_, err := t.out.Write(out.Bytes())
-	return err
 }
 
 // firstItems gathers the items of pages (a list's page iterator, which follows

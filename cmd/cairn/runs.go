@@ -306,46 +306,6 @@ func stepInfo(s client.Step, now time.Time) string {
 	return strings.Join(parts, "; ")
 }
 
-// errorMessage renders a stored error: its "message" when it has one, else its JSON.
-func errorMessage(v any) string {
-	switch e := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return e
-	case map[string]any:
-		if msg, ok := e["message"].(string); ok {
-			return msg
-		}
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-// span is the time from start to end, or to now while running; "-" before start.
-func span(start, end *time.Time, now time.Time) string {
-	if start == nil {
-		return "-"
-	}
-	if end == nil {
-		return formatDuration(now.Sub(*start))
-	}
-	return formatDuration(end.Sub(*start))
-}
-
-// formatDuration rounds for reading: 340ms, 1.25s, 2m3s.
-func formatDuration(d time.Duration) string {
-	switch {
-	case d < 0:
-		return "0s"
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
-}
-
 func (c *cli) newRunListCmd() *cobra.Command {
 	var (
 		workflow, status string

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -109,35 +107,4 @@ func (c *cli) listVersions(ctx context.Context, name string, limit int, out outp
 // unexpected is the error for a 2xx answer without the body the operation promises.
 func unexpected(op string, status int) error {
 	return fmt.Errorf("%s: unexpected answer (status %d, no JSON body)", op, status)
-}
-
-// formatTime shows a time in the local zone, to the second.
-func formatTime(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.Local().Format("2006-01-02 15:04:05")
-}
-
-// formatBytes shows a size in B, KiB, MiB or GiB.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 2; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMG"[exp])
-}
-
-// shorten keeps a table cell on one line and at most n characters.
-func shorten(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }
