@@ -2,18 +2,15 @@ package api
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
-	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
-	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/deploy"
 )
 
 // UploadResult is the answer to a bundle upload.
@@ -100,49 +97,12 @@ func (s *Server) registerBundles() {
 	})
 }
 
-// upload validates a bundle from body, stores its canonical archive (unless stored
-// before) and registers its version. Nothing is stored for an invalid bundle.
+// upload deploys the bundle read from body (package deploy); nothing is stored for
+// an invalid bundle.
 func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, error) {
-	dir, err := os.MkdirTemp(s.cfg.TempDir, "cairn-upload-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	tree := dir + "/tree"
-	b, err := bundle.Load(ctx, body, tree, s.cfg.BundleLimits)
+	v, created, err := deploy.Register(ctx, s.store, s.blobs, body, &deploy.Config{TempDir: s.cfg.TempDir, Limits: s.cfg.BundleLimits})
 	if err != nil {
 		return nil, err // bundle.ErrInvalid, or a *http.MaxBytesError for an archive over the limit
-	}
-	def, err := b.Definition.CanonicalJSON()
-	if err != nil {
-		return nil, err
-	}
-	if v, err := s.store.VersionByDigest(ctx, b.Digest); err == nil {
-		return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint}, nil
-	} else if !errors.Is(err, catalog.ErrNotFound) {
-		return nil, err
-	}
-
-	// Store the canonical archive, streamed through a pipe, under the tree digest.
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(bundle.WriteCanonical(ctx, tree, b.Tree, pw))
-	}()
-	obj, err := s.blobs.Put(ctx, "bundles", pr, blobstore.PutOptions{ContentType: "application/gzip", Digest: b.Digest, Size: -1})
-	pr.CloseWithError(errors.New("upload ended"))
-	if err != nil {
-		return nil, err
-	}
-	steps := make([]catalog.NewStep, len(b.Definition.Steps))
-	for i, st := range b.Definition.Steps {
-		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
-	}
-	v, created, err := s.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: b.Definition.Name, Description: b.Definition.Description, Digest: b.Digest,
-		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint, Steps: steps,
-	})
-	if err != nil {
-		return nil, err
 	}
 	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created}, nil
 }

@@ -1,0 +1,107 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Blobs is the blob store method Register calls; every blobstore.Store has it.
+type Blobs interface {
+	Put(ctx context.Context, kind string, r io.Reader, opts blobstore.PutOptions) (blobstore.Object, error)
+}
+
+// Config tunes Register. The zero value (and a nil *Config) means the defaults.
+type Config struct {
+	// TempDir is where the archive is extracted while it is validated and copied
+	// into the blob store; default os.TempDir(). Register removes what it made
+	// there before it returns.
+	TempDir string
+	// Limits bound the bundle (entries, sizes, steps per workflow); a zero field
+	// takes its default (bundle.DefaultLimits).
+	Limits bundle.Limits
+}
+
+// Register deploys the bundle archive (a gzip-compressed tar) read from body: it
+// extracts and validates the bundle, stores its canonical archive under its tree
+// digest (unless stored before), and registers the next version of its workflow with
+// the step layout its runs start with. Nothing is stored for an invalid bundle.
+//
+// A bundle deployed before (the same digest) returns its existing version and
+// created=false, without storing anything again. Concurrent calls are safe, with
+// the same bundle too: catalog.Store.VersionRegister gives consecutive versions and
+// one version per digest.
+//
+// Errors: those of bundle.Load for the body (matching bundle.ErrInvalid, and
+// bundle.ErrTooLarge for a limit; a reader's error, such as *http.MaxBytesError,
+// as it is), of blobs.Put, and of the catalog (catalog.ErrUnavailable, …).
+func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Reader, cfg *Config) (v *catalog.Version, created bool, err error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	dir, err := os.MkdirTemp(c.TempDir, "cairn-upload-")
+	if err != nil {
+		return nil, false, fmt.Errorf("deploy: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tree := filepath.Join(dir, "tree")
+	b, err := bundle.Load(ctx, body, tree, c.Limits)
+	if err != nil {
+		return nil, false, fmt.Errorf("load bundle: %w", err)
+	}
+	def, err := b.Definition.CanonicalJSON()
+	if err != nil {
+		return nil, false, fmt.Errorf("bundle %s: %w", b.Digest, err)
+	}
+	if v, err := store.VersionByDigest(ctx, b.Digest); err == nil {
+		return v, false, nil
+	} else if !errors.Is(err, catalog.ErrNotFound) {
+		return nil, false, err
+	}
+	obj, err := storeCanonical(ctx, blobs, tree, b)
+	if err != nil {
+		return nil, false, err
+	}
+	return store.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: b.Definition.Name, Description: b.Definition.Description, Digest: b.Digest,
+		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint, Steps: stepLayout(b.Definition),
+	})
+}
+
+// storeCanonical streams the canonical archive of the bundle extracted in dir into
+// blobs, through a pipe, under the tree digest.
+func storeCanonical(ctx context.Context, blobs Blobs, dir string, b *bundle.Bundle) (blobstore.Object, error) {
+	pr, pw := io.Pipe()
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		pw.CloseWithError(bundle.WriteCanonical(ctx, dir, b.Tree, pw))
+	}()
+	obj, err := blobs.Put(ctx, blobstore.KindBundles, pr, blobstore.PutOptions{ContentType: "application/gzip", Digest: b.Digest, Size: -1})
+	// Put may return before reading to the end (an error, or an archive stored
+	// before): closing the reader ends the writer, which is waited for so that
+	// nothing reads dir once Register has removed it.
+	pr.CloseWithError(errors.New("upload ended"))
+	<-written
+	if err != nil {
+		return blobstore.Object{}, fmt.Errorf("store bundle %s: %w", b.Digest, err)
+	}
+	return obj, nil
+}
+
+// stepLayout is what a run of def starts with: each step's key, needs and attempts.
+func stepLayout(def *bundle.Definition) []catalog.NewStep {
+	steps := make([]catalog.NewStep, len(def.Steps))
+	for i, st := range def.Steps {
+		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
+	}
+	return steps
+}

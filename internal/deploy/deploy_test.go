@@ -1,0 +1,142 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/deploy"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+type testBundle struct {
+	store   *catalog.Store
+	blobs   blobstore.Store
+	tempDir string
+}
+
+func setup(t *testing.T) (context.Context, *testBundle) {
+	t.Helper()
+	blobs, err := blobstore.NewFile(t.TempDir(), nil)
+	require.NoError(t, err)
+	return t.Context(), &testBundle{store: catalog.New(testenv.DB(t), nil), blobs: blobs, tempDir: t.TempDir()}
+}
+
+// pack returns the archive of a bundle holding only manifest as cairn.yaml.
+func pack(t *testing.T, manifest string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, bundle.ManifestPath), []byte(manifest), 0o644))
+	var archive bytes.Buffer
+	_, err := bundle.Pack(t.Context(), dir, &archive)
+	require.NoError(t, err)
+	return archive.Bytes()
+}
+
+const diamond = `
+name: diamond
+description: a → (b, c) → d
+steps:
+  - {key: a, builtin: noop, retry: {max_attempts: 3}}
+  - {key: b, needs: [a], builtin: noop}
+  - {key: c, needs: [a], builtin: noop}
+  - {key: d, needs: [c, b], builtin: noop}
+`
+
+// TestRegisterLaysOutSteps: the version's runs start with the bundle's steps, their
+// needs and attempts; the canonical archive is stored under the tree digest.
+func TestRegisterLaysOutSteps(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	v, created, err := deploy.Register(ctx, tb.store, tb.blobs, bytes.NewReader(pack(t, diamond)), &deploy.Config{TempDir: tb.tempDir})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, "diamond", v.Workflow)
+	require.Equal(t, 1, v.Version)
+
+	b, err := tb.store.BundleGet(ctx, v.BundleDigest)
+	require.NoError(t, err)
+	obj, err := tb.blobs.Stat(ctx, b.BlobKey)
+	require.NoError(t, err)
+	require.Equal(t, v.BundleSize, obj.Size)
+
+	run, _, err := tb.store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "diamond"})
+	require.NoError(t, err)
+	require.Equal(t, 4, run.StepsTotal)
+	steps, err := tb.store.StepList(ctx, run.ID)
+	require.NoError(t, err)
+	type layout struct {
+		needs       []string
+		maxAttempts int
+		status      catalog.StepStatus
+	}
+	got := map[string]layout{}
+	for _, st := range steps {
+		got[st.Key] = layout{[]string(st.Needs), st.MaxAttempts, st.Status}
+	}
+	require.Equal(t, map[string]layout{
+		"a": {[]string{}, 3, catalog.StepReady},
+		"b": {[]string{"a"}, 1, catalog.StepWaiting},
+		"c": {[]string{"a"}, 1, catalog.StepWaiting},
+		"d": {[]string{"b", "c"}, 1, catalog.StepWaiting},
+	}, got)
+
+	entries, err := os.ReadDir(tb.tempDir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the extracted bundle is removed")
+}
+
+// TestRegisterTwice: the same bundle again is the same version, not created.
+func TestRegisterTwice(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	archive := pack(t, diamond)
+	first, created, err := deploy.Register(ctx, tb.store, tb.blobs, bytes.NewReader(archive), nil)
+	require.NoError(t, err)
+	require.True(t, created)
+	second, created, err := deploy.Register(ctx, tb.store, tb.blobs, bytes.NewReader(archive), nil)
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.Version, second.Version)
+	require.Equal(t, first.BundleDigest, second.BundleDigest)
+}
+
+// TestRegisterRefusesInvalid: an invalid bundle is bundle.ErrInvalid, and nothing
+// is stored.
+func TestRegisterRefusesInvalid(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	blobDir := t.TempDir()
+	blobs, err := blobstore.NewFile(blobDir, nil)
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		body []byte
+		lim  bundle.Limits
+	}{
+		{name: "not an archive", body: []byte("not gzip")},
+		{name: "over the step limit", body: pack(t, diamond), lim: bundle.Limits{MaxSteps: 2}},
+	}
+	for _, tt := range tests {
+		_, _, err := deploy.Register(ctx, tb.store, blobs, bytes.NewReader(tt.body), &deploy.Config{Limits: tt.lim})
+		require.ErrorIs(t, err, bundle.ErrInvalid, tt.name)
+	}
+	var n int
+	require.NoError(t, tb.store.DB().Get(&n, `SELECT (SELECT count(*) FROM bundles) + (SELECT count(*) FROM workflows)`))
+	require.Zero(t, n)
+	var files []string
+	require.NoError(t, filepath.WalkDir(blobDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			files = append(files, p)
+		}
+		return err
+	}))
+	require.Empty(t, files)
+}
