@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,18 +15,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 )
 
 // makeRun creates a run of a three-step chain directly in the catalog.
 func (tb *testBundle) makeRun(t *testing.T) uuid.UUID {
 	t.Helper()
-	ctx := context.Background()
-	d := "sha256:" + strings.Repeat("ab", 32)
-	_, _, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{Workflow: "wf", Digest: d, Size: 1, BlobKey: "k", Definition: []byte(`{}`), Fingerprint: d})
-	require.NoError(t, err)
-	run, _, err := tb.store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: 1, Steps: []catalog.NewStep{
-		{Key: "a", MaxAttempts: 2}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 2}, {Key: "c", Needs: []string{"b"}, MaxAttempts: 2},
-	}})
+	v := catalogtest.Version(t, tb.store, "wf",
+		catalog.NewStep{Key: "a", MaxAttempts: 2}, catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 2},
+		catalog.NewStep{Key: "c", Needs: []string{"b"}, MaxAttempts: 2})
+	run, _, err := tb.store.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: v.Version})
 	require.NoError(t, err)
 	return run.ID
 }
@@ -55,19 +54,35 @@ type sseEvent struct {
 // stream reads the SSE stream of a run after lastID until it ends.
 func (tb *testBundle) stream(t *testing.T, id uuid.UUID, lastID string) []sseEvent {
 	t.Helper()
+	events, err := tb.readStream(id, lastID)
+	require.NoError(t, err)
+	return events
+}
+
+// readStream is stream for another goroutine than the test's: it returns what went
+// wrong.
+func (tb *testBundle) readStream(id uuid.UUID, lastID string) ([]sseEvent, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tb.url+"/v1/runs/"+id.String()+"/events/stream", nil)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+operatorToken)
 	if lastID != "" {
 		req.Header.Set("Last-Event-ID", lastID)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d, want 200", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		return nil, fmt.Errorf("Content-Type %q, want text/event-stream", ct)
+	}
 	var out []sseEvent
 	var cur sseEvent
 	sc := bufio.NewScanner(resp.Body)
@@ -77,7 +92,9 @@ func (tb *testBundle) stream(t *testing.T, id uuid.UUID, lastID string) []sseEve
 		switch {
 		case strings.HasPrefix(line, "id: "):
 			cur.id, err = strconv.ParseInt(strings.TrimPrefix(line, "id: "), 10, 64)
-			require.NoError(t, err)
+			if err != nil {
+				return nil, fmt.Errorf("line %q: %w", line, err)
+			}
 		case strings.HasPrefix(line, "event: "):
 			cur.typ = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
@@ -85,16 +102,21 @@ func (tb *testBundle) stream(t *testing.T, id uuid.UUID, lastID string) []sseEve
 				Seq  int64  `json:"seq"`
 				Type string `json:"type"`
 			}
-			require.NoError(t, json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev))
-			require.Equal(t, cur.id, ev.Seq)
-			require.Equal(t, cur.typ, ev.Type)
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev); err != nil {
+				return nil, fmt.Errorf("line %q: %w", line, err)
+			}
+			if ev.Seq != cur.id || ev.Type != cur.typ {
+				return nil, fmt.Errorf("data of event %d (%s) is event %d (%s)", cur.id, cur.typ, ev.Seq, ev.Type)
+			}
 		case line == "" && cur.id != 0:
 			out = append(out, cur)
 			cur = sseEvent{}
 		}
 	}
-	require.NoError(t, sc.Err(), "the stream ends cleanly after the final event")
-	return out
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("the stream does not end cleanly after the final event: %w", err)
+	}
+	return out, nil
 }
 
 func TestEventStreamReplaysWithoutGapsOrDuplicates(t *testing.T) {
@@ -128,13 +150,22 @@ func TestEventStreamFollowsLive(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	id := tb.makeRun(t)
-	done := make(chan []sseEvent, 1)
-	go func() { done <- tb.stream(t, id, "") }()
+	type streamed struct {
+		events []sseEvent
+		err    error
+	}
+	done := make(chan streamed, 1)
+	go func() {
+		events, err := tb.readStream(id, "")
+		done <- streamed{events, err}
+	}()
 	// The stream follows while the run progresses, then ends after the final event.
 	for tb.advance(t) {
 		time.Sleep(20 * time.Millisecond) // spread the events over several polls
 	}
-	events := <-done
+	res := <-done
+	require.NoError(t, res.err)
+	events := res.events
 	require.NotEmpty(t, events)
 	for i, e := range events {
 		require.Equal(t, int64(i+1), e.id)
@@ -180,7 +211,8 @@ func TestEventStreamFollowsLive(t *testing.T) {
 
 func (tb *testBundle) makeRunNamed(t *testing.T) uuid.UUID {
 	t.Helper()
-	run, _, err := tb.store.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: 1, Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}}})
+	v := catalogtest.Version(t, tb.store, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	run, _, err := tb.store.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: v.Version})
 	require.NoError(t, err)
 	return run.ID
 }

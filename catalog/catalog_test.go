@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -28,18 +30,6 @@ func setup(t *testing.T) (context.Context, *testBundle) {
 
 func fakeDigest(s string) string {
 	return "sha256:" + fmt.Sprintf("%064x", []byte(s))[:64]
-}
-
-// register makes a version of workflow wf; each distinct seed is a distinct bundle.
-func register(t *testing.T, ctx context.Context, s *catalog.Store, wf, seed string) *catalog.Version {
-	t.Helper()
-	d := fakeDigest(wf + "/" + seed)
-	v, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: wf, Digest: d, Size: 10, BlobKey: "bundles/sha256/" + strings.TrimPrefix(d, "sha256:"),
-		Definition: json.RawMessage(`{"steps":[]}`), Fingerprint: d,
-	})
-	require.NoError(t, err)
-	return v
 }
 
 func TestSchema(t *testing.T) {
@@ -65,28 +55,27 @@ func TestVersionRegisterConsecutive(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	const n = 20
-	var wg sync.WaitGroup
 	versions := make([]int, n)
-	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
+	var g errgroup.Group
+	for i := range n {
+		g.Go(func() error {
 			d := fakeDigest(fmt.Sprintf("bundle-%d", i))
 			v, created, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
 				Workflow: "wf", Digest: d, Size: 1, BlobKey: "k", Definition: json.RawMessage(`{}`), Fingerprint: d,
 			})
-			errs[i] = err
-			if err == nil {
-				require.True(t, created)
-				versions[i] = v.Version
+			if err != nil {
+				return err
 			}
-		}(i)
+			if !created {
+				return fmt.Errorf("bundle %d: not created", i)
+			}
+			versions[i] = v.Version
+			return nil
+		})
 	}
-	wg.Wait()
+	require.NoError(t, g.Wait())
 	seen := map[int]bool{}
 	for i := range versions {
-		require.NoError(t, errs[i])
 		require.False(t, seen[versions[i]], "version %d given twice", versions[i])
 		seen[versions[i]] = true
 	}
@@ -119,8 +108,8 @@ func diamond(maxAttempts int) []catalog.NewStep {
 
 func newRun(t *testing.T, ctx context.Context, s *catalog.Store, steps []catalog.NewStep) *catalog.Run {
 	t.Helper()
-	v := register(t, ctx, s, "wf", uuid.NewString())
-	run, created, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Input: json.RawMessage(`{"x":1}`), Steps: steps})
+	v := catalogtest.Version(t, s, "wf", steps...)
+	run, created, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Input: json.RawMessage(`{"x":1}`)})
 	require.NoError(t, err)
 	require.True(t, created)
 	return run
@@ -224,10 +213,10 @@ func TestLeaseFencingAndSweep(t *testing.T) {
 	// Within the grace after the database's start (here: 100 hours, longer than this
 	// cluster has run) an expired lease is not swept, and the next sweep is due at
 	// the grace's end.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		next, err := s.NextLeaseExpiry(ctx, 0)
-		require.NoError(t, err)
-		return time.Now().After(next)
+		require.NoError(c, err)
+		assert.True(c, time.Now().After(next))
 	}, 5*time.Second, 10*time.Millisecond, "waiting for the 50ms lease to expire")
 	const longGrace = 100 * time.Hour
 	n, err := s.StepSweep(ctx, 10, longGrace)
@@ -239,10 +228,10 @@ func TestLeaseFencingAndSweep(t *testing.T) {
 	require.Equal(t, "running", statuses(t, ctx, s, run.ID)["a"])
 
 	// The lease expires; the sweeper interrupts the attempt and readies the step.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		n, err := s.StepSweep(ctx, 10, 0)
-		require.NoError(t, err)
-		return n == 1
+		require.NoError(c, err)
+		assert.Equal(c, 1, n)
 	}, 5*time.Second, 20*time.Millisecond, "waiting for the 50ms lease to expire")
 	attempts, err := s.AttemptList(ctx, run.ID, "a")
 	require.NoError(t, err)
@@ -328,25 +317,26 @@ func TestRunIdempotency(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	v := register(t, ctx, s, "wf", "x")
+	v := catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
 	params := func(hash string) *catalog.RunCreateParams {
-		return &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}},
+		return &catalog.RunCreateParams{Workflow: "wf", Version: v.Version,
 			IdempotencyScope: "runs:wf", IdempotencyKey: "key-1", RequestHash: hash}
 	}
 	const n = 20
-	var wg sync.WaitGroup
 	ids := make([]uuid.UUID, n)
 	created := make([]bool, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
+	var g errgroup.Group
+	for i := range n {
+		g.Go(func() error {
 			r, c, err := s.RunCreate(ctx, params("h1"))
-			require.NoError(t, err)
+			if err != nil {
+				return err
+			}
 			ids[i], created[i] = r.ID, c
-		}(i)
+			return nil
+		})
 	}
-	wg.Wait()
+	require.NoError(t, g.Wait())
 	nCreated := 0
 	for i := range ids {
 		require.Equal(t, ids[0], ids[i])

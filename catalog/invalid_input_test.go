@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 )
 
 // TestInvalidInputTranslated: values PostgreSQL refuses (text with NUL or invalid
@@ -17,10 +18,10 @@ func TestInvalidInputTranslated(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	v := register(t, ctx, s, "wf", "1")
+	v := catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
 	run := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 1}})
 	create := func(p catalog.RunCreateParams) error {
-		p.Workflow, p.Steps = "wf", []catalog.NewStep{{Key: "a", MaxAttempts: 1}}
+		p.Workflow = "wf"
 		_, _, err := s.RunCreate(ctx, &p)
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
-	"github.com/lib/pq"
 )
 
 // ErrIdempotencyMismatch means an idempotency key was used before with a different
@@ -34,16 +33,14 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 
 	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
 	// version ($3, or the latest when 0), then inserts the run, its steps (the
-	// version's layout, unless $5..$7 give one: parallel arrays, needs comma-joined,
-	// keys cannot hold commas), the DAG's edges, the run.created event (seq 1), and
-	// wakes the dispatchers. Foreign keys are checked at the end of the statement,
+	// version's layout: parallel arrays, needs comma-joined, keys cannot hold
+	// commas), the DAG's edges, the run.created event (seq 1), and wakes the
+	// dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
 	sqlRunCreate = `
 WITH v AS (
     SELECT v.workflow, v.version,
-           coalesce($5::text[], v.step_keys) AS keys,
-           coalesce($6::text[], v.step_needs) AS needs,
-           coalesce($7::integer[], v.step_max_attempts) AS maxes
+           v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
@@ -114,7 +111,8 @@ type Run struct {
 	InputOmitted bool `db:"input_omitted"`
 }
 
-// NewStep is a step of a run being created.
+// NewStep is a step of a version's layout (VersionRegisterParams.Steps): what each
+// run of the version starts with.
 type NewStep struct {
 	Key         string
 	Needs       []string
@@ -127,9 +125,6 @@ type RunCreateParams struct {
 	// Version to run; 0 means the latest.
 	Version int
 	Input   json.RawMessage
-	// Steps override the version's own layout when not nil (tests build runs of
-	// versions registered without one).
-	Steps []NewStep
 	// IdempotencyKey, when set, makes the create idempotent within
 	// IdempotencyScope: the same key with the same RequestHash returns the first
 	// run; with another hash, ErrIdempotencyMismatch.
@@ -147,13 +142,7 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
 	}
-	var keys, needs, maxes any // NULL: the version's layout
-	if p.Steps != nil {
-		k, n, m := stepArrays(p.Steps)
-		keys, needs, maxes = pq.Array(k), pq.Array(n), pq.Array(m)
-	}
-	input := nullJSON(p.Input)
-	args := []any{id, p.Workflow, p.Version, input, keys, needs, maxes}
+	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input)}
 	if p.IdempotencyKey == "" {
 		run = &Run{}
 		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 )
 
 // TestRunListLeavesOutLargeInputs (D8): a page of runs carries the inputs up to
@@ -19,7 +20,7 @@ func TestRunListLeavesOutLargeInputs(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	v := register(t, ctx, s, "wf", "1")
+	v := catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
 	random := func(n int) string { // JSON text of n bytes that does not compress
 		b := make([]byte, (n-2)/2)
 		_, _ = rand.Read(b)
@@ -39,7 +40,7 @@ func TestRunListLeavesOutLargeInputs(t *testing.T) {
 	}
 	want := map[uuid.UUID]int{}
 	for i, in := range inputs {
-		run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Input: json.RawMessage(in.json), Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}}})
+		run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version, Input: json.RawMessage(in.json)})
 		require.NoError(t, err)
 		want[run.ID] = i
 	}

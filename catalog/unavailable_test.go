@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -120,8 +121,8 @@ func TestUnavailableStopped(t *testing.T) {
 	s, err := catalog.Open(ctx, testenv.ClusterDatabaseURL(t, c), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	register(t, ctx, s, "wf", "1")
-	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}}})
+	catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf"})
 	require.NoError(t, err)
 	// Every call works, leaving connections in the pool.
 	for _, call := range storeCalls(run.ID) {

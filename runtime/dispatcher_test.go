@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	cairndeploy "github.com/cairnrun/cairn/internal/deploy"
 	"github.com/cairnrun/cairn/internal/testenv"
 	"github.com/cairnrun/cairn/runtime"
 )
@@ -65,7 +67,7 @@ func startDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.
 }
 
 // deploy writes a bundle folder from files (path → content; paths under bin/ are
-// executable), stores it and registers its version, as the API does.
+// executable), packs it and deploys the archive as the API does (deploy.Register).
 func deploy(t *testing.T, tb *testBundle, files map[string]string) *catalog.Version {
 	t.Helper()
 	ctx := context.Background()
@@ -79,32 +81,17 @@ func deploy(t *testing.T, tb *testBundle, files map[string]string) *catalog.Vers
 		}
 		require.NoError(t, os.WriteFile(full, []byte(content), mode))
 	}
-	b, err := bundle.LoadDir(ctx, dir, bundle.Limits{})
-	require.NoError(t, err)
 	var archive bytes.Buffer
-	require.NoError(t, bundle.WriteCanonical(ctx, dir, b.Tree, &archive))
-	obj, err := tb.blobs.Put(ctx, "bundles", &archive, blobstore.PutOptions{Digest: b.Digest, ContentType: "application/gzip", Size: -1})
+	_, err := bundle.Pack(ctx, dir, &archive)
 	require.NoError(t, err)
-	def, err := b.Definition.CanonicalJSON()
-	require.NoError(t, err)
-	v, _, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: b.Definition.Name, Digest: b.Digest, Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint,
-	})
+	v, _, err := cairndeploy.Register(ctx, tb.store, tb.blobs, &archive, &cairndeploy.Config{TempDir: t.TempDir()})
 	require.NoError(t, err)
 	return v
 }
 
 func startRun(t *testing.T, tb *testBundle, v *catalog.Version, input string) uuid.UUID {
 	t.Helper()
-	raw, err := tb.store.VersionGet(context.Background(), v.Workflow, v.Version)
-	require.NoError(t, err)
-	def, err := bundle.ParseDefinition(raw.Definition)
-	require.NoError(t, err)
-	steps := make([]catalog.NewStep, len(def.Steps))
-	for i, st := range def.Steps {
-		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
-	}
-	p := &catalog.RunCreateParams{Workflow: v.Workflow, Version: v.Version, Steps: steps}
+	p := &catalog.RunCreateParams{Workflow: v.Workflow, Version: v.Version}
 	if input != "" {
 		p.Input = json.RawMessage(input)
 	}
@@ -117,16 +104,23 @@ func startRun(t *testing.T, tb *testBundle, v *catalog.Version, input string) uu
 func waitRun(t *testing.T, tb *testBundle, id uuid.UUID, within time.Duration) *catalog.Run {
 	t.Helper()
 	var run *catalog.Run
-	require.Eventually(t, func() bool {
-		var err error
-		run, err = tb.store.RunGet(context.Background(), id)
-		require.NoError(t, err)
-		return run.FinishedAt.Valid
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		r, err := tb.store.RunGet(context.Background(), id)
+		require.NoError(c, err)
+		require.True(c, r.FinishedAt.Valid, "run %s is %s", id, r.Status)
+		run = r
 	}, within, 20*time.Millisecond, "waiting for run %s to finish", id)
 	return run
 }
 
-func stepMap(t *testing.T, tb *testBundle, id uuid.UUID) map[string]catalog.Step {
+// testingT is what the helpers below need: a *testing.T, or the *assert.CollectT
+// of an EventuallyWithT condition.
+type testingT interface {
+	require.TestingT
+	Helper()
+}
+
+func stepMap(t testingT, tb *testBundle, id uuid.UUID) map[string]catalog.Step {
 	t.Helper()
 	steps, err := tb.store.StepList(context.Background(), id)
 	require.NoError(t, err)
@@ -137,7 +131,7 @@ func stepMap(t *testing.T, tb *testBundle, id uuid.UUID) map[string]catalog.Step
 	return out
 }
 
-func attempts(t *testing.T, tb *testBundle, id uuid.UUID, key string) []catalog.Attempt {
+func attempts(t testingT, tb *testBundle, id uuid.UUID, key string) []catalog.Attempt {
 	t.Helper()
 	a, err := tb.store.AttemptList(context.Background(), id, key)
 	require.NoError(t, err)
@@ -360,7 +354,9 @@ steps:
   - {key: long, builtin: sleep, with: {duration: 2s}, retry: {max_attempts: 1}}
 `})
 	id := startRun(t, tb, v, "")
-	require.Eventually(t, func() bool { return stepMap(t, tb, id)["long"].Status == "running" }, 10*time.Second, 10*time.Millisecond, "waiting for the step to start")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, catalog.StepRunning, stepMap(c, tb, id)["long"].Status)
+	}, 10*time.Second, 10*time.Millisecond, "waiting for the step to start")
 	require.NoError(t, d.Stop(ctx))
 	a := attempts(t, tb, id, "long")
 	require.Len(t, a, 1)

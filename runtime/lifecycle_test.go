@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -43,8 +44,9 @@ func newDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.Di
 // waitRunning waits until the step of the run holds a lease.
 func waitRunning(t *testing.T, tb *testBundle, id uuid.UUID, key string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return stepMap(t, tb, id)[key].Status == "running" },
-		10*time.Second, 10*time.Millisecond, "waiting for step %s to start", key)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.Equal(c, catalog.StepRunning, stepMap(c, tb, id)[key].Status)
+	}, 10*time.Second, 10*time.Millisecond, "waiting for step %s to start", key)
 }
 
 func TestStopWithoutStart(t *testing.T) {
