@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
@@ -283,10 +284,10 @@ func TestStepFinishTransitions(t *testing.T) {
 				claimed, err := s.StepClaim(ctx, "d1", 10, time.Millisecond)
 				require.NoError(t, err)
 				require.Len(t, claimed, 1)
-				require.Eventually(t, func() bool {
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
 					n, err := s.StepSweep(ctx, 10, 0)
-					require.NoError(t, err)
-					return n == 1
+					require.NoError(c, err)
+					assert.Equal(c, 1, n)
 				}, 10*time.Second, 10*time.Millisecond, "waiting for the 1ms lease to expire and be swept")
 				cov.observe(t, ctx, s, r.ID)
 				at, err := s.AttemptGet(ctx, r.ID, "a", 1)
