@@ -13,10 +13,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
@@ -30,6 +30,13 @@ type testBundle struct {
 	store   *catalog.Store
 	blobDir string
 	url     string
+}
+
+// testingT is what helpers called from an EventuallyWithT condition need: a
+// *testing.T, or the condition's *assert.CollectT.
+type testingT interface {
+	require.TestingT
+	Helper()
 }
 
 func setup(t *testing.T) *testBundle {
@@ -48,16 +55,30 @@ func setup(t *testing.T) *testBundle {
 
 func (tb *testBundle) upload(t *testing.T, body io.Reader) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, tb.url+"/v1/bundles", body)
+	status, out, err := tb.tryUpload(body)
 	require.NoError(t, err)
+	return status, out
+}
+
+// tryUpload is upload for another goroutine than the test's: it returns what went
+// wrong.
+func (tb *testBundle) tryUpload(body io.Reader) (int, map[string]any, error) {
+	req, err := http.NewRequest(http.MethodPost, tb.url+"/v1/bundles", body)
+	if err != nil {
+		return 0, nil, err
+	}
 	req.Header.Set("Authorization", "Bearer "+operatorToken)
 	req.Header.Set("Content-Type", "application/gzip")
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
+	if err != nil {
+		return 0, nil, err
+	}
 	defer resp.Body.Close()
 	var out map[string]any
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	return resp.StatusCode, out
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return 0, nil, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+	}
+	return resp.StatusCode, out, nil
 }
 
 // blobFiles lists the objects in the file blob store (temporary files excluded).
@@ -192,23 +213,26 @@ func TestConcurrentUploadsGetConsecutiveVersions(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
 	const n = 20
-	var wg sync.WaitGroup
-	versions := make(chan float64, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			body := archive(t, entry{name: "cairn.yaml", body: fmt.Sprintf("name: wf\ndescription: bundle %d\nsteps:\n  - {key: a, builtin: noop}\n", i)})
-			status, out := tb.upload(t, bytes.NewReader(body))
-			if status == http.StatusCreated {
-				versions <- out["version"].(float64)
+	versions := make([]float64, n)
+	var g errgroup.Group
+	for i := range n {
+		body := archive(t, entry{name: "cairn.yaml", body: fmt.Sprintf("name: wf\ndescription: bundle %d\nsteps:\n  - {key: a, builtin: noop}\n", i)})
+		g.Go(func() error {
+			status, out, err := tb.tryUpload(bytes.NewReader(body))
+			if err != nil {
+				return err
 			}
-		}(i)
+			v, ok := out["version"].(float64)
+			if status != http.StatusCreated || !ok {
+				return fmt.Errorf("bundle %d: status %d, %v", i, status, out)
+			}
+			versions[i] = v
+			return nil
+		})
 	}
-	wg.Wait()
-	close(versions)
+	require.NoError(t, g.Wait())
 	seen := map[int]bool{}
-	for v := range versions {
+	for _, v := range versions {
 		seen[int(v)] = true
 	}
 	for v := 1; v <= n; v++ {

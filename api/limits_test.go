@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -236,7 +237,7 @@ func TestSlowButSteadyBodyPasses(t *testing.T) {
 }
 
 // openStream opens the event stream of run id; the caller closes the response.
-func (tb *testBundle) openStream(t *testing.T, id uuid.UUID) *http.Response {
+func (tb *testBundle) openStream(t testingT, id uuid.UUID) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, tb.url+"/v1/runs/"+id.String()+"/events/stream", nil)
 	require.NoError(t, err)
@@ -270,10 +271,10 @@ func TestStreamCap(t *testing.T) {
 
 	first.Body.Close()
 	// Waiting for the server to notice the closed stream and give its slot back.
-	require.Eventually(t, func() bool {
-		resp := tb.openStream(t, id)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp := tb.openStream(c, id)
 		defer resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		assert.Equal(c, http.StatusOK, resp.StatusCode)
 	}, 10*time.Second, 50*time.Millisecond)
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -38,7 +39,7 @@ func (l *logSink) Write(p []byte) (int, error) {
 }
 
 // records returns the log lines written so far, decoded.
-func (l *logSink) records(t *testing.T) []map[string]any {
+func (l *logSink) records(t testingT) []map[string]any {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -174,25 +175,26 @@ func TestClientClosedRequest(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the request's query waits for the lock.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var n int
 		err := db.GetContext(ctx, &n, `SELECT count(*) FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM runs%'`)
-		return err == nil && n > 0
+		require.NoError(c, err)
+		assert.Positive(c, n, "queries of runs waiting for a lock")
 	}, 10*time.Second, 20*time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 
 	// Wait for the server to finish the request: its access log line.
 	var access map[string]any
-	require.Eventually(t, func() bool {
-		for _, rec := range logs.records(t) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, rec := range logs.records(c) {
 			if rec["msg"] == "request" && rec["path"] == "/v1/runs" {
 				access = rec
-				return true
+				return
 			}
 		}
-		return false
+		c.Errorf("no access log line of /v1/runs yet")
 	}, 10*time.Second, 20*time.Millisecond)
 	require.EqualValues(t, 499, access["status"])
 	require.Equal(t, "INFO", access["level"])
