@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -136,18 +137,17 @@ sh -c 'sleep 300; :' `+marker)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	done := invokeAsync(ctx, b.exec, b.invocation("./hang"), &testSink{})
-	require.Eventually(t, func() bool { return processWithName(t, marker) }, 10*time.Second, 20*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.True(c, processWithName(c, marker)) }, 10*time.Second, 20*time.Millisecond,
 		"waiting for the handler's processes to start")
 	cancel(errors.New("step timed out"))
 	require.EqualError(t, <-done, "step timed out")
 	// Wait for the kernel to finish tearing the PID namespace down.
-	require.Eventually(t, func() bool { return !processWithName(t, marker) }, 5*time.Second, 20*time.Millisecond,
+	require.EventuallyWithT(t, func(c *assert.CollectT) { assert.False(c, processWithName(c, marker)) }, 5*time.Second, 20*time.Millisecond,
 		"processes of the handler outlived the attempt")
 }
 
 // processWithName reports whether a process of this machine runs under name.
-func processWithName(t *testing.T, name string) bool {
-	t.Helper()
+func processWithName(t require.TestingT, name string) bool {
 	entries, err := os.ReadDir("/proc")
 	require.NoError(t, err)
 	for _, e := range entries {

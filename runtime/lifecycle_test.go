@@ -136,9 +136,10 @@ func TestStopWhileDatabaseDown(t *testing.T) {
 	// The step is still leased to the stopped dispatcher; once the database is back
 	// and the lease has expired, another dispatcher takes it over.
 	require.NoError(t, c.Start(ctx))
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		st, err := store.StepGet(ctx, id, "long")
-		return err == nil && st.Status == "running"
+		require.NoError(c, err)
+		assert.Equal(c, catalog.StepRunning, st.Status)
 	}, 30*time.Second, 50*time.Millisecond, "waiting for the database to answer again")
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/migrations"
@@ -80,8 +81,8 @@ func TestPGRestart(t *testing.T) {
 	var name string
 	// The pool reconnects to the restarted server; its dead connections fail
 	// once each, so allow a few tries.
-	require.Eventually(t, func() bool {
-		return db.GetContext(t.Context(), &name, `SELECT name FROM workflows`) == nil
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.NoError(c, db.GetContext(t.Context(), &name, `SELECT name FROM workflows`))
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, "kept", name)
 }
