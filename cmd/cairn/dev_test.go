@@ -3,42 +3,25 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/internal/testenv"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// cairnBinary builds the real binary once per test binary, for tests that signal it.
-func cairnBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cairn-bin-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "cairn")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, binErr)
-	return binPath
+// TestMain removes the cairn binary that tests signal (testenv.CairnBinary) once
+// they are over.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveCairnBinary()
+	os.Exit(code)
 }
 
 // devProcess is a `cairn dev` subprocess.
@@ -64,7 +47,7 @@ func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
 	credPath := filepath.Join(dir, ".cairn", "credentials")
 	_ = os.Remove(credPath)
 	start := time.Now()
-	cmd := exec.Command(cairnBinary(t), "dev", "--listen", "127.0.0.1:0")
+	cmd := exec.Command(testenv.CairnBinary(t), "dev", "--listen", "127.0.0.1:0")
 	cmd.Dir = dir
 	stderr := &syncBuffer{}
 	stdout := &syncBuffer{}
@@ -84,26 +67,36 @@ func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
 		}
 	})
 	// Waiting for the credentials file (written once the server listens), then for
-	// /readyz to answer 200.
-	require.Eventually(t, func() bool {
+	// /readyz to answer 200; a process that exits meanwhile fails the test at once.
+	deadline := time.After(60 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !p.ready(credPath) {
 		select {
 		case <-p.exited:
-			require.FailNow(t, "cairn dev exited", "%v\n%s", p.err, stderr.String())
-		default:
+			t.Fatalf("cairn dev exited: %v\n%s", p.err, stderr.String())
+		case <-deadline:
+			t.Fatal("cairn dev was not ready within 60s")
+		case <-tick.C:
 		}
-		creds, err := readCredentials(credPath)
-		if err != nil || creds["CAIRN_SERVER"] == "" {
-			return false
-		}
-		resp, err := http.Get(creds["CAIRN_SERVER"] + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		p.creds = creds
-		return resp.StatusCode == http.StatusOK
-	}, 60*time.Second, 50*time.Millisecond, "waiting for cairn dev to be ready")
+	}
 	return p, time.Since(start)
+}
+
+// ready reports whether the credentials file at credPath names a server whose
+// /readyz answers 200, and keeps the credentials.
+func (p *devProcess) ready(credPath string) bool {
+	creds, err := readCredentials(credPath)
+	if err != nil || creds["CAIRN_SERVER"] == "" {
+		return false
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(creds["CAIRN_SERVER"] + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	p.creds = creds
+	return resp.StatusCode == http.StatusOK
 }
 
 // deployHello deploys examples/hello through the CLI against the dev server.

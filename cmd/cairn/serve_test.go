@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/bundle"
@@ -28,7 +29,7 @@ func startServe(t *testing.T, env ...string) string {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(cairnBinary(t), "serve")
+	cmd := exec.Command(testenv.CairnBinary(t), "serve")
 	cmd.Env = append(append(os.Environ(), "CAIRN_LISTEN="+addr, "CAIRN_CACHE_DIR="+t.TempDir()), env...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
@@ -119,10 +120,10 @@ steps:
 	require.NoError(t, err)
 	defer db.Close()
 	// Waiting for every run to end.
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var open int
-		require.NoError(t, db.QueryRow(`SELECT count(*) FROM runs WHERE status IN ('pending', 'running')`).Scan(&open))
-		return open == 0
+		require.NoError(c, db.QueryRow(`SELECT count(*) FROM runs WHERE status IN ('pending', 'running')`).Scan(&open))
+		assert.Zero(c, open, "runs pending or running")
 	}, 3*time.Minute, 200*time.Millisecond, "runs still open")
 	t.Logf("%d runs of 5 steps in %s", runs, time.Since(start).Round(time.Millisecond))
 

@@ -31,7 +31,7 @@ func TestUploadLargeBundleFlatMemory(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.Command(cairnBinary(t), "serve", "--no-dispatcher")
+	cmd := exec.Command(testenv.CairnBinary(t), "serve", "--no-dispatcher")
 	cmd.Env = append(os.Environ(),
 		"CAIRN_DATABASE_URL="+url,
 		"CAIRN_BLOBSTORE=file://"+t.TempDir(),

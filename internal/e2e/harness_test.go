@@ -39,55 +39,22 @@ const envBinary = "CAIRN_E2E_BINARY"
 // logTail is how much of a server's log a failed test prints.
 const logTail = 48 << 10
 
-// cairnBuild is the binary of this test binary, built once: package state because
-// there is nowhere else to keep it; TestMain removes its directory.
-var cairnBuild struct {
-	once sync.Once
-	dir  string // temporary directory holding the built binary, if we built it
-	path string
-	err  error
-}
-
+// TestMain removes the cairn binary that testenv.CairnBinary built, once the tests
+// are over.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if cairnBuild.dir != "" {
-		_ = os.RemoveAll(cairnBuild.dir)
-	}
+	testenv.RemoveCairnBinary()
 	os.Exit(code)
 }
 
-// cairnBinary returns the path of the cairn binary: $CAIRN_E2E_BINARY, or one built
-// from the module's ./cmd/cairn on first use (without -race: the tests measure the
-// binary, not the detector).
+// cairnBinary returns the path of the cairn binary: $CAIRN_E2E_BINARY, or the one
+// testenv.CairnBinary builds from the module's ./cmd/cairn on first use.
 func cairnBinary(t testing.TB) string {
 	t.Helper()
-	cairnBuild.once.Do(func() {
-		if p := os.Getenv(envBinary); p != "" {
-			cairnBuild.path = p
-			return
-		}
-		root, err := moduleRoot()
-		if err != nil {
-			cairnBuild.err = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "cairn-e2e-bin-")
-		if err != nil {
-			cairnBuild.err = err
-			return
-		}
-		cairnBuild.dir = dir
-		out := filepath.Join(dir, "cairn")
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/cairn")
-		cmd.Dir = root
-		if b, err := cmd.CombinedOutput(); err != nil {
-			cairnBuild.err = fmt.Errorf("go build ./cmd/cairn in %s: %v\n%s", root, err, b)
-			return
-		}
-		cairnBuild.path = out
-	})
-	require.NoError(t, cairnBuild.err)
-	return cairnBuild.path
+	if p := os.Getenv(envBinary); p != "" {
+		return p
+	}
+	return testenv.CairnBinary(t)
 }
 
 // moduleRoot finds the directory holding go.mod above the working directory (the

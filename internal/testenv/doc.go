@@ -13,6 +13,10 @@
 // Buckets: [S3Endpoint], [S3Bucket] and [Blobs] do the same for S3, with
 // CAIRN_TEST_S3_ENDPOINT, a local versitygw process or a MinIO container.
 //
+// The binary: [CairnBinary] builds ./cmd/cairn once per test binary for tests
+// that run the real `cairn` as a subprocess; [RemoveCairnBinary], from a
+// TestMain, removes it when the tests end (without one, a later build does).
+//
 // With no server available a test is skipped, except under CI=true, where it
 // fails with what to install: nothing is skipped silently in CI.
 //
