@@ -51,8 +51,9 @@ demo: build
 bench: tools
 	scripts/bench.sh
 
-## lint: go vet and staticcheck.
+## lint: go vet, staticcheck, and go.mod/go.sum as `go mod tidy` leaves them.
 lint:
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
