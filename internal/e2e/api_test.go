@@ -329,13 +329,11 @@ func (c *apiClient) waitRun(id string, timeout time.Duration) apiRun {
 	c.t.Helper()
 	var run apiRun
 	// Wait for the run to reach succeeded, failed or canceled.
-	ok := assert.Eventually(c.t, func() bool {
+	ok := assert.EventuallyWithT(c.t, func(ct *assert.CollectT) {
 		r, err := c.run(id)
-		if err != nil {
-			return false
-		}
+		require.NoError(ct, err)
 		run = r
-		return isTerminalRun(r.Status)
+		assert.True(ct, isTerminalRun(r.Status), "run %s is %s", id, r.Status)
 	}, timeout, 100*time.Millisecond, "run %s did not finish within %s", id, timeout)
 	if !ok {
 		steps, err := c.steps(id)
@@ -348,13 +346,11 @@ func (c *apiClient) waitRun(id string, timeout time.Duration) apiRun {
 func (c *apiClient) waitStep(id, key string, timeout time.Duration, what string, cond func(apiStep) bool) apiStep {
 	c.t.Helper()
 	var st apiStep
-	require.Eventually(c.t, func() bool {
+	require.EventuallyWithT(c.t, func(ct *assert.CollectT) {
 		s, err := c.step(id, key)
-		if err != nil {
-			return false
-		}
+		require.NoError(ct, err)
 		st = s
-		return cond(s)
+		assert.True(ct, cond(s), "step %s of run %s is %s", key, id, s.Status)
 	}, timeout, 20*time.Millisecond, "step %s of run %s: %s", key, id, what)
 	return st
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/internal/testenv"
@@ -220,21 +221,27 @@ func TestChaos(t *testing.T) {
 	for _, id := range ids {
 		pending[id] = true
 	}
-	require.Eventually(t, func() bool {
+	var failed *apiRun // a run that ended otherwise: it ends the wait
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for id := range pending {
 			status, body, err := cs.call(cs.pick(r), http.MethodGet, "/v1/runs/"+id, nil, nil)
-			if err != nil || status != http.StatusOK {
-				return false
-			}
+			require.NoError(c, err, "get run %s", id)
+			require.Equal(c, http.StatusOK, status, "get run %s: %s", id, body)
 			var run apiRun
-			require.NoError(t, json.Unmarshal(body, &run))
+			require.NoError(c, json.Unmarshal(body, &run), "run %s: %s", id, body)
 			if isTerminalRun(run.Status) {
-				require.Equal(t, "succeeded", run.Status, "run %s: %s", id, run.Error)
+				if run.Status != "succeeded" {
+					failed = &run
+					return
+				}
 				delete(pending, id)
 			}
 		}
-		return len(pending) == 0
-	}, 2*time.Minute, 200*time.Millisecond, "runs still unfinished")
+		assert.Empty(c, pending, "runs still unfinished")
+	}, 2*time.Minute, 200*time.Millisecond, "waiting for every run to end")
+	if failed != nil {
+		t.Fatalf("run %s %s: %s", failed.ID, failed.Status, failed.Error)
+	}
 	t.Logf("every run finished %s after the start", time.Since(start).Round(time.Millisecond))
 
 	// Exactly one successful attempt per step; interrupted attempts only on killed

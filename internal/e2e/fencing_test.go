@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/functions"
@@ -44,13 +45,12 @@ steps:
 
 	// Wait until B's sweeper has interrupted A's attempt and B runs attempt 2.
 	var attempts []apiAttempt
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		as, err := apiB.attempts(runID, "slow")
-		if err != nil || len(as) < 2 {
-			return false
-		}
+		require.NoError(c, err)
+		require.GreaterOrEqual(c, len(as), 2, "attempts")
 		attempts = as
-		return as[1].Status == "running"
+		assert.Equal(c, "running", as[1].Status)
 	}, 15*time.Second, 20*time.Millisecond, "no second attempt after A's lease expired")
 	require.Equal(t, "interrupted", attempts[0].Status)
 	require.True(t, a.owns(attempts[0].Dispatcher))

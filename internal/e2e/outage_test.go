@@ -9,10 +9,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/internal/testenv"
@@ -170,17 +172,11 @@ printf ']}\n'
 	require.Eventually(t, func() bool { return a.readyz() == http.StatusServiceUnavailable }, 10*time.Second, 50*time.Millisecond)
 	// Keep S3 down until both steps have failed to store their output.
 	for _, key := range []string{"small", "big"} {
-		require.Eventually(t, func() bool {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			as, err := api.attempts(runID, key)
-			if err != nil {
-				return false
-			}
-			for _, at := range as {
-				if at.Error != nil && at.Error.Code == "infrastructure" {
-					return true
-				}
-			}
-			return false
+			require.NoError(c, err)
+			assert.True(c, slices.ContainsFunc(as, func(at apiAttempt) bool { return at.Error != nil && at.Error.Code == "infrastructure" }),
+				"attempts %+v", as)
 		}, 40*time.Second, 100*time.Millisecond, "step %s never failed to store its output", key)
 	}
 	s3.start()

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -66,10 +67,12 @@ steps:
 	t.Logf("%d runs still pending when the server was ready", n)
 
 	// Wait until no run is pending or running.
-	require.Eventually(t, func() bool {
-		pending, err1 := api.countRuns("backlog", "pending")
-		running, err2 := api.countRuns("backlog", "running")
-		return err1 == nil && err2 == nil && pending+running == 0
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		pending, err := api.countRuns("backlog", "pending")
+		require.NoError(c, err)
+		running, err := api.countRuns("backlog", "running")
+		require.NoError(c, err)
+		assert.Zero(c, pending+running, "runs pending or running")
 	}, 50*time.Second, 250*time.Millisecond, "the backlog was not worked off")
 	t.Logf("every run finished %s after the server was ready", time.Since(srv.ready).Round(time.Millisecond))
 	succeeded, err := api.countRuns("backlog", "succeeded")
