@@ -1,13 +1,9 @@
 package api_test
 
 import (
-	"context"
-	"crypto/sha256"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,6 +11,7 @@ import (
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -88,9 +85,7 @@ func setupSignedOn(t *testing.T, store *catalog.Store, key string) string {
 func setupWorkflows(t *testing.T, tb *testBundle) *testBundle {
 	t.Helper()
 	for _, name := range []string{"wf-a", "wf-b", "wf-c"} {
-		d := "sha256:" + strings.Repeat(fmt.Sprintf("%x", sha256.Sum256([]byte(name)))[:2], 32)
-		_, _, err := tb.store.VersionRegister(context.Background(), &catalog.VersionRegisterParams{Workflow: name, Digest: d, Size: 1, BlobKey: "k" + name, Definition: []byte(`{}`), Fingerprint: d})
-		require.NoError(t, err)
+		catalogtest.Version(t, tb.store, name)
 	}
 	return tb
 }
