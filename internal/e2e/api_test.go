@@ -6,146 +6,91 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
+	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/client"
 )
 
-// The API's shapes, as far as the tests read them (DESIGN §6).
-type (
-	apiRun struct {
-		ID         string          `json:"id"`
-		Workflow   string          `json:"workflow"`
-		Version    int             `json:"version"`
-		Status     string          `json:"status"`
-		Error      json.RawMessage `json:"error"`
-		CreatedAt  time.Time       `json:"created_at"`
-		StartedAt  *time.Time      `json:"started_at"`
-		FinishedAt *time.Time      `json:"finished_at"`
-	}
-	apiStep struct {
-		Key         string          `json:"key"`
-		Status      string          `json:"status"`
-		Attempts    int             `json:"attempts"`
-		MaxAttempts int             `json:"max_attempts"`
-		LeaseOwner  *string         `json:"lease_owner"`
-		LastError   json.RawMessage `json:"last_error"`
-		Output      json.RawMessage `json:"output"`
-		Checkpoint  json.RawMessage `json:"checkpoint"`
-	}
-	apiAttempt struct {
-		Number     int           `json:"number"`
-		Status     string        `json:"status"`
-		Dispatcher string        `json:"dispatcher"`
-		LeaseToken int64         `json:"lease_token"`
-		Counted    bool          `json:"counted"`
-		Error      *attemptError `json:"error"`
-		StartedAt  time.Time     `json:"started_at"`
-		FinishedAt *time.Time    `json:"finished_at"`
-	}
-	attemptError struct {
-		Message   string `json:"message"`
-		Code      string `json:"code"`
-		Retryable bool   `json:"retryable"`
-	}
-	apiEvent struct {
-		Seq     int64           `json:"seq"`
-		Type    string          `json:"type"`
-		Step    string          `json:"step"`
-		Attempt int             `json:"attempt"`
-		Data    json.RawMessage `json:"data"`
-	}
-	uploadResult struct {
-		Workflow string `json:"workflow"`
-		Version  int    `json:"version"`
-		Digest   string `json:"digest"`
-	}
-	// blobRef is the body of a {"$blob": …} reference.
-	blobRef struct {
-		Digest string `json:"digest"`
-		Size   int64  `json:"size"`
-	}
-)
-
-func isTerminalRun(status string) bool {
-	return status == "succeeded" || status == "failed" || status == "canceled"
-}
-
-// apiClient talks to one server's API with plain net/http.
+// apiClient is one server's API for a test: the generated client (package client,
+// with the operator's token) and helpers that fail the test when the API does not
+// answer. Run IDs are strings, as the API's shapes have them.
 type apiClient struct {
-	t     *testing.T
-	base  string
-	token string
+	t  *testing.T
+	cl *client.Client
 }
 
-var httpClient = &http.Client{Timeout: 30 * time.Second}
-
-// do sends a request and returns the response (the caller closes its body).
-func (c *apiClient) do(ctx context.Context, method, path string, body io.Reader, header http.Header) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	if req.Header.Get("Authorization") == "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	return httpClient.Do(req)
+// newAPIClient returns a client of the API at base with the operator's token.
+func newAPIClient(t *testing.T, base string) *apiClient {
+	cl, err := client.New(base, operatorToken)
+	require.NoError(t, err)
+	return &apiClient{t: t, cl: cl}
 }
 
-// getJSON decodes the 200 answer of GET path into v; any other answer is an error.
-func (c *apiClient) getJSON(path string, v any) error {
-	ctx, cancel := withTimeout(10 * time.Second)
-	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, path, nil, nil)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, b)
-	}
-	return json.Unmarshal(b, v)
+// apiError is the error object of a run, a step or an attempt (a free-form JSON
+// value in the API's description).
+type apiError struct {
+	Message   string `json:"message"`
+	Code      string `json:"code"`
+	Retryable bool   `json:"retryable"`
 }
 
-// sendJSON sends body as JSON and returns the status and the answer's bytes.
-func (c *apiClient) sendJSON(method, path string, body any, header http.Header) (int, []byte) {
+// errorOf decodes an error object; the zero apiError for none.
+func errorOf(v any) apiError {
+	var e apiError
+	_ = json.Unmarshal(jsonOf(v), &e) // null and non-objects leave it zero
+	return e
+}
+
+// jsonOf encodes a free-form JSON value of the generated types (an output, a
+// checkpoint, an error, an event's data) back to JSON; nil is null.
+func jsonOf(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("a decoded JSON value does not encode: %v", err)) // cannot happen
+	}
+	return b
+}
+
+// deref is *p, or the zero value for nil.
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// runID parses a run ID the API gave; it fails the test when it is not one.
+func (c *apiClient) runID(id string) uuid.UUID {
 	c.t.Helper()
-	b, err := json.Marshal(body)
+	u, err := parseRunID(id)
 	require.NoError(c.t, err)
-	if header == nil {
-		header = http.Header{}
+	return u
+}
+
+// parseRunID is runID for helpers that return errors (they may run in an
+// EventuallyWithT condition, off the test's goroutine).
+func parseRunID(id string) (uuid.UUID, error) {
+	u, err := uuid.Parse(id)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("run ID %q: %w", id, err)
 	}
-	header.Set("Content-Type", "application/json")
-	ctx, cancel := withTimeout(30 * time.Second)
-	defer cancel()
-	resp, err := c.do(ctx, method, path, bytes.NewReader(b), header)
-	require.NoError(c.t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	require.NoError(c.t, err)
-	return resp.StatusCode, out
+	return u, nil
 }
 
 // deploy writes files (path → content; paths under bin/ are executable) into a new
 // folder, packs it into a bundle and uploads it.
-func (c *apiClient) deploy(files map[string]string) uploadResult {
+func (c *apiClient) deploy(files map[string]string) *client.UploadResult {
 	c.t.Helper()
 	dir := writeTree(c.t, files)
 	var buf bytes.Buffer
@@ -153,14 +98,8 @@ func (c *apiClient) deploy(files map[string]string) uploadResult {
 	require.NoError(c.t, err)
 	ctx, cancel := withTimeout(30 * time.Second)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, "/v1/bundles", &buf, http.Header{"Content-Type": {"application/gzip"}})
+	res, err := c.cl.UploadBundle(ctx, &buf)
 	require.NoError(c.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(c.t, err)
-	require.Contains(c.t, []int{http.StatusCreated, http.StatusOK}, resp.StatusCode, "upload bundle: %s", b)
-	var res uploadResult
-	require.NoError(c.t, json.Unmarshal(b, &res))
 	return res
 }
 
@@ -190,110 +129,116 @@ func (c *apiClient) startRun(workflow string, version int, input any) string {
 
 // tryStartRun is startRun for goroutines: it returns what went wrong.
 func (c *apiClient) tryStartRun(workflow string, version int, input any) (string, error) {
-	body := map[string]any{}
+	body := client.StartRunBody{Input: input}
 	if version > 0 {
-		body["version"] = version
-	}
-	if input != nil {
-		body["input"] = input
-	}
-	b, err := json.Marshal(body)
-	if err != nil {
-		return "", err
+		v := int64(version)
+		body.Version = &v
 	}
 	ctx, cancel := withTimeout(30 * time.Second)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodPost, "/v1/workflows/"+workflow+"/runs", bytes.NewReader(b),
-		http.Header{"Content-Type": {"application/json"}})
+	run, err := c.cl.CreateRun(ctx, workflow, body, "")
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
-	b, err = io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != http.StatusAccepted {
-		return "", fmt.Errorf("start run of %s: %d %s", workflow, resp.StatusCode, b)
-	}
-	var run apiRun
-	if err := json.Unmarshal(b, &run); err != nil {
-		return "", err
-	}
-	return run.ID, nil
+	return run.Id, nil
 }
 
 // countRuns counts the runs of workflow in status, page by page.
-func (c *apiClient) countRuns(workflow, status string) (int, error) {
-	n, cursor := 0, ""
-	for {
-		q := url.Values{"workflow": {workflow}, "status": {status}, "limit": {"1000"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		var page struct {
-			Items      []apiRun `json:"items"`
-			NextCursor string   `json:"next_cursor"`
-		}
-		if err := c.getJSON("/v1/runs?"+q.Encode(), &page); err != nil {
+func (c *apiClient) countRuns(workflow string, status client.RunStatus) (int, error) {
+	ctx, cancel := withTimeout(time.Minute)
+	defer cancel()
+	st, limit := client.ListRunsParamsStatus(status), int64(1000)
+	n := 0
+	for _, err := range c.cl.Runs(ctx, &client.ListRunsParams{Workflow: &workflow, Status: &st, Limit: &limit}) {
+		if err != nil {
 			return 0, err
 		}
-		n += len(page.Items)
-		if page.NextCursor == "" {
-			return n, nil
-		}
-		cursor = page.NextCursor
+		n++
 	}
+	return n, nil
 }
 
-func (c *apiClient) run(id string) (apiRun, error) {
-	var run apiRun
-	err := c.getJSON("/v1/runs/"+id, &run)
-	return run, err
+func (c *apiClient) run(id string) (client.Run, error) {
+	ctx, cancel := withTimeout(10 * time.Second)
+	defer cancel()
+	uid, err := parseRunID(id)
+	if err != nil {
+		return client.Run{}, err
+	}
+	resp, err := c.cl.GetRunWithResponse(ctx, uid)
+	if err != nil {
+		return client.Run{}, err
+	}
+	if resp.JSON200 == nil {
+		return client.Run{}, fmt.Errorf("get run %s: status %d", id, resp.StatusCode())
+	}
+	return *resp.JSON200, nil
 }
 
-func (c *apiClient) steps(id string) ([]apiStep, error) {
-	var out struct{ Items []apiStep }
-	err := c.getJSON("/v1/runs/"+id+"/steps", &out)
-	return out.Items, err
+func (c *apiClient) steps(id string) ([]client.Step, error) {
+	ctx, cancel := withTimeout(10 * time.Second)
+	defer cancel()
+	uid, err := parseRunID(id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cl.ListStepsWithResponse(ctx, uid)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, fmt.Errorf("list steps of %s: status %d", id, resp.StatusCode())
+	}
+	return deref(resp.JSON200.Items), nil
 }
 
 // step returns one step of a run.
-func (c *apiClient) step(id, key string) (apiStep, error) {
+func (c *apiClient) step(id, key string) (client.Step, error) {
 	steps, err := c.steps(id)
 	if err != nil {
-		return apiStep{}, err
+		return client.Step{}, err
 	}
 	for _, s := range steps {
 		if s.Key == key {
 			return s, nil
 		}
 	}
-	return apiStep{}, fmt.Errorf("run %s has no step %s", id, key)
+	return client.Step{}, fmt.Errorf("run %s has no step %s", id, key)
 }
 
-func (c *apiClient) attempts(id, key string) ([]apiAttempt, error) {
-	var out struct{ Items []apiAttempt }
-	err := c.getJSON("/v1/runs/"+id+"/steps/"+key+"/attempts", &out)
-	return out.Items, err
+func (c *apiClient) attempts(id, key string) ([]client.Attempt, error) {
+	ctx, cancel := withTimeout(10 * time.Second)
+	defer cancel()
+	uid, err := parseRunID(id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cl.ListAttemptsWithResponse(ctx, uid, key)
+	if err != nil {
+		return nil, err
+	}
+	if resp.JSON200 == nil {
+		return nil, fmt.Errorf("list attempts of %s/%s: status %d", id, key, resp.StatusCode())
+	}
+	return deref(resp.JSON200.Items), nil
 }
 
 // mustSteps, mustStep and mustAttempts fail the test when the API does not answer.
-func (c *apiClient) mustSteps(id string) []apiStep {
+func (c *apiClient) mustSteps(id string) []client.Step {
 	c.t.Helper()
 	steps, err := c.steps(id)
 	require.NoError(c.t, err)
 	return steps
 }
 
-func (c *apiClient) mustStep(id, key string) apiStep {
+func (c *apiClient) mustStep(id, key string) client.Step {
 	c.t.Helper()
 	s, err := c.step(id, key)
 	require.NoError(c.t, err)
 	return s
 }
 
-func (c *apiClient) mustAttempts(id, key string) []apiAttempt {
+func (c *apiClient) mustAttempts(id, key string) []client.Attempt {
 	c.t.Helper()
 	a, err := c.attempts(id, key)
 	require.NoError(c.t, err)
@@ -301,51 +246,41 @@ func (c *apiClient) mustAttempts(id, key string) []apiAttempt {
 }
 
 // events returns a run's whole history, page by page.
-func (c *apiClient) events(id string) []apiEvent {
+func (c *apiClient) events(id string) []client.Event {
 	c.t.Helper()
-	var all []apiEvent
-	cursor := ""
-	for {
-		path := "/v1/runs/" + id + "/events?limit=1000"
-		if cursor != "" {
-			path += "&cursor=" + url.QueryEscape(cursor)
-		}
-		var page struct {
-			Items      []apiEvent `json:"items"`
-			NextCursor string     `json:"next_cursor"`
-		}
-		require.NoError(c.t, c.getJSON(path, &page))
-		all = append(all, page.Items...)
-		if page.NextCursor == "" {
-			return all
-		}
-		cursor = page.NextCursor
+	ctx, cancel := withTimeout(time.Minute)
+	defer cancel()
+	limit := int64(1000)
+	var all []client.Event
+	for e, err := range c.cl.Events(ctx, c.runID(id), &client.ListEventsParams{Limit: &limit}) {
+		require.NoError(c.t, err)
+		all = append(all, e)
 	}
+	return all
 }
 
-// waitRun polls the run until it is terminal and returns it. On timeout it fails
-// the test with the run's steps.
-func (c *apiClient) waitRun(id string, timeout time.Duration) apiRun {
+// waitRun waits until the run has ended (client.WaitRun: it follows the run's
+// events) and returns it. Reads that fail (a server killed, a database down) are
+// tried again until the timeout; on timeout it fails the test with the run's steps.
+func (c *apiClient) waitRun(id string, timeout time.Duration) client.Run {
 	c.t.Helper()
-	var run apiRun
-	// Wait for the run to reach succeeded, failed or canceled.
-	ok := assert.EventuallyWithT(c.t, func(ct *assert.CollectT) {
-		r, err := c.run(id)
-		require.NoError(ct, err)
-		run = r
-		assert.True(ct, isTerminalRun(r.Status), "run %s is %s", id, r.Status)
-	}, timeout, 100*time.Millisecond, "run %s did not finish within %s", id, timeout)
-	if !ok {
-		steps, err := c.steps(id)
-		c.t.Fatalf("run %s: steps %+v (%v)", id, steps, err)
+	ctx, cancel := withTimeout(timeout)
+	defer cancel()
+	run, err := c.cl.WaitRun(ctx, c.runID(id), client.WaitOptions{
+		PollInterval: 100 * time.Millisecond,
+		Follow:       client.FollowOptions{MaxFailures: math.MaxInt32},
+	})
+	if err != nil {
+		steps, serr := c.steps(id)
+		c.t.Fatalf("run %s did not finish within %s: %v\nsteps: %s (%v)", id, timeout, err, jsonOf(steps), serr)
 	}
-	return run
+	return *run
 }
 
 // waitStep polls a step until cond holds for it and returns it.
-func (c *apiClient) waitStep(id, key string, timeout time.Duration, what string, cond func(apiStep) bool) apiStep {
+func (c *apiClient) waitStep(id, key string, timeout time.Duration, what string, cond func(client.Step) bool) client.Step {
 	c.t.Helper()
-	var st apiStep
+	var st client.Step
 	require.EventuallyWithT(c.t, func(ct *assert.CollectT) {
 		s, err := c.step(id, key)
 		require.NoError(ct, err)
@@ -355,48 +290,51 @@ func (c *apiClient) waitStep(id, key string, timeout time.Duration, what string,
 	return st
 }
 
+// openOutput opens a step's output for reading; the caller closes it.
+func (c *apiClient) openOutput(ctx context.Context, id, key string) (io.ReadCloser, error) {
+	uid, err := parseRunID(id)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.cl.GetStepOutput(ctx, uid, key)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
 // output downloads a step's output and returns its bytes.
 func (c *apiClient) output(id, key string) []byte {
 	c.t.Helper()
-	return c.download("/v1/runs/" + id + "/steps/" + key + "/output")
+	ctx, cancel := withTimeout(time.Minute)
+	defer cancel()
+	body, err := c.openOutput(ctx, id, key)
+	require.NoError(c.t, err, "output of %s/%s", id, key)
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	require.NoError(c.t, err)
+	return b
 }
 
 // logs downloads the log (stderr) of an attempt of a step.
 func (c *apiClient) logs(id, key string, attempt int) string {
 	c.t.Helper()
-	return string(c.download("/v1/runs/" + id + "/steps/" + key + "/logs?attempt=" + strconv.Itoa(attempt)))
-}
-
-// download GETs path and returns its 200 body.
-func (c *apiClient) download(path string) []byte {
-	c.t.Helper()
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()
-	resp, err := c.do(ctx, http.MethodGet, path, nil, nil)
-	require.NoError(c.t, err)
+	n := int64(attempt)
+	resp, err := c.cl.GetAttemptLog(ctx, c.runID(id), key, &client.GetAttemptLogParams{Attempt: &n})
+	require.NoError(c.t, err, "log of %s/%s attempt %d", id, key, attempt)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
-	require.Equal(c.t, http.StatusOK, resp.StatusCode, "GET %s: %s", path, b)
-	return b
+	return string(b)
 }
 
 // attemptStatuses lists the statuses of attempts in order.
-func attemptStatuses(as []apiAttempt) []string {
+func attemptStatuses(as []client.Attempt) []string {
 	out := make([]string, len(as))
 	for i, a := range as {
-		out[i] = a.Status
+		out[i] = string(a.Status)
 	}
 	return out
-}
-
-// parseBlobRef returns the reference of a stored {"$blob": …} value.
-func parseBlobRef(v json.RawMessage) (blobRef, bool) {
-	var w struct {
-		Blob *blobRef `json:"$blob"`
-	}
-	if t := bytes.TrimSpace(v); len(t) == 0 || t[0] != '{' || json.Unmarshal(t, &w) != nil || w.Blob == nil {
-		return blobRef{}, false
-	}
-	return *w.Blob, true
 }

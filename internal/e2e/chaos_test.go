@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"bytes"
-	"encoding/json"
+	"context"
+	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -13,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/client"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -85,27 +86,20 @@ func (cs *chaosStack) pick(r *rand.Rand) *server {
 	return cs.live[r.IntN(len(cs.live))]
 }
 
-// call sends a request to a live server and records a 5xx answer. A server killed
-// meanwhile gives a transport error, not an answer.
-func (cs *chaosStack) call(s *server, method, path string, body []byte, header http.Header) (int, []byte, error) {
+// call makes one request (what, for the record) of a live server through its API
+// client and records a 5xx answer. A server killed meanwhile gives a transport
+// error, not an answer.
+func (cs *chaosStack) call(s *server, what string, do func(ctx context.Context, c *apiClient) error) error {
 	ctx, cancel := withTimeout(10 * time.Second)
 	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	resp, err := s.api().do(ctx, method, path, rd, header)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode >= 500 {
+	err := do(ctx, s.api())
+	var p *client.Problem
+	if errors.As(err, &p) && p.Status >= 500 {
 		cs.mu.Lock()
-		cs.errors = append(cs.errors, chaosAnswer{at: time.Now(), server: s.name, path: path, status: resp.StatusCode, body: string(b)})
+		cs.errors = append(cs.errors, chaosAnswer{at: time.Now(), server: s.name, path: what, status: int(p.Status), body: p.Error()})
 		cs.mu.Unlock()
 	}
-	return resp.StatusCode, b, err
+	return err
 }
 
 // killOne kills a live server at random with SIGKILL and starts a new one in its
@@ -196,19 +190,24 @@ func TestChaos(t *testing.T) {
 		case i < runs && now.After(start.Add(time.Duration(i)*chaos/time.Duration(runs))):
 			// A client retries with the same key until the run is accepted.
 			key := fmt.Sprintf("chaos-%d-%d", seed, i)
-			status, body, err := cs.call(cs.pick(r), http.MethodPost, "/v1/workflows/chaos/runs", []byte(`{"input":{"n":`+strconv.Itoa(i)+`}}`),
-				http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}})
-			if err == nil && (status == http.StatusAccepted || status == http.StatusOK) {
-				var run apiRun
-				require.NoError(t, json.Unmarshal(body, &run))
-				ids[i] = run.ID
+			var run *client.Run
+			err := cs.call(cs.pick(r), "start run", func(ctx context.Context, c *apiClient) (err error) {
+				run, err = c.cl.CreateRun(ctx, "chaos", client.StartRunBody{Input: map[string]int{"n": i}}, key)
+				return err
+			})
+			if err == nil {
+				ids[i] = run.Id
 				i++
 				continue
 			}
 			time.Sleep(50 * time.Millisecond)
 		case i > 0:
 			// A client watching: the steps of a run started so far.
-			_, _, _ = cs.call(cs.pick(r), http.MethodGet, "/v1/runs/"+ids[r.IntN(i)]+"/steps", nil, nil)
+			id := ids[r.IntN(i)]
+			_ = cs.call(cs.pick(r), "list steps", func(ctx context.Context, c *apiClient) error {
+				_, err := c.cl.ListStepsWithResponse(ctx, uuid.MustParse(id)) // an ID the API gave
+				return err
+			})
 			time.Sleep(20 * time.Millisecond)
 		default:
 			time.Sleep(20 * time.Millisecond)
@@ -221,16 +220,24 @@ func TestChaos(t *testing.T) {
 	for _, id := range ids {
 		pending[id] = true
 	}
-	var failed *apiRun // a run that ended otherwise: it ends the wait
+	var failed *client.Run // a run that ended otherwise: it ends the wait
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		for id := range pending {
-			status, body, err := cs.call(cs.pick(r), http.MethodGet, "/v1/runs/"+id, nil, nil)
+			var run client.Run
+			err := cs.call(cs.pick(r), "get run", func(ctx context.Context, c *apiClient) error {
+				uid, err := uuid.Parse(id)
+				if err != nil {
+					return err
+				}
+				resp, err := c.cl.GetRunWithResponse(ctx, uid)
+				if err == nil {
+					run = deref(resp.JSON200)
+				}
+				return err
+			})
 			require.NoError(c, err, "get run %s", id)
-			require.Equal(c, http.StatusOK, status, "get run %s: %s", id, body)
-			var run apiRun
-			require.NoError(c, json.Unmarshal(body, &run), "run %s: %s", id, body)
-			if isTerminalRun(run.Status) {
-				if run.Status != "succeeded" {
+			if run.Status.Terminal() {
+				if run.Status != client.RunStatusSucceeded {
 					failed = &run
 					return
 				}
@@ -240,7 +247,7 @@ func TestChaos(t *testing.T) {
 		assert.Empty(c, pending, "runs still unfinished")
 	}, 2*time.Minute, 200*time.Millisecond, "waiting for every run to end")
 	if failed != nil {
-		t.Fatalf("run %s %s: %s", failed.ID, failed.Status, failed.Error)
+		t.Fatalf("run %s %s: %s", failed.Id, failed.Status, jsonOf(failed.Error))
 	}
 	t.Logf("every run finished %s after the start", time.Since(start).Round(time.Millisecond))
 
@@ -253,12 +260,12 @@ func TestChaos(t *testing.T) {
 			succeeded := 0
 			for _, at := range api.mustAttempts(id, step.Key) {
 				switch at.Status {
-				case "succeeded":
+				case client.AttemptStatusSucceeded:
 					succeeded++
-				case "interrupted":
+				case client.AttemptStatusInterrupted:
 					interrupted++
-					require.True(t, cs.isKilled(at.Dispatcher), "run %s step %s attempt %d of live dispatcher %s interrupted: %+v",
-						id, step.Key, at.Number, at.Dispatcher, at.Error)
+					require.True(t, cs.isKilled(at.Dispatcher), "run %s step %s attempt %d of live dispatcher %s interrupted: %s",
+						id, step.Key, at.Number, at.Dispatcher, jsonOf(at.Error))
 				}
 			}
 			require.Equal(t, 1, succeeded, "run %s step %s", id, step.Key)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/client"
 )
 
 // countScript counts from its checkpoint to 30, one step per 100 ms, adding each
@@ -67,11 +69,11 @@ steps:
 
 	// Wait until the handler has checkpointed past 5.
 	var seen struct{ I, Sum int }
-	step := api.waitStep(runID, "count", 20*time.Second, "a checkpoint with i >= 5", func(s apiStep) bool {
-		if s.Status != "running" || s.LeaseOwner == nil || len(s.Checkpoint) == 0 || string(s.Checkpoint) == "null" {
+	step := api.waitStep(runID, "count", 20*time.Second, "a checkpoint with i >= 5", func(s client.Step) bool {
+		if s.Status != client.StepStatusRunning || s.LeaseOwner == nil || s.Checkpoint == nil {
 			return false
 		}
-		return json.Unmarshal(s.Checkpoint, &seen) == nil && seen.I >= 5
+		return json.Unmarshal(jsonOf(s.Checkpoint), &seen) == nil && seen.I >= 5
 	})
 	a, b := servers[0], servers[1]
 	if !a.owns(*step.LeaseOwner) {
@@ -92,14 +94,14 @@ steps:
 		"orphaned handler %d of the killed dispatcher is still running", orphan)
 
 	run := apiB.waitRun(runID, 30*time.Second)
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 
 	attempts := apiB.mustAttempts(runID, "count")
 	require.Equal(t, []string{"interrupted", "succeeded"}, attemptStatuses(attempts))
 	require.True(t, a.owns(attempts[0].Dispatcher), "attempt 1 ran on %s", attempts[0].Dispatcher)
 	require.True(t, b.owns(attempts[1].Dispatcher), "attempt 2 ran on %s", attempts[1].Dispatcher)
 	require.NotNil(t, attempts[0].Error)
-	require.Equal(t, "lease_expired", attempts[0].Error.Code)
+	require.Equal(t, "lease_expired", errorOf(attempts[0].Error).Code)
 
 	// Recovery time. The lease outlives the kill by at most the TTL (heartbeats
 	// renew it to now + TTL); B's sweeper runs every SweepInterval = TTL/2, each
@@ -129,14 +131,14 @@ steps:
 	var lastCheckpoint int
 	checkpoints, interrupted := 0, false
 	for _, e := range apiB.events(runID) {
-		if e.Step != "count" {
+		if deref(e.Step) != "count" {
 			continue
 		}
 		switch e.Type {
 		case "step.checkpointed":
 			var d struct{ Checkpoint struct{ I int } }
-			require.NoError(t, json.Unmarshal(e.Data, &d))
-			if e.Attempt == 1 {
+			require.NoError(t, json.Unmarshal(jsonOf(e.Data), &d))
+			if deref(e.Attempt) == 1 {
 				checkpoints++
 				lastCheckpoint = d.Checkpoint.I
 			}
@@ -144,8 +146,8 @@ steps:
 			var d struct {
 				AttemptStatus string `json:"attempt_status"`
 			}
-			require.NoError(t, json.Unmarshal(e.Data, &d))
-			if e.Attempt == 1 && d.AttemptStatus == "interrupted" {
+			require.NoError(t, json.Unmarshal(jsonOf(e.Data), &d))
+			if deref(e.Attempt) == 1 && d.AttemptStatus == "interrupted" {
 				interrupted = true
 			}
 		}
@@ -195,7 +197,7 @@ steps:
 		"bin/nap": "#!/bin/sh\necho \"$CAIRN_ATTEMPT $$\" >> " + pids + "\nexec sleep 60\n",
 	})
 	runID := api.startRun("silent", 0, nil)
-	api.waitStep(runID, "nap", 20*time.Second, "the step to run", func(s apiStep) bool { return s.Status == "running" })
+	api.waitStep(runID, "nap", 20*time.Second, "the step to run", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 	// Waiting for the handler to record its pid.
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(pids)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/client"
 	"github.com/cairnrun/cairn/functions"
 )
 
@@ -34,8 +35,8 @@ steps:
 	runID := api.startRun("fencing", 0, nil)
 
 	// Wait until A holds the step.
-	api.waitStep(runID, "slow", 10*time.Second, "running on a", func(s apiStep) bool {
-		return s.Status == "running" && s.LeaseOwner != nil && a.owns(*s.LeaseOwner)
+	api.waitStep(runID, "slow", 10*time.Second, "running on a", func(s client.Step) bool {
+		return s.Status == client.StepStatusRunning && s.LeaseOwner != nil && a.owns(*s.LeaseOwner)
 	})
 	a.freeze()
 	t.Cleanup(a.thaw) // a frozen process cannot be reaped
@@ -44,32 +45,34 @@ steps:
 	apiB := b.api()
 
 	// Wait until B's sweeper has interrupted A's attempt and B runs attempt 2.
-	var attempts []apiAttempt
+	var attempts []client.Attempt
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		as, err := apiB.attempts(runID, "slow")
 		require.NoError(c, err)
 		require.GreaterOrEqual(c, len(as), 2, "attempts")
 		attempts = as
-		assert.Equal(c, "running", as[1].Status)
+		assert.Equal(c, client.AttemptStatusRunning, as[1].Status)
 	}, 15*time.Second, 20*time.Millisecond, "no second attempt after A's lease expired")
-	require.Equal(t, "interrupted", attempts[0].Status)
+	require.Equal(t, client.AttemptStatusInterrupted, attempts[0].Status)
 	require.True(t, a.owns(attempts[0].Dispatcher))
 	require.True(t, b.owns(attempts[1].Dispatcher))
 
 	// The API path: a checkpoint with attempt 1's credential is refused and not
 	// stored; one with attempt 2's credential is accepted (so the refusal is the
 	// fencing, not a bad signature).
-	checkpoint := func(token int64, value any) (int, []byte) {
-		cred := functions.LeaseCredential([]byte(signingKey), runID, "slow", token)
-		return apiB.sendJSON(http.MethodPut, "/v1/runs/"+runID+"/steps/slow/checkpoint", value,
-			http.Header{"Authorization": {"Bearer " + cred}})
+	checkpoint := func(token int64, value any) error {
+		auth := "Bearer " + functions.LeaseCredential([]byte(signingKey), runID, "slow", token)
+		ctx, cancel := withTimeout(30 * time.Second)
+		defer cancel()
+		_, err := apiB.cl.PutCheckpointWithResponse(ctx, apiB.runID(runID), "slow", &client.PutCheckpointParams{Authorization: &auth}, value)
+		return err
 	}
-	status, body := checkpoint(attempts[0].LeaseToken, map[string]string{"from": "attempt 1"})
-	require.Equal(t, http.StatusConflict, status, "stale checkpoint: %s", body)
-	require.JSONEq(t, "null", string(apiB.mustStep(runID, "slow").Checkpoint), "a fenced checkpoint was stored")
-	status, body = checkpoint(attempts[1].LeaseToken, map[string]string{"from": "attempt 2"})
-	require.Equal(t, http.StatusOK, status, "current checkpoint: %s", body)
-	require.JSONEq(t, `{"from": "attempt 2"}`, string(apiB.mustStep(runID, "slow").Checkpoint))
+	var stale *client.Problem
+	require.ErrorAs(t, checkpoint(attempts[0].LeaseToken, map[string]string{"from": "attempt 1"}), &stale, "stale checkpoint")
+	require.EqualValues(t, http.StatusConflict, stale.Status, "stale checkpoint: %v", stale)
+	require.Nil(t, apiB.mustStep(runID, "slow").Checkpoint, "a fenced checkpoint was stored")
+	require.NoError(t, checkpoint(attempts[1].LeaseToken, map[string]string{"from": "attempt 2"}), "current checkpoint")
+	require.JSONEq(t, `{"from": "attempt 2"}`, string(jsonOf(apiB.mustStep(runID, "slow").Checkpoint)))
 	rejected, _ := b.metric("cairn_api_lease_lost_total")
 	require.Equal(t, 1.0, rejected)
 
@@ -88,7 +91,7 @@ steps:
 	t.Logf("server a after SIGCONT: %v", series)
 
 	run := apiB.waitRun(runID, 20*time.Second)
-	require.Equal(t, "succeeded", run.Status)
+	require.Equal(t, client.RunStatusSucceeded, run.Status)
 	attempts = apiB.mustAttempts(runID, "slow")
 	require.Equal(t, []string{"interrupted", "succeeded"}, attemptStatuses(attempts),
 		"A's late completion must not overwrite anything")
@@ -99,13 +102,13 @@ steps:
 		switch e.Type {
 		case "step.succeeded":
 			succeeded++
-			require.Equal(t, 2, e.Attempt)
+			require.EqualValues(t, 2, deref(e.Attempt))
 		case "step.retrying":
 			var d struct {
 				AttemptStatus string `json:"attempt_status"`
 			}
-			require.NoError(t, json.Unmarshal(e.Data, &d))
-			retried = retried || (e.Attempt == 1 && d.AttemptStatus == "interrupted")
+			require.NoError(t, json.Unmarshal(jsonOf(e.Data), &d))
+			retried = retried || (deref(e.Attempt) == 1 && d.AttemptStatus == "interrupted")
 		}
 	}
 	require.Equal(t, 1, succeeded, "exactly one successful attempt")

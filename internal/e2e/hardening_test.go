@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/client"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ func TestServerStartedAfterPostgresOutage(t *testing.T) {
 	})
 	runID := api.startRun("outage-newcomer", 0, nil)
 	for _, k := range keys {
-		api.waitStep(runID, k, 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
+		api.waitStep(runID, k, 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -54,7 +55,7 @@ func TestServerStartedAfterPostgresOutage(t *testing.T) {
 		b.started.Sub(down).Round(time.Millisecond), b.ready.Sub(b.started).Round(time.Millisecond))
 
 	run := api.waitRun(runID, time.Minute)
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 	for _, k := range keys {
 		attempts := api.mustAttempts(runID, k)
 		require.Equal(t, []string{"succeeded"}, attemptStatuses(attempts), "step %s", k)
@@ -81,7 +82,7 @@ func TestSigtermWhileDatabaseDown(t *testing.T) {
 		"bin/long":   "#!/bin/bash\nsleep 120\n",
 	})
 	runID := api.startRun("sigterm-outage", 0, nil)
-	api.waitStep(runID, "long", 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
+	api.waitStep(runID, "long", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -444,7 +444,7 @@ func (s *server) metric(name string) (float64, []string) {
 
 // api returns a client of the server with the operator token.
 func (s *server) api() *apiClient {
-	return &apiClient{t: s.t, base: s.url, token: operatorToken}
+	return newAPIClient(s.t, s.url)
 }
 
 // freePort returns a TCP port of 127.0.0.1 that was free a moment ago.

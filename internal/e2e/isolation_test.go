@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/client"
 )
 
 // TestExecHandlersCannotReachTheServer runs the security audit's reproductions of
@@ -55,7 +57,7 @@ echo '{}'
 	})
 	id := api.startRun("audit-isolation", 0, nil)
 	run := api.waitRun(id, 30*time.Second)
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 
 	leakLog := api.logs(id, "leak", 1)
 	require.NotContains(t, leakLog, "LEAK", "the handler saw the server's secrets")
@@ -93,9 +95,9 @@ func TestNonRootServerRunsHello(t *testing.T) {
 			api.deploy(readTree(t, filepath.Join(moduleRootT(t), "examples", "hello")))
 			id := api.startRun("hello", 0, map[string]string{"name": "ada"})
 			run := api.waitRun(id, 30*time.Second)
-			require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+			require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 			for _, step := range api.mustSteps(id) {
-				require.Equal(t, 1, step.Attempts, "step %s", step.Key)
+				require.EqualValues(t, 1, step.Attempts, "step %s", step.Key)
 			}
 			require.Contains(t, string(api.output(id, "join")), "ada")
 			// The server really ran as that user.

@@ -4,11 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/client"
 )
 
 // TestLargeOutput: an exec step writes 1 GiB to stdout. The step completes, GET
@@ -51,23 +53,22 @@ steps:
 	began := time.Now()
 	runID := api.startRun("large", 0, nil)
 	run := api.waitRun(runID, 100*time.Second) // ~20 s on a quiet 2-core machine
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 	t.Logf("1 GiB output stored in %s", time.Since(began).Round(time.Millisecond))
 	digest := <-want
 
-	ref, ok := parseBlobRef(api.mustStep(runID, "big").Output)
+	ref, ok := blobstore.ParseRef(jsonOf(api.mustStep(runID, "big").Output))
 	require.True(t, ok, "the output is a $blob reference")
 	require.Equal(t, int64(size), ref.Size)
 	require.Equal(t, digest, ref.Digest)
 
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()
-	resp, err := api.do(ctx, http.MethodGet, "/v1/runs/"+runID+"/steps/big/output", nil, nil)
+	output, err := api.openOutput(ctx, runID, "big")
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	defer output.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, resp.Body)
+	n, err := io.Copy(h, output)
 	require.NoError(t, err)
 	require.Equal(t, int64(size), n)
 	require.Equal(t, digest, "sha256:"+hex.EncodeToString(h.Sum(nil)), "GET …/output returned other bytes")

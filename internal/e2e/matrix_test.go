@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/client"
 )
 
 // matrixCase is the world of one row of the failure matrix.
@@ -53,18 +55,18 @@ func (m *matrixCase) requests() []string {
 }
 
 // attemptError returns the error of attempt n (1-based) of a step.
-func (m *matrixCase) attemptError(key string, n int) *attemptError {
+func (m *matrixCase) attemptError(key string, n int) apiError {
 	m.t.Helper()
 	as := m.api.mustAttempts(m.runID, key)
 	require.GreaterOrEqual(m.t, len(as), n)
 	require.NotNil(m.t, as[n-1].Error, "attempt %d of %s has no error", n, key)
-	return as[n-1].Error
+	return errorOf(as[n-1].Error)
 }
 
 // hasEvent reports whether the run's history holds an event of type for step.
 func (m *matrixCase) hasEvent(typ, step string) bool {
 	for _, e := range m.api.events(m.runID) {
-		if e.Type == typ && e.Step == step {
+		if e.Type == typ && deref(e.Step) == step {
 			return true
 		}
 	}
@@ -106,9 +108,9 @@ steps:
 		server serverOptions
 		// during acts while the run is in progress.
 		during       func(m *matrixCase)
-		wantRun      string
+		wantRun      client.RunStatus
 		wantAttempts map[string][]string
-		wantSteps    map[string]string
+		wantSteps    map[string]client.StepStatus
 		check        func(m *matrixCase)
 	}{
 		{
@@ -187,14 +189,14 @@ exit 1
 			},
 			wantRun:      "failed",
 			wantAttempts: map[string][]string{"work": {"failed"}, "after": {}, "last": {}},
-			wantSteps:    map[string]string{"work": "failed", "after": "skipped", "last": "skipped"},
+			wantSteps:    map[string]client.StepStatus{"work": "failed", "after": "skipped", "last": "skipped"},
 			check: func(m *matrixCase) {
 				e := m.attemptError("work", 1)
-				require.Equal(m.t, attemptError{Message: "no", Code: "function_error", Retryable: false}, *e)
+				require.Equal(m.t, apiError{Message: "no", Code: "function_error", Retryable: false}, e)
 				run, err := m.api.run(m.runID)
 				require.NoError(m.t, err)
 				var re struct{ Step string }
-				require.NoError(m.t, json.Unmarshal(run.Error, &re))
+				require.NoError(m.t, json.Unmarshal(jsonOf(run.Error), &re))
 				require.Equal(m.t, "work", re.Step)
 			},
 		},
@@ -215,7 +217,7 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 			},
 			server: serverOptions{shutdownGrace: 500 * time.Millisecond},
 			during: func(m *matrixCase) {
-				m.api.waitStep(m.runID, "work", 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
+				m.api.waitStep(m.runID, "work", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 				m.srv.stop(30 * time.Second)
 				m.srv = m.st.start(serverOptions{})
 				m.api = m.srv.api()
@@ -225,7 +227,7 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 			check: func(m *matrixCase) {
 				as := m.api.mustAttempts(m.runID, "work")
 				require.False(m.t, as[0].Counted, "a handed back attempt does not count")
-				require.Equal(m.t, "shutdown", as[0].Error.Code)
+				require.Equal(m.t, "shutdown", errorOf(as[0].Error).Code)
 				require.True(m.t, m.srv.owns(as[1].Dispatcher))
 				require.True(m.t, m.hasEvent("step.handed_back", "work"))
 			},
@@ -236,13 +238,13 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 			name:   "new-version-mid-run",
 			bundle: func(m *matrixCase) map[string]string { return versioned(m, "v1") },
 			during: func(m *matrixCase) {
-				m.api.waitStep(m.runID, "gate", 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
-				require.Equal(m.t, 2, m.api.deploy(versioned(m, "v2")).Version)
+				m.api.waitStep(m.runID, "gate", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
+				require.EqualValues(m.t, 2, m.api.deploy(versioned(m, "v2")).Version)
 				second := m.api.startRun("matrix", 0, nil)
 				require.NoError(m.t, os.WriteFile(filepath.Join(m.dir, "gate"), nil, 0o644))
 				run := m.api.waitRun(second, 30*time.Second)
-				require.Equal(m.t, "succeeded", run.Status)
-				require.Equal(m.t, 2, run.Version)
+				require.Equal(m.t, client.RunStatusSucceeded, run.Status)
+				require.EqualValues(m.t, 2, run.Version)
 				require.JSONEq(m.t, `{"script":"v2","version":2}`, string(m.api.output(second, "which")))
 			},
 			wantRun:      "succeeded",
@@ -250,7 +252,7 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 			check: func(m *matrixCase) {
 				run, err := m.api.run(m.runID)
 				require.NoError(m.t, err)
-				require.Equal(m.t, 1, run.Version)
+				require.EqualValues(m.t, 1, run.Version)
 				require.JSONEq(m.t, `{"script":"v1","version":1}`, string(m.api.output(m.runID, "which")))
 			},
 		},
@@ -325,7 +327,7 @@ steps:
 				row.during(m)
 			}
 			run := m.api.waitRun(m.runID, 40*time.Second)
-			require.Equal(t, row.wantRun, run.Status, "run error: %s", run.Error)
+			require.Equal(t, row.wantRun, run.Status, "run error: %s", jsonOf(run.Error))
 			for key, want := range row.wantAttempts {
 				require.Equal(t, want, attemptStatuses(m.api.mustAttempts(m.runID, key)), "attempts of %s", key)
 			}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -17,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/client"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -61,7 +62,7 @@ steps:
 	runID := api.startRun("pg-outage", 0, nil)
 
 	// Wait until the exec step runs: the outage hits a running attempt.
-	api.waitStep(runID, "work", 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
+	api.waitStep(runID, "work", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -87,18 +88,18 @@ steps:
 	}
 	run := api.waitRun(runID, 45*time.Second)
 	t.Logf("run finished %s after PostgreSQL came back", run.FinishedAt.Sub(back).Round(time.Millisecond))
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 
 	for _, s := range api.mustSteps(runID) {
-		require.Equal(t, "succeeded", s.Status, "step %s", s.Key)
+		require.Equal(t, client.StepStatusSucceeded, s.Status, "step %s", s.Key)
 		attempts := api.mustAttempts(runID, s.Key)
 		t.Logf("step %s: attempts %v", s.Key, attemptStatuses(attempts))
 		for _, at := range attempts {
-			require.NotEqual(t, "canceled", at.Status, "step %s attempt %d", s.Key, at.Number)
+			require.NotEqual(t, client.AttemptStatusCanceled, at.Status, "step %s attempt %d", s.Key, at.Number)
 			if at.Status == "failed" {
 				// Only Cairn's own failures, which do not count.
-				require.False(t, at.Counted, "step %s attempt %d: %+v", s.Key, at.Number, at.Error)
-				require.Equal(t, "infrastructure", at.Error.Code)
+				require.False(t, at.Counted, "step %s attempt %d: %s", s.Key, at.Number, jsonOf(at.Error))
+				require.Equal(t, "infrastructure", errorOf(at.Error).Code)
 			}
 		}
 	}
@@ -108,7 +109,7 @@ steps:
 	// The servers take new work too.
 	for _, s := range []*server{a, b} {
 		ping := s.api().startRun("pg-outage-ping", 0, nil)
-		require.Equal(t, "succeeded", s.api().waitRun(ping, 10*time.Second).Status)
+		require.Equal(t, client.RunStatusSucceeded, s.api().waitRun(ping, 10*time.Second).Status)
 	}
 }
 
@@ -162,7 +163,7 @@ printf ']}\n'
 	})
 	runID := api.startRun("s3-outage", 0, nil)
 	for _, key := range []string{"small", "big"} {
-		api.waitStep(runID, key, 20*time.Second, "running", func(s apiStep) bool { return s.Status == "running" })
+		api.waitStep(runID, key, 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 	}
 
 	down := time.Now()
@@ -175,29 +176,30 @@ printf ']}\n'
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			as, err := api.attempts(runID, key)
 			require.NoError(c, err)
-			assert.True(c, slices.ContainsFunc(as, func(at apiAttempt) bool { return at.Error != nil && at.Error.Code == "infrastructure" }),
-				"attempts %+v", as)
+			assert.True(c, slices.ContainsFunc(as, func(at client.Attempt) bool { return errorOf(at.Error).Code == "infrastructure" }),
+				"attempts %s", jsonOf(as))
 		}, 40*time.Second, 100*time.Millisecond, "step %s never failed to store its output", key)
 	}
 	s3.start()
 	t.Logf("S3 was down for %s", time.Since(down).Round(time.Millisecond))
 
 	run := api.waitRun(runID, 45*time.Second)
-	require.Equal(t, "succeeded", run.Status, "run error: %s", run.Error)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 	require.Equal(t, http.StatusOK, a.readyz())
 
 	for _, key := range []string{"small", "big"} {
 		step := api.mustStep(runID, key)
-		require.Equal(t, 1, step.MaxAttempts)
+		require.EqualValues(t, 1, step.MaxAttempts)
 		attempts := api.mustAttempts(runID, key)
 		t.Logf("step %s: attempts %v", key, attemptStatuses(attempts))
 		last := attempts[len(attempts)-1]
-		require.Equal(t, "succeeded", last.Status)
+		require.Equal(t, client.AttemptStatusSucceeded, last.Status)
 		for i, at := range attempts[:len(attempts)-1] {
-			require.Equal(t, "failed", at.Status)
+			require.Equal(t, client.AttemptStatusFailed, at.Status)
 			require.False(t, at.Counted, "an infrastructure failure must not use up an attempt")
-			require.Equal(t, "infrastructure", at.Error.Code, "%s", at.Error.Message)
-			require.True(t, at.Error.Retryable)
+			e := errorOf(at.Error)
+			require.Equal(t, "infrastructure", e.Code, "%s", e.Message)
+			require.True(t, e.Retryable)
 			// Backoff of infrastructure failures: 1s, 2s, 4s, … after attempt 1, 2, 3, ….
 			wait := attempts[i+1].StartedAt.Sub(*at.FinishedAt)
 			require.GreaterOrEqual(t, wait, time.Duration(1<<i)*time.Second-10*time.Millisecond,
@@ -209,8 +211,8 @@ printf ']}\n'
 	store := s3.store()
 	refs := 0
 	for _, s := range api.mustSteps(runID) {
-		for _, v := range []json.RawMessage{s.Output, s.Checkpoint} {
-			if ref, ok := parseBlobRef(v); ok {
+		for _, v := range []any{s.Output, s.Checkpoint} {
+			if ref, ok := blobstore.ParseRef(jsonOf(v)); ok {
 				requireBlob(t, store, ref)
 				refs++
 			}

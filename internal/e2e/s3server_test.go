@@ -192,9 +192,9 @@ func findVersitygw() string {
 // requireBlob checks that the object a $blob reference names exists in store with
 // the referenced size and that its bytes hash to the referenced digest: never a
 // missing or partial object.
-func requireBlob(t *testing.T, store blobstore.Store, ref blobRef) {
+func requireBlob(t *testing.T, store blobstore.Store, ref blobstore.Ref) {
 	t.Helper()
-	key, err := blobstore.KeyFor("payloads", ref.Digest)
+	key, err := ref.Key()
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
