@@ -72,7 +72,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 			d.m.running.Dec()
 			d.slots <- struct{}{}
 			d.work.Done()
-			d.Wake()
+			d.nudge()
 		}()
 		d.runAttempt(ctx, a)
 	}()

@@ -224,9 +224,9 @@ func (d *Dispatcher) shutdown(ctx context.Context) error {
 	return err
 }
 
-// Wake hints that steps may be claimable (for tests and the API's run creation in
-// the same process).
-func (d *Dispatcher) Wake() {
+// nudge hints the claim loop that steps may be claimable (a notification, a
+// finished attempt, a due retry, a sweep).
+func (d *Dispatcher) nudge() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -340,7 +340,7 @@ func (d *Dispatcher) scheduleWake(t time.Time) {
 		d.nextDue = t
 	}
 	d.mu.Unlock()
-	d.Wake()
+	d.nudge()
 }
 
 // heartbeatLoop extends every held lease at a third of the TTL. Leases the catalog
@@ -456,7 +456,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 			if n > 0 {
 				d.m.swept.Add(float64(n))
 				d.logger.Info("swept expired leases", "count", n)
-				d.Wake()
+				d.nudge()
 			}
 			if n < 100 {
 				break
@@ -487,12 +487,12 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 			return
 		case n := <-listener.Notify:
 			if n == nil { // reconnected: anything may have happened meanwhile
-				d.Wake()
+				d.nudge()
 				continue
 			}
 			switch n.Channel {
 			case catalog.ChannelSteps:
-				d.Wake()
+				d.nudge()
 			case catalog.ChannelCancel:
 				if id, err := uuid.Parse(n.Extra); err == nil {
 					d.cancelRun(id)
