@@ -445,12 +445,17 @@ func TestIdleConnectionsYieldAtTheCap(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	// Because the server closed the idle connections it held when it came near the
 	// cap (those after that were served under keep-alives again).
+	// Closed means EOF or a reset; a read that times out found it still open.
 	closed := 0
 	for _, c := range idle {
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(200*time.Millisecond)))
-		if _, err := c.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Second)))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
 			closed++
 		}
 	}
-	require.GreaterOrEqual(t, closed, limit*9/10-1, "idle connections closed by the server")
+	// The relief closes idle connections until fewer than 75% of the cap are open:
+	// how many more it closes depends on when each one next goes idle.
+	require.GreaterOrEqual(t, closed, limit-limit*3/4, "idle connections closed by the server")
 }
