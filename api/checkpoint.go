@@ -117,7 +117,7 @@ func (s *Server) leaseCurrent(ctx context.Context, l catalog.Lease) error {
 	if err != nil {
 		return err
 	}
-	if st.Status != catalog.StepRunning || !st.LeaseToken.Valid || st.LeaseToken.Int64 != l.Token {
+	if st.Status != catalog.StepRunning || st.LeaseToken == nil || *st.LeaseToken != l.Token {
 		return catalog.ErrLeaseLost
 	}
 	return nil

@@ -74,7 +74,7 @@ func (s *Server) readiness(ctx context.Context) (map[string]string, bool) {
 		record("database", nil)
 	}
 	if dbErr == nil {
-		err := catalog.CheckSchema(ctx, s.store.DB().DB)
+		err := s.store.CheckSchema(ctx)
 		if err != nil && !errors.Is(err, catalog.ErrSchemaBehind) && !errors.Is(err, catalog.ErrSchemaAhead) {
 			err = errors.New("cannot read the schema version")
 		}

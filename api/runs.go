@@ -37,7 +37,7 @@ func runOf(r *catalog.Run) Run {
 		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: string(r.Status),
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
-		StartedAt: timePtr(r.StartedAt.Time, r.StartedAt.Valid), FinishedAt: timePtr(r.FinishedAt.Time, r.FinishedAt.Valid),
+		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt),
 	}
 }
 
@@ -48,8 +48,9 @@ func jsonOrNull[T ~[]byte](b T) json.RawMessage {
 	return json.RawMessage(b)
 }
 
-func timePtr(t time.Time, valid bool) *time.Time {
-	if !valid {
+// utc returns t in UTC, or nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
 		return nil
 	}
 	u := t.UTC()

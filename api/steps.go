@@ -35,17 +35,15 @@ type Step struct {
 func stepOf(st *catalog.Step) Step {
 	out := Step{
 		Key: st.Key, Status: string(st.Status), Needs: []string(st.Needs), Attempts: st.Attempts, MaxAttempts: st.MaxAttempts,
-		ReadyAt:        timePtr(st.ReadyAt.Time, st.ReadyAt.Valid),
-		LeaseExpiresAt: timePtr(st.LeaseExpiresAt.Time, st.LeaseExpiresAt.Valid),
+		ReadyAt:        utc(st.ReadyAt),
+		LeaseExpiresAt: utc(st.LeaseExpiresAt),
 		LastError:      jsonOrNull(st.LastError), Output: jsonOrNull(st.Output), Checkpoint: jsonOrNull(st.Checkpoint),
-		StartedAt: timePtr(st.StartedAt.Time, st.StartedAt.Valid), FinishedAt: timePtr(st.FinishedAt.Time, st.FinishedAt.Valid),
+		StartedAt: utc(st.StartedAt), FinishedAt: utc(st.FinishedAt),
 	}
 	if out.Needs == nil {
 		out.Needs = []string{}
 	}
-	if st.LeaseOwner.Valid {
-		out.LeaseOwner = &st.LeaseOwner.String
-	}
+	out.LeaseOwner = st.LeaseOwner
 	return out
 }
 
@@ -64,8 +62,8 @@ type Attempt struct {
 
 func attemptOf(a *catalog.Attempt) Attempt {
 	return Attempt{Number: a.Number, Status: string(a.Status), Dispatcher: a.Dispatcher, LeaseToken: a.LeaseToken,
-		Counted: a.Counted, Error: jsonOrNull(a.Error), HasLog: a.LogKey.Valid, StartedAt: a.StartedAt.UTC(),
-		FinishedAt: timePtr(a.FinishedAt.Time, a.FinishedAt.Valid)}
+		Counted: a.Counted, Error: jsonOrNull(a.Error), HasLog: a.LogKey != nil, StartedAt: a.StartedAt.UTC(),
+		FinishedAt: utc(a.FinishedAt)}
 }
 
 // StepParams are the {id} and {key} path parameters of a step.
@@ -195,14 +193,14 @@ func (s *Server) registerSteps() {
 		if err != nil {
 			return nil, err
 		}
-		if !a.LogKey.Valid {
+		if a.LogKey == nil {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
 				hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
 				hc.SetHeader("Content-Length", "0")
 				hc.SetStatus(http.StatusOK)
 			}}, nil
 		}
-		return s.streamBlob(ctx, a.LogKey.String)
+		return s.streamBlob(ctx, *a.LogKey)
 	})
 }
 

@@ -35,19 +35,19 @@ func fakeDigest(s string) string {
 func TestSchema(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
-	db := tb.store.DB().DB
-	require.NoError(t, catalog.CheckSchema(ctx, db))
-	states, err := catalog.MigrationStatus(ctx, db)
+	s := tb.store
+	require.NoError(t, s.CheckSchema(ctx))
+	states, err := s.MigrationStatus(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, states)
 	require.True(t, states[0].Applied)
 	require.Equal(t, "00001_catalog.sql", states[0].Name)
 
 	// A migration applied by a newer binary makes the schema "ahead".
-	_, err = db.ExecContext(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, true)`)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (99999, true)`)
 	require.NoError(t, err)
-	require.ErrorIs(t, catalog.CheckSchema(ctx, db), catalog.ErrSchemaAhead)
-	_, err = catalog.Migrate(ctx, db, nil)
+	require.ErrorIs(t, s.CheckSchema(ctx), catalog.ErrSchemaAhead)
+	_, err = s.Migrate(ctx, nil)
 	require.ErrorIs(t, err, catalog.ErrSchemaAhead)
 }
 
@@ -180,7 +180,7 @@ func TestRunLifecycle(t *testing.T) {
 	r, err = s.RunGet(ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, catalog.RunFailed, r.Status)
-	require.True(t, r.FinishedAt.Valid)
+	require.True(t, r.FinishedAt != nil)
 	require.Contains(t, string(r.Error), `"step": "b"`)
 
 	// Events are numbered 1..N without gaps and end with the run's final event.
@@ -290,7 +290,7 @@ func TestRetryAtIsRespected(t *testing.T) {
 	st, err := s.StepGet(ctx, c.RunID, "a")
 	require.NoError(t, err)
 	require.Equal(t, catalog.StepReady, st.Status)
-	require.WithinDuration(t, time.Now().Add(time.Hour), st.ReadyAt.Time, time.Minute)
+	require.WithinDuration(t, time.Now().Add(time.Hour), *st.ReadyAt, time.Minute)
 }
 
 func TestCancel(t *testing.T) {
@@ -386,6 +386,6 @@ func TestStepFinishBatch(t *testing.T) {
 	require.JSONEq(t, `{"ok":1}`, string(st.Output))
 	at, err := s.AttemptList(ctx, runs[1], "a")
 	require.NoError(t, err)
-	require.True(t, at[0].LogKey.Valid)
+	require.True(t, at[0].LogKey != nil)
 	require.JSONEq(t, `{"message":"x"}`, string(at[0].Error))
 }

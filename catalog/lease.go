@@ -132,7 +132,7 @@ type Claimed struct {
 // skipped, never waited for.
 func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
 	var out []Claimed
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		return tx.SelectContext(ctx, &out, sqlClaim, owner, limit, ttl.Seconds())
 	})
@@ -192,7 +192,7 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 	}
 	succeeded, failed := newFinishArrays(items, ok), newFinishArrays(items, other)
 	written := make([]bool, len(items))
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		if len(ok) > 0 {
 			a := succeeded
@@ -293,7 +293,7 @@ func (s *Store) LeaseExtend(ctx context.Context, leases []Lease, ttl time.Durati
 // $blob reference) and records a step.checkpointed event with eventData, fenced by
 // the lease token: ErrLeaseLost if the lease is not current.
 func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventData json.RawMessage) error {
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var attempt int
 		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, []byte(checkpoint)); err != nil {
 			return err
@@ -307,7 +307,7 @@ func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventDa
 // StepEvent records an event for a running attempt (for example EventStepProgress),
 // fenced by its lease token: ErrLeaseLost if the lease is not current.
 func (s *Store) StepEvent(ctx context.Context, l Lease, typ EventType, data json.RawMessage) error {
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var attempt int
 		if err := tx.GetContext(ctx, &attempt, sqlLeaseHeld+" FOR UPDATE", l.RunID, l.Key, l.Token); err != nil {
 			return err
@@ -337,7 +337,7 @@ func leaseError(op string, err error) error {
 // time decides, not a dispatcher's memory).
 func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
 	var n int
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		return tx.GetContext(ctx, &n, sqlSweep, limit, grace.Seconds())
 	})
 	if err != nil {
@@ -360,15 +360,38 @@ func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.
 	return *t, nil
 }
 
-// NewListener returns a LISTEN connection on the store's database for the given
-// channels. Notifications are hints: callers poll as well.
-func NewListener(url string, channels ...string) (*pq.Listener, error) {
+// Notification is a hint from the database. An empty Channel means the listening
+// connection was re-established: anything may have happened meanwhile.
+type Notification struct {
+	Channel string
+	Payload string
+}
+
+// Listen LISTENs on channels over a connection of its own to the database at url
+// and calls fn for each notification, one at a time, until ctx ends (it returns nil
+// then). fn gets an empty Notification once it listens, and again each time it has
+// reconnected after a failure: what happened before may have been missed.
+// Notifications are hints: callers poll as well. An error means the channels could
+// not be listened to at all.
+func Listen(ctx context.Context, url string, fn func(Notification), channels ...string) error {
 	l := pq.NewListener(url, 100*time.Millisecond, 5*time.Second, nil)
+	defer l.Close()
 	for _, ch := range channels {
 		if err := l.Listen(ch); err != nil {
-			l.Close()
-			return nil, fmt.Errorf("listen on %s: %w", ch, err)
+			return fmt.Errorf("listen on %s: %w", ch, err)
 		}
 	}
-	return l, nil
+	fn(Notification{})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-l.Notify:
+			if n == nil {
+				fn(Notification{})
+				continue
+			}
+			fn(Notification{Channel: n.Channel, Payload: n.Extra})
+		}
+	}
 }

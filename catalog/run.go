@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -94,18 +93,18 @@ LIMIT $4`
 
 // Run is a run of a pinned workflow version.
 type Run struct {
-	ID             uuid.UUID    `db:"id"`
-	Workflow       string       `db:"workflow"`
-	Version        int          `db:"version"`
-	Status         RunStatus    `db:"status"`
-	Input          JSON         `db:"input"`
-	Error          JSON         `db:"error"`
-	Revision       int64        `db:"revision"`
-	StepsTotal     int          `db:"steps_total"`
-	StepsRemaining int          `db:"steps_remaining"`
-	CreatedAt      time.Time    `db:"created_at"`
-	StartedAt      sql.NullTime `db:"started_at"`
-	FinishedAt     sql.NullTime `db:"finished_at"`
+	ID             uuid.UUID  `db:"id"`
+	Workflow       string     `db:"workflow"`
+	Version        int        `db:"version"`
+	Status         RunStatus  `db:"status"`
+	Input          JSON       `db:"input"`
+	Error          JSON       `db:"error"`
+	Revision       int64      `db:"revision"`
+	StepsTotal     int        `db:"steps_total"`
+	StepsRemaining int        `db:"steps_remaining"`
+	CreatedAt      time.Time  `db:"created_at"`
+	StartedAt      *time.Time `db:"started_at"`
+	FinishedAt     *time.Time `db:"finished_at"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`
@@ -150,7 +149,7 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		}
 		return run, true, nil
 	}
-	err = s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {
 			return err
@@ -239,7 +238,7 @@ func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 // are revoked (their dispatchers are notified and kill them). ErrNotFound if no such
 // run, ErrRunFinished if it already ended (cairn_run_cancel raises CA404 and CA409).
 func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, reason string) error {
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		_, err := tx.ExecContext(ctx, sqlRunCancel, id, reason)
 		return err
 	})

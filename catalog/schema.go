@@ -70,9 +70,26 @@ func newProvider(db *sql.DB, logger *slog.Logger) (*goose.Provider, error) {
 
 // Migrate applies every pending migration under a session lock, so concurrent
 // callers are safe. It refuses a database that is ahead of the binary. It returns the
-// versions applied now.
-func Migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]int64, error) {
-	if err := CheckSchema(ctx, db); err != nil && !errors.Is(err, ErrSchemaBehind) {
+// versions applied now; logger (nil: discard) gets goose's progress.
+func (s *Store) Migrate(ctx context.Context, logger *slog.Logger) ([]int64, error) {
+	return migrate(ctx, s.db.DB, logger)
+}
+
+// MigrationStatus lists the binary's migrations and whether each is applied, followed
+// by migrations applied in the database that the binary does not know.
+func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationState, error) {
+	return migrationStatus(ctx, s.db.DB)
+}
+
+// CheckSchema returns nil when the database has exactly the binary's migrations,
+// ErrSchemaBehind when some are missing and ErrSchemaAhead when it has unknown ones
+// (wrapped with the versions involved).
+func (s *Store) CheckSchema(ctx context.Context) error {
+	return checkSchema(ctx, s.db.DB)
+}
+
+func migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]int64, error) {
+	if err := checkSchema(ctx, db); err != nil && !errors.Is(err, ErrSchemaBehind) {
 		return nil, err
 	}
 	p, err := newProvider(db, logger)
@@ -90,9 +107,7 @@ func Migrate(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]int64, err
 	return applied, nil
 }
 
-// MigrationStatus lists the binary's migrations and whether each is applied, followed
-// by migrations applied in the database that the binary does not know.
-func MigrationStatus(ctx context.Context, db *sql.DB) ([]MigrationState, error) {
+func migrationStatus(ctx context.Context, db *sql.DB) ([]MigrationState, error) {
 	p, err := newProvider(db, nil)
 	if err != nil {
 		return nil, err
@@ -125,10 +140,7 @@ func MigrationStatus(ctx context.Context, db *sql.DB) ([]MigrationState, error) 
 	return out, nil
 }
 
-// CheckSchema returns nil when the database has exactly the binary's migrations,
-// ErrSchemaBehind when some are missing and ErrSchemaAhead when it has unknown ones
-// (wrapped with the versions involved).
-func CheckSchema(ctx context.Context, db *sql.DB) error {
+func checkSchema(ctx context.Context, db *sql.DB) error {
 	applied, err := appliedVersions(ctx, db)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -43,33 +42,33 @@ type Step struct {
 	// those handed back at shutdown or failed by Cairn's own infrastructure
 	// (OutcomeHandback, OutcomeInfraFailed). A claim counts its attempt at once (a
 	// dispatcher that dies cannot report it); those two outcomes take it back.
-	CountedAttempts int            `db:"counted_attempts"`
-	MaxAttempts     int            `db:"max_attempts"`
-	ReadyAt         sql.NullTime   `db:"ready_at"`
-	LeaseOwner      sql.NullString `db:"lease_owner"`
-	LeaseToken      sql.NullInt64  `db:"lease_token"`
-	LeaseExpiresAt  sql.NullTime   `db:"lease_expires_at"`
-	LastError       JSON           `db:"last_error"`
-	Output          JSON           `db:"output"`
-	Checkpoint      JSON           `db:"checkpoint"`
-	CreatedAt       time.Time      `db:"created_at"`
-	StartedAt       sql.NullTime   `db:"started_at"`
-	FinishedAt      sql.NullTime   `db:"finished_at"`
+	CountedAttempts int        `db:"counted_attempts"`
+	MaxAttempts     int        `db:"max_attempts"`
+	ReadyAt         *time.Time `db:"ready_at"`
+	LeaseOwner      *string    `db:"lease_owner"`
+	LeaseToken      *int64     `db:"lease_token"`
+	LeaseExpiresAt  *time.Time `db:"lease_expires_at"`
+	LastError       JSON       `db:"last_error"`
+	Output          JSON       `db:"output"`
+	Checkpoint      JSON       `db:"checkpoint"`
+	CreatedAt       time.Time  `db:"created_at"`
+	StartedAt       *time.Time `db:"started_at"`
+	FinishedAt      *time.Time `db:"finished_at"`
 }
 
 // Attempt is one try of a step.
 type Attempt struct {
-	RunID      uuid.UUID      `db:"run_id"`
-	StepKey    string         `db:"step_key"`
-	Number     int            `db:"number"`
-	Status     AttemptStatus  `db:"status"`
-	Dispatcher string         `db:"dispatcher"`
-	LeaseToken int64          `db:"lease_token"`
-	Counted    bool           `db:"counted"`
-	Error      JSON           `db:"error"`
-	LogKey     sql.NullString `db:"log_key"`
-	StartedAt  time.Time      `db:"started_at"`
-	FinishedAt sql.NullTime   `db:"finished_at"`
+	RunID      uuid.UUID     `db:"run_id"`
+	StepKey    string        `db:"step_key"`
+	Number     int           `db:"number"`
+	Status     AttemptStatus `db:"status"`
+	Dispatcher string        `db:"dispatcher"`
+	LeaseToken int64         `db:"lease_token"`
+	Counted    bool          `db:"counted"`
+	Error      JSON          `db:"error"`
+	LogKey     *string       `db:"log_key"`
+	StartedAt  time.Time     `db:"started_at"`
+	FinishedAt *time.Time    `db:"finished_at"`
 }
 
 // StepList returns every step of a run in definition order.

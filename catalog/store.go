@@ -21,7 +21,7 @@ type Config struct {
 	MaxIdleConns int
 	// ConnMaxLifetime recycles connections; default 30 minutes.
 	ConnMaxLifetime time.Duration
-	// TxRetries is how many times InTx re-runs a transaction that failed with
+	// TxRetries is how many times inTx re-runs a transaction that failed with
 	// ErrRetryable; default 5.
 	TxRetries int
 }
@@ -79,7 +79,8 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 	return &Store{db: db, cfg: c}
 }
 
-// DB returns the underlying handle (for migrations and tests).
+// DB returns the underlying handle, for tests that prepare or inspect rows by hand;
+// production code goes through the Store's methods.
 func (s *Store) DB() *sqlx.DB { return s.db }
 
 // Close closes the connection pool.
@@ -93,10 +94,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// InTx runs fn in a transaction and commits it, or rolls back when fn fails. A
+// inTx runs fn in a transaction and commits it, or rolls back when fn fails. A
 // transaction that fails with ErrRetryable is run again, up to Config.TxRetries
 // times, so fn must not have effects outside the transaction.
-func (s *Store) InTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	var err error
 	for i := 0; ; i++ {
 		err = s.inTxOnce(ctx, fn)

@@ -37,7 +37,7 @@ func storeCalls(runID uuid.UUID) []storeCall {
 	d := fakeDigest("unavailable")
 	return []storeCall{
 		{"Ping", func(ctx context.Context, s *catalog.Store) error { return s.Ping(ctx) }},
-		{"CheckSchema", func(ctx context.Context, s *catalog.Store) error { return catalog.CheckSchema(ctx, s.DB().DB) }},
+		{"CheckSchema", func(ctx context.Context, s *catalog.Store) error { return s.CheckSchema(ctx) }},
 		{"RunList", func(ctx context.Context, s *catalog.Store) error {
 			_, err := s.RunList(ctx, &catalog.RunListParams{Limit: 10})
 			return err

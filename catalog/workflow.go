@@ -135,7 +135,7 @@ func (s *Store) VersionRegister(ctx context.Context, p *VersionRegisterParams) (
 func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParams) (*Version, bool, error) {
 	var out Version
 	created := false
-	err := s.InTx(ctx, func(tx *sqlx.Tx) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, sqlBundleInsert, p.Digest, p.Size, p.BlobKey); err != nil {
 			return err
 		}

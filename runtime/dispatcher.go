@@ -471,34 +471,20 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 	if d.cfg.DatabaseURL == "" {
 		return
 	}
-	var l interface {
-		Close() error
-	}
-	listener, err := catalog.NewListener(d.cfg.DatabaseURL, catalog.ChannelSteps, catalog.ChannelCancel)
-	if err != nil {
-		d.logger.Warn("cannot listen for notifications; polling only", "error", err)
-		return
-	}
-	l = listener
-	defer l.Close()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case n := <-listener.Notify:
-			if n == nil { // reconnected: anything may have happened meanwhile
-				d.nudge()
-				continue
-			}
-			switch n.Channel {
-			case catalog.ChannelSteps:
-				d.nudge()
-			case catalog.ChannelCancel:
-				if id, err := uuid.Parse(n.Extra); err == nil {
-					d.cancelRun(id)
-				}
+	err := catalog.Listen(ctx, d.cfg.DatabaseURL, func(n catalog.Notification) {
+		switch n.Channel {
+		case "": // reconnected: anything may have happened meanwhile
+			d.nudge()
+		case catalog.ChannelSteps:
+			d.nudge()
+		case catalog.ChannelCancel:
+			if id, err := uuid.Parse(n.Payload); err == nil {
+				d.cancelRun(id)
 			}
 		}
+	}, catalog.ChannelSteps, catalog.ChannelCancel)
+	if err != nil {
+		d.logger.Warn("cannot listen for notifications; polling only", "error", err)
 	}
 }
 

@@ -107,7 +107,7 @@ func waitRun(t *testing.T, tb *testBundle, id uuid.UUID, within time.Duration) *
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		r, err := tb.store.RunGet(context.Background(), id)
 		require.NoError(c, err)
-		require.True(c, r.FinishedAt.Valid, "run %s is %s", id, r.Status)
+		require.True(c, r.FinishedAt != nil, "run %s is %s", id, r.Status)
 		run = r
 	}, within, 20*time.Millisecond, "waiting for run %s to finish", id)
 	return run
@@ -181,8 +181,8 @@ steps:
 	require.Len(t, a, 3)
 	require.Equal(t, []catalog.AttemptStatus{catalog.AttemptFailed, catalog.AttemptFailed, catalog.AttemptSucceeded}, []catalog.AttemptStatus{a[0].Status, a[1].Status, a[2].Status})
 	// Linear backoff: ≥200ms before attempt 2, ≥400ms before attempt 3.
-	require.GreaterOrEqual(t, a[1].StartedAt.Sub(a[0].FinishedAt.Time), 200*time.Millisecond)
-	require.GreaterOrEqual(t, a[2].StartedAt.Sub(a[1].FinishedAt.Time), 400*time.Millisecond)
+	require.GreaterOrEqual(t, a[1].StartedAt.Sub(*a[0].FinishedAt), 200*time.Millisecond)
+	require.GreaterOrEqual(t, a[2].StartedAt.Sub(*a[1].FinishedAt), 400*time.Millisecond)
 }
 
 func TestTerminalFailureSkipsExactlyDependents(t *testing.T) {
@@ -269,7 +269,7 @@ steps:
 			require.Eventually(t, func() bool { return !pidAlive(pid) }, 5*time.Second, 20*time.Millisecond, "waiting for %s %d of attempt %d to be gone", name, pid, i+1)
 		}
 	}
-	require.GreaterOrEqual(t, a[1].StartedAt.Sub(a[0].FinishedAt.Time), 300*time.Millisecond, "the retry waits for the backoff")
+	require.GreaterOrEqual(t, a[1].StartedAt.Sub(*a[0].FinishedAt), 300*time.Millisecond, "the retry waits for the backoff")
 }
 
 func TestCancelKillsRunningHandler(t *testing.T) {

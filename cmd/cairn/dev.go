@@ -16,7 +16,6 @@ import (
 
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
-	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/pglocal"
 )
 
@@ -90,7 +89,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		return err
 	}
 	defer store.Close()
-	if _, err := catalog.Migrate(ctx, store.DB().DB, logger.With("component", "migrate")); err != nil {
+	if _, err := store.Migrate(ctx, logger.With("component", "migrate")); err != nil {
 		return err
 	}
 	blobs, err := blobstore.NewFile(filepath.Join(dataDir, "blobs"), nil)

@@ -6,8 +6,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/cairnrun/cairn/catalog"
 )
 
 func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -29,7 +27,7 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer store.Close()
-			applied, err := catalog.Migrate(cmd.Context(), store.DB().DB, newLogger(e, stderr))
+			applied, err := store.Migrate(cmd.Context(), newLogger(e, stderr))
 			if err != nil {
 				return err
 			}
@@ -51,7 +49,7 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer store.Close()
-			states, err := catalog.MigrationStatus(cmd.Context(), store.DB().DB)
+			states, err := store.MigrationStatus(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -243,7 +243,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			defer store.Close()
-			if err := catalog.CheckSchema(ctx, store.DB().DB); err != nil {
+			if err := store.CheckSchema(ctx); err != nil {
 				return err
 			}
 			blobs, err := blobstore.Open(ctx, blobURL, e)
