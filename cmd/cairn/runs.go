@@ -345,23 +345,13 @@ func (c *cli) listRuns(ctx context.Context, workflow, status string, limit int, 
 		return err
 	}
 	params.Limit = pageSize(limit)
-	items, raw, err := firstItems(cl.RunPages(ctx, &params), limit, func(r *client.ListRunsResponse) ([]client.Run, []byte) {
-		return deref(r.JSON200.Items), r.Body
-	})
-	if err != nil {
-		return err
-	}
-	if out.json() {
-		return writeJSON(c.stdout, rawItems{Items: raw})
-	}
 	now := time.Now()
-	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tCREATED\tDURATION")
-	for _, r := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\n", r.Id, r.Workflow, r.Version, r.Status,
+	return printList(c, cl.RunPages(ctx, &params), limit, out, func(r *client.ListRunsResponse) ([]client.Run, []byte) {
+		return deref(r.JSON200.Items), r.Body
+	}, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tCREATED\tDURATION", func(r client.Run) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%d/%d\t%s\t%s", r.Id, r.Workflow, r.Version, r.Status,
 			r.StepsTotal-r.StepsRemaining, r.StepsTotal, formatTime(r.CreatedAt), span(r.StartedAt, r.FinishedAt, now))
-	}
-	return tw.Flush()
+	})
 }
 
 func (c *cli) newRunCancelCmd() *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 
 	"github.com/spf13/cobra"
 
@@ -11,68 +12,64 @@ import (
 )
 
 func newWorkflowsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
-	c := newCLI(e, stdout, stderr)
-	cmd := &cobra.Command{
-		Use:     "workflows",
-		Aliases: []string{"workflow"},
-		Short:   "Inspect workflows",
-	}
-	c.registerFlags(cmd)
-	var limit int
-	var out outputFormat
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List workflows by name",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.listWorkflows(cmd.Context(), limit, out)
+	return listGroup{
+		use: "workflows", alias: "workflow", short: "Inspect workflows",
+		listUse: "list", listShort: "List workflows by name", args: cobra.NoArgs,
+		list: func(c *cli, ctx context.Context, _ []string, limit int, out outputFormat) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			pages := cl.WorkflowPages(ctx, &client.ListWorkflowsParams{Limit: pageSize(limit)})
+			return printList(c, pages, limit, out, func(r *client.ListWorkflowsResponse) ([]client.Workflow, []byte) {
+				return deref(r.JSON200.Items), r.Body
+			}, "NAME\tLATEST\tUPDATED\tDESCRIPTION", func(w client.Workflow) string {
+				return fmt.Sprintf("%s\t%d\t%s\t%s", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), shorten(w.Description, 72))
+			})
 		},
-	}
-	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
-	out.register(list)
-	cmd.AddCommand(list)
-	return cmd
-}
-
-func (c *cli) listWorkflows(ctx context.Context, limit int, out outputFormat) error {
-	cl, err := c.client()
-	if err != nil {
-		return err
-	}
-	pages := cl.WorkflowPages(ctx, &client.ListWorkflowsParams{Limit: pageSize(limit)})
-	items, raw, err := firstItems(pages, limit, func(r *client.ListWorkflowsResponse) ([]client.Workflow, []byte) {
-		return deref(r.JSON200.Items), r.Body
-	})
-	if err != nil {
-		return err
-	}
-	if out.json() {
-		return writeJSON(c.stdout, rawItems{Items: raw})
-	}
-	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "NAME\tLATEST\tUPDATED\tDESCRIPTION")
-	for _, w := range items {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), shorten(w.Description, 72))
-	}
-	return tw.Flush()
+	}.command(e, stdout, stderr)
 }
 
 func newVersionsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
+	return listGroup{
+		use: "versions", alias: "version", short: "Inspect a workflow's versions",
+		listUse: "list NAME", listShort: "List the versions of a workflow, newest first", args: cobra.ExactArgs(1),
+		list: func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			pages := cl.VersionPages(ctx, args[0], &client.ListVersionsParams{Limit: pageSize(limit)})
+			return printList(c, pages, limit, out, func(r *client.ListVersionsResponse) ([]client.Version, []byte) {
+				return deref(r.JSON200.Items), r.Body
+			}, "VERSION\tDIGEST\tSIZE\tCREATED", func(v client.Version) string {
+				return fmt.Sprintf("%d\t%s\t%s\t%s", v.Version, v.Digest, formatBytes(v.Size), formatTime(v.CreatedAt))
+			})
+		},
+	}.command(e, stdout, stderr)
+}
+
+// listGroup is a noun command (workflows, versions) whose subcommand lists, with
+// --limit and --output.
+type listGroup struct {
+	use, alias, short  string
+	listUse, listShort string
+	args               cobra.PositionalArgs
+	list               func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error
+}
+
+func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
 	c := newCLI(e, stdout, stderr)
-	cmd := &cobra.Command{
-		Use:     "versions",
-		Aliases: []string{"version"},
-		Short:   "Inspect a workflow's versions",
-	}
+	cmd := &cobra.Command{Use: g.use, Aliases: []string{g.alias}, Short: g.short}
 	c.registerFlags(cmd)
 	var limit int
 	var out outputFormat
 	list := &cobra.Command{
-		Use:   "list NAME",
-		Short: "List the versions of a workflow, newest first",
-		Args:  cobra.ExactArgs(1),
+		Use:   g.listUse,
+		Short: g.listShort,
+		Args:  g.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.listVersions(cmd.Context(), args[0], limit, out)
+			return g.list(c, cmd.Context(), args, limit, out)
 		},
 	}
 	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
@@ -81,15 +78,11 @@ func newVersionsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
-func (c *cli) listVersions(ctx context.Context, name string, limit int, out outputFormat) error {
-	cl, err := c.client()
-	if err != nil {
-		return err
-	}
-	pages := cl.VersionPages(ctx, name, &client.ListVersionsParams{Limit: pageSize(limit)})
-	items, raw, err := firstItems(pages, limit, func(r *client.ListVersionsResponse) ([]client.Version, []byte) {
-		return deref(r.JSON200.Items), r.Body
-	})
+// printList prints the first limit items of pages (0: all) as a table (header, then
+// a row each) or, with --output json, as the API's raw items.
+func printList[R, T any](c *cli, pages iter.Seq2[*R, error], limit int, out outputFormat,
+	itemsOf func(*R) ([]T, []byte), header string, row func(T) string) error {
+	items, raw, err := firstItems(pages, limit, itemsOf)
 	if err != nil {
 		return err
 	}
@@ -97,9 +90,9 @@ func (c *cli) listVersions(ctx context.Context, name string, limit int, out outp
 		return writeJSON(c.stdout, rawItems{Items: raw})
 	}
 	tw := newTable(c.stdout)
-	fmt.Fprintln(tw, "VERSION\tDIGEST\tSIZE\tCREATED")
-	for _, v := range items {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", v.Version, v.Digest, formatBytes(v.Size), formatTime(v.CreatedAt))
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		fmt.Fprintln(tw, row(it))
 	}
 	return tw.Flush()
 }
