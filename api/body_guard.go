@@ -116,7 +116,7 @@ func (s *Server) withBodyGuard(next http.Handler) http.Handler {
 		r.Body = g
 		next.ServeHTTP(w, r)
 		if g.slow {
-			s.cfg.Metrics.slowBody()
+			s.metrics.slowBody()
 			s.logger.InfoContext(r.Context(), "request body too slow: connection closed",
 				"request_id", RequestID(r.Context()), "path", r.URL.Path, "bytes", g.total,
 				"min_rate", s.cfg.MinBodyRate, "window", s.cfg.BodyReadTimeout)

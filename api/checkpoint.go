@@ -129,7 +129,7 @@ func (s *Server) countLeaseLost(err error) error {
 	if !errors.Is(err, catalog.ErrLeaseLost) {
 		return err
 	}
-	s.cfg.Metrics.leaseLost("checkpoint_api")
+	s.metrics.leaseLost("checkpoint_api")
 	return withDetail(err, "the lease is no longer current: the checkpoint was not stored")
 }
 

@@ -31,7 +31,7 @@ type ConnLimitConfig struct {
 	// and on again under 75%: a client holding idle keep-alive connections cannot
 	// keep others out. Default none.
 	Server *http.Server
-	// Metrics counts open and refused connections; default none.
+	// Metrics counts open and refused connections (pass Server.Metrics); default none.
 	Metrics *Metrics
 	// Logger reports the cap being reached and left; default: discard.
 	Logger *slog.Logger

@@ -293,7 +293,7 @@ func TestMetricsToken(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	guarded := setupWith(t, api.Config{Gatherer: prometheus.NewRegistry(), MetricsToken: metricsToken})
+	guarded := setupWith(t, api.Config{Registry: prometheus.NewRegistry(), MetricsToken: metricsToken})
 	tests := []struct {
 		name  string
 		token string
@@ -308,7 +308,7 @@ func TestMetricsToken(t *testing.T) {
 	for _, tt := range tests {
 		require.Equal(t, tt.want, get(t, guarded.url, tt.token), tt.name)
 	}
-	open := setupWith(t, api.Config{Gatherer: prometheus.NewRegistry()})
+	open := setupWith(t, api.Config{Registry: prometheus.NewRegistry()})
 	require.Equal(t, http.StatusOK, get(t, open.url, ""))
 }
 

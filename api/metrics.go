@@ -2,8 +2,9 @@ package api
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the API's Prometheus series. A nil *Metrics records nothing. It is safe
-// for concurrent use.
+// Metrics are the API's Prometheus series, registered by New with Config.Registry and
+// shared with LimitConnections through Server.Metrics. A nil *Metrics records nothing.
+// It is safe for concurrent use.
 type Metrics struct {
 	leaseLostTotal *prometheus.CounterVec
 	refusedTotal   *prometheus.CounterVec
@@ -12,8 +13,8 @@ type Metrics struct {
 	streams        prometheus.Gauge
 }
 
-// NewMetrics registers the API's series with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// newMetrics registers the API's series with reg.
+func newMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		leaseLostTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_api_lease_lost_total", Help: "Writes through the API rejected because the lease was no longer current, by operation.",
@@ -34,6 +35,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.leaseLostTotal, m.refusedTotal, m.slowBodyTotal, m.connections, m.streams)
 	return m
 }
+
+// Metrics returns the series New registered with Config.Registry (nil without one),
+// for ConnLimitConfig.Metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
 
 func (m *Metrics) leaseLost(op string) {
 	if m != nil {

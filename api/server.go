@@ -14,7 +14,6 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
@@ -39,16 +38,17 @@ type Config struct {
 	// per step kind, and its cache: "ok…" or why not); GET /readyz shows them
 	// beside its checks without failing on them: other kinds still run. Default none.
 	Capabilities func() map[string]string
-	// Gatherer, when set, is served at GET /metrics (Prometheus); default none.
-	Gatherer prometheus.Gatherer
+	// Registry, when set, receives the API's Prometheus series and is served at
+	// GET /metrics (with whatever else the caller registered there, such as the
+	// dispatcher's: runtime.Config.Registerer takes the same registry). Default none:
+	// no /metrics, and the series are counted nowhere.
+	Registry *prometheus.Registry
 	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign
 	// them with the same key); default none, so that operation answers 401.
 	SigningKey []byte
 	// InlineLimit is the largest checkpoint kept inline; default
 	// runtime.DefaultInlineLimit (256 KiB), as for the dispatchers' outputs.
 	InlineLimit int64
-	// Metrics counts API-side events (lease rejections); default none.
-	Metrics *Metrics
 	// TempDir is where uploads are unpacked for validation; default os.TempDir().
 	TempDir string
 	// BundleLimits bounds an uploaded bundle (entries, sizes, steps per workflow);
@@ -122,11 +122,12 @@ type Server struct {
 	mux    *http.ServeMux
 	api    huma.API
 
+	metrics     *Metrics      // nil without Config.Registry
 	streamsDone chan struct{} // closed by CloseStreams
 	closeOnce   sync.Once
-	streams     chan struct{}      // one element per open event stream, up to MaxStreams
-	pulse       *pulse             // wakes the event streams together
-	polls       singleflight.Group // their polls of the catalog, shared
+	streams     chan struct{} // one element per open event stream, up to MaxStreams
+	pulse       *pulse        // wakes the event streams together
+	polls       sharedPolls   // their polls of the catalog, shared
 }
 
 // CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
@@ -152,8 +153,9 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
 	s.api.UseMiddleware(s.bodyGuardMiddleware, s.authMiddleware)
-	if c.Gatherer != nil {
-		s.mux.Handle("GET /metrics", s.withMetricsToken(promhttp.HandlerFor(c.Gatherer, promhttp.HandlerOpts{})))
+	if c.Registry != nil {
+		s.metrics = newMetrics(c.Registry)
+		s.mux.Handle("GET /metrics", s.withMetricsToken(promhttp.HandlerFor(c.Registry, promhttp.HandlerOpts{})))
 	}
 	s.registerHealth()
 	s.registerWorkflows()

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -120,14 +119,11 @@ func (s *Server) registerSteps() {
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
-		id, err := in.uuid()
+		st, err := s.step(ctx, in)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.store.StepGet(ctx, id, in.Key); err != nil {
-			return nil, err
-		}
-		rows, err := s.store.AttemptList(ctx, id, in.Key)
+		rows, err := s.store.AttemptList(ctx, st.RunID, st.Key)
 		if err != nil {
 			return nil, err
 		}
@@ -146,11 +142,7 @@ func (s *Server) registerSteps() {
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
-		id, err := in.uuid()
-		if err != nil {
-			return nil, err
-		}
-		st, err := s.store.StepGet(ctx, id, in.Key)
+		st, err := s.step(ctx, in)
 		if err != nil {
 			return nil, err
 		}
@@ -174,11 +166,7 @@ func (s *Server) registerSteps() {
 		StepParams
 		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
-		id, err := in.uuid()
-		if err != nil {
-			return nil, err
-		}
-		st, err := s.store.StepGet(ctx, id, in.Key)
+		st, err := s.step(ctx, &in.StepParams)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +177,7 @@ func (s *Server) registerSteps() {
 		if n == 0 {
 			return nil, withDetail(errNotFound, "the step has not run yet")
 		}
-		a, err := s.store.AttemptGet(ctx, id, in.Key, n)
+		a, err := s.store.AttemptGet(ctx, st.RunID, st.Key, n)
 		if err != nil {
 			return nil, err
 		}
@@ -204,16 +192,21 @@ func (s *Server) registerSteps() {
 	})
 }
 
+// step looks up the step a request names: 400 for a malformed run ID, 404 when
+// the run or the step does not exist.
+func (s *Server) step(ctx context.Context, p *StepParams) (*catalog.Step, error) {
+	id, err := p.uuid()
+	if err != nil {
+		return nil, err
+	}
+	return s.store.StepGet(ctx, id, p.Key)
+}
+
 // streamPayload writes a stored payload: an inline JSON value, or the bytes of the
 // blob a $blob reference names.
 func (s *Server) streamPayload(ctx context.Context, v json.RawMessage) (*huma.StreamResponse, error) {
-	var ref struct {
-		Blob *struct {
-			Digest string `json:"digest"`
-		} `json:"$blob"`
-	}
-	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '{' && json.Unmarshal(t, &ref) == nil && ref.Blob != nil {
-		key, err := blobstore.KeyFor("payloads", ref.Blob.Digest)
+	if ref, ok := blobstore.ParseRef(v); ok {
+		key, err := ref.Key()
 		if err != nil {
 			return nil, err
 		}

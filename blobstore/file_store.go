@@ -140,15 +140,7 @@ func (s *FileStore) put(ctx context.Context, kind string, r io.Reader, opts PutO
 	if _, err := io.Copy(f, ctxReader{ctx: ctx, r: hr}); err != nil {
 		return Object{}, fmt.Errorf("copy content: %w", err)
 	}
-	sum, err := hr.finish()
-	if err != nil {
-		return Object{}, err
-	}
-	digest, err := resolveDigest(sum, opts)
-	if err != nil {
-		return Object{}, err
-	}
-	key, err := KeyFor(kind, digest)
+	sum, digest, key, err := hr.identify(kind, opts)
 	if err != nil {
 		return Object{}, err
 	}

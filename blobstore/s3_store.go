@@ -237,15 +237,7 @@ func readFull(r io.Reader, buf []byte) (int, error) {
 
 // putSmall stores content that was read whole into data.
 func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, data []byte, opts PutOptions) (Object, error) {
-	sum, err := hr.finish()
-	if err != nil {
-		return Object{}, err
-	}
-	digest, err := resolveDigest(sum, opts)
-	if err != nil {
-		return Object{}, err
-	}
-	key, err := KeyFor(kind, digest)
+	sum, digest, key, err := hr.identify(kind, opts)
 	if err != nil {
 		return Object{}, err
 	}
@@ -313,15 +305,7 @@ func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, 
 		data = buf[:n]
 	}
 
-	sum, err := hr.finish()
-	if err != nil {
-		return Object{}, err
-	}
-	digest, err := resolveDigest(sum, opts)
-	if err != nil {
-		return Object{}, err
-	}
-	key, err := KeyFor(kind, digest)
+	sum, digest, key, err := hr.identify(kind, opts)
 	if err != nil {
 		return Object{}, err
 	}

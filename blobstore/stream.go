@@ -67,16 +67,24 @@ func (hr *hashingReader) finish() (string, error) {
 	return digestPrefix + hex.EncodeToString(hr.h.Sum(nil)), nil
 }
 
-// resolveDigest returns the digest the object is addressed by, given the content's
-// own digest, and checks VerifyDigest.
-func resolveDigest(contentDigest string, opts PutOptions) (string, error) {
-	if opts.Digest == "" {
-		return contentDigest, nil
+// identify finishes reading and names what was read: the content's own digest
+// sum, the digest it is addressed by (opts.Digest when given, checked against sum
+// when opts.VerifyDigest) and its key. Both stores call it once the content is in.
+func (hr *hashingReader) identify(kind string, opts PutOptions) (sum, digest, key string, err error) {
+	if sum, err = hr.finish(); err != nil {
+		return "", "", "", err
 	}
-	if opts.VerifyDigest && opts.Digest != contentDigest {
-		return "", fmt.Errorf("%w: content is %s, expected %s", ErrDigestMismatch, contentDigest, opts.Digest)
+	digest = sum
+	if opts.Digest != "" {
+		if opts.VerifyDigest && opts.Digest != sum {
+			return "", "", "", fmt.Errorf("%w: content is %s, expected %s", ErrDigestMismatch, sum, opts.Digest)
+		}
+		digest = opts.Digest
 	}
-	return opts.Digest, nil
+	if key, err = KeyFor(kind, digest); err != nil {
+		return "", "", "", err
+	}
+	return sum, digest, key, nil
 }
 
 // clampRange applies the GetOptions rules to an object of size bytes and returns

@@ -5,6 +5,7 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/cairnrun/cairn/catalog"
 	"github.com/spf13/cobra"
 )
 
@@ -17,16 +18,22 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	cmd.PersistentFlags().StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
 	bindEnv(cmd.PersistentFlags(), map[string]string{"database-url": "CAIRN_DATABASE_URL"})
 
-	up := &cobra.Command{
-		Use:   "up",
-		Short: "Apply every pending migration",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	// withStore opens the catalog at --database-url for one subcommand.
+	withStore := func(run func(*cobra.Command, *catalog.Store) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
 			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr))
 			if err != nil {
 				return err
 			}
 			defer store.Close()
+			return run(cmd, store)
+		}
+	}
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Apply every pending migration",
+		Args:  cobra.NoArgs,
+		RunE: withStore(func(cmd *cobra.Command, store *catalog.Store) error {
 			applied, err := store.Migrate(cmd.Context(), newLogger(e, stderr))
 			if err != nil {
 				return err
@@ -37,18 +44,13 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			}
 			fmt.Fprintf(stdout, "applied migrations %v\n", applied)
 			return nil
-		},
+		}),
 	}
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "List the migrations and whether each is applied",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr))
-			if err != nil {
-				return err
-			}
-			defer store.Close()
+		RunE: withStore(func(cmd *cobra.Command, store *catalog.Store) error {
 			states, err := store.MigrationStatus(cmd.Context())
 			if err != nil {
 				return err
@@ -69,7 +71,7 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", st.Version, name, state, at)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.AddCommand(up, status)
 	return cmd

@@ -381,10 +381,9 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		capabilities = disp.Capabilities
 	}
 
-	metrics := api.NewMetrics(reg)
 	lim := p.limits
 	srv := api.New(p.store, p.blobs, &api.Config{
-		Logger: p.logger, Tokens: p.tokens, Gatherer: reg, Metrics: metrics,
+		Logger: p.logger, Tokens: p.tokens, Registry: reg,
 		SigningKey: []byte(p.rt.signingKey), InlineLimit: p.rt.inlineLimit,
 		MetricsToken: lim.metricsToken, MaxCheckpointSize: lim.maxCheckpointSize, MaxStreams: lim.maxStreams,
 		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
@@ -399,7 +398,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	}
 	httpSrv := newHTTPServer(srv.Handler(), lim, p.logger)
 	httpSrv.RegisterOnShutdown(srv.CloseStreams)
-	limited := api.LimitConnections(ln, lim.maxConnections, &api.ConnLimitConfig{Server: httpSrv, Metrics: metrics, Logger: p.logger})
+	limited := api.LimitConnections(ln, lim.maxConnections, &api.ConnLimitConfig{Server: httpSrv, Metrics: srv.Metrics(), Logger: p.logger})
 	errc := make(chan error, 1)
 	go func() { errc <- httpSrv.Serve(limited) }()
 	p.logger.Info("serving", "url", "http://"+addr)

@@ -151,8 +151,8 @@ func TestChaos(t *testing.T) {
 	r := rand.New(rand.NewPCG(seed, 0))
 
 	pg := testenv.PG(t)
-	s3 := startS3Server(t, "")
-	st := newStack(t, stackOptions{dbURL: testenv.ClusterDatabaseURL(t, pg), blobURL: s3.blobURL(nil), env: s3.env()})
+	s3 := testenv.StartS3Process(t, "")
+	st := newStack(t, stackOptions{dbURL: testenv.ClusterDatabaseURL(t, pg), blobURL: s3.BlobURL(nil), env: s3.Env()})
 	// Handlers in the sandbox of production: it must hold under chaos too.
 	requireBwrap(t)
 	opts := serverOptions{inlineLimit: 1024, env: []string{"CAIRN_EXEC_ISOLATION=bwrap"}}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/client"
+	"github.com/cairnrun/cairn/internal/testenv"
 )
 
 // TestLargeOutput: an exec step writes 1 GiB to stdout. The step completes, GET
@@ -26,8 +27,8 @@ func TestLargeOutput(t *testing.T) {
 	// versitygw's posix backend writes it three times (the parts, their
 	// concatenation, the copy to its final key), which this machine's disk takes
 	// well over a minute for. The guarantee is about the dispatcher, not the disk.
-	s3 := startS3Server(t, memoryDir(t, 4<<30))
-	st := newStack(t, stackOptions{blobURL: s3.blobURL(nil), env: s3.env()})
+	s3 := testenv.StartS3Process(t, memoryDir(t, 4<<30))
+	st := newStack(t, stackOptions{blobURL: s3.BlobURL(nil), env: s3.Env()})
 	s := st.start(serverOptions{name: "a"})
 	api := s.api()
 	api.deploy(map[string]string{

@@ -119,12 +119,12 @@ steps:
 // back. The catalog never references a missing or partial object.
 func TestBlobStoreOutage(t *testing.T) {
 	t.Parallel()
-	s3 := startS3Server(t, "")
+	s3 := testenv.StartS3Process(t, "")
 	// 5 MiB parts: an output over 5 MiB streams into S3 while the handler writes it;
 	// a smaller one is stored when the handler has finished.
 	const partSize = 5 << 20
 	const bigSize = 12 << 20
-	st := newStack(t, stackOptions{blobURL: s3.blobURL(url.Values{"part_size": {itoa(partSize)}}), env: s3.env()})
+	st := newStack(t, stackOptions{blobURL: s3.BlobURL(url.Values{"part_size": {itoa(partSize)}}), env: s3.Env()})
 	a := st.start(serverOptions{name: "a", inlineLimit: 1024})
 	api := a.api()
 
@@ -167,7 +167,7 @@ printf ']}\n'
 	}
 
 	down := time.Now()
-	s3.kill()
+	s3.Kill()
 	require.NoError(t, os.WriteFile(gate, nil, 0o644)) // the handlers write their outputs now
 	// Wait for /readyz to report the blob store.
 	require.Eventually(t, func() bool { return a.readyz() == http.StatusServiceUnavailable }, 10*time.Second, 50*time.Millisecond)
@@ -180,7 +180,7 @@ printf ']}\n'
 				"attempts %s", jsonOf(as))
 		}, 40*time.Second, 100*time.Millisecond, "step %s never failed to store its output", key)
 	}
-	s3.start()
+	s3.Start()
 	t.Logf("S3 was down for %s", time.Since(down).Round(time.Millisecond))
 
 	run := api.waitRun(runID, 45*time.Second)
@@ -208,7 +208,7 @@ printf ']}\n'
 	}
 
 	// Every $blob the catalog references is whole in the bucket.
-	store := s3.store()
+	store := s3.Store()
 	refs := 0
 	for _, s := range api.mustSteps(runID) {
 		for _, v := range []any{s.Output, s.Checkpoint} {

@@ -144,7 +144,7 @@ func PG(t testing.TB) *pglocal.Cluster {
 	case err != nil:
 		t.Fatalf("testenv: %v", err)
 	case !found:
-		dbUnavailable(t, "testenv.PG needs the PostgreSQL server binaries: "+dbInstallHint)
+		unavailable(t, "testenv.PG needs the PostgreSQL server binaries: "+dbInstallHint)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), dbStopTimeout)
@@ -203,14 +203,14 @@ func dbServer(t testing.TB) pgtestdb.Config {
 	case dbShared.err != nil:
 		t.Fatalf("testenv: %v", dbShared.err)
 	case dbShared.unavailable != "":
-		dbUnavailable(t, dbShared.unavailable)
+		unavailable(t, dbShared.unavailable)
 	}
 	return dbShared.conf
 }
 
 // dbUnavailable skips the test, or fails it under CI, where nothing may be
 // skipped silently.
-func dbUnavailable(t testing.TB, msg string) {
+func unavailable(t testing.TB, msg string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("testenv: %s", msg)

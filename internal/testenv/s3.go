@@ -142,10 +142,7 @@ func S3Endpoint(t testing.TB) S3Server {
 	case s3Shared.err != nil:
 		t.Fatalf("testenv: %v", s3Shared.err)
 	case s3Shared.unavailable != "":
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("testenv: %s", s3Shared.unavailable)
-		}
-		t.Skipf("testenv: %s", s3Shared.unavailable)
+		unavailable(t, s3Shared.unavailable)
 	}
 	return s3Shared.server
 }
@@ -332,11 +329,19 @@ func s3StartVersitygw(bin string) (S3Server, error) {
 // thread that started the child exits, not the process, so the thread must
 // outlive the child. exited receives the process's end.
 func s3RunVersitygw(bin, addr, root, logPath string) (exited <-chan error, err error) {
+	_, exited, err = s3RunVersitygwProcess(bin, addr, root, logPath)
+	return exited, err
+}
+
+// s3RunVersitygwProcess is s3RunVersitygw that also returns the process, for a
+// test that kills it (S3Process).
+func s3RunVersitygwProcess(bin, addr, root, logPath string) (proc *os.Process, exited <-chan error, err error) {
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("versitygw: %w", err)
+		return nil, nil, fmt.Errorf("versitygw: %w", err)
 	}
-	started := make(chan error, 1)
+	started := make(chan *os.Process, 1)
+	startErr := make(chan error, 1)
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
@@ -352,16 +357,18 @@ func s3RunVersitygw(bin, addr, root, logPath string) (exited <-chan error, err e
 		cmd.Stderr = logFile
 		cmd.SysProcAttr = s3SysProcAttr()
 		if err := cmd.Start(); err != nil {
-			started <- fmt.Errorf("start versitygw: %w", err)
+			startErr <- fmt.Errorf("start versitygw: %w", err)
 			return
 		}
-		started <- nil
+		started <- cmd.Process
 		done <- cmd.Wait()
 	}()
-	if err := <-started; err != nil {
-		return nil, err
+	select {
+	case err := <-startErr:
+		return nil, nil, err
+	case proc := <-started:
+		return proc, done, nil
 	}
-	return done, nil
 }
 
 // s3FreeAddr returns "127.0.0.1:<port>" of a port free a moment ago.
