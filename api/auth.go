@@ -2,11 +2,13 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -53,9 +55,9 @@ func ParseRole(s string) (Role, error) {
 	return RoleNone, fmt.Errorf("unknown role %q (want viewer, operator or admin)", s)
 }
 
-// Tokens maps bearer tokens to roles. Lookups compare every known token in constant
-// time, so timing does not reveal a prefix. The zero value knows no token. A Tokens
-// is immutable once built and safe for concurrent use.
+// Tokens maps bearer tokens to roles and names. Lookups compare every known token in
+// constant time, so timing does not reveal a prefix. The zero value knows no token. A
+// Tokens is immutable once built and safe for concurrent use.
 type Tokens struct {
 	entries []tokenEntry
 }
@@ -63,17 +65,41 @@ type Tokens struct {
 type tokenEntry struct {
 	hash [sha256.Size]byte
 	role Role
+	name string
 }
+
+// Identity is who a request acts as: its token's role and name. The name is the
+// actor of every event an operator action writes ("alice"); a token given without
+// one is named after its role ("operator").
+type Identity struct {
+	Role Role
+	Name string
+}
+
+// tokenNamePattern is what a token's name may be: a short word of letters, digits,
+// '.', '_', '@' and '-'.
+var tokenNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$`)
 
 // minTokenLength rejects tokens short enough to guess.
 const minTokenLength = 16
 
-// Add registers token with role. It rejects short tokens.
+// Add registers token with role, named after the role. It rejects short tokens.
 func (t *Tokens) Add(role Role, token string) error {
+	return t.AddNamed(role, "", token)
+}
+
+// AddNamed registers token with role and name (the actor its actions are recorded
+// under; "" names it after the role). It rejects short tokens and bad names.
+func (t *Tokens) AddNamed(role Role, name, token string) error {
 	if len(token) < minTokenLength {
 		return fmt.Errorf("a %s token is shorter than %d characters", role, minTokenLength)
 	}
-	t.entries = append(t.entries, tokenEntry{hash: sha256.Sum256([]byte(token)), role: role})
+	if name == "" {
+		name = role.String()
+	} else if !tokenNamePattern.MatchString(name) {
+		return fmt.Errorf("token name %q: want letters, digits, '.', '_', '@' or '-' (at most 63)", name)
+	}
+	t.entries = append(t.entries, tokenEntry{hash: sha256.Sum256([]byte(token)), role: role, name: name})
 	return nil
 }
 
@@ -85,20 +111,28 @@ func (t *Tokens) Merge(other *Tokens) {
 // Len reports how many tokens are known.
 func (t *Tokens) Len() int { return len(t.entries) }
 
-// Lookup returns the role of token, or RoleNone. Hashing first makes every
-// comparison the same length; every entry is compared whatever matches.
+// Lookup returns the role of token, or RoleNone.
 func (t *Tokens) Lookup(token string) Role {
-	h := sha256.Sum256([]byte(token))
-	role := RoleNone
-	for _, e := range t.entries {
-		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
-			role = e.role
-		}
-	}
-	return role
+	return t.Identify(token).Role
 }
 
-// ParseTokens reads "role:token,role:token" (CAIRN_TOKENS). Blank items are ignored.
+// Identify returns the role and name of token; the zero Identity (RoleNone) for an
+// unknown token. Hashing first makes every comparison the same length; every entry
+// is compared whatever matches.
+func (t *Tokens) Identify(token string) Identity {
+	h := sha256.Sum256([]byte(token))
+	var id Identity
+	for _, e := range t.entries {
+		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
+			id = Identity{Role: e.role, Name: e.name}
+		}
+	}
+	return id
+}
+
+// ParseTokens reads "role:token,role:name:token" (CAIRN_TOKENS): a token may carry
+// a name, the actor its actions are recorded under (see addItem). Blank items are
+// ignored.
 func ParseTokens(spec string) (*Tokens, error) {
 	t := &Tokens{}
 	for i, item := range strings.Split(spec, ",") {
@@ -113,8 +147,8 @@ func ParseTokens(spec string) (*Tokens, error) {
 	return t, nil
 }
 
-// ReadTokensFile reads a CAIRN_TOKENS_FILE: one "role:token" a line; blank lines and
-// lines starting with # are ignored.
+// ReadTokensFile reads a CAIRN_TOKENS_FILE: one "role:token" or "role:name:token" a
+// line; blank lines and lines starting with # are ignored.
 func ReadTokensFile(path string) (*Tokens, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -138,16 +172,25 @@ func ReadTokensFile(path string) (*Tokens, error) {
 	return t, nil
 }
 
+// addItem reads "role:token" or "role:name:token". The middle part is a name only
+// when it is one (tokenNamePattern) and what follows is long enough to be a token;
+// otherwise, as before names existed, everything after the role is the token, colons
+// included. (A token that holds colons and could read as name:token must be given
+// with a name.)
 func (t *Tokens) addItem(item string) error {
-	roleName, token, ok := strings.Cut(item, ":")
+	roleName, rest, ok := strings.Cut(item, ":")
 	if !ok {
-		return fmt.Errorf("want role:token")
+		return fmt.Errorf("want role:token or role:name:token")
 	}
 	role, err := ParseRole(roleName)
 	if err != nil {
 		return err
 	}
-	return t.Add(role, strings.TrimSpace(token))
+	name, token, named := strings.Cut(rest, ":")
+	if !named || !tokenNamePattern.MatchString(name) || len(strings.TrimSpace(token)) < minTokenLength {
+		name, token = "", rest
+	}
+	return t.AddNamed(role, name, strings.TrimSpace(token))
 }
 
 const (
@@ -170,7 +213,8 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, "a bearer token is required")
 		return
 	}
-	have := s.cfg.Tokens.Lookup(strings.TrimSpace(token))
+	who := s.cfg.Tokens.Identify(strings.TrimSpace(token))
+	have := who.Role
 	if have == RoleNone {
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="cairn", error="invalid_token"`)
 		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, "the bearer token is not valid")
@@ -180,10 +224,17 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusForbidden, fmt.Sprintf("this operation needs the %s role; the token has %s", need, have))
 		return
 	}
-	next(huma.WithValue(ctx, roleKey, have))
+	next(huma.WithValue(ctx, identityKey, who))
 }
 
-const roleKey ctxKey = iota + 10
+const identityKey ctxKey = iota + 10
+
+// actor is the name of the token a request came with (Identity.Name), recorded in
+// the events its actions write; "" on a public operation.
+func actor(ctx context.Context) string {
+	who, _ := ctx.Value(identityKey).(Identity)
+	return who.Name
+}
 
 // withRole marks op as needing role: its security requirement shows in the OpenAPI
 // document (its 401 and 403 responses are listed by errorResponses).

@@ -99,3 +99,24 @@ func TestTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenNames: a token may carry the name its actions are recorded under
+// (role:name:token); without one it is named after its role, and a token that
+// itself holds colons still reads as before names existed.
+func TestTokenNames(t *testing.T) {
+	t.Parallel()
+	const colonToken = "abcdefghijklmnop:q"
+	tokens, err := ParseTokens("operator:alice:" + testOperatorToken + ",viewer:" + testViewerToken +
+		",admin:" + colonToken + ",operator:bob@example.com:" + testAdminToken)
+	require.NoError(t, err)
+	require.Equal(t, Identity{Role: RoleOperator, Name: "alice"}, tokens.Identify(testOperatorToken))
+	require.Equal(t, Identity{Role: RoleViewer, Name: "viewer"}, tokens.Identify(testViewerToken))
+	require.Equal(t, Identity{Role: RoleOperator, Name: "bob@example.com"}, tokens.Identify(testAdminToken))
+	// "abcdefghijklmnop" could be a name, but "q" is too short to be a token: the
+	// whole "abcdefghijklmnop:q" is the token.
+	require.Equal(t, RoleAdmin, tokens.Identify(colonToken).Role)
+	require.Equal(t, Identity{}, tokens.Identify("alice:"+testOperatorToken))
+
+	_, err = ParseTokens("operator:al ice:" + testOperatorToken)
+	require.NoError(t, err, "a middle part that is no name belongs to the token")
+}

@@ -80,6 +80,8 @@ var (
 	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
 	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
 	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled."}
+	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state."}
+	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
 	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
 	classPayloadTooLarge      = problemClass{http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body, or a bundle's archive or files, is over the server's limit. Nothing was stored."}
 	classUnsupportedMediaType = problemClass{http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type", "The body's Content-Type is not one the operation takes."}
@@ -94,7 +96,7 @@ var (
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
-	classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+	classInvalidRunState, classIncompatibleVersion, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
 	classClientClosed, classInternal, classUnavailable, classTimeout,
 }
 
@@ -321,11 +323,15 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
-	// The three conflicts with a class of their own wrap catalog.ErrConflict: first.
+	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
 	case errors.Is(err, catalog.ErrIdempotencyMismatch):
 		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
+	case errors.Is(err, catalog.ErrRunState):
+		return classInvalidRunState.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the run's state does not allow this"))
+	case errors.Is(err, catalog.ErrIncompatibleVersion):
+		return classIncompatibleVersion.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the version lacks steps the run keeps"))
 	case errors.Is(err, catalog.ErrLeaseLost):
 		return classLeaseLost.problem(detailOr(err, "the lease is no longer current: nothing was stored"))
 	case errors.Is(err, catalog.ErrConflict):

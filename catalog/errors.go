@@ -49,7 +49,37 @@ const (
 	// sqlstateBadOutcome: an outcome cairn_step_finish does not take (an unknown
 	// one, or succeeded: successes go through cairn_steps_succeed).
 	sqlstateBadOutcome pq.ErrorCode = "CA400"
+	// sqlstateRunState: the run is not in a state the action applies to (retry of a
+	// running run, pause of a finished one). The message says which state.
+	sqlstateRunState pq.ErrorCode = "CAR09"
+	// sqlstateIncompatibleVersion: the version asked for does not have the steps the
+	// action keeps, with the same key and needs. The message names them.
+	sqlstateIncompatibleVersion pq.ErrorCode = "CAV09"
+	// sqlstateInvalidArgument: an argument names something that does not exist in
+	// the run or workflow (an unknown step). The message names it.
+	sqlstateInvalidArgument pq.ErrorCode = "CA422"
 )
+
+// ErrRunState means the run is not in a state the action applies to (retrying a
+// run that has not ended, pausing one that has). It wraps ErrConflict; Reason
+// says which state.
+var ErrRunState = fmt.Errorf("%w: the run's state does not allow this", ErrConflict)
+
+// ErrIncompatibleVersion means a run cannot move onto the version asked for: the
+// steps it keeps do not all exist there with the same key and needs. It wraps
+// ErrConflict; Reason names the steps.
+var ErrIncompatibleVersion = fmt.Errorf("%w: incompatible version", ErrConflict)
+
+// Reason returns the message a catalog function raised with one of Cairn's own
+// SQLSTATEs (what the caller asked for that cannot be done, naming runs, steps and
+// states, never data), or "" for any other error. It is fit to show a client.
+func Reason(err error) string {
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) && strings.HasPrefix(string(pqErr.Code), "CA") {
+		return pqErr.Message
+	}
+	return ""
+}
 
 // translateError maps driver errors to the package's sentinels, keeping the original
 // in the chain for logs. It is the only place that looks at driver error codes. An
@@ -72,8 +102,12 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrNotFound, err)
 		case sqlstateRunFinished:
 			return fmt.Errorf("%w: %w", ErrRunFinished, err)
-		case sqlstateBadOutcome:
+		case sqlstateBadOutcome, sqlstateInvalidArgument:
 			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		case sqlstateRunState:
+			return fmt.Errorf("%w: %w", ErrRunState, err)
+		case sqlstateIncompatibleVersion:
+			return fmt.Errorf("%w: %w", ErrIncompatibleVersion, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text

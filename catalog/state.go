@@ -38,6 +38,10 @@ const (
 	RunFailed RunStatus = "failed"
 	// RunCanceled: canceled by RunCancel.
 	RunCanceled RunStatus = "canceled"
+	// RunPaused: held by an operator (or by a step's on_exhausted: pause): no new
+	// attempt starts; running ones finish. Resume returns it to running (or pending
+	// when no step has started).
+	RunPaused RunStatus = "paused"
 )
 
 // Terminal reports whether a run in state s has ended: it changes no more.
@@ -120,4 +124,8 @@ const (
 	EventStepHandedBack   EventType = "step.handed_back"
 	EventStepCheckpointed EventType = "step.checkpointed"
 	EventStepProgress     EventType = "step.progress"
+	// Operator actions (issue 13); their data names the actor.
+	EventRunRetried EventType = "run.retried"
+	EventRunPaused  EventType = "run.paused"
+	EventRunResumed EventType = "run.resumed"
 )
