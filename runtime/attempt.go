@@ -62,14 +62,14 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 	d.active[c.LeaseToken] = a
 	d.mu.Unlock()
 	d.work.Add(1)
-	d.m.running.Inc()
+	d.metrics.running.Inc()
 	go func() {
 		defer func() {
 			d.mu.Lock()
 			delete(d.active, c.LeaseToken)
 			d.mu.Unlock()
 			cancel(nil)
-			d.m.running.Dec()
+			d.metrics.running.Dec()
 			d.slots <- struct{}{}
 			d.work.Done()
 			d.nudge()
@@ -93,7 +93,7 @@ type outcome struct {
 func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	c := a.claim
 	start := time.Now()
-	ver, err := d.defs.get(ctx, c.Workflow, c.Version)
+	ver, err := d.versions.get(ctx, c.Workflow, c.Version)
 	if err != nil {
 		a.logger.Error("load definition", "error", err)
 		d.report(a, infraOutcome(a, "load the definition", err), nil)
@@ -139,7 +139,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		// of ours may be written.
 		sink.output.abort(cause)
 		a.logger.Info("attempt abandoned", "reason", context.Cause(ctx))
-		d.m.attempts.WithLabelValues("abandoned").Inc()
+		d.metrics.attempts.WithLabelValues("abandoned").Inc()
 		return
 	case errors.Is(cause, errShutdown):
 		sink.output.abort(cause)
@@ -220,13 +220,13 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		err := d.finish(p)
 		switch {
 		case err == nil:
-			d.m.attempts.WithLabelValues(string(out.status)).Inc()
+			d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
 			if p.RetryIn > 0 {
 				d.scheduleWake(time.Now().Add(p.RetryIn))
 			}
 			return
 		case errors.Is(err, catalog.ErrLeaseLost):
-			d.m.leaseLost.WithLabelValues("finish").Inc()
+			d.metrics.leaseLost.WithLabelValues("finish").Inc()
 			a.logger.Warn("completion rejected: the lease is no longer ours", "outcome", out.status)
 			return
 		case errors.Is(err, errAbandoned):
@@ -248,7 +248,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 // invocation builds the envelope and spec of an attempt: deps and checkpoint in the
 // form the kind needs ($blob references become local files for exec and presigned
 // URLs for http and lambda).
-func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *version, step *bundle.StepDefinition) (*functions.Invocation, error) {
+func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *compiledVersion, step *bundle.StepDefinition) (*functions.Invocation, error) {
 	var deps map[string]json.RawMessage
 	if len(c.Deps) > 0 {
 		if err := json.Unmarshal(c.Deps, &deps); err != nil {

@@ -17,8 +17,10 @@ import (
 // governs it.
 const definitionLoadTimeout = time.Minute
 
-// version is a compiled workflow version: immutable, so cached forever.
-type version struct {
+// compiledVersion is a workflow version compiled for the dispatcher (its step
+// definitions by key; not catalog.Version, the catalog's row): immutable, so cached
+// forever.
+type compiledVersion struct {
 	digest string
 	steps  map[string]*bundle.StepDefinition
 }
@@ -30,21 +32,21 @@ type version struct {
 // safe for concurrent use.
 type definitions struct {
 	store *catalog.Store
-	load  func(ctx context.Context, workflow string, v int) (*version, error) // loadVersion; tests count calls
+	load  func(ctx context.Context, workflow string, v int) (*compiledVersion, error) // loadVersion; tests count calls
 	group singleflight.Group
 	mu    sync.Mutex
-	byKey map[string]*version
+	byKey map[string]*compiledVersion
 }
 
 func newDefinitions(store *catalog.Store) *definitions {
-	d := &definitions{store: store, byKey: map[string]*version{}}
+	d := &definitions{store: store, byKey: map[string]*compiledVersion{}}
 	d.load = d.loadVersion
 	return d
 }
 
 // get returns version v of workflow, loading it once for all concurrent callers. A
 // caller whose ctx ends stops waiting; the load goes on for the others.
-func (d *definitions) get(ctx context.Context, workflow string, v int) (*version, error) {
+func (d *definitions) get(ctx context.Context, workflow string, v int) (*compiledVersion, error) {
 	key := fmt.Sprintf("%s@%d", workflow, v)
 	d.mu.Lock()
 	cached := d.byKey[key]
@@ -69,14 +71,14 @@ func (d *definitions) get(ctx context.Context, workflow string, v int) (*version
 		if res.Err != nil {
 			return nil, res.Err
 		}
-		return res.Val.(*version), nil
+		return res.Val.(*compiledVersion), nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
 // loadVersion reads version v of workflow from the catalog and compiles it.
-func (d *definitions) loadVersion(ctx context.Context, workflow string, v int) (*version, error) {
+func (d *definitions) loadVersion(ctx context.Context, workflow string, v int) (*compiledVersion, error) {
 	row, err := d.store.VersionGet(ctx, workflow, v)
 	if err != nil {
 		return nil, err
@@ -85,7 +87,7 @@ func (d *definitions) loadVersion(ctx context.Context, workflow string, v int) (
 	if err != nil {
 		return nil, fmt.Errorf("definition of %s@%d: %w", workflow, v, err)
 	}
-	out := &version{digest: row.BundleDigest, steps: make(map[string]*bundle.StepDefinition, len(def.Steps))}
+	out := &compiledVersion{digest: row.BundleDigest, steps: make(map[string]*bundle.StepDefinition, len(def.Steps))}
 	for i := range def.Steps {
 		out.steps[def.Steps[i].Key] = &def.Steps[i]
 	}

@@ -45,7 +45,7 @@ func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
 	load := d.load
 	var loads atomic.Int32
 	allIn := make(chan struct{})
-	d.load = func(ctx context.Context, workflow string, v int) (*version, error) {
+	d.load = func(ctx context.Context, workflow string, v int) (*compiledVersion, error) {
 		if loads.Add(1) == callers {
 			close(allIn)
 		}
@@ -60,7 +60,7 @@ func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
 	}
 
 	var wg sync.WaitGroup
-	got := make([]*version, callers)
+	got := make([]*compiledVersion, callers)
 	errs := make([]error, callers)
 	for i := range callers {
 		wg.Go(func() { got[i], errs[i] = d.get(ctx, "large", 1) })
@@ -86,8 +86,8 @@ func TestDefinitionsCallerStopsWaiting(t *testing.T) {
 	t.Parallel()
 	d := newDefinitions(nil)
 	release := make(chan struct{})
-	want := &version{digest: "d"}
-	d.load = func(ctx context.Context, workflow string, v int) (*version, error) {
+	want := &compiledVersion{digest: "d"}
+	d.load = func(ctx context.Context, workflow string, v int) (*compiledVersion, error) {
 		<-release
 		return want, ctx.Err()
 	}
@@ -98,7 +98,7 @@ func TestDefinitionsCallerStopsWaiting(t *testing.T) {
 		first <- err
 	}()
 	type result struct {
-		v   *version
+		v   *compiledVersion
 		err error
 	}
 	second := make(chan result, 1)

@@ -34,13 +34,13 @@ var (
 // Dispatcher claims ready steps and runs their attempts. Create it with New, run it
 // with Start and stop it with Stop. It is safe for concurrent use.
 type Dispatcher struct {
-	store  *catalog.Store
-	blobs  Blobs
-	cfg    Config
-	logger *slog.Logger
-	m      *metrics
-	defs   *definitions
-	cache  *fileCache
+	store    *catalog.Store
+	blobs    Blobs
+	cfg      Config
+	logger   *slog.Logger
+	metrics  *metrics
+	versions *definitions // compiled versions, cached
+	cache    *fileCache
 
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
@@ -93,14 +93,14 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{
-		store:  store,
-		blobs:  blobs,
-		cfg:    c,
-		logger: c.Logger.With("component", "dispatcher", "dispatcher", c.ID),
-		m:      newMetrics(c.Registerer),
-		defs:   newDefinitions(store),
-		cache:  cache,
-		wake:   make(chan struct{}, 1),
+		store:    store,
+		blobs:    blobs,
+		cfg:      c,
+		logger:   c.Logger.With("component", "dispatcher", "dispatcher", c.ID),
+		metrics:  newMetrics(c.Registerer),
+		versions: newDefinitions(store),
+		cache:    cache,
+		wake:     make(chan struct{}, 1),
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
@@ -320,7 +320,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 		return 0, false, err
 	}
 	d.release(want - len(claimed))
-	d.m.claimed.Add(float64(len(claimed)))
+	d.metrics.claimed.Add(float64(len(claimed)))
 	for i := range claimed {
 		d.startAttempt(claimed[i])
 	}
@@ -407,7 +407,7 @@ func (d *Dispatcher) loseLeases(leases []catalog.Lease, op string) {
 			// outcome finds out and counts the loss.
 			continue
 		}
-		d.m.leaseLost.WithLabelValues(op).Inc()
+		d.metrics.leaseLost.WithLabelValues(op).Inc()
 		d.logger.Warn("lease lost", "run_id", l.RunID, "step", l.Key, "lease_token", l.Token)
 		a.cancel(errLeaseLost)
 	}
@@ -454,7 +454,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 				break
 			}
 			if n > 0 {
-				d.m.swept.Add(float64(n))
+				d.metrics.swept.Add(float64(n))
 				d.logger.Info("swept expired leases", "count", n)
 				d.nudge()
 			}

@@ -138,7 +138,7 @@ func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage
 	data := checkpointEventData(stored)
 	err := s.d.store.StepCheckpoint(ctx, s.a.lease(), stored, data)
 	if errors.Is(err, catalog.ErrLeaseLost) {
-		s.d.m.leaseLost.WithLabelValues("checkpoint").Inc()
+		s.d.metrics.leaseLost.WithLabelValues("checkpoint").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
 	}
 	return err
@@ -163,7 +163,7 @@ func (s *attemptSink) Progress(ctx context.Context, value json.RawMessage) error
 	b, _ := json.Marshal(map[string]json.RawMessage{"progress": value})
 	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, b)
 	if errors.Is(err, catalog.ErrLeaseLost) {
-		s.d.m.leaseLost.WithLabelValues("progress").Inc()
+		s.d.metrics.leaseLost.WithLabelValues("progress").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
 	}
 	return err
