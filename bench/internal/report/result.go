@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -109,12 +111,7 @@ func Table(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tMETRIC\tVALUE\tGOAL\t")
 	for _, r := range results {
-		names := make([]string, 0, len(r.Metrics))
-		for n := range r.Metrics {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(r.Metrics)) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", r.Scenario, n, format(r.Metrics[n]), goalText(r, n))
 		}
 		if r.Error != "" {
@@ -130,12 +127,7 @@ func Markdown(w io.Writer, results []*Result) {
 	fmt.Fprintln(w, "| scenario | metric | value | goal |")
 	fmt.Fprintln(w, "|---|---|---:|---|")
 	for _, r := range results {
-		names := make([]string, 0, len(r.Metrics))
-		for n := range r.Metrics {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range slices.Sorted(maps.Keys(r.Metrics)) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.Scenario, n, format(r.Metrics[n]), goalText(r, n))
 		}
 		if r.Error != "" {

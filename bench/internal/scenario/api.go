@@ -31,10 +31,7 @@ func API(ctx context.Context, e *Env) *report.Result {
 }
 
 func apiLatency(ctx context.Context, e *Env, r *report.Result) error {
-	if _, err := e.Client.Deploy(ctx, cairn.ChainBundle()); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.ChainBundle()); err != nil {
 		return err
 	}
 	defer func() { _ = e.ResetCatalog(context.WithoutCancel(ctx)) }()

@@ -125,6 +125,15 @@ func StopAll(servers []*cairn.Server) {
 	wg.Wait()
 }
 
+// DeployFresh deploys a bundle and empties the run tables (ResetCatalog): how each
+// scenario starts.
+func (e *Env) DeployFresh(ctx context.Context, files map[string]cairn.File) error {
+	if _, err := e.Client.Deploy(ctx, files); err != nil {
+		return err
+	}
+	return e.ResetCatalog(ctx)
+}
+
 // ResetCatalog empties the run tables (runs cascade to steps, attempts and events)
 // and writes a checkpoint, so that each measurement starts from the same state. No
 // dispatcher may be running.

@@ -25,10 +25,7 @@ func Fanout(ctx context.Context, e *Env) *report.Result {
 }
 
 func fanout(ctx context.Context, e *Env, r *report.Result) error {
-	if _, err := e.Client.Deploy(ctx, cairn.FanoutBundle(e.Scale.FanoutWidth)); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.FanoutBundle(e.Scale.FanoutWidth)); err != nil {
 		return err
 	}
 	servers, err := e.StartDispatchers(ctx, 1, nil)

@@ -29,10 +29,7 @@ func LargeOutput(ctx context.Context, e *Env) *report.Result {
 }
 
 func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) error {
-	if _, err := e.Client.Deploy(ctx, cairn.LargeBundle(size)); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.LargeBundle(size)); err != nil {
 		return err
 	}
 	servers, err := e.StartDispatchers(ctx, 1, nil)

@@ -32,10 +32,7 @@ func Latency(ctx context.Context, e *Env) *report.Result {
 }
 
 func latency(ctx context.Context, e *Env, r *report.Result) error {
-	if _, err := e.Client.Deploy(ctx, cairn.ChainBundle()); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.ChainBundle()); err != nil {
 		return err
 	}
 	servers, err := e.StartDispatchers(ctx, 1, nil)

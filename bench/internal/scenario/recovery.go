@@ -34,10 +34,7 @@ func Recovery(ctx context.Context, e *Env) *report.Result {
 
 func recovery(ctx context.Context, e *Env, r *report.Result) error {
 	n := e.Scale.RecoveryRuns
-	if _, err := e.Client.Deploy(ctx, cairn.SleepBundle()); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.SleepBundle()); err != nil {
 		return err
 	}
 	if _, err := e.CreateRuns(ctx, cairn.WorkflowSleep, n, createClients); err != nil {

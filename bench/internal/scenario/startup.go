@@ -28,10 +28,7 @@ func Startup(ctx context.Context, e *Env) *report.Result {
 }
 
 func startup(ctx context.Context, e *Env, r *report.Result) error {
-	if _, err := e.Client.Deploy(ctx, cairn.OneBundle()); err != nil {
-		return err
-	}
-	if err := e.ResetCatalog(ctx); err != nil {
+	if err := e.DeployFresh(ctx, cairn.OneBundle()); err != nil {
 		return err
 	}
 	// Baseline: an empty catalog.
