@@ -83,10 +83,16 @@ FROM runs r CROSS JOIN LATERAL (
                 WHEN pg_column_size(r.input) > $5 THEN true
                 ELSE octet_length(r.input::text) > $5 END AS omitted
 ) o
-WHERE ($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
-  AND ($3::uuid IS NULL OR r.id < $3::uuid)
+WHERE ` + runFilter + `
 ORDER BY r.id DESC
 LIMIT $4`
+
+	// runFilter is the WHERE clause of RunListParams over runs r: $1 workflow, $2
+	// status, $3 the keyset bound. RunList and RunCount share it.
+	runFilter = `($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
+  AND ($3::uuid IS NULL OR r.id < $3::uuid)`
+
+	sqlRunCount = `SELECT count(*) FROM runs r WHERE ` + runFilter
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
 )
@@ -232,6 +238,20 @@ func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 		return nil, fmt.Errorf("list runs: %w", translateError(err))
 	}
 	return out, nil
+}
+
+// RunCount counts the runs RunList would list with p over every page: its filter
+// and Before, without Limit.
+func (s *Store) RunCount(ctx context.Context, p *RunListParams) (int, error) {
+	var before any
+	if p.Before != uuid.Nil {
+		before = p.Before
+	}
+	var n int
+	if err := s.db.GetContext(ctx, &n, sqlRunCount, p.Workflow, p.Status, before); err != nil {
+		return 0, fmt.Errorf("count runs: %w", translateError(err))
+	}
+	return n, nil
 }
 
 // RunCancel cancels a run: steps not yet finished become canceled, running attempts

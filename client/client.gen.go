@@ -48,6 +48,30 @@ func (e AttemptStatus) Valid() bool {
 	}
 }
 
+// Defines values for BulkBodyAction.
+const (
+	BulkBodyActionCancel BulkBodyAction = "cancel"
+	BulkBodyActionPause  BulkBodyAction = "pause"
+	BulkBodyActionResume BulkBodyAction = "resume"
+	BulkBodyActionRetry  BulkBodyAction = "retry"
+)
+
+// Valid indicates whether the value is a known member of the BulkBodyAction enum.
+func (e BulkBodyAction) Valid() bool {
+	switch e {
+	case BulkBodyActionCancel:
+		return true
+	case BulkBodyActionPause:
+		return true
+	case BulkBodyActionResume:
+		return true
+	case BulkBodyActionRetry:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthOutputBodyStatus.
 const (
 	Ok          HealthOutputBodyStatus = "ok"
@@ -60,6 +84,72 @@ func (e HealthOutputBodyStatus) Valid() bool {
 	case Ok:
 		return true
 	case Unavailable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationAction.
+const (
+	OperationActionCancel OperationAction = "cancel"
+	OperationActionPause  OperationAction = "pause"
+	OperationActionResume OperationAction = "resume"
+	OperationActionRetry  OperationAction = "retry"
+)
+
+// Valid indicates whether the value is a known member of the OperationAction enum.
+func (e OperationAction) Valid() bool {
+	switch e {
+	case OperationActionCancel:
+		return true
+	case OperationActionPause:
+		return true
+	case OperationActionResume:
+		return true
+	case OperationActionRetry:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationStatus.
+const (
+	OperationStatusCanceled  OperationStatus = "canceled"
+	OperationStatusFailed    OperationStatus = "failed"
+	OperationStatusRunning   OperationStatus = "running"
+	OperationStatusSucceeded OperationStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the OperationStatus enum.
+func (e OperationStatus) Valid() bool {
+	switch e {
+	case OperationStatusCanceled:
+		return true
+	case OperationStatusFailed:
+		return true
+	case OperationStatusRunning:
+		return true
+	case OperationStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OperationRunOutcome.
+const (
+	OperationRunOutcomeApplied OperationRunOutcome = "applied"
+	OperationRunOutcomeSkipped OperationRunOutcome = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the OperationRunOutcome enum.
+func (e OperationRunOutcome) Valid() bool {
+	switch e {
+	case OperationRunOutcomeApplied:
+		return true
+	case OperationRunOutcomeSkipped:
 		return true
 	default:
 		return false
@@ -87,6 +177,36 @@ func (e RunStatus) Valid() bool {
 	case RunStatusRunning:
 		return true
 	case RunStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RunFilterStatus.
+const (
+	RunFilterStatusCanceled  RunFilterStatus = "canceled"
+	RunFilterStatusFailed    RunFilterStatus = "failed"
+	RunFilterStatusPaused    RunFilterStatus = "paused"
+	RunFilterStatusPending   RunFilterStatus = "pending"
+	RunFilterStatusRunning   RunFilterStatus = "running"
+	RunFilterStatusSucceeded RunFilterStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RunFilterStatus enum.
+func (e RunFilterStatus) Valid() bool {
+	switch e {
+	case RunFilterStatusCanceled:
+		return true
+	case RunFilterStatusFailed:
+		return true
+	case RunFilterStatusPaused:
+		return true
+	case RunFilterStatusPending:
+		return true
+	case RunFilterStatusRunning:
+		return true
+	case RunFilterStatusSucceeded:
 		return true
 	default:
 		return false
@@ -176,6 +296,16 @@ type Attempt struct {
 // AttemptStatus defines model for Attempt.Status.
 type AttemptStatus string
 
+// BulkBody defines model for BulkBody.
+type BulkBody struct {
+	// Action what to do to every run the filter matches
+	Action BulkBodyAction `json:"action"`
+	Filter RunFilter      `json:"filter"`
+}
+
+// BulkBodyAction what to do to every run the filter matches
+type BulkBodyAction string
+
 // CancelRunRequest defines model for CancelRunRequest.
 type CancelRunRequest struct {
 	// Reason recorded on the run and its event
@@ -243,6 +373,15 @@ type ListEvent struct {
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
+// ListOperationRun defines model for ListOperationRun.
+type ListOperationRun struct {
+	// Items this page
+	Items *[]OperationRun `json:"items"`
+
+	// NextCursor cursor of the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // ListRun defines model for ListRun.
 type ListRun struct {
 	// Items this page
@@ -269,6 +408,60 @@ type ListWorkflow struct {
 	// NextCursor cursor of the next page; absent on the last page
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
+
+// Operation defines model for Operation.
+type Operation struct {
+	Action OperationAction `json:"action"`
+
+	// Actor the name of the token that created it
+	Actor string `json:"actor"`
+
+	// Applied runs the action changed
+	Applied   int64     `json:"applied"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Error why the operation failed; null otherwise
+	Error interface{} `json:"error"`
+
+	// Filter the filter the runs were matched with
+	Filter     interface{} `json:"filter"`
+	FinishedAt *time.Time  `json:"finished_at"`
+
+	// Id operation ID (UUIDv7)
+	Id string `json:"id"`
+
+	// Processed runs done so far: applied + skipped
+	Processed int64 `json:"processed"`
+
+	// Skipped runs the action did not apply to (their state then); GET …/runs says why
+	Skipped int64 `json:"skipped"`
+
+	// Status running until every matched run was processed
+	Status OperationStatus `json:"status"`
+
+	// Total runs the filter matched when the operation was created; runs created later are not touched
+	Total     int64     `json:"total"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// OperationAction defines model for Operation.Action.
+type OperationAction string
+
+// OperationStatus running until every matched run was processed
+type OperationStatus string
+
+// OperationRun defines model for OperationRun.
+type OperationRun struct {
+	At time.Time `json:"at"`
+
+	// Detail why the action did not apply
+	Detail  *string             `json:"detail,omitempty"`
+	Outcome OperationRunOutcome `json:"outcome"`
+	RunId   string              `json:"run_id"`
+}
+
+// OperationRunOutcome defines model for OperationRun.Outcome.
+type OperationRunOutcome string
 
 // Problem defines model for Problem.
 type Problem struct {
@@ -332,6 +525,18 @@ type Run struct {
 
 // RunStatus defines model for Run.Status.
 type RunStatus string
+
+// RunFilter defines model for RunFilter.
+type RunFilter struct {
+	// Status only runs in this state
+	Status *RunFilterStatus `json:"status,omitempty"`
+
+	// Workflow only runs of this workflow
+	Workflow *string `json:"workflow,omitempty"`
+}
+
+// RunFilterStatus only runs in this state
+type RunFilterStatus string
 
 // StartRunBody defines model for StartRunBody.
 type StartRunBody struct {
@@ -432,6 +637,15 @@ type Workflow struct {
 	UpdatedAt time.Time `json:"updated_at"`
 }
 
+// ListOperationRunsParams defines parameters for ListOperationRuns.
+type ListOperationRunsParams struct {
+	// Cursor next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit page size
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // ListRunsParams defines parameters for ListRuns.
 type ListRunsParams struct {
 	// Workflow only runs of this workflow
@@ -515,6 +729,9 @@ type CancelRunJSONRequestBody = CancelRunRequest
 
 // PutCheckpointJSONRequestBody defines body for PutCheckpoint for application/json ContentType.
 type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
+
+// BulkRunsJSONRequestBody defines body for BulkRuns for application/json ContentType.
+type BulkRunsJSONRequestBody = BulkBody
 
 // StartRunJSONRequestBody defines body for StartRun for application/json ContentType.
 type StartRunJSONRequestBody = StartRunBody
@@ -627,6 +844,24 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 	GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetOperation Get a bulk operation
+	//
+	// Its progress: total, processed (applied + skipped), status.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+	GetOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListOperationRuns List what a bulk operation did to each run
+	//
+	// The runs processed so far, newest run first: applied, or skipped with the reason.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/operations/{id}/runs (the `ListOperationRuns` operationId).
+	ListOperationRuns(ctx context.Context, id openapi_types.UUID, params *ListOperationRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListRuns List runs
 	//
 	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
@@ -736,6 +971,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/output (the `GetStepOutput` operationId).
 	GetStepOutput(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BulkRunsWithBody Act on every run a filter matches
+	//
+	// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+	BulkRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// BulkRuns Act on every run a filter matches
+	//
+	// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+	BulkRuns(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListWorkflows List workflows
 	//
@@ -856,6 +1113,44 @@ func (c *APIClient) UploadBundleWithBody(ctx context.Context, contentType string
 // Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBundleRequest(c.Server, digest)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOperation Get a bulk operation
+//
+// Its progress: total, processed (applied + skipped), status.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+func (c *APIClient) GetOperation(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOperationRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListOperationRuns List what a bulk operation did to each run
+//
+// The runs processed so far, newest run first: applied, or skipped with the reason.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/operations/{id}/runs (the `ListOperationRuns` operationId).
+func (c *APIClient) ListOperationRuns(ctx context.Context, id openapi_types.UUID, params *ListOperationRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListOperationRunsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -1096,6 +1391,48 @@ func (c *APIClient) GetStepOutput(ctx context.Context, id openapi_types.UUID, ke
 	return c.Client.Do(req)
 }
 
+// BulkRunsWithBody Act on every run a filter matches
+//
+// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+func (c *APIClient) BulkRunsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBulkRunsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// BulkRuns Act on every run a filter matches
+//
+// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+func (c *APIClient) BulkRuns(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewBulkRunsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListWorkflows List workflows
 //
 // Workflows ordered by name, keyset-paginated.
@@ -1317,6 +1654,113 @@ func NewGetBundleRequest(server string, digest string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOperationRequest constructs an http.Request for the GetOperation method
+func NewGetOperationRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/operations/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListOperationRunsRequest constructs an http.Request for the ListOperationRuns method
+func NewListOperationRunsRequest(server string, id openapi_types.UUID, params *ListOperationRunsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/operations/%s/runs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -1911,6 +2355,46 @@ func NewGetStepOutputRequest(server string, id openapi_types.UUID, key string) (
 	return req, nil
 }
 
+// NewBulkRunsRequest calls the generic BulkRuns builder with application/json body
+func NewBulkRunsRequest(server string, body BulkRunsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewBulkRunsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewBulkRunsRequestWithBody constructs an http.Request for the BulkRuns method, with any body, and a specified content type
+func NewBulkRunsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs:bulk")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListWorkflowsRequest constructs an http.Request for the ListWorkflows method
 func NewListWorkflowsRequest(server string, params *ListWorkflowsParams) (*http.Request, error) {
 	var err error
@@ -2271,6 +2755,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 	GetBundleWithResponse(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*GetBundleResponse, error)
 
+	// GetOperationWithResponse Get a bulk operation
+	//
+	// Its progress: total, processed (applied + skipped), status.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+	GetOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetOperationResponse, error)
+
+	// ListOperationRunsWithResponse List what a bulk operation did to each run
+	//
+	// The runs processed so far, newest run first: applied, or skipped with the reason.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/operations/{id}/runs (the `ListOperationRuns` operationId).
+	ListOperationRunsWithResponse(ctx context.Context, id openapi_types.UUID, params *ListOperationRunsParams, reqEditors ...RequestEditorFn) (*ListOperationRunsResponse, error)
+
 	// ListRunsWithResponse List runs
 	//
 	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
@@ -2396,6 +2902,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/output (the `GetStepOutput` operationId).
 	GetStepOutputWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepOutputResponse, error)
+
+	// BulkRunsWithBodyWithResponse Act on every run a filter matches
+	//
+	// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+	BulkRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BulkRunsResponse, error)
+
+	// BulkRunsWithResponse Act on every run a filter matches
+	//
+	// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+	BulkRunsWithResponse(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*BulkRunsResponse, error)
 
 	// ListWorkflowsWithResponse List workflows
 	//
@@ -2772,6 +3300,214 @@ func (r GetBundleResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetBundleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetOperationResponse503Headers the declared response headers of an HTTP 503 response for GetOperation
+type GetOperationResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetOperationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Operation
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetOperationResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetOperationResponse) GetJSON200() *Operation {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetOperationResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetOperationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOperationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOperationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOperationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListOperationRunsResponse503Headers the declared response headers of an HTTP 503 response for ListOperationRuns
+type ListOperationRunsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListOperationRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListOperationRun
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListOperationRunsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListOperationRunsResponse) GetJSON200() *ListOperationRun {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListOperationRunsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListOperationRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListOperationRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListOperationRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListOperationRunsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3832,6 +4568,131 @@ func (r GetStepOutputResponse) ContentType() string {
 	return ""
 }
 
+// BulkRunsResponse202Headers the declared response headers of an HTTP 202 response for BulkRuns
+type BulkRunsResponse202Headers struct {
+	Location *string
+}
+
+// BulkRunsResponse503Headers the declared response headers of an HTTP 503 response for BulkRuns
+type BulkRunsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type BulkRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *Operation
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *BulkRunsResponse202Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *BulkRunsResponse503Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r BulkRunsResponse) GetJSON202() *Operation {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r BulkRunsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r BulkRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r BulkRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r BulkRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r BulkRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListWorkflowsResponse503Headers the declared response headers of an HTTP 503 response for ListWorkflows
 type ListWorkflowsResponse503Headers struct {
 	RetryAfter *int
@@ -4430,6 +5291,40 @@ func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest 
 	return ParseGetBundleResponse(rsp)
 }
 
+// GetOperationWithResponse Get a bulk operation
+//
+// Its progress: total, processed (applied + skipped), status.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/operations/{id} (the `GetOperation` operationId).
+func (c *ClientWithResponses) GetOperationWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetOperationResponse, error) {
+	rsp, err := c.GetOperation(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOperationResponse(rsp)
+}
+
+// ListOperationRunsWithResponse List what a bulk operation did to each run
+//
+// The runs processed so far, newest run first: applied, or skipped with the reason.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/operations/{id}/runs (the `ListOperationRuns` operationId).
+func (c *ClientWithResponses) ListOperationRunsWithResponse(ctx context.Context, id openapi_types.UUID, params *ListOperationRunsParams, reqEditors ...RequestEditorFn) (*ListOperationRunsResponse, error) {
+	rsp, err := c.ListOperationRuns(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListOperationRunsResponse(rsp)
+}
+
 // ListRunsWithResponse List runs
 //
 // Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
@@ -4626,6 +5521,40 @@ func (c *ClientWithResponses) GetStepOutputWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseGetStepOutputResponse(rsp)
+}
+
+// BulkRunsWithBodyWithResponse Act on every run a filter matches
+//
+// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+func (c *ClientWithResponses) BulkRunsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*BulkRunsResponse, error) {
+	rsp, err := c.BulkRunsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBulkRunsResponse(rsp)
+}
+
+// BulkRunsWithResponse Act on every run a filter matches
+//
+// Creates an operation that cancels, retries, pauses or resumes every run the filter matches now (runs created later are left alone), in small batches, on whichever server holds it: it survives a restart and acts exactly once per run. A run the action does not apply to (a retry of a running run) is skipped and counted. Follow it with GET /v1/operations/{id}.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
+func (c *ClientWithResponses) BulkRunsWithResponse(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*BulkRunsResponse, error) {
+	rsp, err := c.BulkRuns(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseBulkRunsResponse(rsp)
 }
 
 // ListWorkflowsWithResponse List workflows
@@ -4992,6 +5921,196 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetBundleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetOperationResponse parses an HTTP response from a GetOperationWithResponse call
+func ParseGetOperationResponse(rsp *http.Response) (*GetOperationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOperationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetOperationResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListOperationRunsResponse parses an HTTP response from a ListOperationRunsWithResponse call
+func ParseListOperationRunsResponse(rsp *http.Response) (*ListOperationRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListOperationRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListOperationRun
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListOperationRunsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -5959,6 +7078,125 @@ func ParseGetStepOutputResponse(rsp *http.Response) (*GetStepOutputResponse, err
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetStepOutputResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseBulkRunsResponse parses an HTTP response from a BulkRunsWithResponse call
+func ParseBulkRunsResponse(rsp *http.Response) (*BulkRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &BulkRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest Operation
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers BulkRunsResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 503:
+		var headers BulkRunsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

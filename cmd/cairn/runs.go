@@ -311,16 +311,36 @@ func (c *cli) newRunListCmd() *cobra.Command {
 		workflow, status string
 		limit            int
 		out              outputFormat
+		act              = map[string]*bool{}
+		all              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List runs, newest first",
+		Short: "List runs, newest first; or act on every run the filter matches (--cancel, --retry, --pause, --resume)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, action := range bulkActions {
+				if *act[action] {
+					filter := client.RunFilter{}
+					if workflow != "" {
+						filter.Workflow = &workflow
+					}
+					if status != "" {
+						st := client.RunFilterStatus(status)
+						filter.Status = &st
+					}
+					return c.bulk(cmd.Context(), action, filter, all)
+				}
+			}
 			return c.listRuns(cmd.Context(), workflow, status, limit, out)
 		},
 	}
 	f := cmd.Flags()
+	for _, action := range bulkActions {
+		act[action] = f.Bool(action, false, action+" every run the filter matches (a bulk operation on the server, followed with a progress bar)")
+	}
+	cmd.MarkFlagsMutuallyExclusive(bulkActions...)
+	f.BoolVar(&all, "all", false, "with --cancel, --retry, --pause or --resume and no filter: act on every run")
 	f.StringVar(&workflow, "workflow", "", "only runs of this workflow")
 	f.StringVar(&status, "status", "", "only runs in this state: pending, running, succeeded, failed or canceled")
 	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
