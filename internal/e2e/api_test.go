@@ -248,15 +248,28 @@ func (c *apiClient) mustAttempts(id, key string) []client.Attempt {
 // events returns a run's whole history, page by page.
 func (c *apiClient) events(id string) []client.Event {
 	c.t.Helper()
+	all, err := c.tryEvents(id)
+	require.NoError(c.t, err)
+	return all
+}
+
+// tryEvents is events for goroutines: it returns what went wrong.
+func (c *apiClient) tryEvents(id string) ([]client.Event, error) {
+	uid, err := parseRunID(id)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()
 	limit := int64(1000)
 	var all []client.Event
-	for e, err := range c.cl.Events(ctx, c.runID(id), &client.ListEventsParams{Limit: &limit}) {
-		require.NoError(c.t, err)
+	for e, err := range c.cl.Events(ctx, uid, &client.ListEventsParams{Limit: &limit}) {
+		if err != nil {
+			return nil, fmt.Errorf("events of run %s: %w", id, err)
+		}
 		all = append(all, e)
 	}
-	return all
+	return all, nil
 }
 
 // waitRun waits until the run has ended (client.WaitRun: it follows the run's
