@@ -401,3 +401,34 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestCLIBulkCancel: `cairn run list … --cancel` cancels every run the filter
+// matches through a bulk operation, waits for it and says what it did; without a
+// filter it refuses unless --all.
+func TestCLIBulkCancel(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(`name: sleepy
+steps:
+  - {key: nap, builtin: sleep, with: {duration: 1h}}
+`), 0o644))
+	b.mustCLI(t, "deploy", dir)
+	var ids []string
+	for range 3 {
+		out := b.mustCLI(t, "run", "start", "sleepy")
+		ids = append(ids, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0]))
+	}
+
+	_, err := b.cli(t, "run", "list", "--cancel")
+	require.ErrorContains(t, err, "--all")
+
+	out := b.mustCLI(t, "run", "list", "--workflow", "sleepy", "--cancel")
+	require.Regexp(t, `operation \S+ succeeded: 3 runs, 3 applied, 0 skipped`, out)
+	for _, id := range ids {
+		require.Regexp(t, `(?m)^`+id+` +sleepy +1 +canceled `, b.mustCLI(t, "run", "list", "--workflow", "sleepy"))
+	}
+	// Again: nothing left to cancel, each run skipped.
+	out = b.mustCLI(t, "run", "list", "--workflow", "sleepy", "--cancel")
+	require.Regexp(t, `succeeded: 3 runs, 0 applied, 3 skipped`, out)
+}
