@@ -152,4 +152,3 @@ func hashRequest(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
-
