@@ -45,6 +45,12 @@ func (a *answer) locations() []string {
 // all), headers as given, byte for byte.
 func (tb *testBundle) send(t *testing.T, method, rawURL string, header map[string]string, body []byte) *answer {
 	t.Helper()
+	return tb.sendAs(t, operatorToken, method, rawURL, header, body)
+}
+
+// sendAs is send with another bearer token.
+func (tb *testBundle) sendAs(t *testing.T, token, method, rawURL string, header map[string]string, body []byte) *answer {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var r io.Reader
@@ -53,7 +59,7 @@ func (tb *testBundle) send(t *testing.T, method, rawURL string, header map[strin
 	}
 	req, err := http.NewRequestWithContext(ctx, method, tb.url+rawURL, r)
 	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+operatorToken)
+	req.Header.Set("Authorization", "Bearer "+token)
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

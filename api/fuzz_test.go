@@ -377,6 +377,52 @@ var fuzzOps = []fuzzOp{
 		}
 		return c.CancelRunWithBody(ctx, id, g.contentType(), strings.NewReader(body), append(ed, swapped...)...)
 	}},
+	{"retryRun", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		id, swapped := g.runID()
+		p := &client.RetryRunParams{}
+		if g.chance(0.3) {
+			k := g.headerValue()
+			p.IdempotencyKey = &k
+		}
+		body := "{}"
+		switch g.r.IntN(5) {
+		case 0:
+			body = `{"version":` + strconv.FormatInt(g.int64(), 10) + `}`
+		case 1:
+			body = `{"version":` + g.jsonNumber() + `}`
+		case 2:
+			body = g.broken(`{"version":1}`)
+		case 3:
+			body = g.jsonValue(2)
+		}
+		return c.RetryRunWithBody(ctx, id, p, g.contentType(), strings.NewReader(body), append(ed, swapped...)...)
+	}},
+	{"rerunRun", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		id, swapped := g.runID()
+		p := &client.RerunRunParams{}
+		if g.chance(0.3) {
+			k := g.headerValue()
+			p.IdempotencyKey = &k
+		}
+		fields := []string{`"from_step":` + strconv.Quote(g.str(0.7, g.step()))}
+		if g.chance(0.5) {
+			fields = append(fields, `"input":`+g.jsonValue(4))
+		}
+		if g.chance(0.3) {
+			fields = append(fields, `"version":`+strconv.FormatInt(g.int64(), 10))
+		}
+		if g.chance(0.7) {
+			fields = append(fields, `"dry_run":true`)
+		}
+		body := "{" + strings.Join(fields, ",") + "}"
+		switch g.r.IntN(8) {
+		case 0:
+			body = g.broken(body)
+		case 1:
+			body = g.jsonValue(2)
+		}
+		return c.RerunRunWithBody(ctx, id, p, g.contentType(), strings.NewReader(body), append(ed, swapped...)...)
+	}},
 	{"listEvents", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
 		id, swapped := g.runID()
 		return c.ListEvents(ctx, id, &client.ListEventsParams{Cursor: g.cursor("events"), Limit: g.limit()}, append(append(ed, swapped...), g.rawLimit()...)...)

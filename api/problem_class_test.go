@@ -23,6 +23,7 @@ import (
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
@@ -142,6 +143,31 @@ func TestProblemClasses(t *testing.T) {
 		ok(do(http.MethodPost, srv+"/v1/workflows/hello/runs", operatorToken, "application/json", []byte(`{"input":1}`), key), http.StatusAccepted)
 		return do(http.MethodPost, srv+"/v1/workflows/hello/runs", operatorToken, "application/json", []byte(`{"input":2}`), key)
 	}
+	// Retries, on a database of their own whose steps the catalog drives (claims
+	// here would take the steps of the runs above): a run that failed after its
+	// first step succeeded, and a run whose first step is running.
+	retryStore := catalog.New(testenv.DB(t), nil)
+	retrySrv := serve(retryStore, files, api.Config{})
+	catalogtest.Version(t, retryStore, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1}, catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 1})
+	catalogtest.Version(t, retryStore, "wf", catalog.NewStep{Key: "z", MaxAttempts: 1},
+		catalog.NewStep{Key: "a", Needs: []string{"z"}, MaxAttempts: 1}, catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 1})
+	claimOne := func(runID uuid.UUID) catalog.Claimed {
+		claimed, err := retryStore.StepClaim(context.Background(), "test", 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		require.Equal(t, runID, claimed[0].RunID)
+		return claimed[0]
+	}
+	failedRun, _, err := retryStore.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: 1})
+	require.NoError(t, err)
+	c := claimOne(failedRun.ID)
+	require.NoError(t, retryStore.StepFinish(context.Background(), &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken, Outcome: catalog.OutcomeSucceeded, Output: []byte(`1`)}))
+	c = claimOne(failedRun.ID)
+	require.NoError(t, retryStore.StepFinish(context.Background(), &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken, Outcome: catalog.OutcomeFailed, Error: []byte(`{"message":"x"}`)}))
+	runningRun, _, err := retryStore.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: 1})
+	require.NoError(t, err)
+	claimOne(runningRun.ID)
+
 	// The run's step is not running: no lease credential of it is current.
 	staleLease := functions.LeaseCredential([]byte(classesSigningKey), run.ID, "greet", 1)
 
@@ -181,6 +207,16 @@ func TestProblemClasses(t *testing.T) {
 		}},
 		{code: "idempotency_key_reused", status: 409, answer: reusedKey},
 		{code: "run_finished", status: 409, answer: finished},
+		{code: "invalid_run_state", status: 409, answer: func() *http.Response {
+			return do(http.MethodPost, retrySrv+"/v1/runs/"+runningRun.ID.String()+"/retry", operatorToken, "application/json", []byte(`{}`), nil)
+		}, check: func(t *testing.T, a classAnswer) {
+			require.Equal(t, "run "+runningRun.ID.String()+" is running: only a failed or canceled run can be retried", a.problem.Detail)
+		}},
+		{code: "incompatible_version", status: 409, answer: func() *http.Response {
+			return do(http.MethodPost, retrySrv+"/v1/runs/"+failedRun.ID.String()+"/retry", operatorToken, "application/json", []byte(`{"version":2}`), nil)
+		}, check: func(t *testing.T, a classAnswer) {
+			require.Contains(t, a.problem.Detail, "a (needs nothing in the run, z in version 2)")
+		}},
 		{code: "lease_lost", status: 409, answer: func() *http.Response {
 			return do(http.MethodPut, srv+"/v1/runs/"+run.ID+"/steps/greet/checkpoint", staleLease, "application/json", []byte(`{"n":1}`), nil)
 		}},

@@ -30,15 +30,22 @@ type Run struct {
 	CreatedAt    time.Time       `json:"created_at"`
 	StartedAt    *time.Time      `json:"started_at" doc:"when the first step started"`
 	FinishedAt   *time.Time      `json:"finished_at"`
+	RerunOf      *string         `json:"rerun_of,omitempty" format:"uuid" doc:"on a rerun (POST /v1/runs/{id}/rerun): the run it reran"`
+	RerunFrom    *string         `json:"rerun_from_step,omitempty" doc:"on a rerun: the step it reran from"`
 }
 
 func runOf(r *catalog.Run) Run {
-	return Run{
+	out := Run{
 		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: string(r.Status),
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
-		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt),
+		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt), RerunFrom: r.RerunFromStep,
 	}
+	if r.RerunOf != nil {
+		id := r.RerunOf.String()
+		out.RerunOf = &id
+	}
+	return out
 }
 
 func jsonOrNull[T ~[]byte](b T) json.RawMessage {

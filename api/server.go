@@ -161,6 +161,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerWorkflows()
 	s.registerRuns()
 	s.registerOperations()
+	s.registerRetry()
 	s.registerBundles()
 	s.registerCheckpoint()
 	s.registerSteps()

@@ -128,6 +128,9 @@ LIMIT $3`
 // skipped.
 var operationActions = map[OperationAction]string{
 	ActionCancel: `SELECT cairn_run_cancel($1, 'canceled by ' || $2::text || ' (operation ' || $3::text || ')')`,
+	// The run.retried event names the actor; the operation's record of the run
+	// names the operation.
+	ActionRetry: `SELECT cairn_run_retry($1, 0, $2::text), $3::text`,
 }
 
 // OperationActionSupported reports whether this server can apply action in bulk.

@@ -21,7 +21,7 @@ var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
 
 const (
 	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
-steps_remaining, created_at, started_at, finished_at`
+steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step`
 
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
@@ -77,7 +77,8 @@ FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 	sqlRunList = `
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
-       r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at
+       r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at,
+       r.rerun_of, r.rerun_from_step
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
                 WHEN pg_column_size(r.input) > $5 THEN true
@@ -111,6 +112,10 @@ type Run struct {
 	CreatedAt      time.Time  `db:"created_at"`
 	StartedAt      *time.Time `db:"started_at"`
 	FinishedAt     *time.Time `db:"finished_at"`
+	// RerunOf is the run this one reruns (RunRerun), RerunFromStep the step it
+	// reran from; nil for other runs.
+	RerunOf       *uuid.UUID `db:"rerun_of"`
+	RerunFromStep *string    `db:"rerun_from_step"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`

@@ -128,4 +128,7 @@ const (
 	EventRunRetried EventType = "run.retried"
 	EventRunPaused  EventType = "run.paused"
 	EventRunResumed EventType = "run.resumed"
+	// EventStepReused lists the steps a rerun carried over from its source run
+	// (data: steps, rerun_of); they have no attempt.
+	EventStepReused EventType = "step.reused"
 )

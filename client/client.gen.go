@@ -338,7 +338,7 @@ type Event struct {
 	Seq       int64       `json:"seq"`
 	Step      *string     `json:"step,omitempty"`
 
-	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, run.succeeded, run.failed, run.canceled
+	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, run.retried, run.succeeded, run.failed, run.canceled
 	Type string `json:"type"`
 }
 
@@ -490,6 +490,42 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// RerunPlan defines model for RerunPlan.
+type RerunPlan struct {
+	// Reused steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt
+	Reused *[]string `json:"reused"`
+
+	// Run steps that run: from_step, everything downstream of it, and steps that did not succeed in the source run
+	Run *[]string `json:"run"`
+}
+
+// RerunResult defines model for RerunResult.
+type RerunResult struct {
+	Plan RerunPlan `json:"plan"`
+	Run  *Run      `json:"run,omitempty"`
+}
+
+// RerunRunBody defines model for RerunRunBody.
+type RerunRunBody struct {
+	// DryRun only answer the plan (200); nothing is created
+	DryRun *bool `json:"dry_run,omitempty"`
+
+	// FromStep the step to run again: it and every step downstream of it run fresh
+	FromStep string `json:"from_step"`
+
+	// Input the new run's input, any JSON value; the source run's when absent
+	Input interface{} `json:"input,omitempty"`
+
+	// Version the version to run; the source run's when absent or 0. Every step reused must be there with the same needs
+	Version *int64 `json:"version,omitempty"`
+}
+
+// RetryRunBody defines model for RetryRunBody.
+type RetryRunBody struct {
+	// Version move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0
+	Version *int64 `json:"version,omitempty"`
+}
+
 // Run defines model for Run.
 type Run struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -506,6 +542,12 @@ type Run struct {
 
 	// InputOmitted only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole
 	InputOmitted *bool `json:"input_omitted,omitempty"`
+
+	// RerunFromStep on a rerun: the step it reran from
+	RerunFromStep *string `json:"rerun_from_step,omitempty"`
+
+	// RerunOf on a rerun (POST /v1/runs/{id}/rerun): the run it reran
+	RerunOf *openapi_types.UUID `json:"rerun_of,omitempty"`
 
 	// Revision increments on every committed change; equals the seq of the run's newest event
 	Revision int64 `json:"revision"`
@@ -682,6 +724,18 @@ type StreamEventsParams struct {
 	LastEventID *string `json:"Last-Event-ID,omitempty"`
 }
 
+// RerunRunParams defines parameters for RerunRun.
+type RerunRunParams struct {
+	// IdempotencyKey makes the request safe to retry
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
+// RetryRunParams defines parameters for RetryRun.
+type RetryRunParams struct {
+	// IdempotencyKey makes the request safe to retry
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // PutCheckpointJSONBody defines parameters for PutCheckpoint.
 type PutCheckpointJSONBody = interface{}
 
@@ -726,6 +780,12 @@ type ListVersionsParams struct {
 
 // CancelRunJSONRequestBody defines body for CancelRun for application/json ContentType.
 type CancelRunJSONRequestBody = CancelRunRequest
+
+// RerunRunJSONRequestBody defines body for RerunRun for application/json ContentType.
+type RerunRunJSONRequestBody = RerunRunBody
+
+// RetryRunJSONRequestBody defines body for RetryRun for application/json ContentType.
+type RetryRunJSONRequestBody = RetryRunBody
 
 // PutCheckpointJSONRequestBody defines body for PutCheckpoint for application/json ContentType.
 type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
@@ -919,6 +979,50 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/events/stream (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, id openapi_types.UUID, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RerunRunWithBody Rerun a run from a step
+	//
+	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithBody(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RerunRun Rerun a run from a step
+	//
+	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRun(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryRunWithBody Retry a run in place
+	//
+	// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+	RetryRunWithBody(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RetryRun Retry a run in place
+	//
+	// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+	RetryRun(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSteps List a run's steps
 	//
@@ -1269,6 +1373,90 @@ func (c *APIClient) ListEvents(ctx context.Context, id openapi_types.UUID, param
 // Corresponds with GET /v1/runs/{id}/events/stream (the `StreamEvents` operationId).
 func (c *APIClient) StreamEvents(ctx context.Context, id openapi_types.UUID, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewStreamEventsRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RerunRunWithBody Rerun a run from a step
+//
+// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *APIClient) RerunRunWithBody(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RerunRun Rerun a run from a step
+//
+// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *APIClient) RerunRun(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRerunRunRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryRunWithBody Retry a run in place
+//
+// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+func (c *APIClient) RetryRunWithBody(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryRunRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RetryRun Retry a run in place
+//
+// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+func (c *APIClient) RetryRun(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRetryRunRequest(c.Server, id, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2091,6 +2279,130 @@ func NewStreamEventsRequest(server string, id openapi_types.UUID, params *Stream
 	return req, nil
 }
 
+// NewRerunRunRequest calls the generic RerunRun builder with application/json body
+func NewRerunRunRequest(server string, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRerunRunRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewRerunRunRequestWithBody constructs an http.Request for the RerunRun method, with any body, and a specified content type
+func NewRerunRunRequestWithBody(server string, id openapi_types.UUID, params *RerunRunParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/rerun", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewRetryRunRequest calls the generic RetryRun builder with application/json body
+func NewRetryRunRequest(server string, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRetryRunRequestWithBody(server, id, params, "application/json", bodyReader)
+}
+
+// NewRetryRunRequestWithBody constructs an http.Request for the RetryRun method, with any body, and a specified content type
+func NewRetryRunRequestWithBody(server string, id openapi_types.UUID, params *RetryRunParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/retry", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.IdempotencyKey != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam0)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListStepsRequest constructs an http.Request for the ListSteps method
 func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, error) {
 	var err error
@@ -2842,6 +3154,50 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/events/stream (the `StreamEvents` operationId).
 	StreamEventsWithResponse(ctx context.Context, id openapi_types.UUID, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
+
+	// RerunRunWithBodyWithResponse Rerun a run from a step
+	//
+	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+
+	// RerunRunWithResponse Rerun a run from a step
+	//
+	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+	RerunRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+
+	// RetryRunWithBodyWithResponse Retry a run in place
+	//
+	// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+	RetryRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryRunResponse, error)
+
+	// RetryRunWithResponse Retry a run in place
+	//
+	// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+	RetryRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryRunResponse, error)
 
 	// ListStepsWithResponse List a run's steps
 	//
@@ -4042,6 +4398,284 @@ func (r StreamEventsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r StreamEventsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RerunRunResponse202Headers the declared response headers of an HTTP 202 response for RerunRun
+type RerunRunResponse202Headers struct {
+	Location *string
+}
+
+// RerunRunResponse503Headers the declared response headers of an HTTP 503 response for RerunRun
+type RerunRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RerunRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RerunResult
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *RerunResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RerunRunResponse202Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RerunRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RerunRunResponse) GetJSON200() *RerunResult {
+	return r.JSON200
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RerunRunResponse) GetJSON202() *RerunResult {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r RerunRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RerunRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RerunRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RerunRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RetryRunResponse503Headers the declared response headers of an HTTP 503 response for RetryRun
+type RetryRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RetryRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RetryRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RetryRunResponse) GetJSON200() *Run {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r RetryRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r RetryRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RetryRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RetryRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RetryRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5427,6 +6061,74 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, id o
 	return ParseStreamEventsResponse(rsp)
 }
 
+// RerunRunWithBodyWithResponse Rerun a run from a step
+//
+// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *ClientWithResponses) RerunRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
+	rsp, err := c.RerunRunWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunResponse(rsp)
+}
+
+// RerunRunWithResponse Rerun a run from a step
+//
+// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
+func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunResponse, error) {
+	rsp, err := c.RerunRun(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRerunRunResponse(rsp)
+}
+
+// RetryRunWithBodyWithResponse Retry a run in place
+//
+// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+func (c *ClientWithResponses) RetryRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RetryRunResponse, error) {
+	rsp, err := c.RetryRunWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryRunResponse(rsp)
+}
+
+// RetryRunWithResponse Retry a run in place
+//
+// A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
+func (c *ClientWithResponses) RetryRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryRunResponse, error) {
+	rsp, err := c.RetryRun(ctx, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRetryRunResponse(rsp)
+}
+
 // ListStepsWithResponse List a run's steps
 //
 // Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.
@@ -6600,6 +7302,269 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 	switch {
 	case rsp.StatusCode == 503:
 		var headers StreamEventsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRerunRunResponse parses an HTTP response from a RerunRunWithResponse call
+func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RerunRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RerunResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest RerunResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RerunRunResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	case rsp.StatusCode == 503:
+		var headers RerunRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRetryRunResponse parses an HTTP response from a RetryRunWithResponse call
+func ParseRetryRunResponse(rsp *http.Response) (*RetryRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RetryRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers RetryRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -431,4 +432,56 @@ steps:
 	// Again: nothing left to cancel, each run skipped.
 	out = b.mustCLI(t, "run", "list", "--workflow", "sleepy", "--cancel")
 	require.Regexp(t, `succeeded: 3 runs, 0 applied, 3 skipped`, out)
+}
+
+// TestCLIRetryAndRerun: a run whose middle step failed is retried onto a fixed
+// version and succeeds; a dry rerun from that step prints the plan and starts
+// nothing, a rerun prints it and the new run.
+func TestCLIRetryAndRerun(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	deploy := func(bStep string) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(`name: fixme
+steps:
+  - {key: a, builtin: noop}
+  - key: b
+    needs: [a]
+    retry: {max_attempts: 1}
+`+bStep+`
+  - {key: c, needs: [b], builtin: noop}
+`), 0o644))
+		b.mustCLI(t, "deploy", dir)
+	}
+	deploy("    builtin: fail\n    with: {retryable: false, message: broken}")
+	out, err := b.cli(t, "run", "start", "fixme", "--wait")
+	require.Error(t, err, "%s", out)
+	id := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	deploy("    builtin: noop")
+
+	out = b.mustCLI(t, "run", "retry", id, "--version", "2")
+	require.Equal(t, "run "+id+" running (version 2, 2 of 3 steps to run)\n", out)
+	_, err = b.cli(t, "run", "retry", id)
+	require.ErrorContains(t, err, "invalid_run_state")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := b.cli(t, "run", "get", id)
+		assert.NoError(c, err)
+		assert.Regexp(c, `(?m)^status +succeeded`, out)
+	}, time.Minute, 100*time.Millisecond, "waiting for the retried run to succeed")
+
+	out = b.mustCLI(t, "run", "rerun", id, "--from", "b", "--input", `{"n":2}`, "--dry-run")
+	require.Equal(t, "reuse: a\nrun: b, c\n", out)
+	list := b.mustCLI(t, "run", "list", "-o", "json")
+	var runs rawItems
+	require.NoError(t, json.Unmarshal([]byte(list), &runs))
+	require.Len(t, runs.Items, 1, "a dry run starts nothing")
+
+	out = b.mustCLI(t, "run", "rerun", id, "--from", "b")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Equal(t, []string{"reuse: a", "run: b, c"}, lines[:2])
+	_, err = uuid.Parse(lines[2])
+	require.NoError(t, err, "the new run's ID: %q", lines[2])
+
+	_, err = b.cli(t, "run", "rerun", id, "--from", "nope")
+	require.ErrorContains(t, err, "body.from_step")
 }

@@ -33,6 +33,8 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunListCmd(),
 		c.newRunWatchCmd(),
 		c.newRunCancelCmd(),
+		c.newRunRetryCmd(),
+		c.newRunRerunCmd(),
 		c.newRunOutputCmd(),
 		c.newRunLogsCmd(),
 	)

@@ -242,6 +242,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/rerun": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rerun a run from a step
+         * @description Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
+         *
+         *     Requires the `operator` role.
+         */
+        post: operations["rerunRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Retry a run in place
+         * @description A failed or canceled run runs again: its failed, canceled and skipped steps become ready (or waiting for their needs) with a fresh attempt budget, keeping their checkpoint and attempt history; succeeded steps and their outputs are kept and never run again. With `version`, the run first moves onto that version of its workflow, which must have every kept step with the same key and needs (else 409 incompatible_version naming them). Retrying a run in any other state is a 409 invalid_run_state; of concurrent retries exactly one takes effect. One event run.retried names the actor. With an Idempotency-Key, the same request answers the run without retrying it again.
+         *
+         *     Requires the `operator` role.
+         */
+        post: operations["retryRun"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps": {
         parameters: {
             query?: never;
@@ -536,7 +580,7 @@ export interface components {
             /** Format: int64 */
             seq: number;
             step?: string;
-            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, run.succeeded, run.failed, run.canceled */
+            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, run.retried, run.succeeded, run.failed, run.canceled */
             type: string;
         };
         HealthOutputBody: {
@@ -661,6 +705,37 @@ export interface components {
             /** @description URI of the error class, urn:cairn:problem:<code> */
             type: string;
         };
+        RerunPlan: {
+            /** @description steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt */
+            reused: string[] | null;
+            /** @description steps that run: from_step, everything downstream of it, and steps that did not succeed in the source run */
+            run: string[] | null;
+        };
+        RerunResult: {
+            plan: components["schemas"]["RerunPlan"];
+            /** @description the new run; absent on a dry run */
+            run?: components["schemas"]["Run"];
+        };
+        RerunRunBody: {
+            /** @description only answer the plan (200); nothing is created */
+            dry_run?: boolean;
+            /** @description the step to run again: it and every step downstream of it run fresh */
+            from_step: string;
+            /** @description the new run's input, any JSON value; the source run's when absent */
+            input?: unknown;
+            /**
+             * Format: int64
+             * @description the version to run; the source run's when absent or 0. Every step reused must be there with the same needs
+             */
+            version?: number;
+        };
+        RetryRunBody: {
+            /**
+             * Format: int64
+             * @description move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0
+             */
+            version?: number;
+        };
         Run: {
             /** Format: date-time */
             created_at: string;
@@ -674,6 +749,13 @@ export interface components {
             input: unknown;
             /** @description only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole */
             input_omitted?: boolean;
+            /** @description on a rerun: the step it reran from */
+            rerun_from_step?: string;
+            /**
+             * Format: uuid
+             * @description on a rerun (POST /v1/runs/{id}/rerun): the run it reran
+             */
+            rerun_of?: string;
             /**
              * Format: int64
              * @description increments on every committed change; equals the seq of the run's newest event
@@ -2065,6 +2147,396 @@ export interface operations {
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rerunRun: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description run ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RerunRunBody"];
+            };
+        };
+        responses: {
+            /** @description The plan of a dry run; nothing was created. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RerunResult"];
+                };
+            };
+            /** @description Accepted */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RerunResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    retryRun: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description makes the request safe to retry */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description run ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["RetryRunBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Run"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
