@@ -160,6 +160,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerHealth()
 	s.registerWorkflows()
 	s.registerRuns()
+	s.registerPause()
 	s.registerBundles()
 	s.registerCheckpoint()
 	s.registerSteps()
