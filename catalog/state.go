@@ -22,6 +22,11 @@ package catalog
 // When no step of a run is left unfinished, the run ends: failed if a step failed,
 // else succeeded (run.failed, run.succeeded). RunCancel cancels a run that has not
 // ended, its unfinished steps and their running attempts (run.canceled).
+//
+// Pause (RunPause, WorkflowPause, or a step with on_exhausted: pause that would
+// fail) holds a run's unfinished steps: the claim skips them, running attempts
+// finish and are recorded as above, and a paused run still ends or is canceled so.
+// Resume (RunResume, WorkflowResume) releases them (run.paused, run.resumed).
 
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,
