@@ -20,7 +20,8 @@ type Run struct {
 	ID           string          `json:"id" doc:"run ID (UUIDv7)"`
 	Workflow     string          `json:"workflow"`
 	Version      int             `json:"version" doc:"the version the run is pinned to"`
-	Status       string          `json:"status" enum:"pending,running,succeeded,failed,canceled"`
+	Status       string          `json:"status" enum:"pending,running,paused,succeeded,failed,canceled"`
+	PauseReason  string          `json:"pause_reason,omitempty" enum:"run,workflow,exhausted" doc:"only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked"`
 	Input        json.RawMessage `json:"input" doc:"the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted"`
 	InputOmitted bool            `json:"input_omitted,omitempty" doc:"only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole"`
 	Error        json.RawMessage `json:"error" doc:"why the run failed or was canceled; null otherwise"`
@@ -44,6 +45,9 @@ func runOf(r *catalog.Run) Run {
 	if r.RerunOf != nil {
 		id := r.RerunOf.String()
 		out.RerunOf = &id
+	}
+	if r.PauseReason != nil {
+		out.PauseReason = string(*r.PauseReason)
 	}
 	return out
 }
@@ -151,7 +155,7 @@ func (s *Server) registerRuns() {
 		Tags:        []string{"runs"},
 	}, RoleViewer, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
 		Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
-		Status   string `query:"status" enum:"pending,running,succeeded,failed,canceled" doc:"only runs in this state"`
+		Status   string `query:"status" enum:"pending,running,paused,succeeded,failed,canceled" doc:"only runs in this state"`
 		PageParams
 	}) (*listOutput[Run], error) {
 		filter := in.Workflow + "\x00" + in.Status
@@ -224,6 +228,112 @@ func (s *Server) registerRuns() {
 		}
 		return &runOutput{Body: runOf(run)}, nil
 	})
+}
+
+// ControlBody is the optional body of the pause and resume operations.
+type ControlBody struct {
+	Reason string `json:"reason,omitempty" maxLength:"1000" doc:"a note recorded in the events, with the token's name"`
+}
+
+func (b *ControlBody) note() string {
+	if b == nil {
+		return ""
+	}
+	return b.Reason
+}
+
+func (s *Server) registerPause() {
+	register(s, huma.Operation{
+		OperationID: "pauseRun",
+		Method:      http.MethodPost,
+		Path:        "/v1/runs/{id}/pause",
+		Summary:     "Pause a run",
+		Description: "No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.",
+		Tags:        []string{"runs"},
+	}, RoleOperator, []problemClass{classBadRequest, classNotFound, classInvalidRunState}, func(ctx context.Context, in *struct {
+		RunIDParam
+		Body *ControlBody
+	}) (*runOutput, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.store.RunPause(ctx, id, actor(ctx), in.Body.note()); err != nil {
+			return nil, err
+		}
+		return s.runAnswer(ctx, id)
+	})
+
+	register(s, huma.Operation{
+		OperationID: "resumeRun",
+		Method:      http.MethodPost,
+		Path:        "/v1/runs/{id}/resume",
+		Summary:     "Resume a paused run",
+		Description: "Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.",
+		Tags:        []string{"runs"},
+	}, RoleOperator, []problemClass{classBadRequest, classNotFound, classInvalidRunState}, func(ctx context.Context, in *struct {
+		RunIDParam
+		Body *ControlBody
+	}) (*runOutput, error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.store.RunResume(ctx, id, actor(ctx), in.Body.note()); err != nil {
+			return nil, err
+		}
+		return s.runAnswer(ctx, id)
+	})
+
+	register(s, huma.Operation{
+		OperationID: "pauseWorkflow",
+		Method:      http.MethodPost,
+		Path:        "/v1/workflows/{name}/pause",
+		Summary:     "Pause a workflow",
+		Description: "Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).",
+		Tags:        []string{"workflows"},
+	}, RoleOperator, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
+		WorkflowNameParam
+		Body *ControlBody
+	}) (*workflowOutput, error) {
+		if _, err := s.store.WorkflowPause(ctx, in.Name, actor(ctx), in.Body.note()); err != nil {
+			return nil, err
+		}
+		return s.workflowAnswer(ctx, in.Name)
+	})
+
+	register(s, huma.Operation{
+		OperationID: "resumeWorkflow",
+		Method:      http.MethodPost,
+		Path:        "/v1/workflows/{name}/resume",
+		Summary:     "Resume a workflow",
+		Description: "The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).",
+		Tags:        []string{"workflows"},
+	}, RoleOperator, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
+		WorkflowNameParam
+		Body *ControlBody
+	}) (*workflowOutput, error) {
+		if _, err := s.store.WorkflowResume(ctx, in.Name, actor(ctx), in.Body.note()); err != nil {
+			return nil, err
+		}
+		return s.workflowAnswer(ctx, in.Name)
+	})
+}
+
+func (s *Server) runAnswer(ctx context.Context, id uuid.UUID) (*runOutput, error) {
+	run, err := s.store.RunGet(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &runOutput{Body: runOf(run)}, nil
+}
+
+func (s *Server) workflowAnswer(ctx context.Context, name string) (*workflowOutput, error) {
+	w, err := s.store.WorkflowGet(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &workflowOutput{Body: workflowOf(w)}, nil
 }
 
 // requestHash identifies a start-run request for idempotency.

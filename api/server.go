@@ -162,6 +162,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerRuns()
 	s.registerOperations()
 	s.registerRetry()
+	s.registerPause()
 	s.registerBundles()
 	s.registerCheckpoint()
 	s.registerSteps()

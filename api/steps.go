@@ -29,6 +29,18 @@ type Step struct {
 	Checkpoint     json.RawMessage `json:"checkpoint" doc:"newest checkpoint, inline or a $blob reference"`
 	StartedAt      *time.Time      `json:"started_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
+	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
+}
+
+// BlockedBy says what keeps an unfinished step from starting. Only kind paused
+// exists now (the run is paused); concurrency, rate_limit and no_dispatcher come
+// with their features and fill name, key, in_use and limit.
+type BlockedBy struct {
+	Kind  string `json:"kind" enum:"paused" doc:"paused: the run is paused (GET /v1/runs/{id} says why)"`
+	Name  string `json:"name,omitempty" doc:"the limit's name"`
+	Key   string `json:"key,omitempty" doc:"the limit's key"`
+	InUse *int   `json:"in_use,omitempty" doc:"slots or tokens in use"`
+	Limit *int   `json:"limit,omitempty" doc:"the limit"`
 }
 
 func stepOf(st *catalog.Step) Step {
@@ -43,6 +55,9 @@ func stepOf(st *catalog.Step) Step {
 		out.Needs = []string{}
 	}
 	out.LeaseOwner = st.LeaseOwner
+	if st.Held && !st.Status.Terminal() {
+		out.BlockedBy = &BlockedBy{Kind: "paused"}
+	}
 	return out
 }
 

@@ -26,6 +26,7 @@ const (
 	// DefaultMaxDelayFloor is the default max_delay when the delay is shorter; a
 	// longer delay is its own default max_delay.
 	DefaultMaxDelayFloor = time.Hour
+	DefaultOnExhausted   = OnExhaustedFail
 )
 
 // Kind is the function kind of a step.
@@ -105,6 +106,8 @@ type RetryDefinition struct {
 	MaxDelayMS int64    `json:"max_delay_ms"`
 	// Jitter is a fraction of the delay, 0..1.
 	Jitter float64 `json:"jitter"`
+	// OnExhausted is fail or pause (see RetryPolicy.OnExhausted).
+	OnExhausted OnExhausted `json:"on_exhausted"`
 }
 
 // Normalize validates m without file checks (see Validate; use Validate with the
@@ -214,7 +217,8 @@ func topoOrder(steps map[string]StepDefinition) []string {
 
 // effectiveRetry fills each field of p from defaults, then from the built-in default.
 func effectiveRetry(p, defaults RetryPolicy) RetryDefinition {
-	r := RetryDefinition{MaxAttempts: DefaultMaxAttempts, Backoff: DefaultBackoff, Delay: Duration(DefaultRetryDelay)}
+	r := RetryDefinition{MaxAttempts: DefaultMaxAttempts, Backoff: DefaultBackoff, Delay: Duration(DefaultRetryDelay),
+		OnExhausted: DefaultOnExhausted}
 	for _, src := range []RetryPolicy{defaults, p} {
 		if src.MaxAttempts != nil {
 			r.MaxAttempts = *src.MaxAttempts
@@ -227,6 +231,9 @@ func effectiveRetry(p, defaults RetryPolicy) RetryDefinition {
 		}
 		if src.Jitter != nil {
 			r.Jitter = *src.Jitter
+		}
+		if src.OnExhausted != "" {
+			r.OnExhausted = src.OnExhausted
 		}
 	}
 	switch {

@@ -41,16 +41,16 @@ func TestNormalizeDesignExample(t *testing.T) {
     {"key": "fetch", "needs": [], "kind": "exec",
      "exec": {"path": "bin/fetch", "args": ["--fast"]}, "with": {},
      "timeout": "2m0s", "timeout_ms": 120000,
-     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0}},
+     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0, "on_exhausted": "fail"}},
     {"key": "pause", "needs": ["fetch"], "kind": "builtin", "builtin": "sleep", "with": {"duration": "2s"},
      "timeout": "5m0s", "timeout_ms": 300000,
-     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0}},
+     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0, "on_exhausted": "fail"}},
     {"key": "summarize", "needs": ["fetch"], "kind": "http", "http": {"url": "http://127.0.0.1:9000/summarize"}, "with": {},
      "timeout": "5m0s", "timeout_ms": 300000,
-     "retry": {"max_attempts": 5, "backoff": "linear", "delay": "2s", "delay_ms": 2000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0}},
+     "retry": {"max_attempts": 5, "backoff": "linear", "delay": "2s", "delay_ms": 2000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0, "on_exhausted": "fail"}},
     {"key": "store", "needs": ["summarize"], "kind": "lambda", "lambda": {"function": "store-summary"}, "with": {},
      "timeout": "5m0s", "timeout_ms": 300000,
-     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0}}
+     "retry": {"max_attempts": 3, "backoff": "exponential", "delay": "1s", "delay_ms": 1000, "max_delay": "1m0s", "max_delay_ms": 60000, "jitter": 0, "on_exhausted": "fail"}}
   ]
 }`, pretty.String())
 }
@@ -67,25 +67,31 @@ func TestNormalizeDefaults(t *testing.T) {
 			name:    "built-in defaults",
 			yaml:    "name: d\nsteps:\n  - {key: a, builtin: noop}\n",
 			timeout: "5m0s",
-			retry:   RetryDefinition{MaxAttempts: 1, Backoff: BackoffFixed, Delay: Duration(1e9), DelayMS: 1000, MaxDelay: Duration(3600e9), MaxDelayMS: 3600000},
+			retry:   RetryDefinition{MaxAttempts: 1, Backoff: BackoffFixed, Delay: Duration(1e9), DelayMS: 1000, MaxDelay: Duration(3600e9), MaxDelayMS: 3600000, OnExhausted: OnExhaustedFail},
 		},
 		{
 			name:    "defaults section",
 			yaml:    "name: d\ndefaults: {timeout: 30s, retry: {max_attempts: 4, jitter: 0.25}}\nsteps:\n  - {key: a, builtin: noop}\n",
 			timeout: "30s",
-			retry:   RetryDefinition{MaxAttempts: 4, Backoff: BackoffFixed, Delay: Duration(1e9), DelayMS: 1000, MaxDelay: Duration(3600e9), MaxDelayMS: 3600000, Jitter: 0.25},
+			retry:   RetryDefinition{MaxAttempts: 4, Backoff: BackoffFixed, Delay: Duration(1e9), DelayMS: 1000, MaxDelay: Duration(3600e9), MaxDelayMS: 3600000, Jitter: 0.25, OnExhausted: OnExhaustedFail},
 		},
 		{
 			name:    "step over defaults, field by field",
 			yaml:    "name: d\ndefaults: {timeout: 30s, retry: {max_attempts: 4, backoff: linear, max_delay: 10m}}\nsteps:\n  - {key: a, builtin: noop, timeout: 1h, retry: {delay: 2m}}\n",
 			timeout: "1h0m0s",
-			retry:   RetryDefinition{MaxAttempts: 4, Backoff: BackoffLinear, Delay: Duration(120e9), DelayMS: 120000, MaxDelay: Duration(600e9), MaxDelayMS: 600000},
+			retry:   RetryDefinition{MaxAttempts: 4, Backoff: BackoffLinear, Delay: Duration(120e9), DelayMS: 120000, MaxDelay: Duration(600e9), MaxDelayMS: 600000, OnExhausted: OnExhaustedFail},
+		},
+		{
+			name:    "on_exhausted from the defaults, and over them",
+			yaml:    "name: d\ndefaults: {retry: {on_exhausted: pause}}\nsteps:\n  - {key: a, builtin: noop, retry: {max_attempts: 2}}\n",
+			timeout: "5m0s",
+			retry:   RetryDefinition{MaxAttempts: 2, Backoff: BackoffFixed, Delay: Duration(1e9), DelayMS: 1000, MaxDelay: Duration(3600e9), MaxDelayMS: 3600000, OnExhausted: OnExhaustedPause},
 		},
 		{
 			name:    "long delay is its own max_delay",
 			yaml:    "name: d\nsteps:\n  - {key: a, builtin: noop, retry: {delay: 2h}}\n",
 			timeout: "5m0s",
-			retry:   RetryDefinition{MaxAttempts: 1, Backoff: BackoffFixed, Delay: Duration(7200e9), DelayMS: 7200000, MaxDelay: Duration(7200e9), MaxDelayMS: 7200000},
+			retry:   RetryDefinition{MaxAttempts: 1, Backoff: BackoffFixed, Delay: Duration(7200e9), DelayMS: 7200000, MaxDelay: Duration(7200e9), MaxDelayMS: 7200000, OnExhausted: OnExhaustedFail},
 		},
 	}
 	for _, tt := range tests {

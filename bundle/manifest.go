@@ -102,7 +102,7 @@ const (
 
 // RetryPolicy is a retry policy as written; nil fields are unset and fall back, field
 // by field, to the defaults' policy and then to the built-in default: max_attempts 1,
-// backoff fixed, delay 1s, max_delay max(delay, 1h), jitter 0.
+// backoff fixed, delay 1s, max_delay max(delay, 1h), jitter 0, on_exhausted fail.
 type RetryPolicy struct {
 	// MaxAttempts counts the first try: 1..100.
 	MaxAttempts *int `yaml:"max_attempts,omitempty" json:"max_attempts,omitempty"`
@@ -114,7 +114,21 @@ type RetryPolicy struct {
 	MaxDelay *Duration `yaml:"max_delay,omitempty" json:"max_delay,omitempty"`
 	// Jitter randomizes each delay by up to ±Jitter×delay: 0..1.
 	Jitter *float64 `yaml:"jitter,omitempty" json:"jitter,omitempty"`
+	// OnExhausted is what happens when the step would fail (its attempts used up,
+	// or a failure that is not retryable): fail (the step fails, the run fails) or
+	// pause (the step is parked with a fresh attempt budget and the run paused
+	// until an operator resumes or cancels it); "" is unset.
+	OnExhausted OnExhausted `yaml:"on_exhausted,omitempty" json:"on_exhausted,omitempty"`
 }
+
+// OnExhausted is a retry policy's on_exhausted.
+type OnExhausted string
+
+// What a step does when it would fail.
+const (
+	OnExhaustedFail  OnExhausted = "fail"
+	OnExhaustedPause OnExhausted = "pause"
+)
 
 // Duration is a time.Duration written as a string: "2s", "5m", "1h30m" in YAML and
 // JSON (time.ParseDuration syntax; a bare 0 is accepted too). It marshals to JSON as

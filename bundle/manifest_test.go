@@ -190,6 +190,8 @@ func TestValidate(t *testing.T) {
 			`cairn.yaml: steps[1].retry.backoff: unknown backoff "random" (known: fixed, linear, exponential)`,
 			`cairn.yaml: steps[1].retry.delay: delay -1s must not be negative`,
 			`cairn.yaml: steps[1].retry.jitter: 2 is out of range 0..1`}},
+		{"unknown on_exhausted", steps("  - key: b\n    builtin: noop\n    retry: {on_exhausted: retry}\n"), []string{
+			`cairn.yaml: steps[1].retry.on_exhausted: unknown on_exhausted "retry" (known: fail, pause)`}},
 		{"too many attempts", steps("  - key: b\n    builtin: noop\n    retry: {max_attempts: 101}\n"), []string{
 			`cairn.yaml: steps[1].retry.max_attempts: 101 is out of range 1..100`}},
 		{"max_delay below delay", steps("  - key: b\n    builtin: noop\n    retry: {delay: 1m, max_delay: 10s}\n"), []string{

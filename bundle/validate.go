@@ -381,6 +381,11 @@ func (v *validator) retry(key, f string, p, defaults RetryPolicy) {
 	if p.Jitter != nil && !(*p.Jitter >= 0 && *p.Jitter <= 1) {
 		v.add(key, f+".jitter", "%v is out of range 0..1", *p.Jitter)
 	}
+	switch p.OnExhausted {
+	case "", OnExhaustedFail, OnExhaustedPause:
+	default:
+		v.add(key, f+".on_exhausted", "unknown on_exhausted %q (known: fail, pause)", p.OnExhausted)
+	}
 	if !ok {
 		return
 	}

@@ -33,10 +33,13 @@ const (
 	// that do not count (handback, infra_failed) take theirs back in
 	// cairn_step_finish. So attempts ≥ counted_attempts, and the difference is the
 	// number of uncounted attempts.
+	//
+	// Held steps (of a paused run) are not claimed: steps_claim_idx indexes only
+	// ready steps that are not held, so the claim never reads them.
 	sqlClaim = `
 WITH c AS (
     SELECT s.run_id, s.key FROM steps s
-    WHERE s.status = 'ready' AND s.ready_at <= now()
+    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
     ORDER BY s.ready_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -54,7 +54,7 @@ func drive(t *testing.T, ctx context.Context, s *catalog.Store, fail ...string) 
 	t.Fatal("the run did not settle in 100 rounds")
 }
 
-func runStatus(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUID) *catalog.Run {
+func getRun(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUID) *catalog.Run {
 	t.Helper()
 	r, err := s.RunGet(ctx, id)
 	require.NoError(t, err)
@@ -111,13 +111,13 @@ func TestRunRetryStates(t *testing.T) {
 			s := tb.store
 			r := newRun(t, ctx, s, diamond(1))
 			tt.prepare(t, ctx, s, r.ID)
-			before := runStatus(t, ctx, s, r.ID)
+			before := getRun(t, ctx, s, r.ID)
 			got, err := retry(ctx, s, r.ID, 0)
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				require.ErrorIs(t, err, catalog.ErrConflict)
 				require.Contains(t, catalog.Reason(err), "is "+string(before.Status)+": only a failed or canceled run can be retried")
-				require.Equal(t, before.Revision, runStatus(t, ctx, s, r.ID).Revision, "nothing written")
+				require.Equal(t, before.Revision, getRun(t, ctx, s, r.ID).Revision, "nothing written")
 				return
 			}
 			require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestRunRetryKeepsSucceededSteps(t *testing.T) {
 	c4 := claimKeys(t, ctx, s, "d1", 1)["s4"]
 	require.NoError(t, s.StepCheckpoint(ctx, catalog.Lease{RunID: r.ID, Key: "s4", Token: c4.LeaseToken}, json.RawMessage(`{"at":7}`), nil))
 	require.NoError(t, finish(t, ctx, s, c4, catalog.OutcomeFailed, false, ""))
-	failed := runStatus(t, ctx, s, r.ID)
+	failed := getRun(t, ctx, s, r.ID)
 	require.Equal(t, catalog.RunFailed, failed.Status)
 	require.Equal(t, map[string]string{"s1": "succeeded", "s2": "succeeded", "s3": "succeeded", "s4": "failed", "s5": "skipped"},
 		statuses(t, ctx, s, r.ID))
@@ -190,7 +190,7 @@ func TestRunRetryKeepsSucceededSteps(t *testing.T) {
 	require.JSONEq(t, `{"s3":{"step":"s3"}}`, string(c.Deps))
 	require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeSucceeded, false, `{"step":"s4"}`))
 	drive(t, ctx, s)
-	done := runStatus(t, ctx, s, r.ID)
+	done := getRun(t, ctx, s, r.ID)
 	require.Equal(t, catalog.RunSucceeded, done.Status)
 	for _, key := range []string{"s1", "s2", "s3", "s5"} {
 		attempts, err := s.AttemptList(ctx, r.ID, key)
@@ -220,7 +220,7 @@ func TestRunRetryCanceledMidway(t *testing.T) {
 	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready", "c": "ready", "d": "waiting"}, statuses(t, ctx, s, r.ID))
 	require.Equal(t, 2, steps(t, ctx, s, r.ID)["d"].DepsRemaining)
 	drive(t, ctx, s)
-	require.Equal(t, catalog.RunSucceeded, runStatus(t, ctx, s, r.ID).Status)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, r.ID).Status)
 	attempts, err := s.AttemptList(ctx, r.ID, "b")
 	require.NoError(t, err)
 	require.Equal(t, []catalog.AttemptStatus{catalog.AttemptCanceled, catalog.AttemptSucceeded},
@@ -253,7 +253,7 @@ func TestRunRetryOntoVersion(t *testing.T) {
 	r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v1.Version})
 	require.NoError(t, err)
 	drive(t, ctx, s, "b", "x")
-	failed := runStatus(t, ctx, s, r.ID)
+	failed := getRun(t, ctx, s, r.ID)
 	require.Equal(t, catalog.RunFailed, failed.Status)
 
 	for _, tt := range []struct {
@@ -266,7 +266,7 @@ func TestRunRetryOntoVersion(t *testing.T) {
 		_, err := retry(ctx, s, r.ID, tt.version)
 		require.ErrorIs(t, err, catalog.ErrIncompatibleVersion)
 		require.Contains(t, catalog.Reason(err), tt.reason)
-		require.Equal(t, failed.Revision, runStatus(t, ctx, s, r.ID).Revision, "nothing written")
+		require.Equal(t, failed.Revision, getRun(t, ctx, s, r.ID).Revision, "nothing written")
 	}
 	_, err = retry(ctx, s, r.ID, 99)
 	require.ErrorIs(t, err, catalog.ErrNotFound)
@@ -291,7 +291,7 @@ func TestRunRetryOntoVersion(t *testing.T) {
 	require.Equal(t, "ready", statuses(t, ctx, s, r.ID)["b"], "a budget of 3")
 	drive(t, ctx, s)
 	require.Equal(t, map[string]string{"a": "succeeded", "b": "succeeded", "c": "succeeded"}, statuses(t, ctx, s, r.ID))
-	require.Equal(t, catalog.RunSucceeded, runStatus(t, ctx, s, r.ID).Status)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, r.ID).Status)
 }
 
 // TestRunRetryConcurrent: retries of one run at once: exactly one takes effect, the
@@ -302,7 +302,7 @@ func TestRunRetryConcurrent(t *testing.T) {
 	s := tb.store
 	r := newRun(t, ctx, s, diamond(1))
 	drive(t, ctx, s, "a")
-	require.Equal(t, catalog.RunFailed, runStatus(t, ctx, s, r.ID).Status)
+	require.Equal(t, catalog.RunFailed, getRun(t, ctx, s, r.ID).Status)
 	const n = 8
 	errs := make([]error, n)
 	var g errgroup.Group
@@ -380,7 +380,7 @@ func TestRunRerun(t *testing.T) {
 	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s1"], catalog.OutcomeSucceeded, false, `{"step":"s1"}`))
 	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s2"], catalog.OutcomeSucceeded, false, blobRef))
 	drive(t, ctx, s)
-	require.Equal(t, catalog.RunSucceeded, runStatus(t, ctx, s, src.ID).Status)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, src.ID).Status)
 	source := steps(t, ctx, s, src.ID)
 
 	p := catalog.RunRerunParams{Source: src.ID, FromStep: "s3", Input: json.RawMessage(`{"x":2}`), DryRun: true}
@@ -429,7 +429,7 @@ func TestRunRerun(t *testing.T) {
 	require.JSONEq(t, `{"x":2}`, string(c.Input))
 	require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeSucceeded, false, `3`))
 	drive(t, ctx, s)
-	require.Equal(t, catalog.RunSucceeded, runStatus(t, ctx, s, r.ID).Status)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, r.ID).Status)
 
 	// Without input, the source's.
 	r2, _, err := rerun(ctx, s, catalog.RunRerunParams{Source: src.ID, FromStep: "s1"})
@@ -446,7 +446,7 @@ func TestRunRerunPlan(t *testing.T) {
 	// diamond a → (b, c) → d; b fails, d is skipped.
 	src := newRun(t, ctx, s, diamond(1))
 	drive(t, ctx, s, "b")
-	require.Equal(t, catalog.RunFailed, runStatus(t, ctx, s, src.ID).Status)
+	require.Equal(t, catalog.RunFailed, getRun(t, ctx, s, src.ID).Status)
 	for _, tt := range []struct {
 		from string
 		want catalog.RerunPlan

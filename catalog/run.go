@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,7 +22,7 @@ var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
 
 const (
 	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
-steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step`
+steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step, pause_reason`
 
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
@@ -36,26 +37,36 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// commas), the DAG's edges, the run.created event (seq 1), and wakes the
 	// dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
+	//
+	// A run of a paused workflow is created paused (pause_reason workflow, its steps
+	// held). The workflow's row is read FOR KEY SHARE: cairn_workflow_pause locks it
+	// FOR UPDATE before it pauses the workflow's runs, so a run is either committed
+	// before that scan or sees the workflow paused.
 	sqlRunCreate = `
-WITH v AS (
+WITH w AS (
+    SELECT w.paused FROM workflows w WHERE w.name = $2 FOR KEY SHARE
+), v AS (
     SELECT v.workflow, v.version,
-           v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes
+           v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes,
+           v.step_on_exhausted AS exhausted
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
                            THEN (SELECT w.latest_version FROM workflows w WHERE w.name = $2)
                            ELSE $3::integer END
 ), r AS (
-    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision)
-    SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1 FROM v
+    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason)
+    SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1,
+           CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END
+    FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
-    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
+    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
-           m, CASE WHEN n = '' THEN now() END
-    FROM v, unnest(v.keys, v.needs, v.maxes) AS s(k, n, m)
+           m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused
+    FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
     SELECT $1, n, s.k
@@ -78,7 +89,7 @@ FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
        r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at,
-       r.rerun_of, r.rerun_from_step
+       r.rerun_of, r.rerun_from_step, r.pause_reason
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
                 WHEN pg_column_size(r.input) > $5 THEN true
@@ -96,6 +107,9 @@ LIMIT $4`
 	sqlRunCount = `SELECT count(*) FROM runs r WHERE ` + runFilter
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
+
+	sqlRunPause  = `SELECT cairn_run_pause($1, $2, $3)`
+	sqlRunResume = `SELECT cairn_run_resume($1, $2, $3)`
 )
 
 // Run is a run of a pinned workflow version.
@@ -116,6 +130,8 @@ type Run struct {
 	// reran from; nil for other runs.
 	RerunOf       *uuid.UUID `db:"rerun_of"`
 	RerunFromStep *string    `db:"rerun_from_step"`
+	// PauseReason says why a paused run is paused; nil unless Status is RunPaused.
+	PauseReason *PauseReason `db:"pause_reason"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`
@@ -127,6 +143,9 @@ type NewStep struct {
 	Key         string
 	Needs       []string
 	MaxAttempts int
+	// OnExhausted is what happens when the step would fail: OnExhaustedFail (also
+	// when empty) or OnExhaustedPause.
+	OnExhausted OnExhausted
 }
 
 // RunCreateParams describe a run to create.
@@ -193,14 +212,16 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 }
 
 // stepArrays lays steps out as the parallel arrays the statements take.
-func stepArrays(steps []NewStep) (keys, needs []string, maxes []int64) {
+func stepArrays(steps []NewStep) (keys, needs []string, maxes []int64, exhausted []string) {
 	keys = make([]string, len(steps))
 	needs = make([]string, len(steps))
 	maxes = make([]int64, len(steps))
+	exhausted = make([]string, len(steps))
 	for i, st := range steps {
 		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
+		exhausted[i] = string(cmp.Or(st.OnExhausted, OnExhaustedFail))
 	}
-	return keys, needs, maxes
+	return keys, needs, maxes, exhausted
 }
 
 // RunGet returns a run; ErrNotFound if none.
@@ -269,6 +290,37 @@ func (s *Store) RunCancel(ctx context.Context, id uuid.UUID, reason string) erro
 	})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	return nil
+}
+
+// RunPause pauses a run at an operator's request (actor, with an optional note):
+// no new attempt of it starts, running ones finish. A pending or running run is
+// paused (changed true, a run.paused event); a paused run stays so (changed false,
+// nothing written), except that a run paused by its workflow is from then on
+// paused by the operator (changed true): the workflow's resume does not release
+// it. ErrNotFound if no such run, ErrRunState if it has ended.
+func (s *Store) RunPause(ctx context.Context, id uuid.UUID, actor, note string) (changed bool, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &changed, sqlRunPause, id, actor, note)
+	})
+	if err != nil {
+		return false, fmt.Errorf("pause run %s: %w", id, err)
+	}
+	return changed, nil
+}
+
+// RunResume releases a paused run, whatever paused it (an operator, its workflow,
+// a step's on_exhausted: pause): it is running again (pending if no step has
+// started), with a run.resumed event naming actor. ErrNotFound if no such run,
+// ErrRunState if it is not paused.
+func (s *Store) RunResume(ctx context.Context, id uuid.UUID, actor, note string) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, sqlRunResume, id, actor, note)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("resume run %s: %w", id, err)
 	}
 	return nil
 }

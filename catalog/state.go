@@ -22,8 +22,16 @@ package catalog
 // When no step of a run is left unfinished, the run ends: failed if a step failed,
 // else succeeded (run.failed, run.succeeded). RunCancel cancels a run that has not
 // ended, its unfinished steps and their running attempts (run.canceled).
+//
+// Pause (RunPause, WorkflowPause, or a step with on_exhausted: pause that would
+// fail) holds a run's unfinished steps: the claim skips them, running attempts
+// finish and are recorded as above, and a paused run still ends or is canceled so.
+// Resume (RunResume, WorkflowResume) releases them (run.paused, run.resumed).
 
-// RunStatus is the state of a run: pending → running → succeeded | failed | canceled.
+// RunStatus is the state of a run: pending → running → succeeded | failed |
+// canceled; pending and running runs may be paused and resumed (paused → running,
+// or pending when no step has started), and a paused run still ends when its last
+// steps finish or it is canceled.
 type RunStatus string
 
 // Run states.
@@ -48,6 +56,34 @@ const (
 func (s RunStatus) Terminal() bool {
 	return s == RunSucceeded || s == RunFailed || s == RunCanceled
 }
+
+// PauseReason says why a paused run is paused (Run.PauseReason).
+type PauseReason string
+
+// Pause reasons.
+const (
+	// PauseRun: an operator paused the run (RunPause).
+	PauseRun PauseReason = "run"
+	// PauseWorkflow: its workflow was paused (WorkflowPause), before or after the
+	// run was created; WorkflowResume releases it.
+	PauseWorkflow PauseReason = "workflow"
+	// PauseExhausted: a step whose retry policy says on_exhausted: pause would have
+	// failed; it is parked (ready, held, with a fresh attempt budget) until an
+	// operator resumes or cancels the run.
+	PauseExhausted PauseReason = "exhausted"
+)
+
+// OnExhausted is what a step does when it would fail (its attempts used up, or a
+// failure not retryable): the retry policy's on_exhausted.
+type OnExhausted string
+
+// What a step does when it would fail.
+const (
+	// OnExhaustedFail: the step fails, its dependents are skipped, the run fails.
+	OnExhaustedFail OnExhausted = "fail"
+	// OnExhaustedPause: the step is parked and its run paused (PauseExhausted).
+	OnExhaustedPause OnExhausted = "pause"
+)
 
 // StepStatus is the state of a step of a run: waiting (upstream not done) → ready
 // (claimable at ready_at) → running (leased) → succeeded | failed | canceled |

@@ -12,7 +12,7 @@ import (
 const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
-checkpoint, created_at, started_at, finished_at`
+checkpoint, created_at, started_at, finished_at, held, on_exhausted`
 
 	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
 
@@ -54,6 +54,11 @@ type Step struct {
 	CreatedAt       time.Time  `db:"created_at"`
 	StartedAt       *time.Time `db:"started_at"`
 	FinishedAt      *time.Time `db:"finished_at"`
+	// Held is true while the step's run is paused: no attempt of it starts. It is
+	// meaningful on an unfinished step only.
+	Held bool `db:"held"`
+	// OnExhausted is what happens when the step would fail.
+	OnExhausted OnExhausted `db:"on_exhausted"`
 }
 
 // Attempt is one try of a step.

@@ -31,8 +31,8 @@ RETURNING latest_version`
 
 	sqlVersionInsert = `
 INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint,
-                               step_keys, step_needs, step_max_attempts)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+                               step_keys, step_needs, step_max_attempts, step_on_exhausted)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 	versionColumns = `
 v.workflow, v.version, v.bundle_digest, v.definition, v.fingerprint, v.created_at, b.size AS bundle_size`
@@ -61,7 +61,10 @@ WHERE v.workflow = $1 AND ($2::integer = 0 OR v.version < $2)
 ORDER BY v.version DESC
 LIMIT $3`
 
-	workflowColumns = `name, description, latest_version, created_at, updated_at`
+	workflowColumns = `name, description, latest_version, created_at, updated_at, paused, paused_by, paused_at`
+
+	sqlWorkflowPause  = `SELECT cairn_workflow_pause($1, $2, $3)`
+	sqlWorkflowResume = `SELECT cairn_workflow_resume($1, $2, $3)`
 
 	sqlWorkflowGet = `SELECT ` + workflowColumns + ` FROM workflows WHERE name = $1`
 
@@ -87,6 +90,11 @@ type Workflow struct {
 	LatestVersion int       `db:"latest_version"`
 	CreatedAt     time.Time `db:"created_at"`
 	UpdatedAt     time.Time `db:"updated_at"`
+	// Paused is true while the workflow is paused (WorkflowPause): its new runs are
+	// created paused. PausedBy and PausedAt say who paused it and when.
+	Paused   bool       `db:"paused"`
+	PausedBy *string    `db:"paused_by"`
+	PausedAt *time.Time `db:"paused_at"`
 }
 
 // Version is an immutable version of a workflow: its bundle and normalized
@@ -150,9 +158,9 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		if err := tx.GetContext(ctx, &next, sqlWorkflowBumpVersion, p.Workflow, p.Description); err != nil {
 			return err
 		}
-		keys, needs, maxes := stepArrays(p.Steps)
+		keys, needs, maxes, exhausted := stepArrays(p.Steps)
 		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint,
-			pq.Array(keys), pq.Array(needs), pq.Array(maxes)); err != nil {
+			pq.Array(keys), pq.Array(needs), pq.Array(maxes), pq.Array(exhausted)); err != nil {
 			return err
 		}
 		created = true
@@ -241,4 +249,35 @@ func (s *Store) VersionByDigest(ctx context.Context, digest string) (*Version, e
 		return nil, fmt.Errorf("get version of bundle %s: %w", digest, translateError(err))
 	}
 	return &v, nil
+}
+
+// WorkflowPause pauses a workflow at an operator's request (actor, with an
+// optional note): every pending or running run of it is paused (PauseWorkflow, a
+// run.paused event each) and its new runs are created paused until WorkflowResume.
+// Pausing a paused workflow keeps who paused it first and when, and pauses the runs
+// that are not paused. It returns how many runs it paused; ErrNotFound if no such
+// workflow.
+func (s *Store) WorkflowPause(ctx context.Context, name, actor, note string) (runs int, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &runs, sqlWorkflowPause, name, actor, note)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pause workflow %s: %w", name, err)
+	}
+	return runs, nil
+}
+
+// WorkflowResume resumes a workflow: it is no longer paused, and the runs its pause
+// held (PauseWorkflow) are released (a run.resumed event each); runs paused one by
+// one (PauseRun) or parked by a step (PauseExhausted) stay paused. Resuming a
+// workflow that is not paused changes nothing. It returns how many runs it
+// released; ErrNotFound if no such workflow.
+func (s *Store) WorkflowResume(ctx context.Context, name, actor, note string) (runs int, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &runs, sqlWorkflowResume, name, actor, note)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("resume workflow %s: %w", name, err)
+	}
+	return runs, nil
 }

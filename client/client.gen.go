@@ -48,6 +48,21 @@ func (e AttemptStatus) Valid() bool {
 	}
 }
 
+// Defines values for BlockedByKind.
+const (
+	BlockedByKindPaused BlockedByKind = "paused"
+)
+
+// Valid indicates whether the value is a known member of the BlockedByKind enum.
+func (e BlockedByKind) Valid() bool {
+	switch e {
+	case BlockedByKindPaused:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BulkBodyAction.
 const (
 	BulkBodyActionCancel BulkBodyAction = "cancel"
@@ -156,10 +171,32 @@ func (e OperationRunOutcome) Valid() bool {
 	}
 }
 
+// Defines values for RunPauseReason.
+const (
+	RunPauseReasonExhausted RunPauseReason = "exhausted"
+	RunPauseReasonRun       RunPauseReason = "run"
+	RunPauseReasonWorkflow  RunPauseReason = "workflow"
+)
+
+// Valid indicates whether the value is a known member of the RunPauseReason enum.
+func (e RunPauseReason) Valid() bool {
+	switch e {
+	case RunPauseReasonExhausted:
+		return true
+	case RunPauseReasonRun:
+		return true
+	case RunPauseReasonWorkflow:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for RunStatus.
 const (
 	RunStatusCanceled  RunStatus = "canceled"
 	RunStatusFailed    RunStatus = "failed"
+	RunStatusPaused    RunStatus = "paused"
 	RunStatusPending   RunStatus = "pending"
 	RunStatusRunning   RunStatus = "running"
 	RunStatusSucceeded RunStatus = "succeeded"
@@ -171,6 +208,8 @@ func (e RunStatus) Valid() bool {
 	case RunStatusCanceled:
 		return true
 	case RunStatusFailed:
+		return true
+	case RunStatusPaused:
 		return true
 	case RunStatusPending:
 		return true
@@ -250,6 +289,7 @@ func (e StepStatus) Valid() bool {
 const (
 	ListRunsParamsStatusCanceled  ListRunsParamsStatus = "canceled"
 	ListRunsParamsStatusFailed    ListRunsParamsStatus = "failed"
+	ListRunsParamsStatusPaused    ListRunsParamsStatus = "paused"
 	ListRunsParamsStatusPending   ListRunsParamsStatus = "pending"
 	ListRunsParamsStatusRunning   ListRunsParamsStatus = "running"
 	ListRunsParamsStatusSucceeded ListRunsParamsStatus = "succeeded"
@@ -261,6 +301,8 @@ func (e ListRunsParamsStatus) Valid() bool {
 	case ListRunsParamsStatusCanceled:
 		return true
 	case ListRunsParamsStatusFailed:
+		return true
+	case ListRunsParamsStatusPaused:
 		return true
 	case ListRunsParamsStatusPending:
 		return true
@@ -296,6 +338,27 @@ type Attempt struct {
 // AttemptStatus defines model for Attempt.Status.
 type AttemptStatus string
 
+// BlockedBy defines model for BlockedBy.
+type BlockedBy struct {
+	// InUse slots or tokens in use
+	InUse *int64 `json:"in_use,omitempty"`
+
+	// Key the limit's key
+	Key *string `json:"key,omitempty"`
+
+	// Kind paused: the run is paused (GET /v1/runs/{id} says why)
+	Kind BlockedByKind `json:"kind"`
+
+	// Limit the limit
+	Limit *int64 `json:"limit,omitempty"`
+
+	// Name the limit's name
+	Name *string `json:"name,omitempty"`
+}
+
+// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why)
+type BlockedByKind string
+
 // BulkBody defines model for BulkBody.
 type BulkBody struct {
 	// Action what to do to every run the filter matches
@@ -316,6 +379,12 @@ type CancelRunRequest struct {
 type CheckpointResult struct {
 	// Checkpoint the stored value: inline JSON or a $blob reference
 	Checkpoint interface{} `json:"checkpoint"`
+}
+
+// ControlBody defines model for ControlBody.
+type ControlBody struct {
+	// Reason a note recorded in the events, with the token's name
+	Reason *string `json:"reason,omitempty"`
 }
 
 // ErrorDetail defines model for ErrorDetail.
@@ -543,6 +612,9 @@ type Run struct {
 	// InputOmitted only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole
 	InputOmitted *bool `json:"input_omitted,omitempty"`
 
+	// PauseReason only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
+	PauseReason *RunPauseReason `json:"pause_reason,omitempty"`
+
 	// RerunFromStep on a rerun: the step it reran from
 	RerunFromStep *string `json:"rerun_from_step,omitempty"`
 
@@ -564,6 +636,9 @@ type Run struct {
 	Version  int64  `json:"version"`
 	Workflow string `json:"workflow"`
 }
+
+// RunPauseReason only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
+type RunPauseReason string
 
 // RunStatus defines model for Run.Status.
 type RunStatus string
@@ -592,7 +667,8 @@ type StartRunBody struct {
 // Step defines model for Step.
 type Step struct {
 	// Attempts attempts so far
-	Attempts int64 `json:"attempts"`
+	Attempts  int64      `json:"attempts"`
+	BlockedBy *BlockedBy `json:"blocked_by,omitempty"`
 
 	// Checkpoint newest checkpoint, inline or a $blob reference
 	Checkpoint interface{} `json:"checkpoint"`
@@ -674,6 +750,15 @@ type Workflow struct {
 
 	// Name workflow name
 	Name string `json:"name"`
+
+	// Paused true while the workflow is paused (POST …/pause): its new runs are created paused
+	Paused bool `json:"paused"`
+
+	// PausedAt when it was paused; null unless paused
+	PausedAt *time.Time `json:"paused_at"`
+
+	// PausedBy the name of the token that paused it; null unless paused
+	PausedBy *string `json:"paused_by"`
 
 	// UpdatedAt when the newest version was uploaded
 	UpdatedAt time.Time `json:"updated_at"`
@@ -781,8 +866,14 @@ type ListVersionsParams struct {
 // CancelRunJSONRequestBody defines body for CancelRun for application/json ContentType.
 type CancelRunJSONRequestBody = CancelRunRequest
 
+// PauseRunJSONRequestBody defines body for PauseRun for application/json ContentType.
+type PauseRunJSONRequestBody = ControlBody
+
 // RerunRunJSONRequestBody defines body for RerunRun for application/json ContentType.
 type RerunRunJSONRequestBody = RerunRunBody
+
+// ResumeRunJSONRequestBody defines body for ResumeRun for application/json ContentType.
+type ResumeRunJSONRequestBody = ControlBody
 
 // RetryRunJSONRequestBody defines body for RetryRun for application/json ContentType.
 type RetryRunJSONRequestBody = RetryRunBody
@@ -792,6 +883,12 @@ type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
 
 // BulkRunsJSONRequestBody defines body for BulkRuns for application/json ContentType.
 type BulkRunsJSONRequestBody = BulkBody
+
+// PauseWorkflowJSONRequestBody defines body for PauseWorkflow for application/json ContentType.
+type PauseWorkflowJSONRequestBody = ControlBody
+
+// ResumeWorkflowJSONRequestBody defines body for ResumeWorkflow for application/json ContentType.
+type ResumeWorkflowJSONRequestBody = ControlBody
 
 // StartRunJSONRequestBody defines body for StartRun for application/json ContentType.
 type StartRunJSONRequestBody = StartRunBody
@@ -980,6 +1077,28 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/{id}/events/stream (the `StreamEvents` operationId).
 	StreamEvents(ctx context.Context, id openapi_types.UUID, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// PauseRunWithBody Pause a run
+	//
+	// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+	PauseRunWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseRun Pause a run
+	//
+	// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+	PauseRun(ctx context.Context, id openapi_types.UUID, body PauseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// RerunRunWithBody Rerun a run from a step
 	//
 	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
@@ -1001,6 +1120,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
 	RerunRun(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeRunWithBody Resume a paused run
+	//
+	// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+	ResumeRunWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeRun Resume a paused run
+	//
+	// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+	ResumeRun(ctx context.Context, id openapi_types.UUID, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RetryRunWithBody Retry a run in place
 	//
@@ -1113,6 +1254,50 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/workflows/{name} (the `GetWorkflow` operationId).
 	GetWorkflow(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseWorkflowWithBody Pause a workflow
+	//
+	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+	PauseWorkflowWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PauseWorkflow Pause a workflow
+	//
+	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+	PauseWorkflow(ctx context.Context, name string, body PauseWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeWorkflowWithBody Resume a workflow
+	//
+	// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+	ResumeWorkflowWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ResumeWorkflow Resume a workflow
+	//
+	// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+	ResumeWorkflow(ctx context.Context, name string, body ResumeWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// StartRunWithBody Start a run
 	//
@@ -1383,6 +1568,48 @@ func (c *APIClient) StreamEvents(ctx context.Context, id openapi_types.UUID, par
 	return c.Client.Do(req)
 }
 
+// PauseRunWithBody Pause a run
+//
+// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+func (c *APIClient) PauseRunWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseRunRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseRun Pause a run
+//
+// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+func (c *APIClient) PauseRun(ctx context.Context, id openapi_types.UUID, body PauseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseRunRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // RerunRunWithBody Rerun a run from a step
 //
 // Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
@@ -1415,6 +1642,48 @@ func (c *APIClient) RerunRunWithBody(ctx context.Context, id openapi_types.UUID,
 // Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
 func (c *APIClient) RerunRun(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRerunRunRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeRunWithBody Resume a paused run
+//
+// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+func (c *APIClient) ResumeRunWithBody(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRunRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeRun Resume a paused run
+//
+// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+func (c *APIClient) ResumeRun(ctx context.Context, id openapi_types.UUID, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeRunRequest(c.Server, id, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1647,6 +1916,90 @@ func (c *APIClient) ListWorkflows(ctx context.Context, params *ListWorkflowsPara
 // Corresponds with GET /v1/workflows/{name} (the `GetWorkflow` operationId).
 func (c *APIClient) GetWorkflow(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetWorkflowRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseWorkflowWithBody Pause a workflow
+//
+// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+func (c *APIClient) PauseWorkflowWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseWorkflowRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PauseWorkflow Pause a workflow
+//
+// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+func (c *APIClient) PauseWorkflow(ctx context.Context, name string, body PauseWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPauseWorkflowRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeWorkflowWithBody Resume a workflow
+//
+// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+func (c *APIClient) ResumeWorkflowWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeWorkflowRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ResumeWorkflow Resume a workflow
+//
+// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+func (c *APIClient) ResumeWorkflow(ctx context.Context, name string, body ResumeWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewResumeWorkflowRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2279,6 +2632,53 @@ func NewStreamEventsRequest(server string, id openapi_types.UUID, params *Stream
 	return req, nil
 }
 
+// NewPauseRunRequest calls the generic PauseRun builder with application/json body
+func NewPauseRunRequest(server string, id openapi_types.UUID, body PauseRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPauseRunRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewPauseRunRequestWithBody constructs an http.Request for the PauseRun method, with any body, and a specified content type
+func NewPauseRunRequestWithBody(server string, id openapi_types.UUID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewRerunRunRequest calls the generic RerunRun builder with application/json body
 func NewRerunRunRequest(server string, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -2337,6 +2737,53 @@ func NewRerunRunRequestWithBody(server string, id openapi_types.UUID, params *Re
 		}
 
 	}
+
+	return req, nil
+}
+
+// NewResumeRunRequest calls the generic ResumeRun builder with application/json body
+func NewResumeRunRequest(server string, id openapi_types.UUID, body ResumeRunJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumeRunRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewResumeRunRequestWithBody constructs an http.Request for the ResumeRun method, with any body, and a specified content type
+func NewResumeRunRequestWithBody(server string, id openapi_types.UUID, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -2807,6 +3254,100 @@ func NewGetWorkflowRequest(server string, name string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewPauseWorkflowRequest calls the generic PauseWorkflow builder with application/json body
+func NewPauseWorkflowRequest(server string, name string, body PauseWorkflowJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPauseWorkflowRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewPauseWorkflowRequestWithBody constructs an http.Request for the PauseWorkflow method, with any body, and a specified content type
+func NewPauseWorkflowRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/pause", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewResumeWorkflowRequest calls the generic ResumeWorkflow builder with application/json body
+func NewResumeWorkflowRequest(server string, name string, body ResumeWorkflowJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewResumeWorkflowRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewResumeWorkflowRequestWithBody constructs an http.Request for the ResumeWorkflow method, with any body, and a specified content type
+func NewResumeWorkflowRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/resume", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewStartRunRequest calls the generic StartRun builder with application/json body
 func NewStartRunRequest(server string, name string, params *StartRunParams, body StartRunJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3155,6 +3696,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/runs/{id}/events/stream (the `StreamEvents` operationId).
 	StreamEventsWithResponse(ctx context.Context, id openapi_types.UUID, params *StreamEventsParams, reqEditors ...RequestEditorFn) (*StreamEventsResponse, error)
 
+	// PauseRunWithBodyWithResponse Pause a run
+	//
+	// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+	PauseRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseRunResponse, error)
+
+	// PauseRunWithResponse Pause a run
+	//
+	// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+	PauseRunWithResponse(ctx context.Context, id openapi_types.UUID, body PauseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseRunResponse, error)
+
 	// RerunRunWithBodyWithResponse Rerun a run from a step
 	//
 	// Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
@@ -3176,6 +3739,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/rerun (the `RerunRun` operationId).
 	RerunRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RerunRunParams, body RerunRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RerunRunResponse, error)
+
+	// ResumeRunWithBodyWithResponse Resume a paused run
+	//
+	// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+	ResumeRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error)
+
+	// ResumeRunWithResponse Resume a paused run
+	//
+	// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+	ResumeRunWithResponse(ctx context.Context, id openapi_types.UUID, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error)
 
 	// RetryRunWithBodyWithResponse Retry a run in place
 	//
@@ -3300,6 +3885,50 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/workflows/{name} (the `GetWorkflow` operationId).
 	GetWorkflowWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetWorkflowResponse, error)
+
+	// PauseWorkflowWithBodyWithResponse Pause a workflow
+	//
+	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+	PauseWorkflowWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseWorkflowResponse, error)
+
+	// PauseWorkflowWithResponse Pause a workflow
+	//
+	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+	PauseWorkflowWithResponse(ctx context.Context, name string, body PauseWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseWorkflowResponse, error)
+
+	// ResumeWorkflowWithBodyWithResponse Resume a workflow
+	//
+	// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+	ResumeWorkflowWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeWorkflowResponse, error)
+
+	// ResumeWorkflowWithResponse Resume a workflow
+	//
+	// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+	ResumeWorkflowWithResponse(ctx context.Context, name string, body ResumeWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeWorkflowResponse, error)
 
 	// StartRunWithBodyWithResponse Start a run
 	//
@@ -4404,6 +5033,138 @@ func (r StreamEventsResponse) ContentType() string {
 	return ""
 }
 
+// PauseRunResponse503Headers the declared response headers of an HTTP 503 response for PauseRun
+type PauseRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PauseRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PauseRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseRunResponse) GetJSON200() *Run {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r PauseRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // RerunRunResponse202Headers the declared response headers of an HTTP 202 response for RerunRun
 type RerunRunResponse202Headers struct {
 	Location *string
@@ -4544,6 +5305,138 @@ func (r RerunRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RerunRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResumeRunResponse503Headers the declared response headers of an HTTP 503 response for ResumeRun
+type ResumeRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ResumeRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Run
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResumeRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeRunResponse) GetJSON200() *Run {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ResumeRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5521,6 +6414,256 @@ func (r GetWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// PauseWorkflowResponse503Headers the declared response headers of an HTTP 503 response for PauseWorkflow
+type PauseWorkflowResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PauseWorkflowResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Workflow
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PauseWorkflowResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PauseWorkflowResponse) GetJSON200() *Workflow {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r PauseWorkflowResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r PauseWorkflowResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PauseWorkflowResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PauseWorkflowResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PauseWorkflowResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ResumeWorkflowResponse503Headers the declared response headers of an HTTP 503 response for ResumeWorkflow
+type ResumeWorkflowResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ResumeWorkflowResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Workflow
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ResumeWorkflowResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ResumeWorkflowResponse) GetJSON200() *Workflow {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ResumeWorkflowResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ResumeWorkflowResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ResumeWorkflowResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ResumeWorkflowResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ResumeWorkflowResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // StartRunResponse202Headers the declared response headers of an HTTP 202 response for StartRun
 type StartRunResponse202Headers struct {
 	Location *string
@@ -6061,6 +7204,40 @@ func (c *ClientWithResponses) StreamEventsWithResponse(ctx context.Context, id o
 	return ParseStreamEventsResponse(rsp)
 }
 
+// PauseRunWithBodyWithResponse Pause a run
+//
+// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+func (c *ClientWithResponses) PauseRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseRunResponse, error) {
+	rsp, err := c.PauseRunWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseRunResponse(rsp)
+}
+
+// PauseRunWithResponse Pause a run
+//
+// No new attempt of the run starts (within one poll interval of the answer); running attempts finish and their outcomes are recorded; the steps they make ready wait. A paused run still ends when its last steps finish, and can be canceled. Pausing a paused run changes nothing (200); a run paused by its workflow is from then on paused by the operator too (the workflow's resume no longer releases it). Pausing a finished run is a 409 invalid_run_state. Event run.paused with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/pause (the `PauseRun` operationId).
+func (c *ClientWithResponses) PauseRunWithResponse(ctx context.Context, id openapi_types.UUID, body PauseRunJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseRunResponse, error) {
+	rsp, err := c.PauseRun(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseRunResponse(rsp)
+}
+
 // RerunRunWithBodyWithResponse Rerun a run from a step
 //
 // Starts a new run (rerun_of the source) of the source run's workflow, on its version unless `version` is given. Every step not downstream of `from_step` (neither it nor a transitive dependent of it) that succeeded in the source is carried over by reference: succeeded, with the source's output as stored (the same inline value or $blob reference; nothing copied, no attempt). `from_step`, its descendants, and steps that did not succeed run fresh, with `input` (else the source's). The source must have ended (else 409 invalid_run_state). A step to reuse that has other needs in `version` is a 409 incompatible_version; an unknown `from_step` a 422 naming it. Answers 202 with the run and the plan, or with `dry_run` 200 with the plan only. With an Idempotency-Key, the same request returns the first rerun.
@@ -6093,6 +7270,40 @@ func (c *ClientWithResponses) RerunRunWithResponse(ctx context.Context, id opena
 		return nil, err
 	}
 	return ParseRerunRunResponse(rsp)
+}
+
+// ResumeRunWithBodyWithResponse Resume a paused run
+//
+// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+func (c *ClientWithResponses) ResumeRunWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error) {
+	rsp, err := c.ResumeRunWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeRunResponse(rsp)
+}
+
+// ResumeRunWithResponse Resume a paused run
+//
+// Releases a paused run, whatever paused it (an operator, its workflow, a step's on_exhausted: pause: the parked step runs again with a fresh attempt budget): it is running again, or pending if no step has started. Resuming a run that is not paused is a 409 invalid_run_state. Event run.resumed with the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/resume (the `ResumeRun` operationId).
+func (c *ClientWithResponses) ResumeRunWithResponse(ctx context.Context, id openapi_types.UUID, body ResumeRunJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeRunResponse, error) {
+	rsp, err := c.ResumeRun(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeRunResponse(rsp)
 }
 
 // RetryRunWithBodyWithResponse Retry a run in place
@@ -6289,6 +7500,74 @@ func (c *ClientWithResponses) GetWorkflowWithResponse(ctx context.Context, name 
 		return nil, err
 	}
 	return ParseGetWorkflowResponse(rsp)
+}
+
+// PauseWorkflowWithBodyWithResponse Pause a workflow
+//
+// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+func (c *ClientWithResponses) PauseWorkflowWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PauseWorkflowResponse, error) {
+	rsp, err := c.PauseWorkflowWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseWorkflowResponse(rsp)
+}
+
+// PauseWorkflowWithResponse Pause a workflow
+//
+// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workflows/{name}/pause (the `PauseWorkflow` operationId).
+func (c *ClientWithResponses) PauseWorkflowWithResponse(ctx context.Context, name string, body PauseWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*PauseWorkflowResponse, error) {
+	rsp, err := c.PauseWorkflow(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePauseWorkflowResponse(rsp)
+}
+
+// ResumeWorkflowWithBodyWithResponse Resume a workflow
+//
+// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+func (c *ClientWithResponses) ResumeWorkflowWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ResumeWorkflowResponse, error) {
+	rsp, err := c.ResumeWorkflowWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeWorkflowResponse(rsp)
+}
+
+// ResumeWorkflowWithResponse Resume a workflow
+//
+// The workflow is no longer paused: new runs start as usual, and the runs its pause held (pause_reason workflow) are released (event run.resumed with the actor). Runs paused one by one, or parked by a step's on_exhausted: pause, stay paused. Resuming a workflow that is not paused changes nothing (200).
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workflows/{name}/resume (the `ResumeWorkflow` operationId).
+func (c *ClientWithResponses) ResumeWorkflowWithResponse(ctx context.Context, name string, body ResumeWorkflowJSONRequestBody, reqEditors ...RequestEditorFn) (*ResumeWorkflowResponse, error) {
+	rsp, err := c.ResumeWorkflow(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseResumeWorkflowResponse(rsp)
 }
 
 // StartRunWithBodyWithResponse Start a run
@@ -7315,6 +8594,129 @@ func ParseStreamEventsResponse(rsp *http.Response) (*StreamEventsResponse, error
 	return response, nil
 }
 
+// ParsePauseRunResponse parses an HTTP response from a PauseRunWithResponse call
+func ParsePauseRunResponse(rsp *http.Response) (*PauseRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PauseRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseRerunRunResponse parses an HTTP response from a RerunRunWithResponse call
 func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -7442,6 +8844,129 @@ func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 		response.Headers202 = &headers
 	case rsp.StatusCode == 503:
 		var headers RerunRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResumeRunResponse parses an HTTP response from a ResumeRunWithResponse call
+func ParseResumeRunResponse(rsp *http.Response) (*ResumeRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Run
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ResumeRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -8338,6 +9863,238 @@ func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) 
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetWorkflowResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePauseWorkflowResponse parses an HTTP response from a PauseWorkflowWithResponse call
+func ParsePauseWorkflowResponse(rsp *http.Response) (*PauseWorkflowResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PauseWorkflowResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Workflow
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PauseWorkflowResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseResumeWorkflowResponse parses an HTTP response from a ResumeWorkflowWithResponse call
+func ParseResumeWorkflowResponse(rsp *http.Response) (*ResumeWorkflowResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ResumeWorkflowResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Workflow
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ResumeWorkflowResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

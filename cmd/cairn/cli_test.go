@@ -270,8 +270,39 @@ func TestCLIListLimits(t *testing.T) {
 	require.Contains(t, string(page.Items[0]["input"]), "12345678901234567890", "the API's JSON, numbers as they are")
 
 	out = b.mustCLI(t, "workflows", "list", "--limit", "2")
-	require.Regexp(t, `^NAME +LATEST +UPDATED +DESCRIPTION\nwf-a +1 .*\nwf-b +1 .*\n$`, out)
+	require.Regexp(t, `^NAME +LATEST +UPDATED +PAUSED +DESCRIPTION\nwf-a +1 .*\nwf-b +1 .*\n$`, out)
 	require.Contains(t, b.mustCLI(t, "versions", "list", "wf-c"), "sha256:")
+}
+
+// TestCLIPauseResume: cairn workflow pause|resume and cairn run pause|resume.
+func TestCLIPauseResume(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte("name: held\nsteps:\n  - {key: a, builtin: noop}\n  - {key: b, needs: [a], builtin: noop}\n"), 0o644))
+	b.mustCLI(t, "deploy", dir)
+
+	require.Equal(t, "workflow held paused by operator\n", b.mustCLI(t, "workflow", "pause", "held", "--reason", "maintenance"))
+	require.Regexp(t, `(?m)^held +1 .* paused *$`, b.mustCLI(t, "workflows", "list"))
+	id := strings.TrimSpace(b.mustCLI(t, "run", "start", "held"))
+	out := b.mustCLI(t, "run", "get", id)
+	require.Regexp(t, `(?m)^status\s+paused`, out)
+	require.Regexp(t, `(?m)^a +ready +0/1 .*paused`, out)
+
+	// Paused by the operator too: the workflow's resume does not release it.
+	require.Equal(t, "run "+id+" paused (by an operator)\n", b.mustCLI(t, "run", "pause", id))
+	require.Equal(t, "workflow held resumed\n", b.mustCLI(t, "workflow", "resume", "held"))
+	require.Regexp(t, `(?m)^status\s+paused`, b.mustCLI(t, "run", "get", id))
+
+	require.Equal(t, "run "+id+" pending\n", b.mustCLI(t, "run", "resume", id))
+	require.Contains(t, b.mustCLI(t, "run", "watch", id), "run.succeeded", "watch follows the run to its end")
+	require.Regexp(t, `(?m)^b +succeeded +1/1 `, b.mustCLI(t, "run", "get", id))
+	_, err := b.cli(t, "run", "resume", id)
+	require.Equal(t, "invalid_run_state", client.ProblemCode(err), "%v", err)
+	_, err = b.cli(t, "run", "pause", id)
+	require.Equal(t, "invalid_run_state", client.ProblemCode(err), "%v", err)
+	_, err = b.cli(t, "workflow", "pause", "nope")
+	require.Equal(t, "not_found", client.ProblemCode(err), "%v", err)
 }
 
 func TestCLIViewerCannotDeploy(t *testing.T) {

@@ -35,6 +35,8 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunCancelCmd(),
 		c.newRunRetryCmd(),
 		c.newRunRerunCmd(),
+		c.newRunPauseCmd(true),
+		c.newRunPauseCmd(false),
 		c.newRunOutputCmd(),
 		c.newRunLogsCmd(),
 	)
@@ -294,6 +296,9 @@ func stepInfo(s client.Step, now time.Time) string {
 	if s.Status == client.StepStatusRunning && s.LeaseOwner != nil {
 		parts = append(parts, "on "+*s.LeaseOwner)
 	}
+	if s.BlockedBy != nil && s.BlockedBy.Kind == client.BlockedByKindPaused {
+		parts = append(parts, "paused")
+	}
 	if s.Status == client.StepStatusReady && s.ReadyAt != nil && s.ReadyAt.After(now) {
 		parts = append(parts, "ready in "+formatDuration(s.ReadyAt.Sub(now)))
 	}
@@ -344,7 +349,7 @@ func (c *cli) newRunListCmd() *cobra.Command {
 	cmd.MarkFlagsMutuallyExclusive(bulkActions...)
 	f.BoolVar(&all, "all", false, "with --cancel, --retry, --pause or --resume and no filter: act on every run")
 	f.StringVar(&workflow, "workflow", "", "only runs of this workflow")
-	f.StringVar(&status, "status", "", "only runs in this state: pending, running, succeeded, failed or canceled")
+	f.StringVar(&status, "status", "", "only runs in this state: pending, running, paused, succeeded, failed or canceled")
 	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	out.register(cmd)
 	return cmd
@@ -358,7 +363,7 @@ func (c *cli) listRuns(ctx context.Context, workflow, status string, limit int, 
 	if status != "" {
 		st := client.ListRunsParamsStatus(status)
 		if !st.Valid() {
-			return fmt.Errorf("unknown run status %q (want pending, running, succeeded, failed or canceled)", status)
+			return fmt.Errorf("unknown run status %q (want pending, running, paused, succeeded, failed or canceled)", status)
 		}
 		params.Status = &st
 	}
@@ -404,6 +409,64 @@ func (c *cli) newRunCancelCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded on the run")
 	return cmd
+}
+
+// newRunPauseCmd is `cairn run pause ID` (pause) or `cairn run resume ID`.
+func (c *cli) newRunPauseCmd(pause bool) *cobra.Command {
+	var reason string
+	use, short := "resume ID", "Resume a paused run: its steps start again"
+	if pause {
+		use, short = "pause ID", "Pause a run: no new attempt starts, running ones finish"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, cl, err := c.runClient(args[0])
+			if err != nil {
+				return err
+			}
+			body := client.ControlBody{}
+			if reason != "" {
+				body.Reason = &reason
+			}
+			var run *client.Run
+			var status int
+			if pause {
+				resp, err := cl.PauseRunWithResponse(cmd.Context(), id, body)
+				if err != nil {
+					return fmt.Errorf("pause run %s: %w", id, err)
+				}
+				run, status = resp.JSON200, resp.StatusCode()
+			} else {
+				resp, err := cl.ResumeRunWithResponse(cmd.Context(), id, body)
+				if err != nil {
+					return fmt.Errorf("resume run %s: %w", id, err)
+				}
+				run, status = resp.JSON200, resp.StatusCode()
+			}
+			if run == nil {
+				return unexpected(strings.Fields(use)[0]+" run", status)
+			}
+			fmt.Fprintf(c.stdout, "run %s %s%s\n", run.Id, run.Status, pauseReasonNote(run))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the run's events")
+	return cmd
+}
+
+// pauseReasonNote says why a paused run is paused, for a line about the run.
+func pauseReasonNote(r *client.Run) string {
+	if r.PauseReason == nil {
+		return ""
+	}
+	return " (" + map[client.RunPauseReason]string{
+		client.RunPauseReasonRun:       "by an operator",
+		client.RunPauseReasonWorkflow:  "with its workflow",
+		client.RunPauseReasonExhausted: "a step used up its attempts: resume to run it again",
+	}[*r.PauseReason] + ")"
 }
 
 func (c *cli) newRunOutputCmd() *cobra.Command {

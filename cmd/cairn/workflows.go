@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,11 +24,73 @@ func newWorkflowsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			pages := cl.WorkflowPages(ctx, &client.ListWorkflowsParams{Limit: pageSize(limit)})
 			return printList(c, pages, limit, out, func(r *client.ListWorkflowsResponse) ([]client.Workflow, []byte) {
 				return deref(r.JSON200.Items), r.Body
-			}, "NAME\tLATEST\tUPDATED\tDESCRIPTION", func(w client.Workflow) string {
-				return fmt.Sprintf("%s\t%d\t%s\t%s", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), shorten(w.Description, 72))
+			}, "NAME\tLATEST\tUPDATED\tPAUSED\tDESCRIPTION", func(w client.Workflow) string {
+				paused := "-"
+				if w.Paused {
+					paused = "paused"
+				}
+				return fmt.Sprintf("%s\t%d\t%s\t%s\t%s", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), paused, shorten(w.Description, 72))
 			})
 		},
+		more: func(c *cli) []*cobra.Command {
+			return []*cobra.Command{c.newWorkflowPauseCmd(true), c.newWorkflowPauseCmd(false)}
+		},
 	}.command(e, stdout, stderr)
+}
+
+// newWorkflowPauseCmd is `cairn workflow pause NAME` (pause) or `cairn workflow
+// resume NAME`.
+func (c *cli) newWorkflowPauseCmd(pause bool) *cobra.Command {
+	var reason string
+	use, short := "resume NAME", "Resume a workflow: new runs start, the runs its pause held are released"
+	if pause {
+		use, short = "pause NAME", "Pause a workflow: its unfinished runs are paused, new ones created paused"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			body := client.ControlBody{}
+			if reason != "" {
+				body.Reason = &reason
+			}
+			var w *client.Workflow
+			var status int
+			if pause {
+				resp, err := cl.PauseWorkflowWithResponse(cmd.Context(), args[0], body)
+				if err != nil {
+					return fmt.Errorf("pause workflow %s: %w", args[0], err)
+				}
+				w, status = resp.JSON200, resp.StatusCode()
+			} else {
+				resp, err := cl.ResumeWorkflowWithResponse(cmd.Context(), args[0], body)
+				if err != nil {
+					return fmt.Errorf("resume workflow %s: %w", args[0], err)
+				}
+				w, status = resp.JSON200, resp.StatusCode()
+			}
+			if w == nil {
+				return unexpected(use[:strings.IndexByte(use, ' ')]+" workflow", status)
+			}
+			if w.Paused {
+				by := ""
+				if w.PausedBy != nil {
+					by = " by " + *w.PausedBy
+				}
+				fmt.Fprintf(c.stdout, "workflow %s paused%s\n", w.Name, by)
+			} else {
+				fmt.Fprintf(c.stdout, "workflow %s resumed\n", w.Name)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded in the events of the runs it pauses or releases")
+	return cmd
 }
 
 func newVersionsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -56,6 +119,8 @@ type listGroup struct {
 	listUse, listShort string
 	args               cobra.PositionalArgs
 	list               func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error
+	// more, when set, returns the group's other subcommands.
+	more func(c *cli) []*cobra.Command
 }
 
 func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -75,6 +140,9 @@ func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
 	out.register(list)
 	cmd.AddCommand(list)
+	if g.more != nil {
+		cmd.AddCommand(g.more(c)...)
+	}
 	return cmd
 }
 

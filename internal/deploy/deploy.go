@@ -97,11 +97,13 @@ func storeCanonical(ctx context.Context, blobs Blobs, dir string, b *bundle.Bund
 	return obj, nil
 }
 
-// stepLayout is what a run of def starts with: each step's key, needs and attempts.
+// stepLayout is what a run of def starts with: each step's key, needs, attempts and
+// what to do when they are used up.
 func stepLayout(def *bundle.Definition) []catalog.NewStep {
 	steps := make([]catalog.NewStep, len(def.Steps))
 	for i, st := range def.Steps {
-		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts}
+		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts,
+			OnExhausted: catalog.OnExhausted(st.Retry.OnExhausted)}
 	}
 	return steps
 }

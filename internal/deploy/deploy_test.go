@@ -45,13 +45,13 @@ name: diamond
 description: a → (b, c) → d
 steps:
   - {key: a, builtin: noop, retry: {max_attempts: 3}}
-  - {key: b, needs: [a], builtin: noop}
+  - {key: b, needs: [a], builtin: noop, retry: {on_exhausted: pause}}
   - {key: c, needs: [a], builtin: noop}
   - {key: d, needs: [c, b], builtin: noop}
 `
 
 // TestRegisterLaysOutSteps: the version's runs start with the bundle's steps, their
-// needs and attempts; the canonical archive is stored under the tree digest.
+// needs, attempts and on_exhausted; the canonical archive is stored under the tree digest.
 func TestRegisterLaysOutSteps(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
@@ -75,17 +75,18 @@ func TestRegisterLaysOutSteps(t *testing.T) {
 	type layout struct {
 		needs       []string
 		maxAttempts int
+		onExhausted catalog.OnExhausted
 		status      catalog.StepStatus
 	}
 	got := map[string]layout{}
 	for _, st := range steps {
-		got[st.Key] = layout{[]string(st.Needs), st.MaxAttempts, st.Status}
+		got[st.Key] = layout{[]string(st.Needs), st.MaxAttempts, st.OnExhausted, st.Status}
 	}
 	require.Equal(t, map[string]layout{
-		"a": {[]string{}, 3, catalog.StepReady},
-		"b": {[]string{"a"}, 1, catalog.StepWaiting},
-		"c": {[]string{"a"}, 1, catalog.StepWaiting},
-		"d": {[]string{"b", "c"}, 1, catalog.StepWaiting},
+		"a": {[]string{}, 3, catalog.OnExhaustedFail, catalog.StepReady},
+		"b": {[]string{"a"}, 1, catalog.OnExhaustedPause, catalog.StepWaiting},
+		"c": {[]string{"a"}, 1, catalog.OnExhaustedFail, catalog.StepWaiting},
+		"d": {[]string{"b", "c"}, 1, catalog.OnExhaustedFail, catalog.StepWaiting},
 	}, got)
 
 	entries, err := os.ReadDir(tb.tempDir)
