@@ -123,15 +123,21 @@ LIMIT $3`
 )
 
 // operationActions are the statements that apply each action to one run ($1), on
-// behalf of an actor ($2) and an operation ($3). Each raises one of Cairn's own
-// SQLSTATEs when the action does not apply to the run's state; the run is then
-// skipped.
+// behalf of an actor ($2) and an operation ($3). Each answers whether it changed
+// the run, or raises one of Cairn's own SQLSTATEs when the action does not apply to
+// the run's state; either way a run it did not change is skipped.
 var operationActions = map[OperationAction]string{
-	ActionCancel: `SELECT cairn_run_cancel($1, 'canceled by ' || $2::text || ' (operation ' || $3::text || ')')`,
+	ActionCancel: `SELECT true FROM cairn_run_cancel($1, 'canceled by ' || $2::text || ' (operation ' || $3::text || ')')`,
 	// The run.retried event names the actor; the operation's record of the run
 	// names the operation.
-	ActionRetry: `SELECT cairn_run_retry($1, 0, $2::text), $3::text`,
+	ActionRetry:  `SELECT true FROM cairn_run_retry($1, 0, $2::text), (SELECT $3::text) op`,
+	ActionPause:  `SELECT cairn_run_pause($1, $2::text, 'operation ' || $3::text)`,
+	ActionResume: `SELECT true FROM cairn_run_resume($1, $2::text, 'operation ' || $3::text)`,
 }
+
+// operationUnchanged is the reason a run is skipped whose action changed nothing
+// (a pause of a run that an operator paused already).
+const operationUnchanged = "unchanged: the run was so already"
 
 // OperationActionSupported reports whether this server can apply action in bulk.
 func OperationActionSupported(action OperationAction) bool {
@@ -259,17 +265,21 @@ func (s *Store) OperationStep(ctx context.Context, id uuid.UUID, owner string, b
 			if _, err := tx.ExecContext(ctx, "SAVEPOINT operation_run"); err != nil {
 				return err
 			}
-			_, aerr := tx.ExecContext(ctx, stmt, r.ID, op.Actor, op.ID.String())
-			if aerr == nil {
+			var changed bool
+			aerr := tx.GetContext(ctx, &changed, stmt, r.ID, op.Actor, op.ID.String())
+			if aerr == nil && changed {
 				applied++
 				if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT operation_run"); err != nil {
 					return err
 				}
 				continue
 			}
-			reason := Reason(aerr)
-			if terr := translateError(aerr); reason == "" || !(errors.Is(terr, ErrConflict) || errors.Is(terr, ErrNotFound)) {
-				return aerr // not the run's state: the whole batch is tried again
+			reason := operationUnchanged
+			if aerr != nil {
+				reason = Reason(aerr)
+				if terr := translateError(aerr); reason == "" || !(errors.Is(terr, ErrConflict) || errors.Is(terr, ErrNotFound)) {
+					return aerr // not the run's state: the whole batch is tried again
+				}
 			}
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT operation_run"); err != nil {
 				return err

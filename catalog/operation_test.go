@@ -132,3 +132,67 @@ func TestOperationUnknownAction(t *testing.T) {
 	_, err = tb.store.OperationGet(ctx, uuid.New())
 	require.ErrorIs(t, err, catalog.ErrNotFound)
 }
+
+// runOperation creates an operation and works it to the end as one server.
+func runOperation(ctx context.Context, t *testing.T, s *catalog.Store, action catalog.OperationAction, filter catalog.RunListParams) (*catalog.Operation, map[uuid.UUID]catalog.OperationRun) {
+	t.Helper()
+	op, err := s.OperationCreate(ctx, &catalog.OperationCreateParams{Action: action, Filter: filter, Actor: "alice"})
+	require.NoError(t, err)
+	held, err := s.OperationClaim(ctx, "server", time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, held)
+	for op.Status == catalog.OperationRunning {
+		op, err = s.OperationStep(ctx, held.ID, "server", 2, time.Minute)
+		require.NoError(t, err)
+	}
+	runs, err := s.OperationRuns(ctx, op.ID, uuid.Nil, 100)
+	require.NoError(t, err)
+	byRun := map[uuid.UUID]catalog.OperationRun{}
+	for _, r := range runs {
+		byRun[r.RunID] = r
+	}
+	return op, byRun
+}
+
+// TestOperationPauseResumeRetry: a bulk pause pauses the runs that are going and
+// skips the ones it cannot or need not pause (ended; paused by an operator
+// already); a bulk resume releases them; a bulk retry retries the failed runs and
+// skips the others, naming the reason.
+func TestOperationPauseResumeRetry(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	catalogtest.Version(t, s, "bulk", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	ids := startRuns(ctx, t, s, "bulk", 5)
+	require.NoError(t, s.RunCancel(ctx, ids[0], "by hand"))
+	_, err := s.RunPause(ctx, ids[1], "bob", "")
+	require.NoError(t, err)
+
+	op, byRun := runOperation(ctx, t, s, catalog.ActionPause, catalog.RunListParams{Workflow: "bulk"})
+	require.Equal(t, 5, op.Processed)
+	require.Equal(t, 3, op.Applied)
+	require.Contains(t, byRun[ids[0]].Detail, "ended")
+	require.Equal(t, "skipped", byRun[ids[1]].Outcome)
+	require.Contains(t, byRun[ids[1]].Detail, "unchanged")
+	for _, id := range ids[1:] {
+		r, err := s.RunGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, catalog.RunPaused, r.Status, "run %s", id)
+	}
+
+	op, byRun = runOperation(ctx, t, s, catalog.ActionResume, catalog.RunListParams{Workflow: "bulk"})
+	require.Equal(t, 4, op.Applied, "every paused run resumed: %v", byRun)
+	for _, id := range ids[1:] {
+		r, err := s.RunGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, catalog.RunPending, r.Status, "run %s", id)
+	}
+	require.Equal(t, 4, len(countEvents(ctx, t, s, catalog.EventRunResumed)))
+
+	op, byRun = runOperation(ctx, t, s, catalog.ActionRetry, catalog.RunListParams{Workflow: "bulk"})
+	require.Equal(t, 1, op.Applied, "only the canceled run can be retried: %v", byRun)
+	require.Equal(t, "applied", byRun[ids[0]].Outcome)
+	require.Contains(t, byRun[ids[2]].Detail, "only a failed or canceled run")
+	retried := countEvents(ctx, t, s, catalog.EventRunRetried)
+	require.Equal(t, map[uuid.UUID]int{ids[0]: 1}, retried)
+}
