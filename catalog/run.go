@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -21,7 +22,7 @@ var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
 
 const (
 	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
-steps_remaining, created_at, started_at, finished_at`
+steps_remaining, created_at, started_at, finished_at, labels, parent_id`
 
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
@@ -46,8 +47,8 @@ WITH v AS (
                            THEN (SELECT w.latest_version FROM workflows w WHERE w.name = $2)
                            ELSE $3::integer END
 ), r AS (
-    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision)
-    SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1 FROM v
+    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, labels, parent_id)
+    SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1, $5, $6 FROM v
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at)
@@ -74,10 +75,24 @@ FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 	// pg_column_size, the stored (possibly compressed) size, is known without
 	// reading the value; only an input stored in at most $5 bytes is turned into
 	// text to be measured.
+	//
+	// Every filter is "absent, or the condition": the statement is planned with its
+	// parameters' values (lib/pq binds an unnamed statement), so an absent filter
+	// folds away and the planner sees only the conditions given. Each is served by
+	// an index (migrations 00001 and 00006):
+	//   $1 workflow            runs_workflow_id_idx (workflow, id DESC)
+	//   $2 status              runs_status_id_idx, runs_workflow_status_id_idx
+	//   $6 labels @> (all)     runs_labels_idx, GIN (labels jsonb_path_ops)
+	//   $7 version             runs_workflow_version_id_idx (workflow, version, id DESC)
+	//   $8 error code          runs_error_code_idx ((error->'cause'->>'code'), id DESC) WHERE status = 'failed'
+	//   $9 parent              runs_parent_id_idx (parent_id, id DESC) WHERE parent_id IS NOT NULL
+	//   $10, $11 created_*     bounds on the primary key: run ids are UUIDv7, time-ordered
+	//   $3 the cursor          a bound on the primary key, as $10 and $11
 	sqlRunList = `
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
-       r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at
+       r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at,
+       r.labels, r.parent_id
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
                 WHEN pg_column_size(r.input) > $5 THEN true
@@ -85,6 +100,12 @@ FROM runs r CROSS JOIN LATERAL (
 ) o
 WHERE ($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
   AND ($3::uuid IS NULL OR r.id < $3::uuid)
+  AND ($6::jsonb IS NULL OR r.labels @> $6::jsonb)
+  AND ($7::integer = 0 OR r.version = $7::integer)
+  AND ($8::text IS NULL OR (r.status = 'failed' AND r.error -> 'cause' ->> 'code' = $8::text))
+  AND ($9::uuid IS NULL OR r.parent_id = $9::uuid)
+  AND ($10::uuid IS NULL OR r.id >= $10::uuid)
+  AND ($11::uuid IS NULL OR r.id < $11::uuid)
 ORDER BY r.id DESC
 LIMIT $4`
 
@@ -105,6 +126,10 @@ type Run struct {
 	CreatedAt      time.Time  `db:"created_at"`
 	StartedAt      *time.Time `db:"started_at"`
 	FinishedAt     *time.Time `db:"finished_at"`
+	// Labels are those given at start; empty, not nil, when none were.
+	Labels Labels `db:"labels"`
+	// ParentID is the run that started this one, if any.
+	ParentID *uuid.UUID `db:"parent_id"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`
@@ -124,6 +149,11 @@ type RunCreateParams struct {
 	// Version to run; 0 means the latest.
 	Version int
 	Input   json.RawMessage
+	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
+	// nil.
+	Labels Labels
+	// Parent, when not uuid.Nil, is the run that starts this one.
+	Parent uuid.UUID
 	// IdempotencyKey, when set, makes the create idempotent within
 	// IdempotencyScope: the same key with the same RequestHash returns the first
 	// run; with another hash, ErrIdempotencyMismatch.
@@ -135,13 +165,20 @@ type RunCreateParams struct {
 // RunCreate commits a run, all its step rows, its first event and the idempotency
 // record in one transaction, then wakes dispatchers. created is false when an earlier
 // request with the same idempotency key made the run. ErrNotFound if the workflow or
-// version does not exist.
+// version does not exist; ErrInvalidInput if a label breaks the rules.
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
+	if err := p.Labels.check(); err != nil {
+		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
 	}
-	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input)}
+	var parent any
+	if p.Parent != uuid.Nil {
+		parent = p.Parent
+	}
+	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent}
 	if p.IdempotencyKey == "" {
 		run = &Run{}
 		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
@@ -206,6 +243,22 @@ type RunListParams struct {
 	// Workflow and Status filter when not empty.
 	Workflow string
 	Status   string
+	// Labels, when not empty, keeps the runs that carry every one of them.
+	Labels Labels
+	// Version, when not 0, keeps the runs of this version (of Workflow: versions
+	// are numbered per workflow).
+	Version int
+	// ErrorCode, when not empty, keeps the failed runs whose error has this code:
+	// the code of the step error that failed the run (error.cause.code).
+	ErrorCode string
+	// Parent, when not uuid.Nil, keeps the runs that this run started.
+	Parent uuid.UUID
+	// CreatedAfter and CreatedBefore, when not zero, keep the runs created at or
+	// after CreatedAfter and before CreatedBefore, to the millisecond: the time of
+	// a run's id (UUIDv7, made by the server that created the run; created_at is
+	// the database's clock, the same time within the clocks' skew).
+	CreatedAfter  time.Time
+	CreatedBefore time.Time
 	// Before lists runs older than this id (the keyset cursor); uuid.Nil starts at
 	// the newest.
 	Before uuid.UUID
@@ -227,11 +280,41 @@ func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 	if p.Before != uuid.Nil {
 		before = p.Before
 	}
+	var labels, errorCode, parent, after, until any
+	if len(p.Labels) > 0 {
+		labels = p.Labels
+	}
+	if p.ErrorCode != "" {
+		errorCode = p.ErrorCode
+	}
+	if p.Parent != uuid.Nil {
+		parent = p.Parent
+	}
+	if !p.CreatedAfter.IsZero() {
+		after = FirstRunIDAt(p.CreatedAfter)
+	}
+	if !p.CreatedBefore.IsZero() {
+		until = FirstRunIDAt(p.CreatedBefore)
+	}
 	var out []Run
-	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit, p.MaxInput); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit, p.MaxInput,
+		labels, p.Version, errorCode, parent, after, until); err != nil {
 		return nil, fmt.Errorf("list runs: %w", translateError(err))
 	}
 	return out, nil
+}
+
+// FirstRunIDAt returns the smallest run id (UUIDv7) of the millisecond of t: every
+// run created in that millisecond or later has an id at least this one; every run
+// created earlier, a smaller one. A time before 1970 is taken as 1970, one past
+// the 48 bits of a UUIDv7's milliseconds (the year 10889) as the last of them.
+func FirstRunIDAt(t time.Time) uuid.UUID {
+	ms := min(max(t.UnixMilli(), 0), 1<<48-1)
+	var id uuid.UUID
+	binary.BigEndian.PutUint64(id[:8], uint64(ms)<<16) // 48 bits of milliseconds first
+	id[6] = 0x70                                       // version 7, then rand_a all zero
+	id[8] = 0x80                                       // the RFC 9562 variant, then rand_b all zero
+	return id
 }
 
 // RunCancel cancels a run: steps not yet finished become canceled, running attempts
