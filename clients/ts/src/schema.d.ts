@@ -97,7 +97,7 @@ export interface paths {
         };
         /**
          * List runs
-         * @description Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+         * @description Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
          *
          *     Requires the `viewer` role.
          */
@@ -541,6 +541,12 @@ export interface components {
             input: unknown;
             /** @description only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole */
             input_omitted?: boolean;
+            /** @description the labels given at start; {} when none were */
+            labels: {
+                [key: string]: string;
+            };
+            /** @description the run that started this one (a child run); null otherwise */
+            parent_id: string | null;
             /**
              * Format: int64
              * @description increments on every committed change; equals the seq of the run's newest event
@@ -570,6 +576,10 @@ export interface components {
         StartRunBody: {
             /** @description the run's input, any JSON value */
             input?: unknown;
+            /** @description labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8 */
+            labels?: {
+                [key: string]: string;
+            };
             /**
              * Format: int64
              * @description version to run; the latest when absent or 0
@@ -1023,6 +1033,18 @@ export interface operations {
                 workflow?: string;
                 /** @description only runs in this state */
                 status?: "pending" | "running" | "succeeded" | "failed" | "canceled";
+                /** @description only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match */
+                label?: string[] | null;
+                /** @description only runs of this version of the workflow (needs workflow) */
+                version?: number;
+                /** @description only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7) */
+                created_after?: string;
+                /** @description only runs created before this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7) */
+                created_before?: string;
+                /** @description only failed runs whose error has this code: the code of the step error that failed the run (error.cause.code) */
+                error_code?: string;
+                /** @description only runs started by this run (child runs) */
+                parent?: string;
                 /** @description next_cursor of the previous page */
                 cursor?: string;
                 /** @description page size */
