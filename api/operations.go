@@ -12,30 +12,11 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 )
 
-// RunFilter selects runs: the filters of GET /v1/runs (query parameters) and the
-// filter of a bulk operation (JSON), one shape for both.
-type RunFilter struct {
-	Workflow string `query:"workflow" json:"workflow,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
-	Status   string `query:"status" json:"status,omitempty" enum:"pending,running,succeeded,failed,canceled,paused" doc:"only runs in this state"`
-}
-
-// params returns the catalog's form of the filter.
-func (f *RunFilter) params() catalog.RunListParams {
-	return catalog.RunListParams{Workflow: f.Workflow, Status: f.Status}
-}
-
-// key is the filter as a cursor is bound to it: a cursor issued for one filter is
-// refused with another.
-func (f *RunFilter) key() string {
-	b, _ := json.Marshal(f) // a struct of strings always marshals
-	return string(b)
-}
-
 // Operation is a bulk operation (POST /v1/runs:bulk) and its progress.
 type Operation struct {
 	ID         string          `json:"id" doc:"operation ID (UUIDv7)"`
 	Action     string          `json:"action" enum:"cancel,retry,pause,resume"`
-	Filter     json.RawMessage `json:"filter" doc:"the filter the runs were matched with"`
+	Filter     json.RawMessage `json:"filter" doc:"the filter the runs were matched with, as the server applies it (labels as an object)"`
 	Status     string          `json:"status" enum:"running,succeeded,failed,canceled" doc:"running until every matched run was processed"`
 	Actor      string          `json:"actor" doc:"the name of the token that created it"`
 	Total      int             `json:"total" doc:"runs the filter matched when the operation was created; runs created later are not touched"`
@@ -66,8 +47,8 @@ type OperationRun struct {
 
 // BulkBody is the body of POST /v1/runs:bulk.
 type BulkBody struct {
-	Action string    `json:"action" enum:"cancel,retry,pause,resume" doc:"what to do to every run the filter matches"`
-	Filter RunFilter `json:"filter" doc:"the runs, as GET /v1/runs filters them; an empty filter matches every run"`
+	Action string          `json:"action" enum:"cancel,retry,pause,resume" doc:"what to do to every run the filter matches"`
+	Filter RunFilterParams `json:"filter" doc:"the runs, as GET /v1/runs filters them (label: a list of key=value); an empty filter matches every run"`
 }
 
 type operationOutput struct {
@@ -106,7 +87,11 @@ func (s *Server) registerOperations() {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body.action", Value: in.Body.Action,
 				Message: "this server cannot apply this action in bulk yet"}}}
 		}
-		op, err := s.store.OperationCreate(ctx, &catalog.OperationCreateParams{Action: action, Filter: in.Body.Filter.params(), Actor: actor(ctx)})
+		filter, err := in.Body.Filter.listParams("body.filter.")
+		if err != nil {
+			return nil, err
+		}
+		op, err := s.store.OperationCreate(ctx, &catalog.OperationCreateParams{Action: action, Filter: *filter, Actor: actor(ctx)})
 		if err != nil {
 			return nil, err
 		}

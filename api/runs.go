@@ -17,22 +17,24 @@ import (
 
 // Run is a run of a pinned workflow version.
 type Run struct {
-	ID           string          `json:"id" doc:"run ID (UUIDv7)"`
-	Workflow     string          `json:"workflow"`
-	Version      int             `json:"version" doc:"the version the run is pinned to"`
-	Status       string          `json:"status" enum:"pending,running,paused,succeeded,failed,canceled"`
-	PauseReason  string          `json:"pause_reason,omitempty" enum:"run,workflow,exhausted" doc:"only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked"`
-	Input        json.RawMessage `json:"input" doc:"the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted"`
-	InputOmitted bool            `json:"input_omitted,omitempty" doc:"only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole"`
-	Error        json.RawMessage `json:"error" doc:"why the run failed or was canceled; null otherwise"`
-	Revision     int64           `json:"revision" doc:"increments on every committed change; equals the seq of the run's newest event"`
-	StepsTotal   int             `json:"steps_total"`
-	StepsLeft    int             `json:"steps_remaining" doc:"steps not yet in a terminal state"`
-	CreatedAt    time.Time       `json:"created_at"`
-	StartedAt    *time.Time      `json:"started_at" doc:"when the first step started"`
-	FinishedAt   *time.Time      `json:"finished_at"`
-	RerunOf      *string         `json:"rerun_of,omitempty" format:"uuid" doc:"on a rerun (POST /v1/runs/{id}/rerun): the run it reran"`
-	RerunFrom    *string         `json:"rerun_from_step,omitempty" doc:"on a rerun: the step it reran from"`
+	ID           string            `json:"id" doc:"run ID (UUIDv7)"`
+	Workflow     string            `json:"workflow"`
+	Version      int               `json:"version" doc:"the version the run is pinned to"`
+	Status       string            `json:"status" enum:"pending,running,paused,succeeded,failed,canceled"`
+	PauseReason  string            `json:"pause_reason,omitempty" enum:"run,workflow,exhausted" doc:"only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked"`
+	Input        json.RawMessage   `json:"input" doc:"the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted"`
+	InputOmitted bool              `json:"input_omitted,omitempty" doc:"only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole"`
+	Error        json.RawMessage   `json:"error" doc:"why the run failed or was canceled; null otherwise"`
+	Revision     int64             `json:"revision" doc:"increments on every committed change; equals the seq of the run's newest event"`
+	StepsTotal   int               `json:"steps_total"`
+	StepsLeft    int               `json:"steps_remaining" doc:"steps not yet in a terminal state"`
+	CreatedAt    time.Time         `json:"created_at"`
+	StartedAt    *time.Time        `json:"started_at" doc:"when the first step started"`
+	FinishedAt   *time.Time        `json:"finished_at"`
+	RerunOf      *string           `json:"rerun_of,omitempty" format:"uuid" doc:"on a rerun (POST /v1/runs/{id}/rerun): the run it reran"`
+	RerunFrom    *string           `json:"rerun_from_step,omitempty" doc:"on a rerun: the step it reran from"`
+	Labels       map[string]string `json:"labels" doc:"the labels given at start; {} when none were"`
+	ParentID     *string           `json:"parent_id" doc:"the run that started this one (a child run); null otherwise"`
 }
 
 func runOf(r *catalog.Run) Run {
@@ -41,6 +43,7 @@ func runOf(r *catalog.Run) Run {
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt), RerunFrom: r.RerunFromStep,
+		Labels: labelsOf(r.Labels), ParentID: parentOf(r.ParentID),
 	}
 	if r.RerunOf != nil {
 		id := r.RerunOf.String()
@@ -50,6 +53,22 @@ func runOf(r *catalog.Run) Run {
 		out.PauseReason = string(*r.PauseReason)
 	}
 	return out
+}
+
+// labelsOf returns a run's labels, never nil: the field is always an object.
+func labelsOf(l catalog.Labels) map[string]string {
+	if l == nil {
+		return map[string]string{}
+	}
+	return l
+}
+
+func parentOf(id *uuid.UUID) *string {
+	if id == nil {
+		return nil
+	}
+	s := id.String()
+	return &s
 }
 
 func jsonOrNull[T ~[]byte](b T) json.RawMessage {
@@ -70,8 +89,9 @@ func utc(t *time.Time) *time.Time {
 
 // StartRunBody is the body of POST /v1/workflows/{name}/runs.
 type StartRunBody struct {
-	Version int             `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; the latest when absent or 0"`
-	Input   json.RawMessage `json:"input,omitempty" doc:"the run's input, any JSON value"`
+	Version int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; the latest when absent or 0"`
+	Input   json.RawMessage   `json:"input,omitempty" doc:"the run's input, any JSON value"`
+	Labels  map[string]string `json:"labels,omitempty" maxProperties:"32" doc:"labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8"`
 }
 
 type runOutput struct {
@@ -128,11 +148,14 @@ func (s *Server) registerRuns() {
 		}
 		// One statement resolves the version (the latest unless given) and creates
 		// the run from the steps the version recorded at upload.
-		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Input: body.Input}
+		if err := checkLabels(body.Labels); err != nil {
+			return nil, err
+		}
+		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Input: body.Input, Labels: body.Labels}
 		if in.IdempotencyKey != "" {
 			p.IdempotencyScope = "start_run:" + in.Name
 			p.IdempotencyKey = in.IdempotencyKey
-			p.RequestHash = requestHash(in.Name, body.Version, body.Input)
+			p.RequestHash = requestHash(in.Name, body.Version, body.Input, body.Labels)
 		}
 		run, _, err := s.store.RunCreate(ctx, p)
 		switch {
@@ -151,19 +174,22 @@ func (s *Server) registerRuns() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs",
 		Summary:     "List runs",
-		Description: "Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.",
+		Description: "Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.",
 		Tags:        []string{"runs"},
 	}, RoleViewer, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
-		Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
-		Status   string `query:"status" enum:"pending,running,paused,succeeded,failed,canceled" doc:"only runs in this state"`
+		RunFilterParams
 		PageParams
 	}) (*listOutput[Run], error) {
-		filter := in.Workflow + "\x00" + in.Status
-		var before uuid.UUID
-		if err := s.decodeCursor(in.Cursor, "runs", filter, &before); err != nil {
+		p, err := in.listParams("query.")
+		if err != nil {
 			return nil, err
 		}
-		rows, err := s.store.RunList(ctx, &catalog.RunListParams{Workflow: in.Workflow, Status: in.Status, Before: before, Limit: in.Limit + 1, MaxInput: maxListedInput})
+		filter := runFilterKey(p)
+		if err := s.decodeCursor(in.Cursor, "runs", filter, &p.Before); err != nil {
+			return nil, err
+		}
+		p.Limit, p.MaxInput = in.Limit+1, maxListedInput
+		rows, err := s.store.RunList(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -337,13 +363,19 @@ func (s *Server) workflowAnswer(ctx context.Context, name string) (*workflowOutp
 }
 
 // requestHash identifies a start-run request for idempotency.
-func requestHash(name string, version int, input json.RawMessage) string {
+// (Labels are left out when there are none, so that the hash of a request without
+// labels is the one it had before labels existed.)
+func requestHash(name string, version int, input json.RawMessage, labels map[string]string) string {
 	h := sha256.New()
+	if len(labels) == 0 {
+		labels = nil
+	}
 	b, _ := json.Marshal(struct {
-		Name    string          `json:"name"`
-		Version int             `json:"version"`
-		Input   json.RawMessage `json:"input"`
-	}{name, version, compactJSON(input)})
+		Name    string            `json:"name"`
+		Version int               `json:"version"`
+		Input   json.RawMessage   `json:"input"`
+		Labels  map[string]string `json:"labels,omitempty"`
+	}{name, version, compactJSON(input), labels})
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -3,13 +3,17 @@ package catalog
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 // ErrIdempotencyMismatch means an idempotency key was used before with a different
@@ -22,7 +26,8 @@ var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
 
 const (
 	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
-steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step, pause_reason`
+steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step, pause_reason,
+labels, parent_id`
 
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
@@ -55,9 +60,11 @@ WITH w AS (
                            THEN (SELECT w.latest_version FROM workflows w WHERE w.name = $2)
                            ELSE $3::integer END
 ), r AS (
-    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason)
+    INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
+                      labels, parent_id)
     SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1,
-           CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END
+           CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END,
+           $5, $6
     FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
@@ -80,29 +87,48 @@ FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
-	// sqlRunList reads a page of runs with the inputs over $5 bytes left out, as
-	// stored or as JSON text, so that a large input is never read whole:
-	// pg_column_size, the stored (possibly compressed) size, is known without
-	// reading the value; only an input stored in at most $5 bytes is turned into
-	// text to be measured.
+	// sqlRunList reads a page of runs ($10 at most) matching runFilter, with the
+	// inputs over $11 bytes left out, as stored or as JSON text, so that a large
+	// input is never read whole: pg_column_size, the stored (possibly compressed)
+	// size, is known without reading the value; only an input stored in at most
+	// $11 bytes is turned into text to be measured.
 	sqlRunList = `
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
        r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at,
-       r.rerun_of, r.rerun_from_step, r.pause_reason
+       r.rerun_of, r.rerun_from_step, r.pause_reason, r.labels, r.parent_id
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
-                WHEN pg_column_size(r.input) > $5 THEN true
-                ELSE octet_length(r.input::text) > $5 END AS omitted
+                WHEN pg_column_size(r.input) > $11 THEN true
+                ELSE octet_length(r.input::text) > $11 END AS omitted
 ) o
 WHERE ` + runFilter + `
 ORDER BY r.id DESC
-LIMIT $4`
+LIMIT $10`
 
-	// runFilter is the WHERE clause of RunListParams over runs r: $1 workflow, $2
-	// status, $3 the keyset bound. RunList and RunCount share it.
+	// runFilter is the WHERE clause of RunListParams over runs r, which RunList
+	// and RunCount share (runFilterArgs gives its parameters, $1 to $9).
+	//
+	// Every filter is "absent, or the condition": the statement is planned with its
+	// parameters' values (lib/pq binds an unnamed statement), so an absent filter
+	// folds away and the planner sees only the conditions given. Each is served by
+	// an index (migrations 00001 and 00006):
+	//   $1 workflow            runs_workflow_id_idx (workflow, id DESC)
+	//   $2 status              runs_status_id_idx, runs_workflow_status_id_idx
+	//   $4 labels (all)        runs_labels_idx, GIN on cairn_label_pairs(labels), 'key=value' texts
+	//   $5 version             runs_workflow_version_id_idx (workflow, version, id DESC)
+	//   $6 error code          runs_error_code_idx ((error->'cause'->>'code'), id DESC) WHERE status = 'failed'
+	//   $7 parent              runs_parent_id_idx (parent_id, id DESC) WHERE parent_id IS NOT NULL
+	//   $8, $9 created_*       bounds on the primary key: run ids are UUIDv7, time-ordered
+	//   $3 the cursor          a bound on the primary key, as $8 and $9
 	runFilter = `($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
-  AND ($3::uuid IS NULL OR r.id < $3::uuid)`
+  AND ($3::uuid IS NULL OR r.id < $3::uuid)
+  AND ($4::text[] IS NULL OR cairn_label_pairs(r.labels) @> $4::text[])
+  AND ($5::integer = 0 OR r.version = $5::integer)
+  AND ($6::text IS NULL OR (r.status = 'failed' AND r.error -> 'cause' ->> 'code' = $6::text))
+  AND ($7::uuid IS NULL OR r.parent_id = $7::uuid)
+  AND ($8::uuid IS NULL OR r.id >= $8::uuid)
+  AND ($9::uuid IS NULL OR r.id < $9::uuid)`
 
 	sqlRunCount = `SELECT count(*) FROM runs r WHERE ` + runFilter
 
@@ -132,6 +158,10 @@ type Run struct {
 	RerunFromStep *string    `db:"rerun_from_step"`
 	// PauseReason says why a paused run is paused; nil unless Status is RunPaused.
 	PauseReason *PauseReason `db:"pause_reason"`
+	// Labels are those given at start; empty, not nil, when none were.
+	Labels Labels `db:"labels"`
+	// ParentID is the run that started this one, if any.
+	ParentID *uuid.UUID `db:"parent_id"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`
@@ -154,6 +184,11 @@ type RunCreateParams struct {
 	// Version to run; 0 means the latest.
 	Version int
 	Input   json.RawMessage
+	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
+	// nil.
+	Labels Labels
+	// Parent, when not uuid.Nil, is the run that starts this one.
+	Parent uuid.UUID
 	// IdempotencyKey, when set, makes the create idempotent within
 	// IdempotencyScope: the same key with the same RequestHash returns the first
 	// run; with another hash, ErrIdempotencyMismatch.
@@ -165,13 +200,20 @@ type RunCreateParams struct {
 // RunCreate commits a run, all its step rows, its first event and the idempotency
 // record in one transaction, then wakes dispatchers. created is false when an earlier
 // request with the same idempotency key made the run. ErrNotFound if the workflow or
-// version does not exist.
+// version does not exist; ErrInvalidInput if a label breaks the rules.
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
+	if err := p.Labels.check(); err != nil {
+		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
 	}
-	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input)}
+	var parent any
+	if p.Parent != uuid.Nil {
+		parent = p.Parent
+	}
+	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent}
 	if p.IdempotencyKey == "" {
 		run = &Run{}
 		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
@@ -236,31 +278,44 @@ func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*Run, error) {
 // RunListParams select a page of runs, newest first.
 type RunListParams struct {
 	// Workflow and Status filter when not empty.
-	Workflow string
-	Status   string
+	Workflow string `json:"workflow,omitempty"`
+	Status   string `json:"status,omitempty"`
+	// Labels, when not empty, keeps the runs that carry every one of them.
+	Labels Labels `json:"labels,omitempty"`
+	// Version, when not 0, keeps the runs of this version (of Workflow: versions
+	// are numbered per workflow).
+	Version int `json:"version,omitempty"`
+	// ErrorCode, when not empty, keeps the failed runs whose error has this code:
+	// the code of the step error that failed the run (error.cause.code).
+	ErrorCode string `json:"error_code,omitempty"`
+	// Parent, when not uuid.Nil, keeps the runs that this run started.
+	Parent uuid.UUID `json:"parent,omitzero"`
+	// CreatedAfter and CreatedBefore, when not zero, keep the runs created at or
+	// after CreatedAfter and before CreatedBefore, to the millisecond: the time of
+	// a run's id (UUIDv7, made by the server that created the run; created_at is
+	// the database's clock, the same time within the clocks' skew).
+	CreatedAfter  time.Time `json:"created_after,omitzero"`
+	CreatedBefore time.Time `json:"created_before,omitzero"`
 	// Before lists runs older than this id (the keyset cursor); uuid.Nil starts at
 	// the newest.
-	Before uuid.UUID
+	Before uuid.UUID `json:"-"`
 	// Limit is the page size.
-	Limit int
+	Limit int `json:"-"`
 	// MaxInput is the largest input, in bytes of JSON text (as PostgreSQL writes
 	// it) and as stored, that the page carries; a larger one is left out
 	// (Run.InputOmitted), so that a page's size is bounded by Limit whatever the
 	// inputs. (An input near MaxInput whose binary form does not compress can be
 	// over it as stored and left out while its text is not.) 0 leaves out every
 	// input.
-	MaxInput int
+	MaxInput int `json:"-"`
 }
 
 // RunList returns a page of runs, newest first, with the inputs over p.MaxInput
 // left out.
 func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
-	var before any
-	if p.Before != uuid.Nil {
-		before = p.Before
-	}
+	query, args := RunListQuery(p)
 	var out []Run
-	if err := s.db.SelectContext(ctx, &out, sqlRunList, p.Workflow, p.Status, before, p.Limit, p.MaxInput); err != nil {
+	if err := s.db.SelectContext(ctx, &out, query, args...); err != nil {
 		return nil, fmt.Errorf("list runs: %w", translateError(err))
 	}
 	return out, nil
@@ -269,15 +324,58 @@ func (s *Store) RunList(ctx context.Context, p *RunListParams) ([]Run, error) {
 // RunCount counts the runs RunList would list with p over every page: its filter
 // and Before, without Limit.
 func (s *Store) RunCount(ctx context.Context, p *RunListParams) (int, error) {
-	var before any
-	if p.Before != uuid.Nil {
-		before = p.Before
-	}
 	var n int
-	if err := s.db.GetContext(ctx, &n, sqlRunCount, p.Workflow, p.Status, before); err != nil {
+	if err := s.db.GetContext(ctx, &n, sqlRunCount, runFilterArgs(p)...); err != nil {
 		return 0, fmt.Errorf("count runs: %w", translateError(err))
 	}
 	return n, nil
+}
+
+// RunListQuery returns the statement RunList runs for p, and its arguments: what
+// the benchmark explains (EXPLAIN ANALYZE) to show the plan of a list.
+func RunListQuery(p *RunListParams) (query string, args []any) {
+	return sqlRunList, append(runFilterArgs(p), p.Limit, p.MaxInput)
+}
+
+// runFilterArgs are the parameters of runFilter for p.
+func runFilterArgs(p *RunListParams) []any {
+	var before, labels, errorCode, parent, after, until any
+	if p.Before != uuid.Nil {
+		before = p.Before
+	}
+	if len(p.Labels) > 0 {
+		pairs := make([]string, 0, len(p.Labels))
+		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+			pairs = append(pairs, k+"="+p.Labels[k]) // as cairn_label_pairs makes them
+		}
+		labels = pq.Array(pairs)
+	}
+	if p.ErrorCode != "" {
+		errorCode = p.ErrorCode
+	}
+	if p.Parent != uuid.Nil {
+		parent = p.Parent
+	}
+	if !p.CreatedAfter.IsZero() {
+		after = FirstRunIDAt(p.CreatedAfter)
+	}
+	if !p.CreatedBefore.IsZero() {
+		until = FirstRunIDAt(p.CreatedBefore)
+	}
+	return []any{p.Workflow, p.Status, before, labels, p.Version, errorCode, parent, after, until}
+}
+
+// FirstRunIDAt returns the smallest run id (UUIDv7) of the millisecond of t: every
+// run created in that millisecond or later has an id at least this one; every run
+// created earlier, a smaller one. A time before 1970 is taken as 1970, one past
+// the 48 bits of a UUIDv7's milliseconds (the year 10889) as the last of them.
+func FirstRunIDAt(t time.Time) uuid.UUID {
+	ms := min(max(t.UnixMilli(), 0), 1<<48-1)
+	var id uuid.UUID
+	binary.BigEndian.PutUint64(id[:8], uint64(ms)<<16) // 48 bits of milliseconds first
+	id[6] = 0x70                                       // version 7, then rand_a all zero
+	id[8] = 0x80                                       // the RFC 9562 variant, then rand_b all zero
+	return id
 }
 
 // RunCancel cancels a run: steps not yet finished become canceled, running attempts

@@ -222,30 +222,30 @@ func (e RunStatus) Valid() bool {
 	}
 }
 
-// Defines values for RunFilterStatus.
+// Defines values for RunFilterParamsStatus.
 const (
-	RunFilterStatusCanceled  RunFilterStatus = "canceled"
-	RunFilterStatusFailed    RunFilterStatus = "failed"
-	RunFilterStatusPaused    RunFilterStatus = "paused"
-	RunFilterStatusPending   RunFilterStatus = "pending"
-	RunFilterStatusRunning   RunFilterStatus = "running"
-	RunFilterStatusSucceeded RunFilterStatus = "succeeded"
+	RunFilterParamsStatusCanceled  RunFilterParamsStatus = "canceled"
+	RunFilterParamsStatusFailed    RunFilterParamsStatus = "failed"
+	RunFilterParamsStatusPaused    RunFilterParamsStatus = "paused"
+	RunFilterParamsStatusPending   RunFilterParamsStatus = "pending"
+	RunFilterParamsStatusRunning   RunFilterParamsStatus = "running"
+	RunFilterParamsStatusSucceeded RunFilterParamsStatus = "succeeded"
 )
 
-// Valid indicates whether the value is a known member of the RunFilterStatus enum.
-func (e RunFilterStatus) Valid() bool {
+// Valid indicates whether the value is a known member of the RunFilterParamsStatus enum.
+func (e RunFilterParamsStatus) Valid() bool {
 	switch e {
-	case RunFilterStatusCanceled:
+	case RunFilterParamsStatusCanceled:
 		return true
-	case RunFilterStatusFailed:
+	case RunFilterParamsStatusFailed:
 		return true
-	case RunFilterStatusPaused:
+	case RunFilterParamsStatusPaused:
 		return true
-	case RunFilterStatusPending:
+	case RunFilterParamsStatusPending:
 		return true
-	case RunFilterStatusRunning:
+	case RunFilterParamsStatusRunning:
 		return true
-	case RunFilterStatusSucceeded:
+	case RunFilterParamsStatusSucceeded:
 		return true
 	default:
 		return false
@@ -362,8 +362,8 @@ type BlockedByKind string
 // BulkBody defines model for BulkBody.
 type BulkBody struct {
 	// Action what to do to every run the filter matches
-	Action BulkBodyAction `json:"action"`
-	Filter RunFilter      `json:"filter"`
+	Action BulkBodyAction  `json:"action"`
+	Filter RunFilterParams `json:"filter"`
 }
 
 // BulkBodyAction what to do to every run the filter matches
@@ -492,7 +492,7 @@ type Operation struct {
 	// Error why the operation failed; null otherwise
 	Error interface{} `json:"error"`
 
-	// Filter the filter the runs were matched with
+	// Filter the filter the runs were matched with, as the server applies it (labels as an object)
 	Filter     interface{} `json:"filter"`
 	FinishedAt *time.Time  `json:"finished_at"`
 
@@ -612,6 +612,12 @@ type Run struct {
 	// InputOmitted only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole
 	InputOmitted *bool `json:"input_omitted,omitempty"`
 
+	// Labels the labels given at start; {} when none were
+	Labels map[string]string `json:"labels"`
+
+	// ParentId the run that started this one (a child run); null otherwise
+	ParentId *string `json:"parent_id"`
+
 	// PauseReason only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
 	PauseReason *RunPauseReason `json:"pause_reason,omitempty"`
 
@@ -643,22 +649,43 @@ type RunPauseReason string
 // RunStatus defines model for Run.Status.
 type RunStatus string
 
-// RunFilter defines model for RunFilter.
-type RunFilter struct {
+// RunFilterParams defines model for RunFilterParams.
+type RunFilterParams struct {
+	// CreatedAfter only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+	CreatedAfter *time.Time `json:"created_after,omitempty"`
+
+	// CreatedBefore only runs created before this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+	CreatedBefore *time.Time `json:"created_before,omitempty"`
+
+	// ErrorCode only failed runs whose error has this code: the code of the step error that failed the run (error.cause.code)
+	ErrorCode *string `json:"error_code,omitempty"`
+
+	// Label only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match
+	Label *[]string `json:"label,omitempty"`
+
+	// Parent only runs started by this run (child runs)
+	Parent *openapi_types.UUID `json:"parent,omitempty"`
+
 	// Status only runs in this state
-	Status *RunFilterStatus `json:"status,omitempty"`
+	Status *RunFilterParamsStatus `json:"status,omitempty"`
+
+	// Version only runs of this version of the workflow (needs workflow)
+	Version *int64 `json:"version,omitempty"`
 
 	// Workflow only runs of this workflow
 	Workflow *string `json:"workflow,omitempty"`
 }
 
-// RunFilterStatus only runs in this state
-type RunFilterStatus string
+// RunFilterParamsStatus only runs in this state
+type RunFilterParamsStatus string
 
 // StartRunBody defines model for StartRunBody.
 type StartRunBody struct {
 	// Input the run's input, any JSON value
 	Input interface{} `json:"input,omitempty"`
+
+	// Labels labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8
+	Labels *map[string]string `json:"labels,omitempty"`
 
 	// Version version to run; the latest when absent or 0
 	Version *int64 `json:"version,omitempty"`
@@ -780,6 +807,24 @@ type ListRunsParams struct {
 
 	// Status only runs in this state
 	Status *ListRunsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Label only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match
+	Label *[]string `form:"label,omitempty" json:"label,omitempty"`
+
+	// Version only runs of this version of the workflow (needs workflow)
+	Version *int64 `form:"version,omitempty" json:"version,omitempty"`
+
+	// CreatedAfter only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+	CreatedAfter *time.Time `form:"created_after,omitempty" json:"created_after,omitempty"`
+
+	// CreatedBefore only runs created before this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+	CreatedBefore *time.Time `form:"created_before,omitempty" json:"created_before,omitempty"`
+
+	// ErrorCode only failed runs whose error has this code: the code of the step error that failed the run (error.cause.code)
+	ErrorCode *string `form:"error_code,omitempty" json:"error_code,omitempty"`
+
+	// Parent only runs started by this run (child runs)
+	Parent *openapi_types.UUID `form:"parent,omitempty" json:"parent,omitempty"`
 
 	// Cursor next_cursor of the previous page
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -1021,7 +1066,7 @@ type ClientInterface interface {
 
 	// ListRuns List runs
 	//
-	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+	// Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 	//
 	// Requires the `viewer` role.
 	//
@@ -1452,7 +1497,7 @@ func (c *APIClient) ListOperationRuns(ctx context.Context, id openapi_types.UUID
 
 // ListRuns List runs
 //
-// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+// Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 //
 // Requires the `viewer` role.
 //
@@ -2355,6 +2400,78 @@ func NewListRunsRequest(server string, params *ListRunsParams) (*http.Request, e
 		if params.Status != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Label != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "label", *params.Label, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "array", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Version != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "version", *params.Version, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedAfter != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "created_after", *params.CreatedAfter, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CreatedBefore != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "created_before", *params.CreatedBefore, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.ErrorCode != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "error_code", *params.ErrorCode, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Parent != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "parent", *params.Parent, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "uuid"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -3632,7 +3749,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListRunsWithResponse List runs
 	//
-	// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+	// Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 	//
 	// Requires the `viewer` role.
 	//
@@ -7104,7 +7221,7 @@ func (c *ClientWithResponses) ListOperationRunsWithResponse(ctx context.Context,
 
 // ListRunsWithResponse List runs
 //
-// Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+// Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
 //
 // Requires the `viewer` role.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,8 +28,8 @@ var bulkActions = []string{"cancel", "retry", "pause", "resume"}
 // follows it to its end: a progress bar on stderr (a line every few seconds when
 // stderr is not a terminal) and a summary on stdout. An empty filter is refused
 // unless all is set: it would act on every run of the server.
-func (c *cli) bulk(ctx context.Context, action string, filter client.RunFilter, all bool) error {
-	if filter == (client.RunFilter{}) && !all {
+func (c *cli) bulk(ctx context.Context, action string, filter client.RunFilterParams, all bool) error {
+	if reflect.ValueOf(filter).IsZero() && !all {
 		return errors.New("no filter: this would " + action + " every run; give a filter (--workflow, --status, …) or --all")
 	}
 	cl, err := c.client()
@@ -89,4 +90,18 @@ func (c *cli) bulk(ctx context.Context, action string, filter client.RunFilter, 
 		return fmt.Errorf("operation %s %s", op.Id, op.Status)
 	}
 	return nil
+}
+
+// bulkFilter is the filter of a bulk operation that matches the runs a list with
+// these parameters shows.
+func bulkFilter(p *client.ListRunsParams) client.RunFilterParams {
+	f := client.RunFilterParams{
+		Workflow: p.Workflow, Label: p.Label, Version: p.Version, CreatedAfter: p.CreatedAfter,
+		CreatedBefore: p.CreatedBefore, ErrorCode: p.ErrorCode, Parent: p.Parent,
+	}
+	if p.Status != nil {
+		st := client.RunFilterParamsStatus(*p.Status)
+		f.Status = &st
+	}
+	return f
 }

@@ -516,3 +516,68 @@ steps:
 	_, err = b.cli(t, "run", "rerun", id, "--from", "nope")
 	require.ErrorContains(t, err, "body.from_step")
 }
+
+// TestCLIRunLabelsAndSearch: runs started with -l carry their labels; run list
+// finds them by label, status, time, error code and version, all at once.
+func TestCLIRunLabelsAndSearch(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(`name: sometimes-fails
+steps:
+  - key: boom
+    builtin: fail
+    retry: {max_attempts: 1}
+    with: {retryable: false, message: "boom on purpose"}
+`), 0o644))
+	b.mustCLI(t, "deploy", dir)
+	b.mustCLI(t, "deploy", helloDir)
+
+	start := func(args ...string) string {
+		out, _ := b.cli(t, append([]string{"run", "start"}, args...)...) // a failed run's --wait is an error
+		return strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
+	}
+	acmeFailed := start("sometimes-fails", "-l", "tenant=acme", "--label", "batch=a=1", "--wait")
+	start("sometimes-fails", "-l", "tenant=globex", "--wait")
+	acmeOK := start("hello", "-l", "tenant=acme", "--input", `{"name":"x"}`, "--wait")
+
+	out := b.mustCLI(t, "run", "list", "-l", "tenant=acme", "--status", "failed", "--since", "24h")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, "a header and one run:\n%s", out)
+	require.Regexp(t, `LABELS$`, lines[0])
+	require.True(t, strings.HasPrefix(lines[1], acmeFailed+" "), "%s", out)
+	require.True(t, strings.HasSuffix(lines[1], " batch=a=1,tenant=acme"), "%s", out)
+
+	// Both of acme's runs, and none when the window is over.
+	out = b.mustCLI(t, "run", "list", "-l", "tenant=acme", "--since", time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "-o", "json")
+	var page struct {
+		Items []struct {
+			ID     string            `json:"id"`
+			Labels map[string]string `json:"labels"`
+		} `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &page))
+	require.Len(t, page.Items, 2)
+	require.Equal(t, acmeOK, page.Items[0].ID)
+	require.Equal(t, map[string]string{"tenant": "acme"}, page.Items[0].Labels)
+	out = b.mustCLI(t, "run", "list", "-l", "tenant=acme", "--until", "24h")
+	require.Equal(t, 1, strings.Count(out, "\n"), "a header only:\n%s", out)
+
+	// The error code of a failed run is its step's; the version needs the workflow.
+	out = b.mustCLI(t, "run", "list", "--error-code", "failed", "--workflow", "sometimes-fails", "--version", "1", "-l", "tenant=acme")
+	require.Contains(t, out, acmeFailed)
+	require.Equal(t, 2, strings.Count(out, "\n"), "%s", out)
+	_, err := b.cli(t, "run", "list", "--version", "1")
+	require.ErrorContains(t, err, "--version needs --workflow")
+	_, err = b.cli(t, "run", "list", "--since", "yesterday")
+	require.ErrorContains(t, err, "--since")
+	_, err = b.cli(t, "run", "list", "-l", "Tenant=acme")
+	require.Equal(t, "validation_failed", client.ProblemCode(err))
+	require.ErrorContains(t, err, "query.label[0]")
+
+	// run get shows the labels.
+	out, _ = b.cli(t, "run", "get", acmeFailed) // a failed run's get is an error
+	require.Regexp(t, `(?m)^labels +batch=a=1,tenant=acme$`, out)
+	_, err = b.cli(t, "run", "start", "hello", "-l", "tenant")
+	require.ErrorContains(t, err, "want key=value")
+}

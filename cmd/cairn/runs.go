@@ -91,16 +91,22 @@ func (c *cli) newRunStartCmd() *cobra.Command {
 		version        int64
 		input, idemKey string
 		wait           bool
+		labels         []string
 	)
 	cmd := &cobra.Command{
 		Use:   "start NAME",
 		Short: "Start a run of a workflow and print its ID",
 		Long: `start starts a run of the latest version of workflow NAME (or --version N).
---input takes JSON, or @file to read it from a file. With --wait it follows the run
-until it ends, prints its steps, and fails unless the run succeeded.`,
+--input takes JSON, or @file to read it from a file. --label (-l) key=value, repeated,
+labels the run (find it with cairn run list -l key=value). With --wait it follows the
+run until it ends, prints its steps, and fails unless the run succeeded.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.startRun(cmd.Context(), args[0], version, input, idemKey, wait)
+			l, err := parseLabels(labels)
+			if err != nil {
+				return err
+			}
+			return c.startRun(cmd.Context(), args[0], version, input, idemKey, l, wait)
 		},
 	}
 	f := cmd.Flags()
@@ -108,11 +114,15 @@ until it ends, prints its steps, and fails unless the run succeeded.`,
 	f.StringVar(&input, "input", "", "the run's input: JSON, or @file")
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the start safe to retry: the same key returns the first run")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; fail unless it succeeded")
+	f.StringArrayVarP(&labels, "label", "l", nil, "label the run: key=value (repeat for more)")
 	return cmd
 }
 
-func (c *cli) startRun(ctx context.Context, name string, version int64, input, idemKey string, wait bool) error {
+func (c *cli) startRun(ctx context.Context, name string, version int64, input, idemKey string, labels map[string]string, wait bool) error {
 	body := client.StartRunBody{}
+	if len(labels) > 0 {
+		body.Labels = &labels
+	}
 	if version > 0 {
 		body.Version = &version
 	}
@@ -223,6 +233,12 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", run.Workflow, run.Version)
 	fmt.Fprintf(tw, "status\t%s\n", run.Status)
 	fmt.Fprintf(tw, "created\t%s\n", formatTime(run.CreatedAt))
+	if len(run.Labels) > 0 {
+		fmt.Fprintf(tw, "labels\t%s\n", formatLabels(run.Labels))
+	}
+	if run.ParentId != nil {
+		fmt.Fprintf(tw, "parent\t%s\n", *run.ParentId)
+	}
 	fmt.Fprintf(tw, "duration\t%s\n", span(run.StartedAt, run.FinishedAt, time.Now()))
 	if msg := errorMessage(run.Error); msg != "" {
 		fmt.Fprintf(tw, "error\t%s\n", msg)
@@ -315,69 +331,63 @@ func stepInfo(s client.Step, now time.Time) string {
 
 func (c *cli) newRunListCmd() *cobra.Command {
 	var (
-		workflow, status string
-		limit            int
-		out              outputFormat
-		act              = map[string]*bool{}
-		all              bool
+		filter runFilterFlags
+		limit  int
+		out    outputFormat
+		act    = map[string]*bool{}
+		all    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first; or act on every run the filter matches (--cancel, --retry, --pause, --resume)",
-		Args:  cobra.NoArgs,
+		Long: `list lists runs, newest first, that match every filter given:
+  cairn run list -l tenant=acme --status failed --since 24h
+--since and --until take a Go duration back from now (24h, 90m) or an RFC 3339 time;
+--version needs --workflow; --error-code matches the code of the step error that failed
+a run (its error.cause.code).
+
+With --cancel, --retry, --pause or --resume it acts on every run the filters match
+instead (a bulk operation on the server), followed with a progress bar:
+  cairn run list --workflow orders --status failed --retry`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			params, err := filter.params(time.Now())
+			if err != nil {
+				return err
+			}
 			for _, action := range bulkActions {
 				if *act[action] {
-					filter := client.RunFilter{}
-					if workflow != "" {
-						filter.Workflow = &workflow
-					}
-					if status != "" {
-						st := client.RunFilterStatus(status)
-						filter.Status = &st
-					}
-					return c.bulk(cmd.Context(), action, filter, all)
+					return c.bulk(cmd.Context(), action, bulkFilter(params), all)
 				}
 			}
-			return c.listRuns(cmd.Context(), workflow, status, limit, out)
+			return c.listRuns(cmd.Context(), params, limit, out)
 		},
 	}
 	f := cmd.Flags()
+	filter.register(f)
+	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	for _, action := range bulkActions {
 		act[action] = f.Bool(action, false, action+" every run the filter matches (a bulk operation on the server, followed with a progress bar)")
 	}
 	cmd.MarkFlagsMutuallyExclusive(bulkActions...)
 	f.BoolVar(&all, "all", false, "with --cancel, --retry, --pause or --resume and no filter: act on every run")
-	f.StringVar(&workflow, "workflow", "", "only runs of this workflow")
-	f.StringVar(&status, "status", "", "only runs in this state: pending, running, paused, succeeded, failed or canceled")
-	f.IntVar(&limit, "limit", 100, "show at most this many (0: all)")
 	out.register(cmd)
 	return cmd
 }
 
-func (c *cli) listRuns(ctx context.Context, workflow, status string, limit int, out outputFormat) error {
-	params := client.ListRunsParams{}
-	if workflow != "" {
-		params.Workflow = &workflow
-	}
-	if status != "" {
-		st := client.ListRunsParamsStatus(status)
-		if !st.Valid() {
-			return fmt.Errorf("unknown run status %q (want pending, running, paused, succeeded, failed or canceled)", status)
-		}
-		params.Status = &st
-	}
+func (c *cli) listRuns(ctx context.Context, params *client.ListRunsParams, limit int, out outputFormat) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
 	}
 	params.Limit = pageSize(limit)
 	now := time.Now()
-	return printList(c, cl.RunPages(ctx, &params), limit, out, func(r *client.ListRunsResponse) ([]client.Run, []byte) {
+	return printList(c, cl.RunPages(ctx, params), limit, out, func(r *client.ListRunsResponse) ([]client.Run, []byte) {
 		return deref(r.JSON200.Items), r.Body
-	}, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tCREATED\tDURATION", func(r client.Run) string {
-		return fmt.Sprintf("%s\t%s\t%d\t%s\t%d/%d\t%s\t%s", r.Id, r.Workflow, r.Version, r.Status,
-			r.StepsTotal-r.StepsRemaining, r.StepsTotal, formatTime(r.CreatedAt), span(r.StartedAt, r.FinishedAt, now))
+	}, "ID\tWORKFLOW\tVERSION\tSTATUS\tSTEPS\tCREATED\tDURATION\tLABELS", func(r client.Run) string {
+		return fmt.Sprintf("%s\t%s\t%d\t%s\t%d/%d\t%s\t%s\t%s", r.Id, r.Workflow, r.Version, r.Status,
+			r.StepsTotal-r.StepsRemaining, r.StepsTotal, formatTime(r.CreatedAt), span(r.StartedAt, r.FinishedAt, now),
+			formatLabels(r.Labels))
 	})
 }
 

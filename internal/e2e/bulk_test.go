@@ -58,9 +58,9 @@ func TestBulkRetrySurvivesKill(t *testing.T) {
 
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()
-	workflow, failed := "doomed", client.RunFilterStatusFailed
+	workflow, failed := "doomed", client.RunFilterParamsStatusFailed
 	resp, err := api.cl.BulkRunsWithResponse(ctx, client.BulkRunsJSONRequestBody{
-		Action: client.BulkBodyActionRetry, Filter: client.RunFilter{Workflow: &workflow, Status: &failed},
+		Action: client.BulkBodyActionRetry, Filter: client.RunFilterParams{Workflow: &workflow, Status: &failed},
 	})
 	require.NoError(t, err)
 	require.NotNil(t, resp.JSON202, "status %d: %s", resp.StatusCode(), resp.Body)

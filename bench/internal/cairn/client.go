@@ -101,6 +101,19 @@ func (c *Client) GetRun(ctx context.Context, id string) (Run, error) {
 	return r, nil
 }
 
+// ListRuns reads a page of GET /v1/runs; query is the query string without its
+// '?' (filters, limit, cursor). It returns the page's size and next_cursor.
+func (c *Client) ListRuns(ctx context.Context, query string) (items int, next string, err error) {
+	var page struct {
+		Items      []json.RawMessage `json:"items"`
+		NextCursor string            `json:"next_cursor"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/runs?"+query, "", nil, &page); err != nil {
+		return 0, "", fmt.Errorf("list runs: %w", err)
+	}
+	return len(page.Items), page.NextCursor, nil
+}
+
 func (c *Client) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {

@@ -147,6 +147,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			add(scenario.Recovery(ctx, e))
 		case "startup":
 			add(scenario.Startup(ctx, e))
+		case "list":
+			add(scenario.List(ctx, e))
 		}
 	}
 	fmt.Fprintf(stdout, "\nCairn benchmark (%s, %d CPUs, load average %.2f at the end; %s)\n\n",

@@ -35,6 +35,8 @@ type Scale struct {
 	LargeMiB              int // output of the large-output step
 	RecoveryRuns          int // one-step sleep runs in flight at the kill
 	StartupRuns           int // non-terminal runs in the database at start-up
+	ListRuns              int // runs in the catalog the list scenario pages through
+	ListRequests          int // listings per filter (a first page and the following ones)
 	RiverJobs             int // jobs River burns down
 	PgbenchSeconds        int // per pgbench run
 	FsyncTest             bool

@@ -141,7 +141,7 @@ export interface paths {
         };
         /**
          * List runs
-         * @description Runs newest first, optionally filtered; a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
+         * @description Runs newest first, filtered by every filter given (workflow, status, label, version, created_after, created_before, error_code, parent); a cursor only works with the filters it was issued for. An input over 4 KiB (as JSON text, or as stored) is left out of its item (input null, input_omitted true), so that a page stays small: GET /v1/runs/{id} has it.
          *
          *     Requires the `viewer` role.
          */
@@ -661,8 +661,8 @@ export interface components {
              * @enum {string}
              */
             action: "cancel" | "retry" | "pause" | "resume";
-            /** @description the runs, as GET /v1/runs filters them; an empty filter matches every run */
-            filter: components["schemas"]["RunFilter"];
+            /** @description the runs, as GET /v1/runs filters them (label: a list of key=value); an empty filter matches every run */
+            filter: components["schemas"]["RunFilterParams"];
         };
         CancelRunRequest: {
             /** @description recorded on the run and its event */
@@ -757,7 +757,7 @@ export interface components {
             created_at: string;
             /** @description why the operation failed; null otherwise */
             error: unknown;
-            /** @description the filter the runs were matched with */
+            /** @description the filter the runs were matched with, as the server applies it (labels as an object) */
             filter: unknown;
             /** Format: date-time */
             finished_at: string | null;
@@ -862,6 +862,12 @@ export interface components {
             input: unknown;
             /** @description only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole */
             input_omitted?: boolean;
+            /** @description the labels given at start; {} when none were */
+            labels: {
+                [key: string]: string;
+            };
+            /** @description the run that started this one (a child run); null otherwise */
+            parent_id: string | null;
             /**
              * @description only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
              * @enum {string}
@@ -900,18 +906,46 @@ export interface components {
             version: number;
             workflow: string;
         };
-        RunFilter: {
+        RunFilterParams: {
+            /**
+             * Format: date-time
+             * @description only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+             */
+            created_after?: string;
+            /**
+             * Format: date-time
+             * @description only runs created before this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)
+             */
+            created_before?: string;
+            /** @description only failed runs whose error has this code: the code of the step error that failed the run (error.cause.code) */
+            error_code?: string;
+            /** @description only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match */
+            label?: string[] | null;
+            /**
+             * Format: uuid
+             * @description only runs started by this run (child runs)
+             */
+            parent?: string;
             /**
              * @description only runs in this state
              * @enum {string}
              */
-            status?: "pending" | "running" | "succeeded" | "failed" | "canceled" | "paused";
+            status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+            /**
+             * Format: int64
+             * @description only runs of this version of the workflow (needs workflow)
+             */
+            version?: number;
             /** @description only runs of this workflow */
             workflow?: string;
         };
         StartRunBody: {
             /** @description the run's input, any JSON value */
             input?: unknown;
+            /** @description labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8 */
+            labels?: {
+                [key: string]: string;
+            };
             /**
              * Format: int64
              * @description version to run; the latest when absent or 0
@@ -1640,6 +1674,18 @@ export interface operations {
                 workflow?: string;
                 /** @description only runs in this state */
                 status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+                /** @description only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match */
+                label?: string[] | null;
+                /** @description only runs of this version of the workflow (needs workflow) */
+                version?: number;
+                /** @description only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7) */
+                created_after?: string;
+                /** @description only runs created before this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7) */
+                created_before?: string;
+                /** @description only failed runs whose error has this code: the code of the step error that failed the run (error.cause.code) */
+                error_code?: string;
+                /** @description only runs started by this run (child runs) */
+                parent?: string;
                 /** @description next_cursor of the previous page */
                 cursor?: string;
                 /** @description page size */
