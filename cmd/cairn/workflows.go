@@ -27,6 +27,7 @@ func newWorkflowsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Sprintf("%s\t%d\t%s\t%s", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), shorten(w.Description, 72))
 			})
 		},
+		more: []func(c *cli) *cobra.Command{aliasesCmd},
 	}.command(e, stdout, stderr)
 }
 
@@ -56,6 +57,8 @@ type listGroup struct {
 	listUse, listShort string
 	args               cobra.PositionalArgs
 	list               func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error
+	// more are the group's other subcommands, sharing its --server and --token.
+	more []func(c *cli) *cobra.Command
 }
 
 func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -75,6 +78,9 @@ func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
 	out.register(list)
 	cmd.AddCommand(list)
+	for _, sub := range g.more {
+		cmd.AddCommand(sub(c))
+	}
 	return cmd
 }
 
