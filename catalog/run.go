@@ -31,9 +31,9 @@ ON CONFLICT (scope, key) DO NOTHING`
 SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
 
 	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
-	// version ($3; when 0, the one alias $5 names, latest when $5 is ''), then inserts the run, its steps (the
-	// version's layout: parallel arrays, needs comma-joined, keys cannot hold
-	// commas), the DAG's edges, the run.created event (seq 1), and wakes the
+	// version ($3; when 0, the one alias $5 names, latest when $5 is ''), then
+	// inserts the run, its steps (the version's layout: parallel arrays, needs
+	// comma-joined, keys cannot hold commas), the DAG's edges, the run.created event (seq 1), and wakes the
 	// dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
 	sqlRunCreate = `
