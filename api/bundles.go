@@ -21,6 +21,7 @@ type UploadResult struct {
 	Size        int64  `json:"size" doc:"size of the stored canonical archive in bytes"`
 	Fingerprint string `json:"fingerprint" doc:"sha256 of the normalized definition"`
 	Created     bool   `json:"created" doc:"false when this bundle was uploaded before (status 200)"`
+	Promoted    bool   `json:"promoted" doc:"true when the alias latest names this version now (the default), false with ?promote=false"`
 }
 
 type uploadOutput struct {
@@ -31,7 +32,8 @@ type uploadOutput struct {
 
 // uploadInput takes the request body as a stream: Huma would otherwise buffer it.
 type uploadInput struct {
-	body io.ReadCloser
+	Promote bool `query:"promote" default:"true" doc:"when true (the default), the alias latest moves to the version (also to the existing version of a bundle uploaded before); false leaves latest where it is"`
+	body    io.ReadCloser
 }
 
 // Resolve implements huma.Resolver: it captures the body reader, bounded so that a
@@ -50,7 +52,7 @@ func (s *Server) registerBundles() {
 		Method:        http.MethodPost,
 		Path:          "/v1/bundles",
 		Summary:       "Upload a bundle",
-		Description:   "The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.",
+		Description:   "The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.",
 		Tags:          []string{"bundles"},
 		DefaultStatus: http.StatusCreated,
 		Responses: map[string]*huma.Response{
@@ -65,7 +67,7 @@ func (s *Server) registerBundles() {
 			},
 		},
 	}, RoleOperator, []problemClass{classInvalidBundle, classPayloadTooLarge, classRequestTimeout}, func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
-		res, err := s.upload(ctx, in.body)
+		res, err := s.upload(ctx, in.body, !in.Promote)
 		if err != nil {
 			return nil, err
 		}
@@ -99,10 +101,11 @@ func (s *Server) registerBundles() {
 
 // upload deploys the bundle read from body (package deploy); nothing is stored for
 // an invalid bundle.
-func (s *Server) upload(ctx context.Context, body io.Reader) (*UploadResult, error) {
-	v, created, err := deploy.Register(ctx, s.store, s.blobs, body, &deploy.Config{TempDir: s.cfg.TempDir, Limits: s.cfg.BundleLimits})
+func (s *Server) upload(ctx context.Context, body io.Reader, noPromote bool) (*UploadResult, error) {
+	v, created, err := deploy.Register(ctx, s.store, s.blobs, body, &deploy.Config{TempDir: s.cfg.TempDir, Limits: s.cfg.BundleLimits,
+		NoPromote: noPromote, Actor: actor(ctx)})
 	if err != nil {
 		return nil, err // bundle.ErrInvalid, or a *http.MaxBytesError for an archive over the limit
 	}
-	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created}, nil
+	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created, Promoted: !noPromote}, nil
 }

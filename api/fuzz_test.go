@@ -338,7 +338,15 @@ var fuzzOps = []fuzzOp{
 		if g.chance(0.1) {
 			ct = g.headerValue()
 		}
-		return c.UploadBundleWithBody(ctx, ct, bytes.NewReader(g.bundle()), ed...)
+		p := &client.UploadBundleParams{}
+		if g.chance(0.3) {
+			promote := g.chance(0.5)
+			p.Promote = &promote
+		}
+		if g.chance(0.05) {
+			ed = append(ed, setQuery("promote", g.hostile()))
+		}
+		return c.UploadBundleWithBody(ctx, p, ct, bytes.NewReader(g.bundle()), ed...)
 	}},
 	{"getBundle", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
 		return c.GetBundle(ctx, g.str(0.6, g.f.digest), ed...)
@@ -510,6 +518,9 @@ var fuzzOps = []fuzzOp{
 			}
 			fields = append(fields, `"version":`+v)
 		}
+		if g.chance(0.3) {
+			fields = append(fields, `"alias":`+g.oneOf([]string{`"latest"`, `"stable"`, g.jsonString()}))
+		}
 		if g.chance(0.8) {
 			fields = append(fields, `"input":`+g.jsonValue(5))
 		}
@@ -538,7 +549,30 @@ var fuzzOps = []fuzzOp{
 		}
 		return c.GetVersion(ctx, g.str(0.7, g.f.workflow), v, ed...)
 	}},
+	{"listAliases", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		return c.ListAliases(ctx, g.str(0.7, g.f.workflow), &client.ListAliasesParams{Cursor: g.cursor("versions"), Limit: g.limit()}, append(ed, g.rawLimit()...)...)
+	}},
+	{"getAlias", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		return c.GetAlias(ctx, g.str(0.7, g.f.workflow), g.str(0.6, g.alias()), ed...)
+	}},
+	{"setAlias", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		v := `{"version":` + strconv.FormatInt(g.int64(), 10) + `}`
+		switch g.r.IntN(6) {
+		case 0:
+			v = g.broken(v)
+		case 1:
+			v = g.jsonValue(2)
+		case 2, 3:
+			v = `{"version":` + strconv.FormatInt(1+g.r.Int64N(2), 10) + `}`
+		}
+		return c.SetAliasWithBody(ctx, g.str(0.7, g.f.workflow), g.str(0.6, g.alias()), g.contentType(), strings.NewReader(v), ed...)
+	}},
+	{"rollbackAlias", func(ctx context.Context, c *client.APIClient, g *gen, ed []client.RequestEditorFn) (*http.Response, error) {
+		return c.RollbackAlias(ctx, g.str(0.7, g.f.workflow), g.str(0.6, g.alias()), ed...)
+	}},
 }
+
+func (g *gen) alias() string { return g.oneOf([]string{"latest", "stable", "canary"}) }
 
 // gen makes values: valid ones from the target, hostile ones from lists and at
 // random. It is used by one goroutine.

@@ -82,6 +82,7 @@ var (
 	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled."}
 	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state."}
 	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
+	classNothingToRollBack    = problemClass{http.StatusConflict, "nothing_to_roll_back", "Nothing to roll back to", "The alias has no earlier version to go back to: the version it names is the first of its history, or every earlier one was rolled back already; `detail` says which version it names. Nothing changed."}
 	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
 	classPayloadTooLarge      = problemClass{http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body, or a bundle's archive or files, is over the server's limit. Nothing was stored."}
 	classUnsupportedMediaType = problemClass{http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type", "The body's Content-Type is not one the operation takes."}
@@ -96,7 +97,7 @@ var (
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
-	classInvalidRunState, classIncompatibleVersion, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+	classInvalidRunState, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
 	classClientClosed, classInternal, classUnavailable, classTimeout,
 }
 
@@ -332,6 +333,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classInvalidRunState.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the run's state does not allow this"))
 	case errors.Is(err, catalog.ErrIncompatibleVersion):
 		return classIncompatibleVersion.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the version lacks steps the run keeps"))
+	case errors.Is(err, catalog.ErrNothingToRollBack):
+		return classNothingToRollBack.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the alias has no earlier version to roll back to"))
 	case errors.Is(err, catalog.ErrLeaseLost):
 		return classLeaseLost.problem(detailOr(err, "the lease is no longer current: nothing was stored"))
 	case errors.Is(err, catalog.ErrConflict):

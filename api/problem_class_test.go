@@ -217,6 +217,12 @@ func TestProblemClasses(t *testing.T) {
 		}, check: func(t *testing.T, a classAnswer) {
 			require.Contains(t, a.problem.Detail, "a (needs nothing in the run, z in version 2)")
 		}},
+		{code: "nothing_to_roll_back", status: 409, answer: func() *http.Response {
+			// hello has one version: latest has nothing before it.
+			return do(http.MethodPost, srv+"/v1/workflows/hello/aliases/latest/rollback", operatorToken, "", nil, nil)
+		}, check: func(t *testing.T, a classAnswer) {
+			require.Contains(t, a.problem.Detail, "names version 1")
+		}},
 		{code: "lease_lost", status: 409, answer: func() *http.Response {
 			return do(http.MethodPut, srv+"/v1/runs/"+run.ID+"/steps/greet/checkpoint", staleLease, "application/json", []byte(`{"n":1}`), nil)
 		}},

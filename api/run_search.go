@@ -54,7 +54,7 @@ func (f *RunFilterParams) listParams(where string) (*catalog.RunListParams, erro
 		p.Parent = id
 	}
 	for i, l := range f.Labels {
-		loc := where+"label[" + strconv.Itoa(i) + "]"
+		loc := where + "label[" + strconv.Itoa(i) + "]"
 		k, v, ok := strings.Cut(l, "=")
 		if !ok {
 			bad(loc, "expected key=value", l)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -89,7 +90,8 @@ func utc(t *time.Time) *time.Time {
 
 // StartRunBody is the body of POST /v1/workflows/{name}/runs.
 type StartRunBody struct {
-	Version int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; the latest when absent or 0"`
+	Version int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; when absent or 0, the version alias names"`
+	Alias   string            `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version"`
 	Input   json.RawMessage   `json:"input,omitempty" doc:"the run's input, any JSON value"`
 	Labels  map[string]string `json:"labels,omitempty" maxProperties:"32" doc:"labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8"`
 }
@@ -133,7 +135,7 @@ func (s *Server) registerRuns() {
 		Method:        http.MethodPost,
 		Path:          "/v1/workflows/{name}/runs",
 		Summary:       "Start a run",
-		Description:   "Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.",
+		Description:   "Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.",
 		Tags:          []string{"runs"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
@@ -146,22 +148,31 @@ func (s *Server) registerRuns() {
 		if in.Body != nil {
 			body = *in.Body
 		}
-		// One statement resolves the version (the latest unless given) and creates
-		// the run from the steps the version recorded at upload.
+		if body.Version > 0 && body.Alias != "" {
+			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body.alias",
+				Message: "give a version or an alias, not both", Value: body.Alias}}}
+		}
 		if err := checkLabels(body.Labels); err != nil {
 			return nil, err
 		}
-		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Input: body.Input, Labels: body.Labels}
+		// One statement resolves the version (given, or the one the alias names:
+		// latest unless given) and creates the run from the steps the version
+		// recorded at upload.
+		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Alias: body.Alias, Input: body.Input, Labels: body.Labels}
 		if in.IdempotencyKey != "" {
 			p.IdempotencyScope = "start_run:" + in.Name
 			p.IdempotencyKey = in.IdempotencyKey
-			p.RequestHash = requestHash(in.Name, body.Version, body.Input, body.Labels)
+			p.RequestHash = requestHash(in.Name, &body)
 		}
 		run, _, err := s.store.RunCreate(ctx, p)
 		switch {
 		case errors.Is(err, catalog.ErrNotFound) && body.Version > 0:
 			return nil, withDetail(err, "workflow %q has no version %d", in.Name, body.Version)
 		case errors.Is(err, catalog.ErrNotFound):
+			alias := cmp.Or(body.Alias, catalog.AliasLatest)
+			if _, werr := s.store.WorkflowGet(ctx, in.Name); werr == nil {
+				return nil, withDetail(err, "workflow %q has no alias %q: promote a version to it first", in.Name, alias)
+			}
 			return nil, withDetail(err, "no workflow %q: deploy a bundle first", in.Name)
 		case err != nil:
 			return nil, err
@@ -362,20 +373,22 @@ func (s *Server) workflowAnswer(ctx context.Context, name string) (*workflowOutp
 	return &workflowOutput{Body: workflowOf(w)}, nil
 }
 
-// requestHash identifies a start-run request for idempotency.
-// (Labels are left out when there are none, so that the hash of a request without
-// labels is the one it had before labels existed.)
-func requestHash(name string, version int, input json.RawMessage, labels map[string]string) string {
+// requestHash identifies a start-run request for idempotency. (An alias and labels
+// are left out when there are none, so that the hash of a request without them is
+// the one it had before they existed.)
+func requestHash(name string, body *StartRunBody) string {
 	h := sha256.New()
+	labels := body.Labels
 	if len(labels) == 0 {
 		labels = nil
 	}
 	b, _ := json.Marshal(struct {
 		Name    string            `json:"name"`
 		Version int               `json:"version"`
+		Alias   string            `json:"alias,omitempty"`
 		Input   json.RawMessage   `json:"input"`
 		Labels  map[string]string `json:"labels,omitempty"`
-	}{name, version, compactJSON(input), labels})
+	}{name, body.Version, body.Alias, compactJSON(body.Input), labels})
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -159,6 +159,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	}
 	s.registerHealth()
 	s.registerWorkflows()
+	s.registerAliases()
 	s.registerRuns()
 	s.registerOperations()
 	s.registerRetry()

@@ -14,14 +14,15 @@ import (
 
 // Workflow is a named workflow.
 type Workflow struct {
-	Name          string     `json:"name" doc:"workflow name"`
-	Description   string     `json:"description" doc:"description from the newest version's manifest"`
-	LatestVersion int        `json:"latest_version" doc:"newest version number"`
-	CreatedAt     time.Time  `json:"created_at" doc:"when version 1 was uploaded"`
-	UpdatedAt     time.Time  `json:"updated_at" doc:"when the newest version was uploaded"`
-	Paused        bool       `json:"paused" doc:"true while the workflow is paused (POST …/pause): its new runs are created paused"`
-	PausedBy      *string    `json:"paused_by" doc:"the name of the token that paused it; null unless paused"`
-	PausedAt      *time.Time `json:"paused_at" doc:"when it was paused; null unless paused"`
+	Name          string         `json:"name" doc:"workflow name"`
+	Description   string         `json:"description" doc:"description from the newest version's manifest"`
+	LatestVersion int            `json:"latest_version" doc:"the version the alias latest names: what a run started without a version or alias gets (deploy moves it unless ?promote=false); 0 when latest names none"`
+	Aliases       map[string]int `json:"aliases" doc:"every alias of the workflow and the version it names, such as {\"latest\": 3, \"stable\": 2}"`
+	CreatedAt     time.Time      `json:"created_at" doc:"when version 1 was uploaded"`
+	UpdatedAt     time.Time      `json:"updated_at" doc:"when the newest version was uploaded"`
+	Paused        bool           `json:"paused" doc:"true while the workflow is paused (POST …/pause): its new runs are created paused"`
+	PausedBy      *string        `json:"paused_by" doc:"the name of the token that paused it; null unless paused"`
+	PausedAt      *time.Time     `json:"paused_at" doc:"when it was paused; null unless paused"`
 }
 
 // Version is an immutable version of a workflow.
@@ -36,7 +37,11 @@ type Version struct {
 }
 
 func workflowOf(w *catalog.Workflow) Workflow {
-	return Workflow{Name: w.Name, Description: w.Description, LatestVersion: w.LatestVersion,
+	aliases := map[string]int(w.Aliases)
+	if aliases == nil {
+		aliases = map[string]int{}
+	}
+	return Workflow{Name: w.Name, Description: w.Description, LatestVersion: w.LatestVersion, Aliases: aliases,
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(),
 		Paused: w.Paused, PausedBy: w.PausedBy, PausedAt: utc(w.PausedAt)}
 }

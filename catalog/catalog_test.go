@@ -83,7 +83,13 @@ func TestVersionRegisterConsecutive(t *testing.T) {
 		require.True(t, seen[v], "version %d missing", v)
 	}
 
-	// The same digest again is the same version.
+	// latest names the highest: each registration moved it while holding the
+	// workflow's row lock, so they moved it in the order of their numbers.
+	w, err := tb.store.WorkflowGet(ctx, "wf")
+	require.NoError(t, err)
+	require.Equal(t, n, w.LatestVersion)
+
+	// The same digest again is the same version, and latest again.
 	d := fakeDigest("bundle-3")
 	v, created, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{
 		Workflow: "wf", Digest: d, Size: 1, BlobKey: "k", Definition: json.RawMessage(`{}`), Fingerprint: d,
@@ -91,9 +97,9 @@ func TestVersionRegisterConsecutive(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, versions[3], v.Version)
-	w, err := tb.store.WorkflowGet(ctx, "wf")
+	w, err = tb.store.WorkflowGet(ctx, "wf")
 	require.NoError(t, err)
-	require.Equal(t, n, w.LatestVersion)
+	require.Equal(t, versions[3], w.LatestVersion)
 }
 
 // diamond: a → (b, c) → d

@@ -58,6 +58,9 @@ const (
 	// sqlstateInvalidArgument: an argument names something that does not exist in
 	// the run or workflow (an unknown step). The message names it.
 	sqlstateInvalidArgument pq.ErrorCode = "CA422"
+	// sqlstateNothingToRollBack: an alias has no earlier version to go back to
+	// (cairn_alias_rollback). The message says which version it names.
+	sqlstateNothingToRollBack pq.ErrorCode = "CAA09"
 )
 
 // ErrRunState means the run is not in a state the action applies to (retrying a
@@ -108,6 +111,8 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrRunState, err)
 		case sqlstateIncompatibleVersion:
 			return fmt.Errorf("%w: %w", ErrIncompatibleVersion, err)
+		case sqlstateNothingToRollBack:
+			return fmt.Errorf("%w: %w", ErrNothingToRollBack, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text

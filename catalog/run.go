@@ -37,10 +37,10 @@ ON CONFLICT (scope, key) DO NOTHING`
 SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
 
 	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
-	// version ($3, or the latest when 0), then inserts the run, its steps (the
-	// version's layout: parallel arrays, needs comma-joined, keys cannot hold
-	// commas), the DAG's edges, the run.created event (seq 1), and wakes the
-	// dispatchers. Foreign keys are checked at the end of the statement,
+	// version ($3; when 0, the one alias $7 names, latest when $7 is ''), then
+	// inserts the run (input $4, labels $5, parent $6), its steps (the version's
+	// layout: parallel arrays, needs comma-joined, keys cannot hold commas), the
+	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
 	//
 	// A run of a paused workflow is created paused (pause_reason workflow, its steps
@@ -57,7 +57,7 @@ WITH w AS (
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
-                           THEN (SELECT w.latest_version FROM workflows w WHERE w.name = $2)
+                           THEN cairn_alias_version($2, coalesce(nullif($7::text, ''), 'latest'))
                            ELSE $3::integer END
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
@@ -181,9 +181,13 @@ type NewStep struct {
 // RunCreateParams describe a run to create.
 type RunCreateParams struct {
 	Workflow string
-	// Version to run; 0 means the latest.
+	// Version to run; 0 means the one Alias names.
 	Version int
-	Input   json.RawMessage
+	// Alias, when Version is 0, is the alias whose version to run, resolved in the
+	// statement that creates the run; "" means latest. The run is pinned to the
+	// version it got: moving the alias later does not move the run.
+	Alias string
+	Input json.RawMessage
 	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
 	// nil.
 	Labels Labels
@@ -199,8 +203,9 @@ type RunCreateParams struct {
 
 // RunCreate commits a run, all its step rows, its first event and the idempotency
 // record in one transaction, then wakes dispatchers. created is false when an earlier
-// request with the same idempotency key made the run. ErrNotFound if the workflow or
-// version does not exist; ErrInvalidInput if a label breaks the rules.
+// request with the same idempotency key made the run. ErrNotFound if the workflow,
+// the version or the alias does not exist; ErrInvalidInput if a label breaks the
+// rules.
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
 	if err := p.Labels.check(); err != nil {
 		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
@@ -213,7 +218,7 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	if p.Parent != uuid.Nil {
 		parent = p.Parent
 	}
-	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent}
+	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent, p.Alias}
 	if p.IdempotencyKey == "" {
 		run = &Run{}
 		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {

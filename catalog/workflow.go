@@ -20,7 +20,9 @@ ON CONFLICT (digest) DO NOTHING`
 SELECT digest, size, blob_key, created_at FROM bundles WHERE digest = $1`
 
 	// Bumping latest_version takes the workflow's row lock, so concurrent uploads of
-	// one workflow get consecutive numbers, none lost and none shared.
+	// one workflow get consecutive numbers, none lost and none shared. The column is
+	// the highest number given out; the version runs start on is the alias latest
+	// (migration 00007).
 	sqlWorkflowBumpVersion = `
 INSERT INTO workflows (name, latest_version, description) VALUES ($1, 1, $2)
 ON CONFLICT (name) DO UPDATE
@@ -47,12 +49,10 @@ SELECT ` + versionColumns + `
 FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
 WHERE v.workflow = $1 AND v.version = $2`
 
-	sqlVersionLatest = `
+	sqlVersionByAlias = `
 SELECT ` + versionColumns + `
-FROM workflows w
-JOIN workflow_versions v ON v.workflow = w.name AND v.version = w.latest_version
-JOIN bundles b ON b.digest = v.bundle_digest
-WHERE w.name = $1`
+FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
+WHERE v.workflow = $1 AND v.version = cairn_alias_version($1, $2)`
 
 	sqlVersionList = `
 SELECT ` + versionColumns + `
@@ -61,17 +61,21 @@ WHERE v.workflow = $1 AND ($2::integer = 0 OR v.version < $2)
 ORDER BY v.version DESC
 LIMIT $3`
 
-	workflowColumns = `name, description, latest_version, created_at, updated_at, paused, paused_by, paused_at`
+	// latest_version is the version the alias latest names (0: none), aliases all
+	// of them as a JSON object.
+	workflowColumns = `w.name, w.description, coalesce(cairn_alias_version(w.name, 'latest'), 0) AS latest_version,
+(SELECT coalesce(jsonb_object_agg(a.alias, a.version), '{}') FROM workflow_aliases a WHERE a.workflow = w.name) AS aliases,
+w.created_at, w.updated_at, w.paused, w.paused_by, w.paused_at`
 
 	sqlWorkflowPause  = `SELECT cairn_workflow_pause($1, $2, $3)`
 	sqlWorkflowResume = `SELECT cairn_workflow_resume($1, $2, $3)`
 
-	sqlWorkflowGet = `SELECT ` + workflowColumns + ` FROM workflows WHERE name = $1`
+	sqlWorkflowGet = `SELECT ` + workflowColumns + ` FROM workflows w WHERE w.name = $1`
 
 	sqlWorkflowList = `
-SELECT ` + workflowColumns + ` FROM workflows
-WHERE name > $1
-ORDER BY name
+SELECT ` + workflowColumns + ` FROM workflows w
+WHERE w.name > $1
+ORDER BY w.name
 LIMIT $2`
 )
 
@@ -83,13 +87,17 @@ type Bundle struct {
 	CreatedAt time.Time `db:"created_at"`
 }
 
-// Workflow is a named workflow and its newest version number.
+// Workflow is a named workflow and its aliases.
 type Workflow struct {
-	Name          string    `db:"name"`
-	Description   string    `db:"description"`
-	LatestVersion int       `db:"latest_version"`
-	CreatedAt     time.Time `db:"created_at"`
-	UpdatedAt     time.Time `db:"updated_at"`
+	Name        string `db:"name"`
+	Description string `db:"description"`
+	// LatestVersion is the version the alias latest names; 0 when it names none
+	// (every version was deployed without promoting).
+	LatestVersion int `db:"latest_version"`
+	// Aliases maps each alias of the workflow to the version it names.
+	Aliases   AliasVersions `db:"aliases"`
+	CreatedAt time.Time     `db:"created_at"`
+	UpdatedAt time.Time     `db:"updated_at"`
 	// Paused is true while the workflow is paused (WorkflowPause): its new runs are
 	// created paused. PausedBy and PausedAt say who paused it and when.
 	Paused   bool       `db:"paused"`
@@ -120,11 +128,19 @@ type VersionRegisterParams struct {
 	Fingerprint string
 	// Steps are what a run of the version starts with.
 	Steps []NewStep
+	// NoPromote leaves the alias latest where it is. By default, latest is moved
+	// to the version (the new one, or the existing one of a digest registered
+	// before) in the same transaction.
+	NoPromote bool
+	// Actor is who deploys (the token's name), recorded with the move of latest.
+	Actor string
 }
 
 // VersionRegister records the bundle and the next version of its workflow in one
-// transaction. A digest registered before returns its existing version and
-// created=false; concurrent registrations of one workflow get consecutive numbers.
+// transaction, and (unless p.NoPromote) moves the alias latest to it. A digest
+// registered before returns its existing version and created=false (latest is moved
+// back to it all the same); concurrent registrations of one workflow get
+// consecutive numbers.
 func (s *Store) VersionRegister(ctx context.Context, p *VersionRegisterParams) (v *Version, created bool, err error) {
 	// A concurrent upload of the same digest makes the insert below conflict; the
 	// second try then finds the version the other one registered.
@@ -149,7 +165,7 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		}
 		err := tx.GetContext(ctx, &out, sqlVersionByDigest, p.Digest)
 		if err == nil {
-			return nil
+			return promote(ctx, tx, p, &out)
 		}
 		if err = translateError(err); !errors.Is(err, ErrNotFound) {
 			return err
@@ -164,12 +180,24 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 			return err
 		}
 		created = true
-		return tx.GetContext(ctx, &out, sqlVersionGet, p.Workflow, next)
+		if err := tx.GetContext(ctx, &out, sqlVersionGet, p.Workflow, next); err != nil {
+			return err
+		}
+		return promote(ctx, tx, p, &out)
 	})
 	if err != nil {
 		return nil, false, err
 	}
 	return &out, created, nil
+}
+
+// promote moves latest to the registered version v, unless p says not to.
+func promote(ctx context.Context, tx *sqlx.Tx, p *VersionRegisterParams, v *Version) error {
+	if p.NoPromote {
+		return nil
+	}
+	_, err := aliasSet(ctx, tx, &AliasSetParams{Workflow: v.Workflow, Alias: AliasLatest, Version: v.Version, Kind: AliasDeploy, Actor: p.Actor})
+	return err
 }
 
 // BundleGet returns the bundle with digest; ErrNotFound if none.
@@ -181,13 +209,13 @@ func (s *Store) BundleGet(ctx context.Context, digest string) (*Bundle, error) {
 	return &b, nil
 }
 
-// VersionGet returns a version of a workflow; version 0 means the latest.
-// ErrNotFound if the workflow or version does not exist.
+// VersionGet returns a version of a workflow; version 0 means the one the alias
+// latest names. ErrNotFound if the workflow or version does not exist.
 func (s *Store) VersionGet(ctx context.Context, workflow string, version int) (*Version, error) {
 	var v Version
 	var err error
 	if version == 0 {
-		err = s.db.GetContext(ctx, &v, sqlVersionLatest, workflow)
+		err = s.db.GetContext(ctx, &v, sqlVersionByAlias, workflow, AliasLatest)
 	} else {
 		err = s.db.GetContext(ctx, &v, sqlVersionGet, workflow, version)
 	}

@@ -18,6 +18,27 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for AliasChangeKind.
+const (
+	Deploy   AliasChangeKind = "deploy"
+	Promote  AliasChangeKind = "promote"
+	Rollback AliasChangeKind = "rollback"
+)
+
+// Valid indicates whether the value is a known member of the AliasChangeKind enum.
+func (e AliasChangeKind) Valid() bool {
+	switch e {
+	case Deploy:
+		return true
+	case Promote:
+		return true
+	case Rollback:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AttemptStatus.
 const (
 	AttemptStatusCanceled    AttemptStatus = "canceled"
@@ -315,6 +336,46 @@ func (e ListRunsParamsStatus) Valid() bool {
 	}
 }
 
+// Alias defines model for Alias.
+type Alias struct {
+	// Alias alias name
+	Alias string `json:"alias"`
+
+	// History its most recent changes, newest first; only on a single alias
+	History *[]AliasChange `json:"history,omitempty"`
+
+	// UpdatedAt when the alias last changed
+	UpdatedAt time.Time `json:"updated_at"`
+
+	// UpdatedBy who changed it last: the token's name (migration: made by the upgrade that introduced aliases)
+	UpdatedBy string `json:"updated_by"`
+
+	// Version the version the alias names
+	Version int64 `json:"version"`
+
+	// Workflow workflow name
+	Workflow string `json:"workflow"`
+}
+
+// AliasChange defines model for AliasChange.
+type AliasChange struct {
+	// Actor who made the change: the token's name
+	Actor     string    `json:"actor"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Kind deploy: a deploy moved latest; promote: PUT …/aliases/{alias}; rollback: POST …/aliases/{alias}/rollback
+	Kind AliasChangeKind `json:"kind"`
+
+	// PreviousVersion the version it named before; null when the change created the alias
+	PreviousVersion *int64 `json:"previous_version"`
+
+	// Version the version the alias named after the change
+	Version int64 `json:"version"`
+}
+
+// AliasChangeKind deploy: a deploy moved latest; promote: PUT …/aliases/{alias}; rollback: POST …/aliases/{alias}/rollback
+type AliasChangeKind string
+
 // Attempt defines model for Attempt.
 type Attempt struct {
 	// Counted false for attempts handed back at shutdown: they do not use up max_attempts
@@ -431,6 +492,15 @@ type ItemsOutputAttemptBody struct {
 // ItemsOutputStepBody defines model for ItemsOutputStepBody.
 type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
+}
+
+// ListAlias defines model for ListAlias.
+type ListAlias struct {
+	// Items this page
+	Items *[]Alias `json:"items"`
+
+	// NextCursor cursor of the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // ListEvent defines model for ListEvent.
@@ -679,15 +749,24 @@ type RunFilterParams struct {
 // RunFilterParamsStatus only runs in this state
 type RunFilterParamsStatus string
 
+// SetAliasBody defines model for SetAliasBody.
+type SetAliasBody struct {
+	// Version the version the alias is to name
+	Version int64 `json:"version"`
+}
+
 // StartRunBody defines model for StartRunBody.
 type StartRunBody struct {
+	// Alias alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version
+	Alias *string `json:"alias,omitempty"`
+
 	// Input the run's input, any JSON value
 	Input interface{} `json:"input,omitempty"`
 
 	// Labels labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8
 	Labels *map[string]string `json:"labels,omitempty"`
 
-	// Version version to run; the latest when absent or 0
+	// Version version to run; when absent or 0, the version alias names
 	Version *int64 `json:"version,omitempty"`
 }
 
@@ -734,6 +813,9 @@ type UploadResult struct {
 	// Fingerprint sha256 of the normalized definition
 	Fingerprint string `json:"fingerprint"`
 
+	// Promoted true when the alias latest names this version now (the default), false with ?promote=false
+	Promoted bool `json:"promoted"`
+
 	// Size size of the stored canonical archive in bytes
 	Size     int64  `json:"size"`
 	Version  int64  `json:"version"`
@@ -766,13 +848,16 @@ type Version struct {
 
 // Workflow defines model for Workflow.
 type Workflow struct {
+	// Aliases every alias of the workflow and the version it names, such as {"latest": 3, "stable": 2}
+	Aliases map[string]int64 `json:"aliases"`
+
 	// CreatedAt when version 1 was uploaded
 	CreatedAt time.Time `json:"created_at"`
 
 	// Description description from the newest version's manifest
 	Description string `json:"description"`
 
-	// LatestVersion newest version number
+	// LatestVersion the version the alias latest names: what a run started without a version or alias gets (deploy moves it unless ?promote=false); 0 when latest names none
 	LatestVersion int64 `json:"latest_version"`
 
 	// Name workflow name
@@ -789,6 +874,12 @@ type Workflow struct {
 
 	// UpdatedAt when the newest version was uploaded
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// UploadBundleParams defines parameters for UploadBundle.
+type UploadBundleParams struct {
+	// Promote when true (the default), the alias latest moves to the version (also to the existing version of a bundle uploaded before); false leaves latest where it is
+	Promote *bool `form:"promote,omitempty" json:"promote,omitempty"`
 }
 
 // ListOperationRunsParams defines parameters for ListOperationRuns.
@@ -893,6 +984,15 @@ type ListWorkflowsParams struct {
 	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListAliasesParams defines parameters for ListAliases.
+type ListAliasesParams struct {
+	// Cursor next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit page size
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
 // StartRunParams defines parameters for StartRun.
 type StartRunParams struct {
 	// IdempotencyKey makes the request safe to retry
@@ -928,6 +1028,9 @@ type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
 
 // BulkRunsJSONRequestBody defines body for BulkRuns for application/json ContentType.
 type BulkRunsJSONRequestBody = BulkBody
+
+// SetAliasJSONRequestBody defines body for SetAlias for application/json ContentType.
+type SetAliasJSONRequestBody = SetAliasBody
 
 // PauseWorkflowJSONRequestBody defines body for PauseWorkflow for application/json ContentType.
 type PauseWorkflowJSONRequestBody = ControlBody
@@ -1028,14 +1131,14 @@ type ClientInterface interface {
 
 	// UploadBundleWithBody Upload a bundle
 	//
-	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.
+	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
 	//
 	// Requires the `operator` role.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/bundles (the `UploadBundle` operationId).
-	UploadBundleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	UploadBundleWithBody(ctx context.Context, params *UploadBundleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetBundle Download a bundle
 	//
@@ -1300,6 +1403,55 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/workflows/{name} (the `GetWorkflow` operationId).
 	GetWorkflow(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListAliases List a workflow's aliases
+	//
+	// Aliases ordered by name, keyset-paginated.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/workflows/{name}/aliases (the `ListAliases` operationId).
+	ListAliases(ctx context.Context, name string, params *ListAliasesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetAlias Get an alias with its recent history
+	//
+	// The version the alias names and its last 20 changes, newest first, each with its actor.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/workflows/{name}/aliases/{alias} (the `GetAlias` operationId).
+	GetAlias(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetAliasWithBody Point an alias at a version (promote)
+	//
+	// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+	SetAliasWithBody(ctx context.Context, name string, alias string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SetAlias Point an alias at a version (promote)
+	//
+	// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+	SetAlias(ctx context.Context, name string, alias string, body SetAliasJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RollbackAlias Move an alias back to its previous version
+	//
+	// Moves the alias back to the version it named before its current one, and records the change with the token's name. Repeated rollbacks walk further back through the alias's history (a version rolled away from is not returned to). Runs already created keep their version. An alias with no earlier version is a 409 nothing_to_roll_back.
+	//
+	// Requires the `operator` role.
+	//
+	// Corresponds with POST /v1/workflows/{name}/aliases/{alias}/rollback (the `RollbackAlias` operationId).
+	RollbackAlias(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PauseWorkflowWithBody Pause a workflow
 	//
 	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
@@ -1346,7 +1498,7 @@ type ClientInterface interface {
 
 	// StartRunWithBody Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+	// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -1357,7 +1509,7 @@ type ClientInterface interface {
 
 	// StartRun Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+	// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -1419,15 +1571,15 @@ func (c *APIClient) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (
 
 // UploadBundleWithBody Upload a bundle
 //
-// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.
+// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
 //
 // Requires the `operator` role.
 //
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/bundles (the `UploadBundle` operationId).
-func (c *APIClient) UploadBundleWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewUploadBundleRequestWithBody(c.Server, contentType, body)
+func (c *APIClient) UploadBundleWithBody(ctx context.Context, params *UploadBundleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewUploadBundleRequestWithBody(c.Server, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -1971,6 +2123,105 @@ func (c *APIClient) GetWorkflow(ctx context.Context, name string, reqEditors ...
 	return c.Client.Do(req)
 }
 
+// ListAliases List a workflow's aliases
+//
+// Aliases ordered by name, keyset-paginated.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/workflows/{name}/aliases (the `ListAliases` operationId).
+func (c *APIClient) ListAliases(ctx context.Context, name string, params *ListAliasesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAliasesRequest(c.Server, name, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetAlias Get an alias with its recent history
+//
+// The version the alias names and its last 20 changes, newest first, each with its actor.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/workflows/{name}/aliases/{alias} (the `GetAlias` operationId).
+func (c *APIClient) GetAlias(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetAliasRequest(c.Server, name, alias)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetAliasWithBody Point an alias at a version (promote)
+//
+// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+func (c *APIClient) SetAliasWithBody(ctx context.Context, name string, alias string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetAliasRequestWithBody(c.Server, name, alias, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SetAlias Point an alias at a version (promote)
+//
+// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+func (c *APIClient) SetAlias(ctx context.Context, name string, alias string, body SetAliasJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSetAliasRequest(c.Server, name, alias, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RollbackAlias Move an alias back to its previous version
+//
+// Moves the alias back to the version it named before its current one, and records the change with the token's name. Repeated rollbacks walk further back through the alias's history (a version rolled away from is not returned to). Runs already created keep their version. An alias with no earlier version is a 409 nothing_to_roll_back.
+//
+// Requires the `operator` role.
+//
+// Corresponds with POST /v1/workflows/{name}/aliases/{alias}/rollback (the `RollbackAlias` operationId).
+func (c *APIClient) RollbackAlias(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollbackAliasRequest(c.Server, name, alias)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PauseWorkflowWithBody Pause a workflow
 //
 // Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
@@ -2057,7 +2308,7 @@ func (c *APIClient) ResumeWorkflow(ctx context.Context, name string, body Resume
 
 // StartRunWithBody Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -2078,7 +2329,7 @@ func (c *APIClient) StartRunWithBody(ctx context.Context, name string, params *S
 
 // StartRun Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -2188,7 +2439,7 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 }
 
 // NewUploadBundleRequestWithBody constructs an http.Request for the UploadBundle method, with any body, and a specified content type
-func NewUploadBundleRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+func NewUploadBundleRequestWithBody(server string, params *UploadBundleParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -2204,6 +2455,33 @@ func NewUploadBundleRequestWithBody(server string, contentType string, body io.R
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Promote != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "promote", *params.Promote, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
@@ -3371,6 +3649,215 @@ func NewGetWorkflowRequest(server string, name string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListAliasesRequest constructs an http.Request for the ListAliases method
+func NewListAliasesRequest(server string, name string, params *ListAliasesParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/aliases", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetAliasRequest constructs an http.Request for the GetAlias method
+func NewGetAliasRequest(server string, name string, alias string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "alias", alias, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/aliases/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewSetAliasRequest calls the generic SetAlias builder with application/json body
+func NewSetAliasRequest(server string, name string, alias string, body SetAliasJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSetAliasRequestWithBody(server, name, alias, "application/json", bodyReader)
+}
+
+// NewSetAliasRequestWithBody constructs an http.Request for the SetAlias method, with any body, and a specified content type
+func NewSetAliasRequestWithBody(server string, name string, alias string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "alias", alias, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/aliases/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewRollbackAliasRequest constructs an http.Request for the RollbackAlias method
+func NewRollbackAliasRequest(server string, name string, alias string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "alias", alias, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/workflows/%s/aliases/%s/rollback", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPauseWorkflowRequest calls the generic PauseWorkflow builder with application/json body
 func NewPauseWorkflowRequest(server string, name string, body PauseWorkflowJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3705,14 +4192,14 @@ type ClientWithResponsesInterface interface {
 
 	// UploadBundleWithBodyWithResponse Upload a bundle
 	//
-	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.
+	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
 	//
 	// Requires the `operator` role.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/bundles (the `UploadBundle` operationId).
-	UploadBundleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadBundleResponse, error)
+	UploadBundleWithBodyWithResponse(ctx context.Context, params *UploadBundleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadBundleResponse, error)
 
 	// GetBundleWithResponse Download a bundle
 	//
@@ -4003,6 +4490,61 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/workflows/{name} (the `GetWorkflow` operationId).
 	GetWorkflowWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*GetWorkflowResponse, error)
 
+	// ListAliasesWithResponse List a workflow's aliases
+	//
+	// Aliases ordered by name, keyset-paginated.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workflows/{name}/aliases (the `ListAliases` operationId).
+	ListAliasesWithResponse(ctx context.Context, name string, params *ListAliasesParams, reqEditors ...RequestEditorFn) (*ListAliasesResponse, error)
+
+	// GetAliasWithResponse Get an alias with its recent history
+	//
+	// The version the alias names and its last 20 changes, newest first, each with its actor.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/workflows/{name}/aliases/{alias} (the `GetAlias` operationId).
+	GetAliasWithResponse(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*GetAliasResponse, error)
+
+	// SetAliasWithBodyWithResponse Point an alias at a version (promote)
+	//
+	// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+	SetAliasWithBodyWithResponse(ctx context.Context, name string, alias string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetAliasResponse, error)
+
+	// SetAliasWithResponse Point an alias at a version (promote)
+	//
+	// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+	SetAliasWithResponse(ctx context.Context, name string, alias string, body SetAliasJSONRequestBody, reqEditors ...RequestEditorFn) (*SetAliasResponse, error)
+
+	// RollbackAliasWithResponse Move an alias back to its previous version
+	//
+	// Moves the alias back to the version it named before its current one, and records the change with the token's name. Repeated rollbacks walk further back through the alias's history (a version rolled away from is not returned to). Runs already created keep their version. An alias with no earlier version is a 409 nothing_to_roll_back.
+	//
+	// Requires the `operator` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/workflows/{name}/aliases/{alias}/rollback (the `RollbackAlias` operationId).
+	RollbackAliasWithResponse(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*RollbackAliasResponse, error)
+
 	// PauseWorkflowWithBodyWithResponse Pause a workflow
 	//
 	// Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
@@ -4049,7 +4591,7 @@ type ClientWithResponsesInterface interface {
 
 	// StartRunWithBodyWithResponse Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+	// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -4060,7 +4602,7 @@ type ClientWithResponsesInterface interface {
 
 	// StartRunWithResponse Start a run
 	//
-	// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+	// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 	//
 	// Requires the `operator` role.
 	//
@@ -4227,6 +4769,8 @@ type UploadBundleResponse struct {
 	ApplicationproblemJSON408 *Problem
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
 	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -4272,6 +4816,11 @@ func (r UploadBundleResponse) GetApplicationproblemJSON408() *Problem {
 // GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
 func (r UploadBundleResponse) GetApplicationproblemJSON413() *Problem {
 	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r UploadBundleResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -6531,6 +7080,436 @@ func (r GetWorkflowResponse) ContentType() string {
 	return ""
 }
 
+// ListAliasesResponse503Headers the declared response headers of an HTTP 503 response for ListAliases
+type ListAliasesResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListAliasesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListAlias
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListAliasesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAliasesResponse) GetJSON200() *ListAlias {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListAliasesResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAliasesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAliasesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAliasesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAliasesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetAliasResponse503Headers the declared response headers of an HTTP 503 response for GetAlias
+type GetAliasResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetAliasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Alias
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetAliasResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetAliasResponse) GetJSON200() *Alias {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetAliasResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetAliasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetAliasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetAliasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetAliasResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SetAliasResponse503Headers the declared response headers of an HTTP 503 response for SetAlias
+type SetAliasResponse503Headers struct {
+	RetryAfter *int
+}
+
+type SetAliasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Alias
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SetAliasResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SetAliasResponse) GetJSON200() *Alias {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r SetAliasResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r SetAliasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SetAliasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SetAliasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SetAliasResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RollbackAliasResponse503Headers the declared response headers of an HTTP 503 response for RollbackAlias
+type RollbackAliasResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RollbackAliasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Alias
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RollbackAliasResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RollbackAliasResponse) GetJSON200() *Alias {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r RollbackAliasResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r RollbackAliasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RollbackAliasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollbackAliasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollbackAliasResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PauseWorkflowResponse503Headers the declared response headers of an HTTP 503 response for PauseWorkflow
 type PauseWorkflowResponse503Headers struct {
 	RetryAfter *int
@@ -7153,15 +8132,15 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 
 // UploadBundleWithBodyWithResponse Upload a bundle
 //
-// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered. 201 for a new version, 200 with the existing version for a bundle uploaded before.
+// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
 //
 // Requires the `operator` role.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/bundles (the `UploadBundle` operationId).
-func (c *ClientWithResponses) UploadBundleWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadBundleResponse, error) {
-	rsp, err := c.UploadBundleWithBody(ctx, contentType, body, reqEditors...)
+func (c *ClientWithResponses) UploadBundleWithBodyWithResponse(ctx context.Context, params *UploadBundleParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*UploadBundleResponse, error) {
+	rsp, err := c.UploadBundleWithBody(ctx, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -7619,6 +8598,91 @@ func (c *ClientWithResponses) GetWorkflowWithResponse(ctx context.Context, name 
 	return ParseGetWorkflowResponse(rsp)
 }
 
+// ListAliasesWithResponse List a workflow's aliases
+//
+// Aliases ordered by name, keyset-paginated.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workflows/{name}/aliases (the `ListAliases` operationId).
+func (c *ClientWithResponses) ListAliasesWithResponse(ctx context.Context, name string, params *ListAliasesParams, reqEditors ...RequestEditorFn) (*ListAliasesResponse, error) {
+	rsp, err := c.ListAliases(ctx, name, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAliasesResponse(rsp)
+}
+
+// GetAliasWithResponse Get an alias with its recent history
+//
+// The version the alias names and its last 20 changes, newest first, each with its actor.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/workflows/{name}/aliases/{alias} (the `GetAlias` operationId).
+func (c *ClientWithResponses) GetAliasWithResponse(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*GetAliasResponse, error) {
+	rsp, err := c.GetAlias(ctx, name, alias, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetAliasResponse(rsp)
+}
+
+// SetAliasWithBodyWithResponse Point an alias at a version (promote)
+//
+// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+func (c *ClientWithResponses) SetAliasWithBodyWithResponse(ctx context.Context, name string, alias string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetAliasResponse, error) {
+	rsp, err := c.SetAliasWithBody(ctx, name, alias, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetAliasResponse(rsp)
+}
+
+// SetAliasWithResponse Point an alias at a version (promote)
+//
+// Creates the alias or moves it to the version, and records the change with the token's name. Runs started on the alias from then on get that version; runs already created keep theirs. An alias that names the version already is left as it is. A version the workflow does not have is a 422 naming body.version.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/workflows/{name}/aliases/{alias} (the `SetAlias` operationId).
+func (c *ClientWithResponses) SetAliasWithResponse(ctx context.Context, name string, alias string, body SetAliasJSONRequestBody, reqEditors ...RequestEditorFn) (*SetAliasResponse, error) {
+	rsp, err := c.SetAlias(ctx, name, alias, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSetAliasResponse(rsp)
+}
+
+// RollbackAliasWithResponse Move an alias back to its previous version
+//
+// Moves the alias back to the version it named before its current one, and records the change with the token's name. Repeated rollbacks walk further back through the alias's history (a version rolled away from is not returned to). Runs already created keep their version. An alias with no earlier version is a 409 nothing_to_roll_back.
+//
+// Requires the `operator` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/workflows/{name}/aliases/{alias}/rollback (the `RollbackAlias` operationId).
+func (c *ClientWithResponses) RollbackAliasWithResponse(ctx context.Context, name string, alias string, reqEditors ...RequestEditorFn) (*RollbackAliasResponse, error) {
+	rsp, err := c.RollbackAlias(ctx, name, alias, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollbackAliasResponse(rsp)
+}
+
 // PauseWorkflowWithBodyWithResponse Pause a workflow
 //
 // Pauses every pending or running run of the workflow (pause_reason workflow; event run.paused with the actor) and creates its new runs paused until the workflow is resumed. Pausing a paused workflow keeps who paused it and when (200).
@@ -7689,7 +8753,7 @@ func (c *ClientWithResponses) ResumeWorkflowWithResponse(ctx context.Context, na
 
 // StartRunWithBodyWithResponse Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -7706,7 +8770,7 @@ func (c *ClientWithResponses) StartRunWithBodyWithResponse(ctx context.Context, 
 
 // StartRunWithResponse Start a run
 //
-// Starts a run of a version (the latest unless given). The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
+// Starts a run of a version: the one given, or the one an alias names (latest unless given), resolved in the statement that creates the run; the run keeps that version when the alias moves. An unknown version or alias is a 404. The run, its steps and its first event are committed before the 202. With an Idempotency-Key, the same request returns the first run; a different request under the same key is a 409 idempotency_key_reused.
 //
 // Requires the `operator` role.
 //
@@ -7901,6 +8965,13 @@ func ParseUploadBundleResponse(rsp *http.Response) (*UploadBundleResponse, error
 			return nil, err
 		}
 		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
@@ -9980,6 +11051,400 @@ func ParseGetWorkflowResponse(rsp *http.Response) (*GetWorkflowResponse, error) 
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetWorkflowResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListAliasesResponse parses an HTTP response from a ListAliasesWithResponse call
+func ParseListAliasesResponse(rsp *http.Response) (*ListAliasesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAliasesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListAlias
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListAliasesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetAliasResponse parses an HTTP response from a GetAliasWithResponse call
+func ParseGetAliasResponse(rsp *http.Response) (*GetAliasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetAliasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Alias
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetAliasResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSetAliasResponse parses an HTTP response from a SetAliasWithResponse call
+func ParseSetAliasResponse(rsp *http.Response) (*SetAliasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SetAliasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Alias
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers SetAliasResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRollbackAliasResponse parses an HTTP response from a RollbackAliasWithResponse call
+func ParseRollbackAliasResponse(rsp *http.Response) (*RollbackAliasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollbackAliasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Alias
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers RollbackAliasResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -57,12 +57,32 @@ func bearer(token string) RequestEditorFn {
 	}
 }
 
+// UploadOptions tune UploadBundleWithOptions. The zero value is what UploadBundle
+// does.
+type UploadOptions struct {
+	// NoPromote leaves the workflow's alias latest where it is (?promote=false).
+	// By default the server moves latest to the uploaded version.
+	NoPromote bool
+}
+
 // UploadBundle uploads a bundle archive (gzip-compressed tar) read from body, which
-// is streamed, never buffered whole. The result's Created is false when the same
-// bundle was uploaded before (status 200: the existing version). Errors are *Problem
+// is streamed, never buffered whole, and moves the workflow's alias latest to its
+// version. The result's Created is false when the same bundle was uploaded before
+// (status 200: the existing version, which latest names again). Errors are *Problem
 // for answers of the server (400 invalid bundle, 403 role too low, 413 too large).
 func (c *Client) UploadBundle(ctx context.Context, body io.Reader) (*UploadResult, error) {
-	resp, err := c.UploadBundleWithBodyWithResponse(ctx, "application/gzip", body)
+	return c.UploadBundleWithOptions(ctx, body, UploadOptions{})
+}
+
+// UploadBundleWithOptions is UploadBundle with options (NoPromote: deploy without
+// moving latest).
+func (c *Client) UploadBundleWithOptions(ctx context.Context, body io.Reader, opts UploadOptions) (*UploadResult, error) {
+	params := &UploadBundleParams{}
+	if opts.NoPromote {
+		promote := false
+		params.Promote = &promote
+	}
+	resp, err := c.UploadBundleWithBodyWithResponse(ctx, params, "application/gzip", body)
 	if err != nil {
 		return nil, fmt.Errorf("upload bundle: %w", err)
 	}

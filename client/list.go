@@ -65,6 +65,23 @@ func (c *Client) Workflows(ctx context.Context, p *ListWorkflowsParams) iter.Seq
 	return items(c.WorkflowPages(ctx, p), func(r *ListWorkflowsResponse) *[]Workflow { return r.JSON200.Items })
 }
 
+// AliasPages iterates over the pages of GET /v1/workflows/{name}/aliases (by
+// alias name).
+func (c *Client) AliasPages(ctx context.Context, name string, p *ListAliasesParams) iter.Seq2[*ListAliasesResponse, error] {
+	params := copyParams(p)
+	return pages(ctx, "list aliases of "+name, params.Cursor, func(cursor *string) (*ListAliasesResponse, *string, error) {
+		params.Cursor = cursor
+		resp, err := c.ListAliasesWithResponse(ctx, name, &params)
+		if err != nil {
+			return nil, nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, unexpectedAnswer(resp.StatusCode())
+		}
+		return resp, resp.JSON200.NextCursor, nil
+	})
+}
+
 // VersionPages iterates over the pages of GET /v1/workflows/{name}/versions (newest
 // first).
 func (c *Client) VersionPages(ctx context.Context, name string, p *ListVersionsParams) iter.Seq2[*ListVersionsResponse, error] {

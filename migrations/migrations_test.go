@@ -113,3 +113,46 @@ ORDER BY 1`)
 	require.NoError(t, err, "up again")
 	require.Equal(t, top, objects(), "up after down made another schema")
 }
+
+// TestAliasesBackfillLatest: migration 00007 gives every existing workflow the alias
+// latest at its newest version, so that runs started without a version go on
+// starting there.
+func TestAliasesBackfillLatest(t *testing.T) {
+	t.Parallel()
+	c := testenv.PG(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, c.CreateDatabase(ctx, "backfill"))
+	db, err := sql.Open("postgres", c.URL("backfill"))
+	require.NoError(t, err)
+	defer db.Close()
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, 6)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `
+INSERT INTO workflows (name, latest_version) VALUES ('wf', 2), ('empty', 0);
+INSERT INTO bundles (digest, size, blob_key) VALUES
+    ('sha256:' || repeat('1', 64), 1, 'k1'), ('sha256:' || repeat('2', 64), 1, 'k2');
+INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint) VALUES
+    ('wf', 1, 'sha256:' || repeat('1', 64), '{}', 'sha256:' || repeat('1', 64)),
+    ('wf', 2, 'sha256:' || repeat('2', 64), '{}', 'sha256:' || repeat('2', 64));`)
+	require.NoError(t, err)
+	_, err = provider.UpTo(ctx, 7)
+	require.NoError(t, err)
+
+	var aliases []string
+	rows, err := db.QueryContext(ctx, `SELECT workflow || ' ' || alias || ' ' || version || ' ' || updated_by FROM workflow_aliases ORDER BY 1`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var s string
+		require.NoError(t, rows.Scan(&s))
+		aliases = append(aliases, s)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"wf latest 2 migration"}, aliases)
+	var kind string
+	require.NoError(t, db.QueryRowContext(ctx, `SELECT kind FROM alias_changes WHERE workflow = 'wf'`).Scan(&kind))
+	require.Equal(t, "deploy", kind)
+}

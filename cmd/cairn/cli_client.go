@@ -25,6 +25,8 @@ const defaultCredentials = ".cairn/credentials"
 func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 	return []*cobra.Command{
 		newDeployCmd(e, stdout, stderr),
+		newPromoteCmd(e, stdout, stderr),
+		newRollbackCmd(e, stdout, stderr),
 		newWorkflowsCmd(e, stdout, stderr),
 		newVersionsCmd(e, stdout, stderr),
 		newRunCmd(e, stdout, stderr),

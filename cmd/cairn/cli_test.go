@@ -581,3 +581,65 @@ steps:
 	_, err = b.cli(t, "run", "start", "hello", "-l", "tenant")
 	require.ErrorContains(t, err, "want key=value")
 }
+
+// TestCLIPromoteRollback: deploy --no-promote leaves latest, promote moves an alias,
+// run start --version takes a number or an alias, rollback walks latest back.
+func TestCLIPromoteRollback(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	bundleDir := func(steps int) string {
+		dir := t.TempDir()
+		m := "name: shop\nsteps:\n"
+		for i := range steps {
+			m += fmt.Sprintf("  - {key: s%d, builtin: noop}\n", i)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(m), 0o644))
+		return dir
+	}
+	v1, v2 := bundleDir(1), bundleDir(2)
+	require.Equal(t, "moved to this version", deployed(t, b.mustCLI(t, "deploy", v1))["latest"])
+	second := deployed(t, b.mustCLI(t, "deploy", v2, "--no-promote"))
+	require.Equal(t, "2", second["version"])
+	require.Equal(t, "unchanged (--no-promote)", second["latest"])
+	require.Regexp(t, `(?m)^latest +1 `, b.mustCLI(t, "workflows", "aliases", "shop"))
+
+	runVersion := func(args ...string) int64 {
+		t.Helper()
+		id := strings.TrimSpace(b.mustCLI(t, append([]string{"run", "start", "shop"}, args...)...))
+		var got struct {
+			Run client.Run `json:"run"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(b.mustCLI(t, "run", "get", id, "--output", "json")), &got))
+		return got.Run.Version
+	}
+	require.EqualValues(t, 1, runVersion())
+
+	require.Equal(t, "shop latest -> version 2 (was 1)\n", b.mustCLI(t, "promote", "shop", "2"))
+	require.Equal(t, "shop stable -> version 1\n", b.mustCLI(t, "promote", "shop", "1", "--alias", "stable"))
+	require.EqualValues(t, 2, runVersion())
+	require.EqualValues(t, 1, runVersion("--version", "stable"))
+	require.EqualValues(t, 2, runVersion("--version", "2"))
+	_, err := b.cli(t, "run", "start", "shop", "--version", "canary")
+	require.ErrorContains(t, err, `workflow "shop" has no alias "canary"`)
+	_, err = b.cli(t, "promote", "shop", "stable")
+	require.ErrorContains(t, err, "not a version number")
+	_, err = b.cli(t, "promote", "shop", "9")
+	require.Equal(t, "validation_failed", client.ProblemCode(err))
+
+	aliases := b.mustCLI(t, "workflows", "aliases", "shop")
+	require.Regexp(t, `(?m)^latest +2 `, aliases)
+	require.Regexp(t, `(?m)^stable +1 `, aliases)
+
+	require.Equal(t, "shop latest -> version 1 (was 2)\n", b.mustCLI(t, "rollback", "shop"))
+	require.EqualValues(t, 1, runVersion())
+	_, err = b.cli(t, "rollback", "shop")
+	require.Equal(t, "nothing_to_roll_back", client.ProblemCode(err), "%v", err)
+	_, err = b.cli(t, "rollback", "shop", "--alias", "canary")
+	require.Equal(t, "not_found", client.ProblemCode(err), "%v", err)
+
+	// Redeploying the second bundle makes it latest again.
+	again := deployed(t, b.mustCLI(t, "deploy", v2))
+	require.Equal(t, "unchanged", again["status"])
+	require.Equal(t, "moved to this version", again["latest"])
+	require.EqualValues(t, 2, runVersion())
+}

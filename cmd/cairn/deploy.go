@@ -21,6 +21,7 @@ const progressThreshold = 4 << 20
 
 func newDeployCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	c := newCLI(e, stdout, stderr)
+	var noPromote bool
 	cmd := &cobra.Command{
 		Use:   "deploy PATH",
 		Short: "Upload a bundle: a folder (packed here) or a .tar.gz archive (sent as is)",
@@ -28,17 +29,23 @@ func newDeployCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 
 A folder is validated and packed into the canonical archive while it is uploaded;
 a file is sent as it is (the server validates it). Uploading the same files again
-answers with the existing version ("unchanged").`,
+answers with the existing version ("unchanged").
+
+The workflow's alias latest (what runs started without a version get) moves to
+the version, also to the existing version of a bundle uploaded before: redeploying
+an old bundle makes it latest again. --no-promote leaves latest where it is (cairn
+promote moves it later).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return c.deploy(cmd.Context(), args[0])
+			return c.deploy(cmd.Context(), args[0], client.UploadOptions{NoPromote: noPromote})
 		},
 	}
 	c.registerFlags(cmd)
+	cmd.Flags().BoolVar(&noPromote, "no-promote", false, "do not move the alias latest to the deployed version")
 	return cmd
 }
 
-func (c *cli) deploy(ctx context.Context, path string) error {
+func (c *cli) deploy(ctx context.Context, path string, opts client.UploadOptions) error {
 	info, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("deploy: %w", err)
@@ -49,9 +56,9 @@ func (c *cli) deploy(ctx context.Context, path string) error {
 	}
 	var res *client.UploadResult
 	if info.IsDir() {
-		res, err = c.deployDir(ctx, cl, path)
+		res, err = c.deployDir(ctx, cl, path, opts)
 	} else {
-		res, err = c.deployFile(ctx, cl, path, info)
+		res, err = c.deployFile(ctx, cl, path, info, opts)
 	}
 	if err != nil {
 		return err
@@ -60,14 +67,18 @@ func (c *cli) deploy(ctx context.Context, path string) error {
 	if !res.Created {
 		state = "unchanged"
 	}
-	fmt.Fprintf(c.stdout, "workflow: %s\nversion:  %d\ndigest:   %s\nstatus:   %s\n", res.Workflow, res.Version, res.Digest, state)
+	latest := "moved to this version"
+	if !res.Promoted {
+		latest = "unchanged (--no-promote)"
+	}
+	fmt.Fprintf(c.stdout, "workflow: %s\nversion:  %d\ndigest:   %s\nstatus:   %s\nlatest:   %s\n", res.Workflow, res.Version, res.Digest, state, latest)
 	return nil
 }
 
 // deployDir validates the folder here (so that a bad manifest is reported before
 // anything is sent), then streams its canonical archive through a pipe: the archive
 // is never held whole in memory or on disk.
-func (c *cli) deployDir(ctx context.Context, cl *client.Client, dir string) (*client.UploadResult, error) {
+func (c *cli) deployDir(ctx context.Context, cl *client.Client, dir string, opts client.UploadOptions) (*client.UploadResult, error) {
 	// The server decides how many steps a workflow may have (CAIRN_MAX_STEPS): the
 	// default is not imposed here.
 	b, err := bundle.LoadDir(ctx, dir, bundle.Limits{MaxSteps: math.MaxInt})
@@ -87,7 +98,7 @@ func (c *cli) deployDir(ctx context.Context, cl *client.Client, dir string) (*cl
 	}()
 	// The compressed size is not known before the end: a bar without a total.
 	body, done := c.progress(pr, -1, size)
-	res, err := cl.UploadBundle(ctx, body)
+	res, err := cl.UploadBundleWithOptions(ctx, body, opts)
 	done()
 	// Unblock the packer if the upload stopped early, and wait for it. A failure
 	// to pack explains a failed upload better than the transport's error does.
@@ -106,14 +117,14 @@ func (c *cli) deployDir(ctx context.Context, cl *client.Client, dir string) (*cl
 }
 
 // deployFile sends an archive as it is.
-func (c *cli) deployFile(ctx context.Context, cl *client.Client, path string, info os.FileInfo) (*client.UploadResult, error) {
+func (c *cli) deployFile(ctx context.Context, cl *client.Client, path string, info os.FileInfo, opts client.UploadOptions) (*client.UploadResult, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("deploy: %w", err)
 	}
 	defer f.Close()
 	body, done := c.progress(f, info.Size(), info.Size())
-	res, err := cl.UploadBundle(ctx, body)
+	res, err := cl.UploadBundleWithOptions(ctx, body, opts)
 	done()
 	if err != nil {
 		return nil, fmt.Errorf("deploy %s: %w", path, err)

@@ -88,7 +88,7 @@ func (c *cli) runClient(arg string) (uuid.UUID, *client.Client, error) {
 
 func (c *cli) newRunStartCmd() *cobra.Command {
 	var (
-		version        int64
+		version        string
 		input, idemKey string
 		wait           bool
 		labels         []string
@@ -96,7 +96,9 @@ func (c *cli) newRunStartCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "start NAME",
 		Short: "Start a run of a workflow and print its ID",
-		Long: `start starts a run of the latest version of workflow NAME (or --version N).
+		Long: `start starts a run of workflow NAME: of the version the alias latest names, or
+of --version N, or of the version --version ALIAS names (stable, canary, …). An
+alias is resolved when the run is created; the run keeps that version.
 --input takes JSON, or @file to read it from a file. --label (-l) key=value, repeated,
 labels the run (find it with cairn run list -l key=value). With --wait it follows the
 run until it ends, prints its steps, and fails unless the run succeeded.`,
@@ -110,7 +112,7 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&version, "version", 0, "version to run (0: the latest)")
+	f.StringVar(&version, "version", "", "version number or alias to run (default: the alias latest)")
 	f.StringVar(&input, "input", "", "the run's input: JSON, or @file")
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the start safe to retry: the same key returns the first run")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; fail unless it succeeded")
@@ -118,13 +120,13 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 	return cmd
 }
 
-func (c *cli) startRun(ctx context.Context, name string, version int64, input, idemKey string, labels map[string]string, wait bool) error {
+func (c *cli) startRun(ctx context.Context, name string, version string, input, idemKey string, labels map[string]string, wait bool) error {
 	body := client.StartRunBody{}
 	if len(labels) > 0 {
 		body.Labels = &labels
 	}
-	if version > 0 {
-		body.Version = &version
+	if err := startVersion(&body, version); err != nil {
+		return err
 	}
 	if input != "" {
 		raw, err := readInput(input)

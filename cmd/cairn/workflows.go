@@ -32,8 +32,10 @@ func newWorkflowsCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Sprintf("%s\t%d\t%s\t%s\t%s", w.Name, w.LatestVersion, formatTime(w.UpdatedAt), paused, shorten(w.Description, 72))
 			})
 		},
-		more: func(c *cli) []*cobra.Command {
-			return []*cobra.Command{c.newWorkflowPauseCmd(true), c.newWorkflowPauseCmd(false)}
+		more: []func(c *cli) *cobra.Command{
+			aliasesCmd,
+			func(c *cli) *cobra.Command { return c.newWorkflowPauseCmd(true) },
+			func(c *cli) *cobra.Command { return c.newWorkflowPauseCmd(false) },
 		},
 	}.command(e, stdout, stderr)
 }
@@ -119,8 +121,8 @@ type listGroup struct {
 	listUse, listShort string
 	args               cobra.PositionalArgs
 	list               func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error
-	// more, when set, returns the group's other subcommands.
-	more func(c *cli) []*cobra.Command
+	// more are the group's other subcommands, sharing its --server and --token.
+	more []func(c *cli) *cobra.Command
 }
 
 func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -140,8 +142,8 @@ func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
 	list.Flags().IntVar(&limit, "limit", 0, "show at most this many (0: all)")
 	out.register(list)
 	cmd.AddCommand(list)
-	if g.more != nil {
-		cmd.AddCommand(g.more(c)...)
+	for _, sub := range g.more {
+		cmd.AddCommand(sub(c))
 	}
 	return cmd
 }

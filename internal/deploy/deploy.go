@@ -27,6 +27,12 @@ type Config struct {
 	// Limits bound the bundle (entries, sizes, steps per workflow); a zero field
 	// takes its default (bundle.DefaultLimits).
 	Limits bundle.Limits
+	// NoPromote leaves the workflow's alias latest where it is; by default (false)
+	// Register moves latest to the version it registers or finds.
+	NoPromote bool
+	// Actor is who deploys (the token's name), recorded with the move of latest;
+	// default "".
+	Actor string
 }
 
 // Register deploys the bundle archive (a gzip-compressed tar) read from body: it
@@ -34,8 +40,11 @@ type Config struct {
 // digest (unless stored before), and registers the next version of its workflow with
 // the step layout its runs start with. Nothing is stored for an invalid bundle.
 //
-// A bundle deployed before (the same digest) returns its existing version and
-// created=false, without storing anything again. Concurrent calls are safe, with
+// Unless cfg.NoPromote, the alias latest moves to the version in the transaction
+// that registers it. A bundle deployed before (the same digest) returns its existing
+// version and created=false, without storing anything again; latest moves back to
+// that version all the same (redeploying an old bundle makes it latest again).
+// Concurrent calls are safe, with
 // the same bundle too: catalog.Store.VersionRegister gives consecutive versions and
 // one version per digest.
 //
@@ -62,6 +71,12 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 		return nil, false, fmt.Errorf("bundle %s: %w", b.Digest, err)
 	}
 	if v, err := store.VersionByDigest(ctx, b.Digest); err == nil {
+		if !c.NoPromote {
+			if _, err := store.AliasSet(ctx, &catalog.AliasSetParams{Workflow: v.Workflow, Alias: catalog.AliasLatest,
+				Version: v.Version, Kind: catalog.AliasDeploy, Actor: c.Actor}); err != nil {
+				return nil, false, err
+			}
+		}
 		return v, false, nil
 	} else if !errors.Is(err, catalog.ErrNotFound) {
 		return nil, false, err
@@ -73,6 +88,7 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 	return store.VersionRegister(ctx, &catalog.VersionRegisterParams{
 		Workflow: b.Definition.Name, Description: b.Definition.Description, Digest: b.Digest,
 		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint, Steps: stepLayout(b.Definition),
+		NoPromote: c.NoPromote, Actor: c.Actor,
 	})
 }
 

@@ -141,3 +141,41 @@ func TestRegisterRefusesInvalid(t *testing.T) {
 	}))
 	require.Empty(t, files)
 }
+
+// TestRegisterMovesLatest: a deploy moves latest to its version unless NoPromote;
+// redeploying an old bundle (nothing stored again) makes it latest again, and the
+// moves name the deploying actor.
+func TestRegisterMovesLatest(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	deployManifest := func(manifest string, cfg deploy.Config) *catalog.Version {
+		t.Helper()
+		cfg.TempDir = tb.tempDir
+		v, _, err := deploy.Register(ctx, tb.store, tb.blobs, bytes.NewReader(pack(t, manifest)), &cfg)
+		require.NoError(t, err)
+		return v
+	}
+	latest := func() int {
+		t.Helper()
+		v, err := tb.store.AliasResolve(ctx, "diamond", catalog.AliasLatest)
+		require.NoError(t, err)
+		return v
+	}
+	v1 := deployManifest(diamond, deploy.Config{Actor: "alice"})
+	require.Equal(t, v1.Version, latest())
+	v2 := deployManifest(diamond+"  - {key: e, needs: [d], builtin: noop}\n", deploy.Config{NoPromote: true, Actor: "bob"})
+	require.Equal(t, v1.Version, latest(), "NoPromote leaves latest")
+	v3 := deployManifest(diamond+"  - {key: f, needs: [d], builtin: noop}\n", deploy.Config{Actor: "carol"})
+	require.Equal(t, v3.Version, latest())
+	again := deployManifest(diamond, deploy.Config{Actor: "dave"})
+	require.Equal(t, v1.Version, again.Version)
+	require.Equal(t, v1.Version, latest(), "redeploying an old bundle makes it latest again")
+	require.Equal(t, v1.Version+1, v2.Version)
+
+	h, err := tb.store.AliasHistory(ctx, "diamond", catalog.AliasLatest, 10)
+	require.NoError(t, err)
+	require.Len(t, h, 3)
+	require.Equal(t, "dave", h[0].Actor)
+	require.Equal(t, catalog.AliasDeploy, h[0].Kind)
+	require.Equal(t, v3.Version, *h[0].PreviousVersion)
+}

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -35,19 +33,6 @@ func retryBundle(s4Body string) map[string]string {
 	}
 }
 
-// cli runs the cairn command line against server s as the operator and returns its
-// stdout; it fails the test when the command fails.
-func (s *server) cli(t *testing.T, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(cairnBinary(t), args...)
-	cmd.Dir = t.TempDir() // no ./.cairn/credentials there
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "CAIRN_SERVER=" + s.url, "CAIRN_TOKEN=" + operatorToken}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "cairn %s\nstderr: %s", strings.Join(args, " "), stderr.String())
-	return stdout.String()
-}
-
 // TestRetryAndRerun is issue 13's "done when" for retry and rerun, through the real
 // server and CLI: a 5-step run whose step 4 fails is retried onto a fixed version
 // (steps 1–3 keep their single attempt, 4 and 5 run, the run succeeds); then a
@@ -67,7 +52,7 @@ func TestRetryAndRerun(t *testing.T) {
 	// The fix, then the retry onto it.
 	fixed := api.deploy(retryBundle("echo '{\"s4\":\"fixed\"}'\n"))
 	require.Equal(t, int64(2), fixed.Version)
-	out := s.cli(t, "run", "retry", id, "--version", "2")
+	out := s.cli("run", "retry", id, "--version", "2")
 	require.Equal(t, "run "+id+" running (version 2, 2 of 5 steps to run)\n", out)
 	run = api.waitRun(id, time.Minute)
 	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
@@ -84,9 +69,9 @@ func TestRetryAndRerun(t *testing.T) {
 	require.True(t, ok, "s1's output is a $blob reference: %s", source["s1"])
 
 	// The dry run prints the plan; the rerun the same plan and the new run.
-	out = s.cli(t, "run", "rerun", id, "--from", "s3", "--input", `{"n":2}`, "--dry-run")
+	out = s.cli("run", "rerun", id, "--from", "s3", "--input", `{"n":2}`, "--dry-run")
 	require.Equal(t, "reuse: s1, s2\nrun: s3, s4, s5\n", out)
-	out = s.cli(t, "run", "rerun", id, "--from", "s3", "--input", `{"n":2}`)
+	out = s.cli("run", "rerun", id, "--from", "s3", "--input", `{"n":2}`)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 3, "%s", out)
 	require.Equal(t, []string{"reuse: s1, s2", "run: s3, s4, s5"}, lines[:2])

@@ -1,0 +1,151 @@
+-- +goose Up
+-- Version aliases (issue 13): a workflow's named pointers to its versions (`latest`,
+-- `stable`, `canary`, …) and the history of every change of them, with its actor.
+--
+-- `latest` is an alias like any other from here on: deploy moves it (unless told
+-- not to), and a run started without a version starts on the version it names.
+-- workflows.latest_version keeps only its other role: the highest version number
+-- given out, which the next upload of the workflow increments (catalog's
+-- sqlWorkflowBumpVersion).
+COMMENT ON COLUMN workflows.latest_version IS
+    'highest version number given out (the next upload gets the next one); the version runs start on is the alias latest (workflow_aliases)';
+
+-- Every change of an alias, newest last. A change that moves an alias onto a version
+-- (deploy, promote) pushes onto the alias's history: parent is the change that set
+-- the version the alias named before (NULL for the alias's first change). A rollback
+-- pops: it goes back to the parent of the alias's current change, and restores names
+-- that change. So repeated rollbacks walk further back through the versions the
+-- alias named, instead of toggling between the last two.
+CREATE TABLE alias_changes (
+    id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow         text        NOT NULL REFERENCES workflows (name),
+    alias            text        NOT NULL CHECK (alias ~ '^[a-z][a-z0-9-]{0,62}$'),
+    version          integer     NOT NULL,
+    previous_version integer,
+    kind             text        NOT NULL CHECK (kind IN ('deploy', 'promote', 'rollback')),
+    actor            text        NOT NULL,
+    parent           bigint      REFERENCES alias_changes (id),
+    restores         bigint      REFERENCES alias_changes (id),
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    FOREIGN KEY (workflow, version) REFERENCES workflow_versions (workflow, version),
+    CHECK ((kind = 'rollback') = (restores IS NOT NULL)),
+    CHECK (kind <> 'rollback' OR parent IS NULL)
+);
+-- An alias's history, newest first (GET …/aliases/{alias}).
+CREATE INDEX alias_changes_alias_idx ON alias_changes (workflow, alias, id DESC);
+
+-- The aliases themselves. Names start with a letter, so that an alias is never all
+-- digits: `--version 3` is a version, `--version stable` an alias. head is the
+-- deploy or promote change that set the version the alias names now.
+CREATE TABLE workflow_aliases (
+    workflow   text        NOT NULL REFERENCES workflows (name),
+    alias      text        NOT NULL CHECK (alias ~ '^[a-z][a-z0-9-]{0,62}$'),
+    version    integer     NOT NULL,
+    head       bigint      NOT NULL REFERENCES alias_changes (id),
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    updated_by text        NOT NULL,
+    PRIMARY KEY (workflow, alias),
+    FOREIGN KEY (workflow, version) REFERENCES workflow_versions (workflow, version)
+);
+
+-- Every existing workflow gets `latest` at its newest version, as before.
+WITH c AS (
+    INSERT INTO alias_changes (workflow, alias, version, kind, actor, created_at)
+    SELECT name, 'latest', latest_version, 'deploy', 'migration', updated_at
+    FROM workflows WHERE latest_version > 0
+    RETURNING id, workflow, version, created_at
+)
+INSERT INTO workflow_aliases (workflow, alias, version, head, updated_at, updated_by)
+SELECT workflow, 'latest', version, id, created_at, 'migration' FROM c;
+
+-- cairn_alias_version returns the version that alias p_alias of workflow p_workflow
+-- names, or NULL. It is the one place that resolves an alias; statements use it
+-- where they take a version (run creation; retry and rerun onto an alias).
+-- +goose StatementBegin
+CREATE FUNCTION cairn_alias_version(p_workflow text, p_alias text)
+RETURNS integer LANGUAGE sql STABLE AS $$
+    SELECT version FROM workflow_aliases WHERE workflow = p_workflow AND alias = p_alias
+$$;
+-- +goose StatementEnd
+
+-- cairn_alias_set points alias p_alias of p_workflow at p_version (creating the alias
+-- if need be) and records the change (p_kind deploy or promote) with p_actor. Changes
+-- of one workflow's aliases are serialized by the workflow's row lock (which a deploy
+-- holds too), so none is lost and each records the version its alias named before.
+-- An alias that names p_version already is left as it is: no change, false back.
+-- Raises CA404 when the workflow does not exist and CA422 when the version does not.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_alias_set(p_workflow text, p_alias text, p_version integer, p_kind text, p_actor text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_cur  integer;
+    v_head bigint;
+    v_id   bigint;
+BEGIN
+    PERFORM 1 FROM workflows WHERE name = p_workflow FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % not found', p_workflow USING ERRCODE = 'CA404';
+    END IF;
+    PERFORM 1 FROM workflow_versions WHERE workflow = p_workflow AND version = p_version;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % has no version %', p_workflow, p_version USING ERRCODE = 'CA422';
+    END IF;
+    SELECT version, head INTO v_cur, v_head FROM workflow_aliases
+    WHERE workflow = p_workflow AND alias = p_alias;
+    IF v_cur = p_version THEN
+        RETURN false;
+    END IF;
+    INSERT INTO alias_changes (workflow, alias, version, previous_version, kind, actor, parent)
+    VALUES (p_workflow, p_alias, p_version, v_cur, p_kind, p_actor, v_head)
+    RETURNING id INTO v_id;
+    INSERT INTO workflow_aliases (workflow, alias, version, head, updated_at, updated_by)
+    VALUES (p_workflow, p_alias, p_version, v_id, now(), p_actor)
+    ON CONFLICT (workflow, alias) DO UPDATE
+    SET version = EXCLUDED.version, head = EXCLUDED.head, updated_at = now(), updated_by = EXCLUDED.updated_by;
+    RETURN true;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_alias_rollback moves alias p_alias of p_workflow back to the version it named
+-- before the change that set its current one (the parent of its head), records the
+-- rollback with p_actor, and returns that version. Raises CA404 when the workflow or
+-- the alias does not exist and CAA09 when the alias has nothing to go back to (its
+-- current version is the first it named, or every earlier one was rolled back).
+-- +goose StatementBegin
+CREATE FUNCTION cairn_alias_rollback(p_workflow text, p_alias text, p_actor text)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    v_cur     integer;
+    v_parent  bigint;
+    v_version integer;
+BEGIN
+    PERFORM 1 FROM workflows WHERE name = p_workflow FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % not found', p_workflow USING ERRCODE = 'CA404';
+    END IF;
+    SELECT a.version, c.parent INTO v_cur, v_parent
+    FROM workflow_aliases a JOIN alias_changes c ON c.id = a.head
+    WHERE a.workflow = p_workflow AND a.alias = p_alias;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow % has no alias %', p_workflow, p_alias USING ERRCODE = 'CA404';
+    END IF;
+    IF v_parent IS NULL THEN
+        RAISE EXCEPTION 'alias % of workflow % has no earlier version to roll back to: it names version %, the first version in its history that was not rolled back',
+            p_alias, p_workflow, v_cur USING ERRCODE = 'CAA09';
+    END IF;
+    SELECT version INTO v_version FROM alias_changes WHERE id = v_parent;
+    INSERT INTO alias_changes (workflow, alias, version, previous_version, kind, actor, restores)
+    VALUES (p_workflow, p_alias, v_version, v_cur, 'rollback', p_actor, v_parent);
+    UPDATE workflow_aliases SET version = v_version, head = v_parent, updated_at = now(), updated_by = p_actor
+    WHERE workflow = p_workflow AND alias = p_alias;
+    RETURN v_version;
+END $$;
+-- +goose StatementEnd
+
+-- +goose Down
+DROP FUNCTION cairn_alias_rollback(text, text, text);
+DROP FUNCTION cairn_alias_set(text, text, integer, text, text);
+DROP FUNCTION cairn_alias_version(text, text);
+DROP TABLE workflow_aliases;
+DROP TABLE alias_changes;
+COMMENT ON COLUMN workflows.latest_version IS NULL;
