@@ -18,10 +18,10 @@ const (
 	// lambdaEmulatorBinary is the command of AWS's Lambda Runtime Interface
 	// Emulator, which `make tools` installs (LambdaEmulatorInstallHint).
 	lambdaEmulatorBinary = "aws-lambda-rie"
-	// LambdaEmulatorInstallHint says how to install the emulator; its version
-	// is pinned in the Makefile (RIE_VERSION).
-	LambdaEmulatorInstallHint = "AWS's Lambda Runtime Interface Emulator (aws-lambda-rie) is not installed: " +
-		"`make tools`, or `go install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@<RIE_VERSION of the Makefile>`"
+	// LambdaEmulatorInstallHint says how to install the emulator, at the
+	// version the Makefile pins (RIE_VERSION).
+	LambdaEmulatorInstallHint = "AWS's Lambda Runtime Interface Emulator (aws-lambda-rie) is not installed: `make tools`, or " +
+		"`go install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d`"
 	// lambdaHelloPackage is the example function the tests run in the emulator.
 	lambdaHelloPackage = "github.com/cairnrun/cairn/examples/lambda-hello/function"
 	// lambdaStartTimeout bounds how long the emulator may take to listen.
