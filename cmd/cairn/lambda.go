@@ -41,7 +41,10 @@ func newLambdaInvoker(ctx context.Context, e env, logger *slog.Logger) (function
 		}
 		emulator = b
 	}
-	if region == "" && !emulator {
+	if region == "" && emulator {
+		region = "us-east-1" // what the emulator reports; it checks none
+	}
+	if region == "" {
 		if e("CAIRN_LAMBDA_ENDPOINT") != "" {
 			logger.Warn("CAIRN_LAMBDA_ENDPOINT is set but no AWS_REGION: lambda steps will not run on this server")
 		} else {
