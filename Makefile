@@ -5,23 +5,30 @@ BIN       := bin/cairn
 VERSITYGW_VERSION   := v1.8.0
 STATICCHECK_VERSION := v0.8.2
 GOTESTSUM_VERSION   := v1.13.0
+# AWS's Lambda Runtime Interface Emulator: a pseudo-version, as the module has no
+# tag the Go module proxy serves. internal/testenv/lambda.go names it too.
+RIE_VERSION         := v0.0.0-20261030222936-bef5c4ba774d
 # Fuzz budget per target inside `make test` (a count: Go 1.26's -fuzztime=Ns can overrun).
 FUZZTIME  ?= 1000x
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools generate openapi client ts-schema lambda-zip clean
+.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests need (the versitygw S3 server, gotestsum, bubblewrap) if missing.
-tools:
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap) if missing.
+tools: lambda-emulator
 	@scripts/install-sandbox.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
+
+## lambda-emulator: install AWS's Lambda Runtime Interface Emulator (aws-lambda-rie, RIE_VERSION) if missing.
+lambda-emulator:
+	@command -v aws-lambda-rie >/dev/null 2>&1 || { echo "installing aws-lambda-rie $(RIE_VERSION)"; $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION); }
 
 ## test: everything, with the race detector, against real PostgreSQL and S3 servers.
 test: tools build test-go test-ts fuzz
@@ -43,8 +50,8 @@ fuzz:
 dev: build
 	./$(BIN) dev
 
-## demo: build, start cairn dev in a temporary folder, deploy and run the examples.
-demo: build
+## demo: build, start cairn dev (and the Lambda emulator) in a temporary folder, deploy and run the examples.
+demo: lambda-emulator build
 	@scripts/demo.sh
 
 ## bench: Cairn's numbers beside River's and the machine's floor (BENCH_QUICK=1: a 2-minute smoke run).

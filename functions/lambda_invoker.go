@@ -1,6 +1,7 @@
 package functions
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -51,8 +52,19 @@ type LambdaConfig struct {
 	AccessKey    string
 	SecretKey    string
 	SessionToken string
-	// Client, when set, is used as is and every field above is ignored: the
-	// caller configured it. Its retries, if any, happen inside one attempt.
+	// Emulator says that Endpoint is AWS's Lambda Runtime Interface Emulator
+	// (aws-lambda-rie), to run functions locally without an AWS account. The
+	// emulator runs one function, under the name "function", one invocation at
+	// a time, and answers every invocation with 200 and no X-Amz-Function-Error.
+	// So, when set: every step's function is invoked as "function", without its
+	// qualifier; a response payload that is a runtime's error object (see
+	// emulatorError) or the emulator's own timeout answer is a function error;
+	// and Region and the credentials default to "us-east-1" and anonymous, as the
+	// emulator checks neither. It requires Endpoint. Default false.
+	Emulator bool
+	// Client, when set, is used as is and every field above but Emulator is
+	// ignored: the caller configured it. Its retries, if any, happen inside one
+	// attempt.
 	Client LambdaAPI
 	// Logger receives the invoker's diagnostics. Default: discard.
 	Logger *slog.Logger
@@ -85,27 +97,36 @@ type LambdaConfig struct {
 // terminal. The SDK's own retries are turned off on clients NewLambda builds:
 // one Invoke is one attempt, and the step's retry policy decides what follows.
 //
+// Against the Runtime Interface Emulator (LambdaConfig.Emulator) function errors
+// are read off the payload instead; see LambdaConfig.Emulator.
+//
 // Lambda is safe for concurrent use.
 type Lambda struct {
-	client LambdaAPI
-	logger *slog.Logger
+	client   LambdaAPI
+	logger   *slog.Logger
+	emulator bool
 }
 
 // NewLambda returns a Lambda invoker configured by cfg (nil means defaults).
 // Without cfg.Client it loads the AWS configuration, which reads the environment
 // and the shared config files but makes no network call; it fails when cfg is
 // invalid (secret key without access key or the reverse, an endpoint that is
-// not an absolute http or https URL) or when no region can be found.
+// not an absolute http or https URL, Emulator without an endpoint) or when no
+// region can be found.
 func NewLambda(ctx context.Context, cfg *LambdaConfig) (*Lambda, error) {
 	if cfg == nil {
 		cfg = &LambdaConfig{}
 	}
 	l := &Lambda{
-		client: cfg.Client,
-		logger: loggerOrDiscard(cfg.Logger).With("component", "lambda_invoker"),
+		client:   cfg.Client,
+		logger:   loggerOrDiscard(cfg.Logger).With("component", "lambda_invoker"),
+		emulator: cfg.Emulator,
 	}
 	if l.client != nil {
 		return l, nil
+	}
+	if cfg.Emulator && cfg.Endpoint == "" {
+		return nil, errors.New("new lambda invoker: the emulator needs an endpoint")
 	}
 	if (cfg.AccessKey == "") != (cfg.SecretKey == "") {
 		return nil, errors.New("new lambda invoker: access key and secret key go together")
@@ -117,12 +138,19 @@ func NewLambda(ctx context.Context, cfg *LambdaConfig) (*Lambda, error) {
 		}
 	}
 	var opts []func(*config.LoadOptions) error
-	if cfg.Region != "" {
+	switch {
+	case cfg.Region != "":
 		opts = append(opts, config.WithRegion(cfg.Region))
+	case cfg.Emulator:
+		opts = append(opts, config.WithRegion("us-east-1"))
 	}
-	if cfg.AccessKey != "" {
+	switch {
+	case cfg.AccessKey != "":
 		opts = append(opts, config.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, cfg.SessionToken)))
+	case cfg.Emulator:
+		// Unsigned requests: the default chain would look for an instance role.
+		opts = append(opts, config.WithCredentialsProvider(aws.AnonymousCredentials{}))
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
@@ -154,6 +182,10 @@ func (l *Lambda) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if spec == nil || spec.Function == "" {
 		return invalidSpecf("lambda: step has no lambda function")
 	}
+	function, qualifier := spec.Function, spec.Qualifier
+	if l.emulator {
+		function, qualifier = emulatorFunction, ""
+	}
 	where := spec.Function
 	if spec.Qualifier != "" {
 		where += ":" + spec.Qualifier
@@ -163,13 +195,13 @@ func (l *Lambda) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		return fmt.Errorf("lambda: encode envelope: %w", err)
 	}
 	in := &lambda.InvokeInput{
-		FunctionName:   aws.String(spec.Function),
+		FunctionName:   aws.String(function),
 		InvocationType: types.InvocationTypeRequestResponse,
 		LogType:        types.LogTypeTail,
 		Payload:        payload,
 	}
-	if spec.Qualifier != "" {
-		in.Qualifier = aws.String(spec.Qualifier)
+	if qualifier != "" {
+		in.Qualifier = aws.String(qualifier)
 	}
 	env := &inv.Envelope
 	logger := l.logger.With("run_id", env.RunID, "step", env.Step, "attempt", env.Attempt)
@@ -192,6 +224,9 @@ func (l *Lambda) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if out.FunctionError != nil {
 		return functionError(where, aws.ToString(out.FunctionError), out.Payload)
 	}
+	if l.emulator && emulatorError(out.Payload) {
+		return functionError(where, "Unhandled", out.Payload)
+	}
 	sink.SetOutputContentType("application/json")
 	if len(out.Payload) == 0 {
 		return nil
@@ -200,6 +235,48 @@ func (l *Lambda) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		return sinkWriteError("lambda: write output", err)
 	}
 	return nil
+}
+
+// emulatorFunction is the one function name the Runtime Interface Emulator
+// serves (POST /2015-03-31/functions/function/invocations).
+const emulatorFunction = "function"
+
+// emulatorTimeoutPrefix starts the emulator's answer when a function runs past
+// its timeout (AWS_LAMBDA_FUNCTION_TIMEOUT): "Task timed out after 3.00
+// seconds", as text, with status 200.
+const emulatorTimeoutPrefix = "Task timed out after "
+
+// emulatorErrorKeys are the fields of the error objects that Lambda runtimes
+// return for a function error: errorMessage and errorType from every runtime,
+// stackTrace (Go, Java, Python), trace (Node.js), requestId (Python), cause
+// (Java), and Cairn's own retryable.
+var emulatorErrorKeys = map[string]bool{
+	"errorMessage": true, "errorType": true, "stackTrace": true, "trace": true,
+	"requestId": true, "cause": true, "retryable": true,
+}
+
+// emulatorError reports whether a payload that the Runtime Interface Emulator
+// answered with 200 is a function error: the emulator drops the
+// X-Amz-Function-Error header that Lambda sends, so, like AWS SAM's local
+// Lambda endpoint, it is read off the payload: a JSON object with a string
+// errorMessage and errorType and no other field than a runtime's error object
+// has (emulatorErrorKeys), or the emulator's timeout text. A function whose
+// successful output has exactly that shape is misread: only under the emulator.
+func emulatorError(payload []byte) bool {
+	if bytes.HasPrefix(payload, []byte(emulatorTimeoutPrefix)) {
+		return true
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(payload, &obj) != nil {
+		return false
+	}
+	for k := range obj {
+		if !emulatorErrorKeys[k] {
+			return false
+		}
+	}
+	isString := func(v json.RawMessage) bool { return len(v) > 0 && v[0] == '"' }
+	return isString(obj["errorMessage"]) && isString(obj["errorType"])
 }
 
 // invokeError turns a failed Invoke call (not a function error) into an *Error.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -24,10 +23,19 @@ import (
 // X-Amz-Executed-Version and X-Amz-Log-Result response headers; errors as
 // X-Amzn-ErrorType plus a JSON body). AWS itself is out of reach from these tests
 // (no network, no account), and LocalStack needs Docker, which our machines do not
-// run; the double lets the real SDK client serialize requests, sign them and
-// deserialize answers, which is the part of the contract the invoker relies on.
-// Each function name maps to a handler; unknown names answer 404
-// ResourceNotFoundException like Lambda does.
+// run.
+//
+// What a function does (succeeds, fails for good or retryably, runs past a
+// timeout, reads a large input by URL) is tested against AWS's own Runtime
+// Interface Emulator running the lambda-hello example (lambda_emulator_test.go,
+// internal/e2e's TestLambdaEmulator). The double stays only for what the
+// emulator cannot produce: the service's own answers (throttling with
+// Retry-After, a function being updated, 5xx service errors, a missing function,
+// access denied, a request too large), the X-Amz-Function-Error and
+// X-Amz-Log-Result headers of a real Lambda (the emulator drops every header),
+// and the signed request the SDK sends (the emulator checks no signature and
+// serves one function name). Each function name maps to a handler; unknown names
+// answer 404 ResourceNotFoundException like Lambda does.
 type lambdaDouble struct {
 	server    *httptest.Server
 	functions map[string]http.HandlerFunc
@@ -387,70 +395,6 @@ func TestLambdaNetworkError(t *testing.T) {
 	require.Contains(t, fe.Message, "lambda f: ")
 }
 
-func TestLambdaContext(t *testing.T) {
-	t.Parallel()
-
-	errTestTimeout := errors.New("step timed out")
-	errTestCancel := errors.New("run canceled")
-	tests := []struct {
-		name  string
-		ctx   func() (context.Context, context.CancelFunc)
-		cause error
-	}{
-		{
-			name: "timeout",
-			ctx: func() (context.Context, context.CancelFunc) {
-				return context.WithTimeoutCause(context.Background(), 200*time.Millisecond, errTestTimeout)
-			},
-			cause: errTestTimeout,
-		},
-		{
-			name: "cancel",
-			ctx: func() (context.Context, context.CancelFunc) {
-				ctx, cancel := context.WithCancelCause(context.Background())
-				time.AfterFunc(200*time.Millisecond, func() { cancel(errTestCancel) })
-				return ctx, func() { cancel(nil) }
-			},
-			cause: errTestCancel,
-		},
-		{
-			name: "already done",
-			ctx: func() (context.Context, context.CancelFunc) {
-				ctx, cancel := context.WithCancelCause(context.Background())
-				cancel(errTestCancel)
-				return ctx, func() {}
-			},
-			cause: errTestCancel,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-
-			l, _ := setupLambda(t, map[string]http.HandlerFunc{
-				// Runs until the caller gives up (its request context ends).
-				"slow": func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			})
-			ctx, cancel := tt.ctx()
-			defer cancel()
-			start := time.Now()
-			err := l.Invoke(ctx, lambdaInvocation("slow", ""), &testSink{})
-			require.ErrorIs(t, err, tt.cause)
-			require.Less(t, time.Since(start), 10*time.Second)
-		})
-	}
-}
-
-func TestLambdaOutputWriteFails(t *testing.T) {
-	t.Parallel()
-
-	l, _ := setupLambda(t, map[string]http.HandlerFunc{
-		"f": func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, `{"ok":true}`) },
-	})
-	err := l.Invoke(context.Background(), lambdaInvocation("f", ""), &testSink{outputErr: ErrLeaseLost})
-	require.ErrorIs(t, err, ErrLeaseLost)
-}
-
 // fakeLambdaClient is an injected LambdaConfig.Client.
 type fakeLambdaClient struct {
 	in  *lambda.InvokeInput
@@ -506,6 +450,7 @@ func TestNewLambdaConfigErrors(t *testing.T) {
 		{name: "access key without secret", cfg: LambdaConfig{Region: "us-east-1", AccessKey: "a"}, want: "access key and secret key go together"},
 		{name: "relative endpoint", cfg: LambdaConfig{Region: "us-east-1", Endpoint: "localstack:4566"}, want: "must be an absolute http or https URL"},
 		{name: "ftp endpoint", cfg: LambdaConfig{Region: "us-east-1", Endpoint: "ftp://localstack:4566"}, want: "must be an absolute http or https URL"},
+		{name: "emulator without endpoint", cfg: LambdaConfig{Emulator: true}, want: "the emulator needs an endpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -2,6 +2,10 @@
 # make demo: start `cairn dev` in a temporary folder, wait until it is ready, deploy and
 # run the examples, print the results, stop everything. Exits non-zero if anything
 # did not end as expected.
+#
+# The lambda-hello example runs under AWS's Lambda Runtime Interface Emulator
+# (aws-lambda-rie, which `make demo` installs) unless CAIRN_LAMBDA_ENDPOINT names a
+# Lambda API already (LocalStack, say): no AWS account needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/bin/cairn"
@@ -13,9 +17,77 @@ cleanup() {
 		kill -TERM "$dev_pid"
 		wait "$dev_pid" || true
 	fi
+	stop_emulator
 	rm -rf "$work"
 }
 trap cleanup EXIT
+
+# stop_emulator kills the emulator and the function it runs (which it starts in a
+# process group of its own).
+stop_emulator() {
+	[[ -n "${rie_pid:-}" ]] || return 0
+	local child
+	for child in $(ps -o pid= --ppid "$rie_pid" 2>/dev/null); do
+		kill -KILL -- "-$child" 2>/dev/null || kill -KILL "$child" 2>/dev/null || true
+	done
+	kill -KILL "$rie_pid" 2>/dev/null || true
+	wait "$rie_pid" 2>/dev/null || true
+	rie_pid=
+}
+
+# free_port prints a port of 127.0.0.1 that nothing listens on (a moment ago).
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+# start_emulator runs examples/lambda-hello's function under aws-lambda-rie, on
+# free ports, and points `cairn dev` at it (CAIRN_LAMBDA_EMULATOR: any function
+# name reaches the emulator's one function, and its errors are read off the payload).
+start_emulator() {
+	local rie
+	rie=$(command -v aws-lambda-rie || echo "$(go env GOPATH)/bin/aws-lambda-rie")
+	if [[ ! -x $rie ]]; then
+		echo "aws-lambda-rie is not installed: run \`make demo\` (or \`make lambda-emulator\`)" >&2
+		exit 1
+	fi
+	echo "== building the lambda-hello function and starting the Lambda emulator"
+	mkdir -p "$work/lambda-hello"
+	CGO_ENABLED=0 go build -tags lambda.norpc -o "$work/lambda-hello/bootstrap" ./examples/lambda-hello/function
+	local try invoke_port runtime_port
+	for try in 1 2 3; do
+		invoke_port=$(free_port)
+		runtime_port=$(free_port)
+		AWS_LAMBDA_FUNCTION_NAME=cairn-hello AWS_LAMBDA_FUNCTION_TIMEOUT=60 \
+			"$rie" --runtime-interface-emulator-address "127.0.0.1:$invoke_port" \
+			--runtime-api-address "127.0.0.1:$runtime_port" "$work/lambda-hello/bootstrap" \
+			>"$work/rie.log" 2>&1 &
+		rie_pid=$!
+		for _ in $(seq 1 100); do
+			if (exec 3<>"/dev/tcp/127.0.0.1/$invoke_port") 2>/dev/null; then
+				export CAIRN_LAMBDA_ENDPOINT="http://127.0.0.1:$invoke_port" CAIRN_LAMBDA_EMULATOR=true
+				echo "the Lambda emulator listens at $CAIRN_LAMBDA_ENDPOINT"
+				return
+			fi
+			kill -0 "$rie_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		stop_emulator
+	done
+	echo "aws-lambda-rie did not start:"
+	cat "$work/rie.log"
+	exit 1
+}
+
+if [[ -z ${CAIRN_LAMBDA_ENDPOINT:-} ]]; then
+	start_emulator
+fi
 
 echo "== starting cairn dev in $work"
 "$BIN" dev --data-dir "$work/data" --listen "127.0.0.1:0" >"$work/dev.out" 2>"$log" &
@@ -60,15 +132,8 @@ expect() {
 declare -A run_ids
 for dir in examples/*/; do
 	name=$(basename "$dir")
-	# Lambda steps need a Lambda endpoint (LocalStack: docker compose up), which
-	# `cairn dev` has only when CAIRN_LAMBDA_ENDPOINT is set for it.
-	if grep -Eq '^[[:space:]-]*lambda:' "$dir/cairn.yaml" && [[ -z ${CAIRN_LAMBDA_ENDPOINT:-} ]]; then
-		echo "== run of $name: skipped (it calls Lambda; set CAIRN_LAMBDA_ENDPOINT and AWS_REGION to run it)"
-		echo
-		continue
-	fi
 	args=()
-	[[ $name == hello ]] && args=(--input '{"name":"ada"}')
+	[[ $name == hello || $name == lambda-hello ]] && args=(--input '{"name":"ada"}')
 	echo "== run of $name"
 	rc=0
 	out=$(cairn run start "$name" "${args[@]}" --wait 2>&1) || rc=$?
@@ -103,6 +168,10 @@ for name in "${!run_ids[@]}"; do
 		got=$(output_of "${run_ids[$name]}" join | sed -n 's/.*"sum": *\([0-9]*\).*/\1/p')
 		if [[ $got == "$want" ]]; then expect fanout ok "join: sum $got"; else expect fanout fail "join: sum '$got', want $want"; fi
 		;;
+	lambda-hello)
+		msg=$(output_of "${run_ids[$name]}" hello)
+		if [[ $msg == *'"greeting"'*'"hello, ada"'* ]]; then expect lambda-hello ok "hello: $msg"; else expect lambda-hello fail "hello: $msg"; fi
+		;;
 	large-output)
 		got=$(output_of "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
 		if [[ $got == 5242880 ]]; then expect large-output ok "measure: $got bytes"; else expect large-output fail "measure: '$got' bytes, want 5242880"; fi
@@ -113,7 +182,7 @@ for name in "${!run_ids[@]}"; do
 	esac
 done
 
-for name in hello retry fanout large-output; do
+for name in hello retry fanout large-output lambda-hello; do
 	[[ -n ${run_ids[$name]:-} ]] || expect "$name" fail "no run: examples/$name is missing"
 done
 

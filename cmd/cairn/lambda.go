@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 
 	"github.com/cairnrun/cairn/functions"
 )
@@ -21,6 +22,10 @@ import (
 //   - AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN: static
 //     credentials; without them the SDK's default chain (shared files, container
 //     or instance role).
+//   - CAIRN_LAMBDA_EMULATOR=true: the endpoint is AWS's Runtime Interface
+//     Emulator (aws-lambda-rie), which runs one function locally
+//     (functions.LambdaConfig.Emulator); it needs CAIRN_LAMBDA_ENDPOINT, and
+//     the region and credentials may then be left out.
 //
 // It returns a nil Invoker when Lambda is not configured (a nil interface, not a
 // nil *functions.Lambda, so the dispatcher sees no invoker), and an error when
@@ -28,6 +33,17 @@ import (
 func newLambdaInvoker(ctx context.Context, e env, logger *slog.Logger) (functions.Invoker, error) {
 	endpoint := e.or("CAIRN_LAMBDA_ENDPOINT", e("AWS_ENDPOINT_URL_LAMBDA"))
 	region := e.or("AWS_REGION", e("AWS_DEFAULT_REGION"))
+	emulator := false
+	if v := e("CAIRN_LAMBDA_EMULATOR"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("CAIRN_LAMBDA_EMULATOR=%q: want true or false", v)
+		}
+		emulator = b
+	}
+	if region == "" && emulator {
+		region = "us-east-1" // what the emulator reports; it checks none
+	}
 	if region == "" {
 		if e("CAIRN_LAMBDA_ENDPOINT") != "" {
 			logger.Warn("CAIRN_LAMBDA_ENDPOINT is set but no AWS_REGION: lambda steps will not run on this server")
@@ -42,6 +58,7 @@ func newLambdaInvoker(ctx context.Context, e env, logger *slog.Logger) (function
 		AccessKey:    e("AWS_ACCESS_KEY_ID"),
 		SecretKey:    e("AWS_SECRET_ACCESS_KEY"),
 		SessionToken: e("AWS_SESSION_TOKEN"),
+		Emulator:     emulator,
 		Logger:       logger,
 	})
 	if err != nil {
@@ -50,6 +67,9 @@ func newLambdaInvoker(ctx context.Context, e env, logger *slog.Logger) (function
 	where := "aws"
 	if u, err := url.Parse(endpoint); err == nil && endpoint != "" {
 		where = u.Redacted()
+	}
+	if emulator {
+		where += " (runtime interface emulator)"
 	}
 	logger.Info("lambda steps enabled", "region", region, "endpoint", where)
 	return l, nil

@@ -44,6 +44,22 @@ func TestNewLambdaInvoker(t *testing.T) {
 			err:  "must be an absolute http or https URL",
 		},
 		{
+			name:    "emulator",
+			vars:    map[string]string{"CAIRN_LAMBDA_ENDPOINT": "http://127.0.0.1:9000", "CAIRN_LAMBDA_EMULATOR": "true"},
+			enabled: true,
+			log:     "endpoint=\"http://127.0.0.1:9000 (runtime interface emulator)\"",
+		},
+		{
+			name: "emulator without endpoint",
+			vars: map[string]string{"CAIRN_LAMBDA_EMULATOR": "true"},
+			err:  "the emulator needs an endpoint",
+		},
+		{
+			name: "emulator not a boolean",
+			vars: map[string]string{"CAIRN_LAMBDA_ENDPOINT": "http://127.0.0.1:9000", "CAIRN_LAMBDA_EMULATOR": "yes"},
+			err:  "CAIRN_LAMBDA_EMULATOR",
+		},
+		{
 			name: "half credentials",
 			vars: map[string]string{"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "a"},
 			err:  "access key and secret key go together",

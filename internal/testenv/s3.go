@@ -248,36 +248,7 @@ func s3Getenv(name, def string) string {
 }
 
 // s3FindVersitygw returns the path of the versitygw binary, or "".
-func s3FindVersitygw() string {
-	if p, err := exec.LookPath("versitygw"); err == nil {
-		return p
-	}
-	var dirs []string
-	if gobin := os.Getenv("GOBIN"); gobin != "" {
-		dirs = append(dirs, gobin)
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) == 2 {
-			if gobin := strings.TrimSpace(lines[0]); gobin != "" {
-				dirs = append(dirs, gobin)
-			}
-			for _, gopath := range filepath.SplitList(strings.TrimSpace(lines[1])) {
-				dirs = append(dirs, filepath.Join(gopath, "bin"))
-			}
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		dirs = append(dirs, filepath.Join(home, "go", "bin")) // GOPATH's default
-	}
-	for _, dir := range dirs {
-		p := filepath.Join(dir, "versitygw")
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
-}
+func s3FindVersitygw() string { return findGoTool("versitygw") }
 
 // s3StartVersitygw runs versitygw with the posix backend on a new temporary
 // directory and a free port of 127.0.0.1, and waits until it answers. The

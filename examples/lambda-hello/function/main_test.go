@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -24,6 +27,8 @@ func TestHandle(t *testing.T) {
 		{name: "retryable", input: `{"fail":"retryable"}`, retryable: new(true)},
 		{name: "unknown fail", input: `{"fail":"sometimes"}`, retryable: new(false)},
 		{name: "not an object", input: `[1]`, retryable: new(false)},
+		{name: "sleep", input: `{"name":"ada","sleep":"1ms"}`, greeting: "hello, ada"},
+		{name: "bad sleep", input: `{"sleep":"soon"}`, retryable: new(false)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,4 +54,28 @@ func TestHandle(t *testing.T) {
 			require.NotEmpty(t, body.Message)
 		})
 	}
+}
+
+// TestHandleDeps: upstream outputs are counted, inline or fetched from a $blob URL.
+func TestHandleDeps(t *testing.T) {
+	t.Parallel()
+
+	big := strings.Repeat("x", 300<<10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(big))
+	}))
+	t.Cleanup(srv.Close)
+	deps := map[string]json.RawMessage{
+		"small": json.RawMessage(`{"n":1}`),
+		"big":   json.RawMessage(`{"$blob":{"digest":"sha256:00","size":307200,"url":"` + srv.URL + `/object"}}`),
+	}
+	out, err := handle(context.Background(), envelope{Step: "hello", Attempt: 1, Input: json.RawMessage(`{"name":"ada"}`), Deps: deps})
+	require.NoError(t, err)
+	require.Equal(t, "hello, ada", out.Greeting)
+	require.Equal(t, map[string]int64{"small": 7, "big": 300 << 10}, out.DepsBytes)
+
+	// A size that does not match what the URL serves is an error, not a count.
+	deps["big"] = json.RawMessage(`{"$blob":{"digest":"sha256:00","size":5,"url":"` + srv.URL + `/object"}}`)
+	_, err = handle(context.Background(), envelope{Step: "hello", Attempt: 1, Deps: deps})
+	require.ErrorContains(t, err, "served 307200 bytes, not 5")
 }
