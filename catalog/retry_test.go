@@ -521,3 +521,45 @@ func TestRunRerunIdempotency(t *testing.T) {
 	_, _, _, err = s.RunRerun(ctx, &catalog.RunRerunParams{Source: src.ID, FromStep: "s3", IdempotencyKey: "k", RequestHash: "h2"})
 	require.True(t, errors.Is(err, catalog.ErrIdempotencyMismatch))
 }
+
+// TestRetryAndRerunMeetPause: in a paused workflow a retried run is held again
+// (paused by its workflow, its steps held, released by the workflow's resume) and a
+// rerun starts paused, as a start would; a rerun keeps the source's labels; steps
+// laid out again keep their on_exhausted.
+func TestRetryAndRerunMeetPause(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	layout := chain(3)
+	layout[2].OnExhausted = catalog.OnExhaustedPause
+	catalogtest.Version(t, s, "paws", layout...)
+	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "paws"})
+	require.NoError(t, err)
+	source, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "paws", Labels: catalog.Labels{"tenant": "acme"}})
+	require.NoError(t, err)
+	drive(t, ctx, s, "s2")
+	require.Equal(t, catalog.RunFailed, getRun(t, ctx, s, run.ID).Status)
+
+	_, err = s.WorkflowPause(ctx, "paws", "carol", "")
+	require.NoError(t, err)
+	_, err = retry(ctx, s, run.ID, 0)
+	require.NoError(t, err)
+	st, reason := runStatus(t, ctx, s, run.ID)
+	require.Equal(t, catalog.RunPaused, st)
+	require.Equal(t, catalog.PauseReason("workflow"), reason)
+	require.Empty(t, claimAll(t, ctx, s), "a held run starts nothing")
+
+	again, plan, err := rerun(ctx, s, catalog.RunRerunParams{Source: source.ID, FromStep: "s2"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"s1"}, plan.Reused)
+	st, _ = runStatus(t, ctx, s, again.ID)
+	require.Equal(t, catalog.RunPaused, st, "a rerun in a paused workflow starts paused")
+	require.Equal(t, catalog.Labels{"tenant": "acme"}, getRun(t, ctx, s, again.ID).Labels)
+	require.Equal(t, catalog.OnExhaustedPause, steps(t, ctx, s, again.ID)["s3"].OnExhausted)
+
+	_, err = s.WorkflowResume(ctx, "paws", "carol", "")
+	require.NoError(t, err)
+	drive(t, ctx, s)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, run.ID).Status)
+	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, again.ID).Status)
+}
