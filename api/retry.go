@@ -16,7 +16,8 @@ import (
 
 // RetryRunBody is the body of POST /v1/runs/{id}/retry.
 type RetryRunBody struct {
-	Version int `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0"`
+	Version int    `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0"`
+	Alias   string `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"move the run onto the version this alias of its workflow names now, as version would. Not with version"`
 }
 
 // RerunRunBody is the body of POST /v1/runs/{id}/rerun.
@@ -24,6 +25,7 @@ type RerunRunBody struct {
 	FromStep string          `json:"from_step" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"the step to run again: it and every step downstream of it run fresh"`
 	Input    json.RawMessage `json:"input,omitempty" doc:"the new run's input, any JSON value; the source run's when absent"`
 	Version  int             `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"the version to run; the source run's when absent or 0. Every step reused must be there with the same needs"`
+	Alias    string          `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"run on the version this alias of the workflow names now, as version would. Not with version"`
 	DryRun   bool            `json:"dry_run,omitempty" doc:"only answer the plan (200); nothing is created"`
 }
 
@@ -68,7 +70,10 @@ func (s *Server) registerRetry() {
 			if in.Body != nil {
 				body = *in.Body
 			}
-			p := &catalog.RunRetryParams{RunID: id, Version: body.Version, Actor: actor(ctx)}
+			if err := versionOrAlias(body.Version, body.Alias); err != nil {
+				return nil, err
+			}
+			p := &catalog.RunRetryParams{RunID: id, Version: body.Version, Alias: body.Alias, Actor: actor(ctx)}
 			if in.IdempotencyKey != "" {
 				p.IdempotencyKey = in.IdempotencyKey
 				p.RequestHash = hashRequest(body)
@@ -109,15 +114,19 @@ func (s *Server) registerRetry() {
 				return nil, err
 			}
 			body := in.Body
+			if err := versionOrAlias(body.Version, body.Alias); err != nil {
+				return nil, err
+			}
 			p := &catalog.RunRerunParams{Source: id, FromStep: body.FromStep, Input: body.Input, Version: body.Version,
-				Actor: actor(ctx), DryRun: body.DryRun}
+				Alias: body.Alias, Actor: actor(ctx), DryRun: body.DryRun}
 			if in.IdempotencyKey != "" {
 				p.IdempotencyKey = in.IdempotencyKey
 				p.RequestHash = hashRequest(struct {
 					FromStep string          `json:"from_step"`
 					Input    json.RawMessage `json:"input"`
 					Version  int             `json:"version"`
-				}{body.FromStep, compactJSON(body.Input), body.Version})
+					Alias    string          `json:"alias,omitempty"`
+				}{body.FromStep, compactJSON(body.Input), body.Version, body.Alias})
 			}
 			run, plan, _, err := s.store.RunRerun(ctx, p)
 			if errors.Is(err, catalog.ErrInvalidInput) && catalog.Reason(err) != "" {

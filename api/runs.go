@@ -148,9 +148,8 @@ func (s *Server) registerRuns() {
 		if in.Body != nil {
 			body = *in.Body
 		}
-		if body.Version > 0 && body.Alias != "" {
-			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body.alias",
-				Message: "give a version or an alias, not both", Value: body.Alias}}}
+		if err := versionOrAlias(body.Version, body.Alias); err != nil {
+			return nil, err
 		}
 		if err := checkLabels(body.Labels); err != nil {
 			return nil, err
@@ -371,6 +370,15 @@ func (s *Server) workflowAnswer(ctx context.Context, name string) (*workflowOutp
 		return nil, err
 	}
 	return &workflowOutput{Body: workflowOf(w)}, nil
+}
+
+// versionOrAlias refuses a body that names both a version and an alias.
+func versionOrAlias(version int, alias string) error {
+	if version > 0 && alias != "" {
+		return &validationError{errs: []error{&huma.ErrorDetail{Location: "body.alias",
+			Message: "give a version or an alias, not both", Value: alias}}}
+	}
+	return nil
 }
 
 // requestHash identifies a start-run request for idempotency. (An alias and labels

@@ -15,6 +15,10 @@ const (
 	// lock (migrations/00004_retry_rerun.sql).
 	sqlRunRetry = `SELECT cairn_run_retry($1, $2, $3)`
 
+	// sqlRunAliasVersion resolves an alias of a run's workflow (cairn_alias_version,
+	// NULL when there is no such alias).
+	sqlRunAliasVersion = `SELECT r.workflow, cairn_alias_version(r.workflow, $2) AS version FROM runs r WHERE r.id = $1`
+
 	// sqlRunRerun: cairn_run_rerun makes the new run (or, dry, only its plan).
 	sqlRunRerun = `SELECT reused, fresh FROM cairn_run_rerun($1, $2, $3, $4, $5, $6, $7)`
 
@@ -35,8 +39,10 @@ FROM r, cairn_version_layout(r.workflow, r.version) l`
 // RunRetryParams describe a retry of a run in place.
 type RunRetryParams struct {
 	RunID uuid.UUID
-	// Version, when not 0, moves the run onto that version of its workflow.
+	// Version, when not 0, moves the run onto that version of its workflow; Alias,
+	// when not "", onto the version that alias of its workflow names (at the retry).
 	Version int
+	Alias   string
 	// Actor names who asked, recorded in the run.retried event.
 	Actor string
 	// IdempotencyKey, when set, makes the retry idempotent (scope "retry:<run
@@ -70,7 +76,11 @@ func (s *Store) RunRetry(ctx context.Context, p *RunRetryParams) (run *Run, retr
 				return tx.GetContext(ctx, run, sqlRunGet, p.RunID)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, sqlRunRetry, p.RunID, p.Version, p.Actor); err != nil {
+		version, err := aliasVersion(ctx, tx, p.RunID, p.Version, p.Alias)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlRunRetry, p.RunID, version, p.Actor); err != nil {
 			return err
 		}
 		retried = true
@@ -114,9 +124,10 @@ type RunRerunParams struct {
 	FromStep string
 	// Input is the new run's input; empty means the source's.
 	Input json.RawMessage
-	// Version, when not 0, runs the new run on that version of the workflow; else
-	// the source's.
+	// Version, when not 0, runs the new run on that version of the workflow; Alias,
+	// when not "", on the version that alias names; else the source's.
 	Version int
+	Alias   string
 	// Actor names who asked, recorded in the new run's run.created event.
 	Actor string
 	// DryRun returns the plan and writes nothing.
@@ -168,8 +179,12 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 				return scanPlan(tx.QueryRowxContext(ctx, sqlRerunPlan, firstID), plan)
 			}
 		}
+		version, err := aliasVersion(ctx, tx, p.Source, p.Version, p.Alias)
+		if err != nil {
+			return err
+		}
 		if err := scanPlan(tx.QueryRowxContext(ctx, sqlRunRerun, id, p.Source, p.FromStep, nullJSON(p.Input),
-			p.Version, p.Actor, p.DryRun), plan); err != nil {
+			version, p.Actor, p.DryRun), plan); err != nil {
 			return err
 		}
 		if p.DryRun {
@@ -183,6 +198,26 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 		return nil, nil, false, fmt.Errorf("rerun run %s from %s: %w", p.Source, p.FromStep, err)
 	}
 	return run, plan, created, nil
+}
+
+// aliasVersion returns version, or when alias is not "" the version that alias of
+// the run's workflow names now: ErrNotFound when the run or the alias does not
+// exist.
+func aliasVersion(ctx context.Context, tx *sqlx.Tx, run uuid.UUID, version int, alias string) (int, error) {
+	if alias == "" {
+		return version, nil
+	}
+	var got struct {
+		Workflow string `db:"workflow"`
+		Version  *int   `db:"version"`
+	}
+	if err := tx.GetContext(ctx, &got, sqlRunAliasVersion, run, alias); err != nil {
+		return 0, translateError(err)
+	}
+	if got.Version == nil {
+		return 0, fmt.Errorf("%w: workflow %q has no alias %q", ErrNotFound, got.Workflow, alias)
+	}
+	return *got.Version, nil
 }
 
 func scanPlan(row *sqlx.Row, plan *RerunPlan) error {

@@ -563,3 +563,32 @@ func TestRetryAndRerunMeetPause(t *testing.T) {
 	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, run.ID).Status)
 	require.Equal(t, catalog.RunSucceeded, getRun(t, ctx, s, again.ID).Status)
 }
+
+// TestRunRetryOntoAlias: a retry or a rerun may name an alias of the workflow
+// instead of a version: the version it names at that moment; an unknown alias is
+// ErrNotFound and changes nothing.
+func TestRunRetryOntoAlias(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	catalogtest.Version(t, s, "aka", chain(2)...)
+	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "aka"})
+	require.NoError(t, err)
+	drive(t, ctx, s, "s2")
+	catalogtest.Version(t, s, "aka", chain(2)...) // a fix: version 2
+	_, err = s.AliasSet(ctx, &catalog.AliasSetParams{Workflow: "aka", Alias: "stable", Version: 2, Actor: "alice"})
+	require.NoError(t, err)
+
+	_, _, err = s.RunRetry(ctx, &catalog.RunRetryParams{RunID: run.ID, Alias: "canary", Actor: "alice"})
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+	require.ErrorContains(t, err, `has no alias "canary"`)
+	require.Equal(t, catalog.RunFailed, getRun(t, ctx, s, run.ID).Status)
+
+	_, plan, err := rerun(ctx, s, catalog.RunRerunParams{Source: run.ID, FromStep: "s2", Alias: "stable", DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, []string{"s1"}, plan.Reused)
+
+	got, _, err := s.RunRetry(ctx, &catalog.RunRetryParams{RunID: run.ID, Alias: "stable", Actor: "alice"})
+	require.NoError(t, err)
+	require.Equal(t, 2, got.Version)
+}

@@ -646,6 +646,9 @@ type RerunResult struct {
 
 // RerunRunBody defines model for RerunRunBody.
 type RerunRunBody struct {
+	// Alias run on the version this alias of the workflow names now, as version would. Not with version
+	Alias *string `json:"alias,omitempty"`
+
 	// DryRun only answer the plan (200); nothing is created
 	DryRun *bool `json:"dry_run,omitempty"`
 
@@ -661,6 +664,9 @@ type RerunRunBody struct {
 
 // RetryRunBody defines model for RetryRunBody.
 type RetryRunBody struct {
+	// Alias move the run onto the version this alias of its workflow names now, as version would. Not with version
+	Alias *string `json:"alias,omitempty"`
+
 	// Version move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0
 	Version *int64 `json:"version,omitempty"`
 }

@@ -117,16 +117,22 @@ func aliasesCmd(c *cli) *cobra.Command {
 // startVersion fills the version or the alias of a start-run body from --version:
 // a number is a version, anything else an alias ("" and 0: latest).
 func startVersion(body *client.StartRunBody, version string) error {
+	var err error
+	body.Version, body.Alias, err = versionFlag(version)
+	return err
+}
+
+// versionFlag reads a --version flag that takes a version number or an alias: at
+// most one of the two back, neither when the flag is empty or 0.
+func versionFlag(version string) (*int64, *string, error) {
 	if version == "" || version == "0" {
-		return nil
+		return nil, nil, nil
 	}
 	if n, err := strconv.ParseInt(version, 10, 32); err == nil {
 		if n < 0 {
-			return fmt.Errorf("--version %s: want a version number or an alias", version)
+			return nil, nil, fmt.Errorf("--version %s: want a version number or an alias", version)
 		}
-		body.Version = &n
-		return nil
+		return &n, nil, nil
 	}
-	body.Alias = &version
-	return nil
+	return nil, &version, nil
 }

@@ -490,7 +490,7 @@ steps:
 	id := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
 	deploy("    builtin: noop")
 
-	out = b.mustCLI(t, "run", "retry", id, "--version", "2")
+	out = b.mustCLI(t, "run", "retry", id, "--version", "latest") // an alias: deploy moved latest to 2
 	require.Equal(t, "run "+id+" running (version 2, 2 of 3 steps to run)\n", out)
 	_, err = b.cli(t, "run", "retry", id)
 	require.ErrorContains(t, err, "invalid_run_state")

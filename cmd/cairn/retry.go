@@ -11,7 +11,7 @@ import (
 
 func (c *cli) newRunRetryCmd() *cobra.Command {
 	var (
-		version int64
+		version string
 		idemKey string
 	)
 	cmd := &cobra.Command{
@@ -20,8 +20,9 @@ func (c *cli) newRunRetryCmd() *cobra.Command {
 		Long: `retry runs a failed or canceled run again, in place: its failed, canceled and
 skipped steps run again with a fresh attempt budget (a step resumes from its last
 checkpoint); succeeded steps and their outputs are kept and never run again.
-With --version N the run first moves onto version N of its workflow (a fixed
-deploy), which must have every step the run keeps with the same key and needs.`,
+With --version N (or an alias: --version stable) the run first moves onto that
+version of its workflow (a fixed deploy), which must have every step the run keeps
+with the same key and needs.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, cl, err := c.runClient(args[0])
@@ -29,8 +30,8 @@ deploy), which must have every step the run keeps with the same key and needs.`,
 				return err
 			}
 			body := client.RetryRunBody{}
-			if version > 0 {
-				body.Version = &version
+			if body.Version, body.Alias, err = versionFlag(version); err != nil {
+				return err
 			}
 			params := &client.RetryRunParams{}
 			if idemKey != "" {
@@ -49,7 +50,7 @@ deploy), which must have every step the run keeps with the same key and needs.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&version, "version", 0, "move the run onto this version of its workflow (0: stay on its version)")
+	f.StringVar(&version, "version", "", "move the run onto this version (a number or an alias) of its workflow")
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the retry safe to repeat: the same key retries once")
 	return cmd
 }
@@ -57,7 +58,7 @@ deploy), which must have every step the run keeps with the same key and needs.`,
 func (c *cli) newRunRerunCmd() *cobra.Command {
 	var (
 		from, input, idemKey string
-		version              int64
+		version              string
 		dryRun               bool
 		out                  outputFormat
 	)
@@ -83,8 +84,8 @@ and then the new run's ID; --dry-run prints only the plan and starts nothing.`,
 				}
 				body.Input = raw
 			}
-			if version > 0 {
-				body.Version = &version
+			if body.Version, body.Alias, err = versionFlag(version); err != nil {
+				return err
 			}
 			if dryRun {
 				body.DryRun = &dryRun
@@ -118,7 +119,7 @@ and then the new run's ID; --dry-run prints only the plan and starts nothing.`,
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "the step to rerun from (required)")
 	f.StringVar(&input, "input", "", "the new run's input: JSON, or @file (default: the first run's)")
-	f.Int64Var(&version, "version", 0, "run on this version of the workflow (0: the first run's)")
+	f.StringVar(&version, "version", "", "run on this version (a number or an alias) of the workflow (default: the first run's)")
 	f.BoolVar(&dryRun, "dry-run", false, "print the plan only; start nothing")
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the rerun safe to repeat: the same key returns the first rerun")
 	_ = cmd.MarkFlagRequired("from")

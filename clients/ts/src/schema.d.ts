@@ -949,6 +949,8 @@ export interface components {
             run?: components["schemas"]["Run"];
         };
         RerunRunBody: {
+            /** @description run on the version this alias of the workflow names now, as version would. Not with version */
+            alias?: string;
             /** @description only answer the plan (200); nothing is created */
             dry_run?: boolean;
             /** @description the step to run again: it and every step downstream of it run fresh */
@@ -962,6 +964,8 @@ export interface components {
             version?: number;
         };
         RetryRunBody: {
+            /** @description move the run onto the version this alias of its workflow names now, as version would. Not with version */
+            alias?: string;
             /**
              * Format: int64
              * @description move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0
