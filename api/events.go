@@ -85,7 +85,7 @@ func (s *Server) registerEvents() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}/events/stream",
 		Summary:     "Follow a run's events (server-sent events)",
-		Description: "Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.",
+		Description: "Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.",
 		Tags:        []string{"runs"},
 		Responses: map[string]*huma.Response{"200": {Description: "A stream of events", Content: map[string]*huma.MediaType{
 			"text/event-stream": {Schema: &huma.Schema{Type: "string"}},
@@ -152,8 +152,9 @@ func (s *Server) acquireStream() (release func(), err error) {
 	}, nil
 }
 
-// followEvents writes events after seq until the run's final event, the client
-// leaving, or the server shutting down.
+// followEvents writes events after seq until the run's final event (the last of a
+// run that ended: a retry makes another), the client leaving, or the server
+// shutting down.
 func (s *Server) followEvents(hc huma.Context, id uuid.UUID, after int64) {
 	ctx := hc.Context()
 	w := hc.BodyWriter()
@@ -183,7 +184,7 @@ func (s *Server) followEvents(hc huma.Context, id uuid.UUID, after int64) {
 				return
 			}
 			after = ev.Seq
-			if isFinal(ev.Type) {
+			if isFinal(ev.Type) && i == len(rows)-1 && s.endsHistory(ctx, gen, id, ev.Seq) {
 				flush()
 				return
 			}
@@ -212,6 +213,14 @@ func (s *Server) followEvents(hc huma.Context, id uuid.UUID, after int64) {
 		case <-tick:
 		}
 	}
+}
+
+// endsHistory reports whether the final event seq is the run's last: a retried run
+// (POST …/retry) has a run.failed or run.canceled followed by run.retried and more,
+// and its stream goes on to its next final event.
+func (s *Server) endsHistory(ctx context.Context, gen uint64, id uuid.UUID, seq int64) bool {
+	run, err := s.pollRun(ctx, gen, id)
+	return err == nil && run.Status.Terminal() && run.Revision == seq
 }
 
 // pollTimeout bounds a poll shared by several streams (no one stream's context

@@ -1224,7 +1224,7 @@ type ClientInterface interface {
 
 	// StreamEvents Follow a run's events (server-sent events)
 	//
-	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
+	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 	//
 	// Requires the `viewer` role.
 	//
@@ -1754,7 +1754,7 @@ func (c *APIClient) ListEvents(ctx context.Context, id openapi_types.UUID, param
 
 // StreamEvents Follow a run's events (server-sent events)
 //
-// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
+// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 //
 // Requires the `viewer` role.
 //
@@ -4297,7 +4297,7 @@ type ClientWithResponsesInterface interface {
 
 	// StreamEventsWithResponse Follow a run's events (server-sent events)
 	//
-	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
+	// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 	//
 	// Requires the `viewer` role.
 	//
@@ -8291,7 +8291,7 @@ func (c *ClientWithResponses) ListEventsWithResponse(ctx context.Context, id ope
 
 // StreamEventsWithResponse Follow a run's events (server-sent events)
 //
-// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
+// Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
 //
 // Requires the `viewer` role.
 //

@@ -210,8 +210,8 @@ func (c *Client) followOnce(ctx context.Context, id uuid.UUID, last *int64, fn f
 }
 
 // readEvents reads a text/event-stream of a run's events, calling fn for each
-// event after *last and advancing *last. It stops at the run's final event (final),
-// at the end of r (nil), or at an error: of fn (a *callbackError), of reading, of a
+// event after *last and advancing *last. It stops at the end of r (final when the
+// last event was a run's final one: the server ends the stream there), or at an error: of fn (a *callbackError), of reading, of a
 // malformed event, or of an event out of order (a gap: the events after it must be
 // read again after *last).
 func readEvents(r io.Reader, last *int64, fn func(*Event) error) (final bool, err error) {
@@ -238,11 +238,11 @@ func readEvents(r io.Reader, last *int64, fn func(*Event) error) (final bool, er
 			return false, &callbackError{err: err}
 		}
 		*last = ev.Seq
-		if IsFinalEvent(ev.Type) {
-			return true, nil
-		}
+		// The server ends the stream after the run's final event; a final event
+		// followed by more (run.retried: the run runs again) is not the end.
+		final = IsFinalEvent(ev.Type)
 	}
-	return false, nil
+	return final, nil
 }
 
 // activityReader calls active after every read that brought bytes.

@@ -54,6 +54,10 @@ func TestRetryAndRerun(t *testing.T) {
 	require.Equal(t, int64(2), fixed.Version)
 	out := s.cli("run", "retry", id, "--version", "2")
 	require.Equal(t, "run "+id+" running (version 2, 2 of 5 steps to run)\n", out)
+	// Watched from its first event, the retried run's stream goes past its first
+	// run.failed to the end of the retry.
+	watched := s.cli("run", "watch", id)
+	require.Regexp(t, `(?s)run\.failed.*run\.retried.*run\.succeeded`, watched)
 	run = api.waitRun(id, time.Minute)
 	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 	require.Equal(t, int64(2), run.Version)

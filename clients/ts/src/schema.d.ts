@@ -229,7 +229,7 @@ export interface paths {
         };
         /**
          * Follow a run's events (server-sent events)
-         * @description Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event. Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
+         * @description Replays the run's events after Last-Event-ID (or ?after=), then follows new ones live; the stream ends after the run's final event (a retried run's stream goes past the final event before its retry, to the last). Each SSE message has id = seq, event = type, data = the Event. A server keeps a bounded number of streams open (CAIRN_MAX_STREAMS): over it, 503 with Retry-After.
          *
          *     Requires the `viewer` role.
          */
