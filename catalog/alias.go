@@ -100,24 +100,7 @@ type AliasVersions map[string]int
 
 // Scan implements sql.Scanner.
 func (a *AliasVersions) Scan(src any) error {
-	var b []byte
-	switch v := src.(type) {
-	case nil:
-		*a = AliasVersions{}
-		return nil
-	case []byte:
-		b = v
-	case string:
-		b = []byte(v)
-	default:
-		return fmt.Errorf("scan %T into catalog.AliasVersions", src)
-	}
-	m := AliasVersions{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("scan catalog.AliasVersions: %w", err)
-	}
-	*a = m
-	return nil
+	return scanObject(a, src)
 }
 
 // Value implements driver.Valuer.

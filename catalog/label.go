@@ -27,23 +27,29 @@ type Labels map[string]string
 
 // Scan implements sql.Scanner.
 func (l *Labels) Scan(src any) error {
+	return scanObject(l, src)
+}
+
+// scanObject scans a jsonb object column into a map: an empty map, never nil, for
+// NULL.
+func scanObject[M ~map[string]V, V any](dst *M, src any) error {
 	var b []byte
 	switch v := src.(type) {
 	case nil:
-		*l = Labels{}
+		*dst = M{}
 		return nil
 	case []byte:
 		b = v
 	case string:
 		b = []byte(v)
 	default:
-		return fmt.Errorf("scan %T into catalog.Labels", src)
+		return fmt.Errorf("scan %T into %T", src, *dst)
 	}
-	m := Labels{}
+	m := M{}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("scan labels: %w", err)
+		return fmt.Errorf("scan %T: %w", *dst, err)
 	}
-	*l = m
+	*dst = m
 	return nil
 }
 
