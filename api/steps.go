@@ -17,7 +17,7 @@ import (
 // Step is a step of a run.
 type Step struct {
 	Key            string          `json:"key"`
-	Status         string          `json:"status" enum:"waiting,ready,running,succeeded,failed,canceled,skipped"`
+	Status         string          `json:"status" enum:"waiting,ready,running,suspended,succeeded,failed,canceled,skipped"`
 	Needs          []string        `json:"needs"`
 	Attempts       int             `json:"attempts" doc:"attempts so far"`
 	MaxAttempts    int             `json:"max_attempts"`
@@ -30,6 +30,40 @@ type Step struct {
 	StartedAt      *time.Time      `json:"started_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
 	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
+	WaitingFor     *WaitingFor     `json:"waiting_for,omitempty" doc:"what a waiting or suspended step waits for; absent otherwise"`
+}
+
+// WaitingFor says what an unfinished step waits for: its upstream steps (a waiting
+// step), or the end of a durable wait (a suspended step: sleep, signal, approval,
+// callback).
+type WaitingFor struct {
+	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait"`
+	Until     *time.Time `json:"until,omitempty" doc:"a sleep's end"`
+	Name      string     `json:"name,omitempty" doc:"the signal's name (POST /v1/runs/{id}/signals/{name})"`
+	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
+	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`
+	OnTimeout string     `json:"on_timeout,omitempty" enum:"fail,continue" doc:"what happens then: fail (code timeout) or continue (succeeds with a null output)"`
+}
+
+// waitingFor explains a waiting or suspended step.
+func waitingFor(st *catalog.Step) *WaitingFor {
+	switch st.Status {
+	case catalog.StepWaiting:
+		return &WaitingFor{Kind: "upstream", Since: utc(&st.CreatedAt)}
+	case catalog.StepSuspended:
+		w := &WaitingFor{Since: utc(st.WaitingSince), Until: utc(st.WaitUntil), TimeoutAt: utc(st.TimeoutAt)}
+		if st.WaitKind != nil {
+			w.Kind = string(*st.WaitKind)
+		}
+		if st.WaitName != nil {
+			w.Name = *st.WaitName
+		}
+		if st.OnTimeout != nil && st.TimeoutAt != nil {
+			w.OnTimeout = string(*st.OnTimeout)
+		}
+		return w
+	}
+	return nil
 }
 
 // BlockedBy says what keeps an unfinished step from starting. Only kind paused
@@ -58,6 +92,7 @@ func stepOf(st *catalog.Step) Step {
 	if st.Held && !st.Status.Terminal() {
 		out.BlockedBy = &BlockedBy{Kind: "paused"}
 	}
+	out.WaitingFor = waitingFor(st)
 	return out
 }
 

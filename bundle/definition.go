@@ -58,8 +58,8 @@ type Definition struct {
 	Steps []StepDefinition `json:"steps"`
 }
 
-// StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda and Builtin
-// is set, as Kind says.
+// StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
+// Sleep and Signal is set, as Kind says.
 type StepDefinition struct {
 	Key string `json:"key"`
 	// Needs is sorted and duplicate-free; never nil.
@@ -73,6 +73,9 @@ type StepDefinition struct {
 	Lambda *LambdaSpec `json:"lambda,omitempty"`
 	// Builtin is set for KindBuiltin.
 	Builtin string `json:"builtin,omitempty"`
+	// Sleep is set for KindSleep, Signal for KindSignal (wait.go).
+	Sleep  *SleepDefinition  `json:"sleep,omitempty"`
+	Signal *SignalDefinition `json:"signal,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -151,6 +154,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		}
 		d.With = with
 		switch {
+		case normalizeWait(&s, &d):
 		case s.Exec != nil:
 			p, _ := execPath(s.Exec[0])
 			d.Kind = KindExec

@@ -39,7 +39,8 @@ type Defaults struct {
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
 }
 
-// Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda and Builtin is set.
+// Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
+// Signal is set.
 type Step struct {
 	// Key names the step: ^[a-z0-9][a-z0-9_-]{0,62}$, unique in the manifest.
 	Key string `yaml:"key" json:"key"`
@@ -54,6 +55,10 @@ type Step struct {
 	Lambda *LambdaSpec `yaml:"lambda,omitempty" json:"lambda,omitempty"`
 	// Builtin names a built-in function: noop, echo, sleep or fail.
 	Builtin string `yaml:"builtin,omitempty" json:"builtin,omitempty"`
+	// Sleep waits for a duration or until a time, durably (wait.go).
+	Sleep *SleepSpec `yaml:"sleep,omitempty" json:"sleep,omitempty"`
+	// Signal waits for a signal (wait.go).
+	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
 	// With holds static parameters, passed to the function as "params".
 	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
 	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.

@@ -27,6 +27,13 @@ package catalog
 // fail) holds a run's unfinished steps: the claim skips them, running attempts
 // finish and are recorded as above, and a paused run still ends or is canceled so.
 // Resume (RunResume, WorkflowResume) releases them (run.paused, run.resumed).
+//
+// Waits (wait.go): a running step may suspend (StepSuspend: its attempt ends
+// succeeded, the lease is given up; step.suspended). A suspended step ends through
+// StepResolve, SignalSend or the wake sweeper (WakeDue): succeeded, its dependents
+// readied as above, or failed, terminal (step.resumed, then step.succeeded or
+// step.failed). Pause holds suspended steps too (the sweeper skips them); cancel
+// cancels them.
 
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,
@@ -88,14 +95,18 @@ const (
 // StepStatus is the state of a step of a run: waiting (upstream not done) → ready
 // (claimable at ready_at) → running (leased) → succeeded | failed | canceled |
 // skipped (an upstream step did not succeed). A retried step goes from running back
-// to ready.
+// to ready. A running step may be suspended (a durable wait) and then ends
+// succeeded or failed.
 type StepStatus string
 
 // Step states.
 const (
-	StepWaiting   StepStatus = "waiting"
-	StepReady     StepStatus = "ready"
-	StepRunning   StepStatus = "running"
+	StepWaiting StepStatus = "waiting"
+	StepReady   StepStatus = "ready"
+	StepRunning StepStatus = "running"
+	// StepSuspended: a durable wait (sleep, signal, approval, callback): no lease,
+	// no slot; Step.WaitKind and the other wait fields say what for.
+	StepSuspended StepStatus = "suspended"
 	StepSucceeded StepStatus = "succeeded"
 	StepFailed    StepStatus = "failed"
 	StepCanceled  StepStatus = "canceled"
@@ -167,4 +178,11 @@ const (
 	// EventStepReused lists the steps a rerun carried over from its source run
 	// (data: steps, rerun_of); they have no attempt.
 	EventStepReused EventType = "step.reused"
+	// Waits (issue 14). step.suspended: data kind, until, name, timeout_at,
+	// on_timeout. step.resumed: data kind, outcome, reason (sleep_done, signal,
+	// timeout, …); step.succeeded or step.failed follows. signal.received: data
+	// name, seq, actor, idempotency_key.
+	EventStepSuspended  EventType = "step.suspended"
+	EventStepResumed    EventType = "step.resumed"
+	EventSignalReceived EventType = "signal.received"
 )

@@ -12,7 +12,8 @@ import (
 const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
-checkpoint, created_at, started_at, finished_at, held, on_exhausted`
+checkpoint, created_at, started_at, finished_at, held, on_exhausted, wait_kind, wait_until,
+wait_name, waiting_since, timeout_at, on_timeout`
 
 	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
 
@@ -59,6 +60,14 @@ type Step struct {
 	Held bool `db:"held"`
 	// OnExhausted is what happens when the step would fail.
 	OnExhausted OnExhausted `db:"on_exhausted"`
+	// The wait of a suspended step (kept after it resumes): its kind, a sleep's
+	// end, a signal's name, since when, its timeout and what happens then.
+	WaitKind     *WaitKind  `db:"wait_kind"`
+	WaitUntil    *time.Time `db:"wait_until"`
+	WaitName     *string    `db:"wait_name"`
+	WaitingSince *time.Time `db:"waiting_since"`
+	TimeoutAt    *time.Time `db:"timeout_at"`
+	OnTimeout    *OnTimeout `db:"on_timeout"`
 }
 
 // Attempt is one try of a step.

@@ -281,6 +281,7 @@ const (
 	StepStatusRunning   StepStatus = "running"
 	StepStatusSkipped   StepStatus = "skipped"
 	StepStatusSucceeded StepStatus = "succeeded"
+	StepStatusSuspended StepStatus = "suspended"
 	StepStatusWaiting   StepStatus = "waiting"
 )
 
@@ -299,7 +300,54 @@ func (e StepStatus) Valid() bool {
 		return true
 	case StepStatusSucceeded:
 		return true
+	case StepStatusSuspended:
+		return true
 	case StepStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaitingForKind.
+const (
+	Approval WaitingForKind = "approval"
+	Callback WaitingForKind = "callback"
+	Signal   WaitingForKind = "signal"
+	Sleep    WaitingForKind = "sleep"
+	Upstream WaitingForKind = "upstream"
+)
+
+// Valid indicates whether the value is a known member of the WaitingForKind enum.
+func (e WaitingForKind) Valid() bool {
+	switch e {
+	case Approval:
+		return true
+	case Callback:
+		return true
+	case Signal:
+		return true
+	case Sleep:
+		return true
+	case Upstream:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WaitingForOnTimeout.
+const (
+	Continue WaitingForOnTimeout = "continue"
+	Fail     WaitingForOnTimeout = "fail"
+)
+
+// Valid indicates whether the value is a known member of the WaitingForOnTimeout enum.
+func (e WaitingForOnTimeout) Valid() bool {
+	switch e {
+	case Continue:
+		return true
+	case Fail:
 		return true
 	default:
 		return false
@@ -800,9 +848,10 @@ type Step struct {
 	Output interface{} `json:"output"`
 
 	// ReadyAt when the step became (or becomes) claimable
-	ReadyAt   *time.Time `json:"ready_at"`
-	StartedAt *time.Time `json:"started_at"`
-	Status    StepStatus `json:"status"`
+	ReadyAt    *time.Time  `json:"ready_at"`
+	StartedAt  *time.Time  `json:"started_at"`
+	Status     StepStatus  `json:"status"`
+	WaitingFor *WaitingFor `json:"waiting_for,omitempty"`
 }
 
 // StepStatus defines model for Step.Status.
@@ -851,6 +900,33 @@ type Version struct {
 	// Workflow workflow name
 	Workflow string `json:"workflow"`
 }
+
+// WaitingFor defines model for WaitingFor.
+type WaitingFor struct {
+	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+	Kind WaitingForKind `json:"kind"`
+
+	// Name the signal's name (POST /v1/runs/{id}/signals/{name})
+	Name *string `json:"name,omitempty"`
+
+	// OnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
+	OnTimeout *WaitingForOnTimeout `json:"on_timeout,omitempty"`
+
+	// Since when the wait began
+	Since *time.Time `json:"since,omitempty"`
+
+	// TimeoutAt when the wait gives up
+	TimeoutAt *time.Time `json:"timeout_at,omitempty"`
+
+	// Until a sleep's end
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+type WaitingForKind string
+
+// WaitingForOnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
+type WaitingForOnTimeout string
 
 // Workflow defines model for Workflow.
 type Workflow struct {

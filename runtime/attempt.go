@@ -104,6 +104,10 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		d.report(a, outcome{status: catalog.OutcomeFailed, err: functions.Terminalf("step %q is not in version %d of %s", c.Key, c.Version, c.Workflow)}, nil)
 		return
 	}
+	if step.Kind.Waits() {
+		d.suspend(ctx, a, step)
+		return
+	}
 	invoker := d.cfg.Invokers[step.Kind]
 	if invoker == nil {
 		// Counted, so bounded by the retry policy: another dispatcher may have it.

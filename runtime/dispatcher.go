@@ -55,6 +55,10 @@ type Dispatcher struct {
 	work    sync.WaitGroup     // running attempts
 	noClaim chan struct{}      // closed when claiming must stop
 	nextDue time.Time          // earliest local retry we know of
+	// nextWake is the earliest end of a wait this dispatcher started (wakeAt);
+	// wakeHint tells the wake loop to look at it.
+	nextWake time.Time
+	wakeHint chan struct{}
 
 	// abandonCtx ends when Stop gives up on writing what is left (outcomes, logs)
 	// because the database or the blob store does not answer in time.
@@ -101,6 +105,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		versions: newDefinitions(store),
 		cache:    cache,
 		wake:     make(chan struct{}, 1),
+		wakeHint: make(chan struct{}, 1),
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
@@ -132,7 +137,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.listenLoop, d.operationLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.listenLoop, d.operationLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()

@@ -8,6 +8,7 @@ type metrics struct {
 	attempts  *prometheus.CounterVec
 	leaseLost *prometheus.CounterVec
 	swept     prometheus.Counter
+	woken     prometheus.Counter
 	running   prometheus.Gauge
 }
 
@@ -25,12 +26,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		swept: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_leases_swept_total", Help: "Expired leases returned to ready or failed by this dispatcher's sweeper.",
 		}),
+		woken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_waits_woken_total", Help: "Suspended steps woken by this dispatcher's wake sweeper (sleeps ended, timeouts applied).",
+		}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.running)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.running)
 	}
 	return m
 }

@@ -262,17 +262,66 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 	return runResult(run)
 }
 
-// writeSteps prints the step table: STEP, STATUS, ATTEMPTS (n/max), DURATION, INFO,
-// in the order of the DAG (see dagOrder).
+// writeSteps prints the step table: STEP, STATUS, ATTEMPTS (n/max), DURATION,
+// WAITING FOR, INFO, in the order of the DAG (see dagOrder).
 func writeSteps(w io.Writer, steps []client.Step, now time.Time) error {
 	steps = dagOrder(steps)
-	tw := newTable(w)
-	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tDURATION\tINFO")
+	status := make(map[string]client.StepStatus, len(steps))
 	for _, s := range steps {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", s.Key, s.Status, s.Attempts, s.MaxAttempts,
-			span(s.StartedAt, s.FinishedAt, now), stepInfo(s, now))
+		status[s.Key] = s.Status
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "STEP\tSTATUS\tATTEMPTS\tDURATION\tWAITING FOR\tINFO")
+	for _, s := range steps {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\n", s.Key, s.Status, s.Attempts, s.MaxAttempts,
+			span(s.StartedAt, s.FinishedAt, now), waitingText(s, status, now), stepInfo(s, now))
 	}
 	return tw.Flush()
+}
+
+// waitingText says what an unfinished step waits for (the API's waiting_for): the
+// steps it needs that have not succeeded yet, a sleep's end, a signal's name, and
+// when the wait times out; "-" when it waits for nothing.
+func waitingText(s client.Step, status map[string]client.StepStatus, now time.Time) string {
+	w := s.WaitingFor
+	if w == nil {
+		return "-"
+	}
+	var out string
+	switch w.Kind {
+	case client.Upstream:
+		var keys []string
+		for _, n := range deref(s.Needs) {
+			if status[n] != client.StepStatusSucceeded {
+				keys = append(keys, n)
+			}
+		}
+		out = "upstream " + strings.Join(keys, ",")
+	case client.Sleep:
+		out = "sleep"
+		if w.Until != nil {
+			out += " until " + w.Until.UTC().Format(time.RFC3339) + " (" + relative(*w.Until, now) + ")"
+		}
+	case client.Signal:
+		out = "signal " + deref(w.Name)
+	default:
+		out = string(w.Kind)
+	}
+	if w.TimeoutAt != nil {
+		out += ", timeout " + relative(*w.TimeoutAt, now)
+		if w.OnTimeout != nil {
+			out += " (" + string(*w.OnTimeout) + ")"
+		}
+	}
+	return out
+}
+
+// relative says "in 5s" or "5s ago".
+func relative(t, now time.Time) string {
+	if d := t.Sub(now); d >= 0 {
+		return "in " + formatDuration(d)
+	}
+	return formatDuration(now.Sub(t)) + " ago"
 }
 
 // dagOrder sorts steps by depth in the DAG (a step after everything it needs),

@@ -1116,7 +1116,9 @@ export interface components {
             /** Format: date-time */
             started_at: string | null;
             /** @enum {string} */
-            status: "waiting" | "ready" | "running" | "succeeded" | "failed" | "canceled" | "skipped";
+            status: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
+            /** @description what a waiting or suspended step waits for; absent otherwise */
+            waiting_for?: components["schemas"]["WaitingFor"];
         };
         UploadResult: {
             /** @description false when this bundle was uploaded before (status 200) */
@@ -1160,6 +1162,35 @@ export interface components {
             version: number;
             /** @description workflow name */
             workflow: string;
+        };
+        WaitingFor: {
+            /**
+             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+             * @enum {string}
+             */
+            kind: "upstream" | "sleep" | "signal" | "approval" | "callback";
+            /** @description the signal's name (POST /v1/runs/{id}/signals/{name}) */
+            name?: string;
+            /**
+             * @description what happens then: fail (code timeout) or continue (succeeds with a null output)
+             * @enum {string}
+             */
+            on_timeout?: "fail" | "continue";
+            /**
+             * Format: date-time
+             * @description when the wait began
+             */
+            since?: string;
+            /**
+             * Format: date-time
+             * @description when the wait gives up
+             */
+            timeout_at?: string;
+            /**
+             * Format: date-time
+             * @description a sleep's end
+             */
+            until?: string;
         };
         Workflow: {
             /** @description every alias of the workflow and the version it names, such as {"latest": 3, "stable": 2} */

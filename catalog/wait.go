@@ -1,0 +1,194 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+)
+
+// Durable waits (issue 14). A step that waits (a sleep, a signal, an approval, a
+// callback) is suspended: it holds no lease, no dispatcher slot and no memory, only
+// its row. It is woken by the SQL of migration 00010: the sweeper (WakeDue, run by
+// every dispatcher) for due sleeps and timeouts, SignalSend for signals, StepResolve
+// for whatever else completes a wait.
+
+const (
+	sqlStepSuspend = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlStepResolve = `SELECT cairn_step_resolve($1, $2, $3, $4, $5, $6)`
+	sqlWakeDue     = `SELECT cairn_wake_due($1)`
+	// The earliest due wait (the index steps_wake_idx answers it).
+	sqlNextWake = `
+SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held`
+	sqlSignalSend = `SELECT seq, step, duplicate FROM cairn_signal_send($1, $2, $3, $4, $5)`
+)
+
+// WaitKind is what a suspended step waits for (Step.WaitKind).
+type WaitKind string
+
+// Wait kinds.
+const (
+	WaitSleep    WaitKind = "sleep"
+	WaitSignal   WaitKind = "signal"
+	WaitApproval WaitKind = "approval"
+	WaitCallback WaitKind = "callback"
+)
+
+// OnTimeout is what a wait does when its timeout passes.
+type OnTimeout string
+
+// What a wait does at its timeout.
+const (
+	// OnTimeoutFail: the step fails (terminal), error code "timeout".
+	OnTimeoutFail OnTimeout = "fail"
+	// OnTimeoutContinue: the step succeeds with a null output.
+	OnTimeoutContinue OnTimeout = "continue"
+)
+
+// ErrorCodeTimeout is the error code of a wait that timed out with on_timeout fail.
+const ErrorCodeTimeout = "timeout"
+
+// Wait describes what a step suspends for (StepSuspend).
+type Wait struct {
+	Kind WaitKind
+	// Until is a sleep's end (required for WaitSleep).
+	Until time.Time
+	// Name is a signal's name (required for WaitSignal).
+	Name string
+	// TimeoutAt is when the wait gives up; zero: never.
+	TimeoutAt time.Time
+	// OnTimeout is fail (the default) or continue.
+	OnTimeout OnTimeout
+}
+
+// StepSuspend ends a running attempt by suspending its step, fenced by the lease
+// token: the step gives up its lease and waits as w says (cairn_step_suspend: its
+// attempt ends succeeded; step.suspended). A signal step that finds a buffered
+// signal of its name takes it and succeeds at once; a wait already due is woken at
+// once. ErrLeaseLost when the token is not the step's lease (nothing is written);
+// ErrInvalidInput for a wait without its kind's fields.
+func (s *Store) StepSuspend(ctx context.Context, l Lease, w Wait) error {
+	var ok bool
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
+			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout)))
+	})
+	if err != nil {
+		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, err)
+	}
+	if !ok {
+		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, ErrLeaseLost)
+	}
+	return nil
+}
+
+// Resolution ends a suspended step (StepResolve).
+type Resolution struct {
+	// Outcome is OutcomeSucceeded or OutcomeFailed (terminal).
+	Outcome Outcome
+	// Output is the step's output on success (inline JSON or a $blob reference).
+	Output json.RawMessage
+	// Error is the step's error on failure ({"message", "code"}).
+	Error json.RawMessage
+	// Reason says why, in the step.resumed event (approved, callback, …).
+	Reason string
+}
+
+// StepResolve ends a suspended step as r says (cairn_step_resolve): its dependents
+// become ready or are skipped, and the run may end. ErrRunState when the step is not
+// suspended (a late or repeated completion: nothing is written), ErrNotFound for no
+// such step, ErrInvalidInput for another outcome.
+func (s *Store) StepResolve(ctx context.Context, runID uuid.UUID, key string, r Resolution) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, sqlStepResolve, runID, key, string(r.Outcome), nullJSON(r.Output),
+			nullJSON(r.Error), nullString(r.Reason))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("resolve step %s/%s: %w", runID, key, err)
+	}
+	return nil
+}
+
+// WakeDue wakes up to limit due waits (cairn_wake_due): sleeps whose time has come
+// succeed, waits whose timeout passed fail (code timeout) or continue. Steps of a
+// paused run wait for its resume. Safe from every dispatcher at once: each step is
+// woken once. Returns how many it woke.
+func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, sqlWakeDue, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("wake due waits: %w", err)
+	}
+	return n, nil
+}
+
+// NextWake returns when WakeDue may next find a due wait: the earliest end of a
+// sleep or timeout of a suspended step that is not held. The zero time when none.
+func (s *Store) NextWake(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	if err := s.db.GetContext(ctx, &t, sqlNextWake); err != nil {
+		return time.Time{}, fmt.Errorf("next wake: %w", translateError(err))
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// Signal is a signal to deliver to a run (SignalSend).
+type Signal struct {
+	RunID uuid.UUID
+	Name  string
+	// Payload is the JSON body, or a $blob reference.
+	Payload json.RawMessage
+	// IdempotencyKey makes a repeat the same signal; "" for none.
+	IdempotencyKey string
+	Actor          string
+}
+
+// SignalResult is what became of a signal.
+type SignalResult struct {
+	// Seq orders the run's signals (global, increasing).
+	Seq int64 `db:"seq"`
+	// Step is the step it completed; nil while it is buffered.
+	Step *string `db:"step"`
+	// Duplicate is true when the idempotency key was seen before: nothing was
+	// written, Seq and Step are the first delivery's.
+	Duplicate bool `db:"duplicate"`
+}
+
+// SignalSend delivers a signal (cairn_signal_send): to the step of the run waiting
+// for its name, or buffered, in order, for the next one. ErrNotFound for no such
+// run, ErrRunState for a run that has ended. The caller checks that the run's
+// version has a signal step of that name.
+func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, error) {
+	var out SignalResult
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
+			nullString(sig.IdempotencyKey), sig.Actor)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signal %s to run %s: %w", sig.Name, sig.RunID, err)
+	}
+	return &out, nil
+}
+
+func nullTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

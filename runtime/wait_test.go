@@ -1,0 +1,89 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/runtime"
+)
+
+// TestSleepHoldsNoSlot: sleeping steps are suspended at once, so a dispatcher with one
+// slot runs other work while many runs sleep, and wakes each on time.
+func TestSleepHoldsNoSlot(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{Concurrency: 1})
+	sleepy := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: sleepy
+steps:
+  - {key: nap, sleep: 2s}
+  - {key: after, needs: [nap], builtin: echo, with: {value: awake}}
+`})
+	quick := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: quick
+steps:
+  - {key: a, builtin: noop}
+`})
+	start := time.Now()
+	var sleepers []uuid.UUID
+	for range 5 {
+		sleepers = append(sleepers, startRun(t, tb, sleepy, ""))
+	}
+	// While they sleep, the one slot is free for other runs.
+	for range 3 {
+		id := startRun(t, tb, quick, "")
+		require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, id, 10*time.Second).Status)
+	}
+	require.Less(t, time.Since(start), 2*time.Second, "the quick runs finished while the others slept")
+	for _, id := range sleepers {
+		run := waitRun(t, tb, id, 20*time.Second)
+		require.Equal(t, catalog.RunSucceeded, run.Status)
+		steps := stepMap(t, tb, run.ID)
+		nap := steps["nap"]
+		var out struct {
+			SleptUntil time.Time `json:"slept_until"`
+		}
+		require.NoError(t, json.Unmarshal(nap.Output, &out))
+		require.WithinDuration(t, start.Add(2*time.Second), out.SleptUntil, time.Second)
+		require.False(t, nap.FinishedAt.Before(out.SleptUntil), "woken at its time, not before")
+		require.JSONEq(t, `"awake"`, string(steps["after"].Output))
+	}
+}
+
+// TestSleepUntil: sleep.until is evaluated when the step is ready; a failing
+// expression fails the step with code expression.
+func TestSleepUntil(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: until
+steps:
+  - {key: nap, sleep: {until: "input.at"}}
+`})
+	at := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
+	id := startRun(t, tb, v, `{"at": "`+at.Format(time.RFC3339Nano)+`"}`)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		st := stepMap(c, tb, id)["nap"]
+		assert.Equal(c, catalog.StepSuspended, st.Status)
+		if assert.NotNil(c, st.WaitUntil) {
+			assert.True(c, at.Equal(*st.WaitUntil))
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, id, 10*time.Second).Status)
+
+	bad := startRun(t, tb, v, `{"at": "tomorrow"}`)
+	run := waitRun(t, tb, bad, 10*time.Second)
+	require.Equal(t, catalog.RunFailed, run.Status)
+	var e map[string]any
+	require.NoError(t, json.Unmarshal(stepMap(t, tb, bad)["nap"].LastError, &e))
+	require.Equal(t, expr.Code, e["code"])
+	require.Contains(t, e["message"], "RFC 3339")
+}
