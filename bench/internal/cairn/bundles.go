@@ -79,3 +79,16 @@ func OneBundle() map[string]File {
 	y := "name: " + WorkflowOne + "\ndescription: one noop step\nsteps:\n  - {key: only, builtin: noop}\n"
 	return map[string]File{"cairn.yaml": {Body: []byte(y)}}
 }
+
+// WorkflowWake is one durable `sleep` step of WakeSleep.
+const WorkflowWake = "bench-wake"
+
+// WakeSleep is how long WorkflowWake's step sleeps.
+const WakeSleep = "5s"
+
+// WakeBundle is WorkflowWake: a durable sleep (no function runs; the step is
+// suspended, holding no slot, and woken by the catalog's wake sweeper).
+func WakeBundle() map[string]File {
+	y := "name: " + WorkflowWake + "\ndescription: one durable sleep\nsteps:\n  - {key: nap, sleep: " + WakeSleep + "}\n"
+	return map[string]File{"cairn.yaml": {Body: []byte(y)}}
+}

@@ -145,6 +145,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			add(scenario.LargeOutput(ctx, e))
 		case "recovery":
 			add(scenario.Recovery(ctx, e))
+		case "wake":
+			add(scenario.Wake(ctx, e))
 		case "startup":
 			add(scenario.Startup(ctx, e))
 		case "list":

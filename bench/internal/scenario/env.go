@@ -34,6 +34,7 @@ type Scale struct {
 	APIClients            int // concurrent clients
 	LargeMiB              int // output of the large-output step
 	RecoveryRuns          int // one-step sleep runs in flight at the kill
+	WakeRuns              int // runs of one durable sleep woken at once
 	StartupRuns           int // non-terminal runs in the database at start-up
 	ListRuns              int // runs in the catalog the list scenario pages through
 	ListRequests          int // listings per filter (a first page and the following ones)
