@@ -79,7 +79,7 @@ var (
 	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
 	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
 	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
-	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled."}
+	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled or signaled."}
 	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state."}
 	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
 	classNothingToRollBack    = problemClass{http.StatusConflict, "nothing_to_roll_back", "Nothing to roll back to", "The alias has no earlier version to go back to: the version it names is the first of its history, or every earlier one was rolled back already; `detail` says which version it names. Nothing changed."}

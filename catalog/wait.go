@@ -165,7 +165,7 @@ type SignalResult struct {
 
 // SignalSend delivers a signal (cairn_signal_send): to the step of the run waiting
 // for its name, or buffered, in order, for the next one. ErrNotFound for no such
-// run, ErrRunState for a run that has ended. The caller checks that the run's
+// run, ErrRunFinished for a run that has ended. The caller checks that the run's
 // version has a signal step of that name.
 func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, error) {
 	var out SignalResult

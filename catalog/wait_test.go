@@ -278,3 +278,104 @@ func TestSleepAlreadyDue(t *testing.T) {
 	require.NoError(t, s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitSleep, Until: time.Now().Add(-time.Minute)}))
 	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, r.ID).Status)
 }
+
+// TestSignals: a signal sent before its step waits is buffered, in order; one sent
+// while it waits completes it; a repeat of an idempotency key is applied once; a
+// finished run takes none.
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	// first and second both wait for "go", second after first; late waits for "late".
+	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "first", MaxAttempts: 1}, {Key: "second", Needs: []string{"first"}, MaxAttempts: 1},
+		{Key: "late", MaxAttempts: 1}})
+	send := func(name, payload, key string) *catalog.SignalResult {
+		t.Helper()
+		res, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: name, Payload: json.RawMessage(payload), IdempotencyKey: key, Actor: "alice"})
+		require.NoError(t, err)
+		return res
+	}
+	output := func(key string) string {
+		t.Helper()
+		st, err := s.StepGet(ctx, r.ID, key)
+		require.NoError(t, err)
+		return string(st.Output)
+	}
+
+	// Before: buffered, in order; the repeat is the same signal.
+	a := send("go", `{"n":1}`, "k1")
+	require.Nil(t, a.Step)
+	require.False(t, a.Duplicate)
+	again := send("go", `{"n":"other"}`, "k1")
+	require.True(t, again.Duplicate)
+	require.Equal(t, a.Seq, again.Seq)
+	b := send("go", `{"n":2}`, "k2")
+	require.Greater(t, b.Seq, a.Seq)
+	typ, data := lastEventData(t, ctx, s, r.ID)
+	require.Equal(t, catalog.EventSignalReceived, typ)
+	require.Equal(t, "alice", data["actor"])
+	require.Equal(t, "go", data["name"])
+
+	// The first step takes the oldest at once, without suspending.
+	claimed := claimAll(t, ctx, s)
+	require.NoError(t, s.StepSuspend(ctx, lease(claimed["first"]), catalog.Wait{Kind: catalog.WaitSignal, Name: "go"}))
+	require.Equal(t, catalog.StepSucceeded, stepStatus(t, ctx, s, r.ID, "first"))
+	require.JSONEq(t, `{"n":1}`, output("first"))
+	// The late one waits: nothing buffered for it.
+	require.NoError(t, s.StepSuspend(ctx, lease(claimed["late"]), catalog.Wait{Kind: catalog.WaitSignal, Name: "late"}))
+	require.Equal(t, catalog.StepSuspended, stepStatus(t, ctx, s, r.ID, "late"))
+	// The second takes the next.
+	second := claimAll(t, ctx, s)["second"]
+	require.NoError(t, s.StepSuspend(ctx, lease(second), catalog.Wait{Kind: catalog.WaitSignal, Name: "go"}))
+	require.JSONEq(t, `{"n":2}`, output("second"))
+	// A signal nobody waits for any more stays buffered; the run goes on.
+	require.Nil(t, send("go", `{"n":3}`, "").Step)
+
+	// During: the waiting step takes it; its repeat changes nothing.
+	during := send("late", `"now"`, "k3")
+	require.NotNil(t, during.Step)
+	require.Equal(t, "late", *during.Step)
+	require.JSONEq(t, `"now"`, output("late"))
+	repeat := send("late", `"again"`, "k3")
+	require.True(t, repeat.Duplicate)
+	require.Equal(t, during.Seq, repeat.Seq)
+	require.JSONEq(t, `"now"`, output("late"))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, r.ID).Status)
+
+	// A finished run takes no more signals (a repeat still answers).
+	_, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "late", Payload: json.RawMessage(`1`), Actor: "alice"})
+	require.ErrorIs(t, err, catalog.ErrRunFinished)
+	require.True(t, send("late", `"again"`, "k3").Duplicate)
+	_, err = s.SignalSend(ctx, &catalog.Signal{RunID: uuid.New(), Name: "late", Payload: json.RawMessage(`1`), Actor: "alice"})
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+}
+
+// TestSignalsConcurrent: many signals with the same key sent at once are applied
+// once; distinct ones are each taken by one waiting step.
+func TestSignalsConcurrent(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	const waiters = 8
+	var steps []catalog.NewStep
+	for i := range waiters {
+		steps = append(steps, catalog.NewStep{Key: "w" + string(rune('a'+i)), MaxAttempts: 1})
+	}
+	r := newRun(t, ctx, s, steps)
+	for _, c := range claimAll(t, ctx, s) {
+		require.NoError(t, s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitSignal, Name: "go"}))
+	}
+	var g errgroup.Group
+	for i := range 2 * waiters {
+		g.Go(func() error {
+			_, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "go", Payload: json.RawMessage(`1`),
+				IdempotencyKey: "k" + string(rune('a'+i%waiters)), Actor: "alice"})
+			return err
+		})
+	}
+	require.NoError(t, g.Wait())
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, r.ID).Status)
+	var stored int
+	require.NoError(t, s.DB().GetContext(ctx, &stored, `SELECT count(*) FROM signals WHERE run_id = $1`, r.ID))
+	require.Equal(t, waiters, stored)
+}

@@ -809,6 +809,21 @@ type SetAliasBody struct {
 	Version int64 `json:"version"`
 }
 
+// SignalResult defines model for SignalResult.
+type SignalResult struct {
+	// Buffered no step of the run waits for it yet: the next signal step of its name takes it (oldest first)
+	Buffered bool `json:"buffered"`
+
+	// Duplicate the Idempotency-Key was used before: nothing was applied again; seq and step are the first delivery's
+	Duplicate bool `json:"duplicate"`
+
+	// Seq the signal's place in the order signals were received
+	Seq int64 `json:"seq"`
+
+	// Step the step it completed; absent while it is buffered for the next signal step of its name
+	Step *string `json:"step,omitempty"`
+}
+
 // StartRunBody defines model for StartRunBody.
 type StartRunBody struct {
 	// Alias alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version
@@ -1039,6 +1054,18 @@ type RetryRunParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
+// SendSignalJSONBody defines parameters for SendSignal.
+type SendSignalJSONBody = interface{}
+
+// SendSignalParams defines parameters for SendSignal.
+type SendSignalParams struct {
+	// ContentType application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store
+	ContentType *string `json:"Content-Type,omitempty"`
+
+	// IdempotencyKey a repeat with the same key (same run and name) is the same signal, applied once
+	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
+}
+
 // PutCheckpointJSONBody defines parameters for PutCheckpoint.
 type PutCheckpointJSONBody = interface{}
 
@@ -1104,6 +1131,9 @@ type ResumeRunJSONRequestBody = ControlBody
 
 // RetryRunJSONRequestBody defines body for RetryRun for application/json ContentType.
 type RetryRunJSONRequestBody = RetryRunBody
+
+// SendSignalJSONRequestBody defines body for SendSignal for application/json ContentType.
+type SendSignalJSONRequestBody = SendSignalJSONBody
 
 // PutCheckpointJSONRequestBody defines body for PutCheckpoint for application/json ContentType.
 type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
@@ -1394,6 +1424,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
 	RetryRun(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendSignalWithBody Send a signal to a run
+	//
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+	SendSignalWithBody(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// SendSignal Send a signal to a run
+	//
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+	SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSteps List a run's steps
 	//
@@ -2005,6 +2057,48 @@ func (c *APIClient) RetryRunWithBody(ctx context.Context, id openapi_types.UUID,
 // Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
 func (c *APIClient) RetryRun(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryRunRequest(c.Server, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendSignalWithBody Send a signal to a run
+//
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+func (c *APIClient) SendSignalWithBody(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendSignalRequestWithBody(c.Server, id, name, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// SendSignal Send a signal to a run
+//
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+func (c *APIClient) SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewSendSignalRequest(c.Server, id, name, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3327,6 +3421,86 @@ func NewRetryRunRequestWithBody(server string, id openapi_types.UUID, params *Re
 	return req, nil
 }
 
+// NewSendSignalRequest calls the generic SendSignal builder with application/json body
+func NewSendSignalRequest(server string, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewSendSignalRequestWithBody(server, id, name, params, "application/json", bodyReader)
+}
+
+// NewSendSignalRequestWithBody constructs an http.Request for the SendSignal method, with any body, and a specified content type
+func NewSendSignalRequestWithBody(server string, id openapi_types.UUID, name string, params *SendSignalParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/signals/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.ContentType != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Content-Type", *params.ContentType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Content-Type", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
 // NewListStepsRequest constructs an http.Request for the ListSteps method
 func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, error) {
 	var err error
@@ -4469,6 +4643,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/retry (the `RetryRun` operationId).
 	RetryRunWithResponse(ctx context.Context, id openapi_types.UUID, params *RetryRunParams, body RetryRunJSONRequestBody, reqEditors ...RequestEditorFn) (*RetryRunResponse, error)
+
+	// SendSignalWithBodyWithResponse Send a signal to a run
+	//
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+	SendSignalWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendSignalResponse, error)
+
+	// SendSignalWithResponse Send a signal to a run
+	//
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+	SendSignalWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*SendSignalResponse, error)
 
 	// ListStepsWithResponse List a run's steps
 	//
@@ -6317,6 +6513,131 @@ func (r RetryRunResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r RetryRunResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// SendSignalResponse503Headers the declared response headers of an HTTP 503 response for SendSignal
+type SendSignalResponse503Headers struct {
+	RetryAfter *int
+}
+
+type SendSignalResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *SignalResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *SendSignalResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r SendSignalResponse) GetJSON200() *SignalResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r SendSignalResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r SendSignalResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r SendSignalResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r SendSignalResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r SendSignalResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8518,6 +8839,40 @@ func (c *ClientWithResponses) RetryRunWithResponse(ctx context.Context, id opena
 	return ParseRetryRunResponse(rsp)
 }
 
+// SendSignalWithBodyWithResponse Send a signal to a run
+//
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+func (c *ClientWithResponses) SendSignalWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SendSignalResponse, error) {
+	rsp, err := c.SendSignalWithBody(ctx, id, name, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendSignalResponse(rsp)
+}
+
+// SendSignalWithResponse Send a signal to a run
+//
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
+func (c *ClientWithResponses) SendSignalWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*SendSignalResponse, error) {
+	rsp, err := c.SendSignal(ctx, id, name, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSendSignalResponse(rsp)
+}
+
 // ListStepsWithResponse List a run's steps
 //
 // Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.
@@ -10360,6 +10715,122 @@ func ParseRetryRunResponse(rsp *http.Response) (*RetryRunResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers RetryRunResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseSendSignalResponse parses an HTTP response from a SendSignalWithResponse call
+func ParseSendSignalResponse(rsp *http.Response) (*SendSignalResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &SendSignalResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest SignalResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers SendSignalResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -277,7 +277,7 @@ END $$;
 -- the run waits for that name, the oldest buffered signal of that name (this one,
 -- unless older ones wait) completes it (cairn_step_resolve); else it stays buffered.
 -- Returns the signal's seq, the step it completed (NULL while buffered) and
--- whether it was a repeat. Raises CA404 for no such run, CAR09 for a run that has
+-- whether it was a repeat. Raises CA404 for no such run, CA409 for a run that has
 -- ended. The caller checks that the run's version has a signal step of that name.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_signal_send(p_run uuid, p_name text, p_payload jsonb, p_idempotency_key text, p_actor text,
@@ -302,7 +302,7 @@ BEGIN
         END IF;
     END IF;
     IF v_status IN ('succeeded', 'failed', 'canceled') THEN
-        RAISE EXCEPTION 'run % has finished (%): it takes no more signals', p_run, v_status USING ERRCODE = 'CAR09';
+        RAISE EXCEPTION 'run % has finished (%): it takes no more signals', p_run, v_status USING ERRCODE = 'CA409';
     END IF;
 
     -- The step waiting for it, locked first (steps before the run's row).

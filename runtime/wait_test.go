@@ -87,3 +87,30 @@ steps:
 	require.Equal(t, expr.Code, e["code"])
 	require.Contains(t, e["message"], "RFC 3339")
 }
+
+// TestSignalTimeout: a signal step times out on time: on_timeout fail fails the step
+// (code timeout) and the run; continue succeeds with a null output.
+func TestSignalTimeout(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: timeouts
+steps:
+  - {key: strict, signal: {name: paid, timeout: 1s}}
+  - {key: lenient, signal: {name: maybe, timeout: 1s, on_timeout: continue}}
+  - {key: after, needs: [lenient], builtin: noop}
+`})
+	id := startRun(t, tb, v, "")
+	run := waitRun(t, tb, id, 15*time.Second)
+	require.Equal(t, catalog.RunFailed, run.Status)
+	steps := stepMap(t, tb, id)
+	require.Equal(t, catalog.StepFailed, steps["strict"].Status)
+	var e map[string]any
+	require.NoError(t, json.Unmarshal(steps["strict"].LastError, &e))
+	require.Equal(t, catalog.ErrorCodeTimeout, e["code"])
+	require.Equal(t, catalog.StepSucceeded, steps["lenient"].Status)
+	require.Empty(t, steps["lenient"].Output)
+	require.Equal(t, catalog.StepSucceeded, steps["after"].Status)
+	require.WithinDuration(t, *steps["strict"].TimeoutAt, *steps["strict"].FinishedAt, time.Second)
+}

@@ -37,6 +37,7 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunRerunCmd(),
 		c.newRunPauseCmd(true),
 		c.newRunPauseCmd(false),
+		c.newRunSignalCmd(),
 		c.newRunOutputCmd(),
 		c.newRunLogsCmd(),
 	)

@@ -330,6 +330,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/signals/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a signal to a run
+         * @description Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+         *
+         *     Requires the `operator` role.
+         */
+        post: operations["sendSignal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps": {
         parameters: {
             query?: never;
@@ -1068,6 +1090,19 @@ export interface components {
              * @description the version the alias is to name
              */
             version: number;
+        };
+        SignalResult: {
+            /** @description no step of the run waits for it yet: the next signal step of its name takes it (oldest first) */
+            buffered: boolean;
+            /** @description the Idempotency-Key was used before: nothing was applied again; seq and step are the first delivery's */
+            duplicate: boolean;
+            /**
+             * Format: int64
+             * @description the signal's place in the order signals were received
+             */
+            seq: number;
+            /** @description the step it completed; absent while it is buffered for the next signal step of its name */
+            step?: string;
         };
         StartRunBody: {
             /** @description alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version */
@@ -2208,7 +2243,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `run_finished`: The run has already finished: it cannot be canceled.
+             *     - `run_finished`: The run has already finished: it cannot be canceled or signaled.
              */
             409: {
                 headers: {
@@ -3267,6 +3302,186 @@ export interface operations {
              *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
              */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    sendSignal: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store */
+                "Content-Type"?: string;
+                /** @description a repeat with the same key (same run and name) is the same signal, applied once */
+                "Idempotency-Key"?: string;
+            };
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description the signal's name, as a signal step of the run's version names it */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SignalResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `run_finished`: The run has already finished: it cannot be canceled or signaled.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
