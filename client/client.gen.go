@@ -516,7 +516,7 @@ type Event struct {
 	Seq       int64       `json:"seq"`
 	Step      *string     `json:"step,omitempty"`
 
-	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, run.retried, run.succeeded, run.failed, run.canceled
+	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled
 	Type string `json:"type"`
 }
 

@@ -828,7 +828,7 @@ export interface components {
             /** Format: int64 */
             seq: number;
             step?: string;
-            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, run.retried, run.succeeded, run.failed, run.canceled */
+            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled */
             type: string;
         };
         HealthOutputBody: {
