@@ -23,7 +23,7 @@ func TestSleepHoldsNoSlot(t *testing.T) {
 	sleepy := deploy(t, tb, map[string]string{"cairn.yaml": `
 name: sleepy
 steps:
-  - {key: nap, sleep: 2s}
+  - {key: nap, sleep: 3s}
   - {key: after, needs: [nap], builtin: echo, with: {value: awake}}
 `})
 	quick := deploy(t, tb, map[string]string{"cairn.yaml": `
@@ -31,29 +31,41 @@ name: quick
 steps:
   - {key: a, builtin: noop}
 `})
-	start := time.Now()
 	var sleepers []uuid.UUID
 	for range 5 {
 		sleepers = append(sleepers, startRun(t, tb, sleepy, ""))
 	}
-	// While they sleep, the one slot is free for other runs.
+	for _, id := range sleepers {
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Equal(c, catalog.StepSuspended, stepMap(c, tb, id)["nap"].Status)
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	// While they sleep, the one slot is free for other runs: they finish before any
+	// sleep ends.
+	var quickDone []time.Time
 	for range 3 {
 		id := startRun(t, tb, quick, "")
-		require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, id, 10*time.Second).Status)
+		run := waitRun(t, tb, id, 10*time.Second)
+		require.Equal(t, catalog.RunSucceeded, run.Status)
+		quickDone = append(quickDone, *run.FinishedAt)
 	}
-	require.Less(t, time.Since(start), 2*time.Second, "the quick runs finished while the others slept")
 	for _, id := range sleepers {
 		run := waitRun(t, tb, id, 20*time.Second)
 		require.Equal(t, catalog.RunSucceeded, run.Status)
 		steps := stepMap(t, tb, run.ID)
 		nap := steps["nap"]
+		for _, done := range quickDone {
+			require.True(t, done.Before(*nap.WaitUntil), "a quick run finished while the sleepers slept")
+		}
 		var out struct {
 			SleptUntil time.Time `json:"slept_until"`
 		}
 		require.NoError(t, json.Unmarshal(nap.Output, &out))
-		require.WithinDuration(t, start.Add(2*time.Second), out.SleptUntil, time.Second)
+		require.True(t, out.SleptUntil.Equal(*nap.WaitUntil))
+		require.Equal(t, 3*time.Second, nap.WaitUntil.Sub(*nap.StartedAt).Round(time.Second), "2s from the claim")
 		require.False(t, nap.FinishedAt.Before(out.SleptUntil), "woken at its time, not before")
 		require.JSONEq(t, `"awake"`, string(steps["after"].Output))
+		require.Len(t, attempts(t, tb, id, "nap"), 1, "no function ran: one attempt, which started the wait")
 	}
 }
 
@@ -112,5 +124,5 @@ steps:
 	require.Equal(t, catalog.StepSucceeded, steps["lenient"].Status)
 	require.Empty(t, steps["lenient"].Output)
 	require.Equal(t, catalog.StepSucceeded, steps["after"].Status)
-	require.WithinDuration(t, *steps["strict"].TimeoutAt, *steps["strict"].FinishedAt, time.Second)
+	require.False(t, steps["strict"].FinishedAt.Before(*steps["strict"].TimeoutAt), "not before its timeout")
 }
