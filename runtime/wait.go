@@ -33,7 +33,14 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 			w.Until = dbNow.Add(step.Sleep.Duration.Std())
 			break
 		}
-		until, err := d.evalUntil(ctx, c, step)
+		// The claim does not carry the run's labels: read them, for the steps
+		// whose expression may name them.
+		run, err := d.store.RunGet(ctx, c.RunID)
+		if err != nil {
+			d.report(a, infraOutcome(a, "read the run's labels", err), step)
+			return
+		}
+		until, err := d.evalUntil(ctx, c, step, run.Labels)
 		if err != nil {
 			d.report(a, outcome{status: catalog.OutcomeFailed,
 				err: &functions.Error{Message: fmt.Sprintf("sleep.until: %v", err), Code: expr.Code}}, step)
@@ -81,7 +88,7 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 }
 
 // evalUntil evaluates a sleep's until expression against the step's scope.
-func (d *Dispatcher) evalUntil(ctx context.Context, c catalog.Claimed, step *bundle.StepDefinition) (time.Time, error) {
+func (d *Dispatcher) evalUntil(ctx context.Context, c catalog.Claimed, step *bundle.StepDefinition, labels catalog.Labels) (time.Time, error) {
 	prg, err := expr.StepEnv.Compile(step.Sleep.Until)
 	if err != nil {
 		return time.Time{}, err
@@ -90,11 +97,12 @@ func (d *Dispatcher) evalUntil(ctx context.Context, c catalog.Claimed, step *bun
 	if err != nil {
 		return time.Time{}, err
 	}
+	vars[expr.Labels] = map[string]string(labels)
 	return prg.EvalTime(ctx, vars)
 }
 
-// stepVars are the names a step's expressions see (expr.StepEnv), from its claim.
-// The run's labels are not in the claim: an expression that names them fails.
+// stepVars are the names a step's expressions see (expr.StepEnv) that its claim
+// carries: all but labels.
 func stepVars(c catalog.Claimed, step *bundle.StepDefinition) (expr.Vars, error) {
 	params, err := json.Marshal(step.With)
 	if err != nil {

@@ -80,6 +80,11 @@ name: until
 steps:
   - {key: nap, sleep: {until: "input.at"}}
 `})
+	labeled := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: until-label
+steps:
+  - {key: nap, sleep: {until: "labels.at"}}
+`})
 	at := time.Now().Add(time.Second).UTC().Truncate(time.Millisecond)
 	id := startRun(t, tb, v, `{"at": "`+at.Format(time.RFC3339Nano)+`"}`)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -91,9 +96,15 @@ steps:
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, id, 10*time.Second).Status)
 
+	at = time.Now().Add(500 * time.Millisecond).UTC().Truncate(time.Millisecond)
+	run, _, err := tb.store.RunCreate(t.Context(), &catalog.RunCreateParams{Workflow: labeled.Workflow, Version: labeled.Version,
+		Labels: catalog.Labels{"at": at.Format(time.RFC3339Nano)}})
+	require.NoError(t, err)
+	require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, run.ID, 10*time.Second).Status)
+	require.True(t, at.Equal(*stepMap(t, tb, run.ID)["nap"].WaitUntil), "until from the run's labels")
+
 	bad := startRun(t, tb, v, `{"at": "tomorrow"}`)
-	run := waitRun(t, tb, bad, 10*time.Second)
-	require.Equal(t, catalog.RunFailed, run.Status)
+	require.Equal(t, catalog.RunFailed, waitRun(t, tb, bad, 10*time.Second).Status)
 	var e map[string]any
 	require.NoError(t, json.Unmarshal(stepMap(t, tb, bad)["nap"].LastError, &e))
 	require.Equal(t, expr.Code, e["code"])
