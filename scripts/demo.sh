@@ -136,8 +136,15 @@ for dir in examples/*/; do
 	[[ $name == hello || $name == lambda-hello ]] && args=(--input '{"name":"ada"}')
 	echo "== run of $name"
 	rc=0
-	out=$(cairn run start "$name" "${args[@]}" --wait 2>&1) || rc=$?
-	id=$(printf '%s\n' "$out" | head -1)
+	if [[ $name == wait ]]; then
+		# A signal step waits for its signal: start, signal, then follow to the end.
+		id=$(cairn run start wait)
+		cairn run signal "$id" paid --data '{"amount": 5}' || rc=$?
+		out=$(cairn run watch "$id" 2>&1) || rc=$?
+	else
+		out=$(cairn run start "$name" "${args[@]}" --wait 2>&1) || rc=$?
+		id=$(printf '%s\n' "$out" | head -1)
+	fi
 	run_ids[$name]=$id
 	cairn run get "$id" || true
 	if [[ $rc -ne 0 ]]; then
@@ -172,6 +179,10 @@ for name in "${!run_ids[@]}"; do
 		msg=$(output_of "${run_ids[$name]}" hello)
 		if [[ $msg == *'"greeting"'*'"hello, ada"'* ]]; then expect lambda-hello ok "hello: $msg"; else expect lambda-hello fail "hello: $msg"; fi
 		;;
+	wait)
+		msg=$(output_of "${run_ids[$name]}" paid)
+		if [[ $msg == *'"amount"'*5* ]]; then expect wait ok "paid: $msg"; else expect wait fail "paid: $msg"; fi
+		;;
 	large-output)
 		got=$(output_of "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
 		if [[ $got == 5242880 ]]; then expect large-output ok "measure: $got bytes"; else expect large-output fail "measure: '$got' bytes, want 5242880"; fi
@@ -182,7 +193,7 @@ for name in "${!run_ids[@]}"; do
 	esac
 done
 
-for name in hello retry fanout large-output lambda-hello; do
+for name in hello retry fanout large-output lambda-hello wait; do
 	[[ -n ${run_ids[$name]:-} ]] || expect "$name" fail "no run: examples/$name is missing"
 done
 
