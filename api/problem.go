@@ -21,6 +21,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/secrets"
 )
 
 // Problem is an RFC 9457 problem document. Type and Code are stable per error class
@@ -90,6 +91,7 @@ var (
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
 	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
+	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
 )
 
@@ -98,7 +100,7 @@ var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
 	classInvalidRunState, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
-	classClientClosed, classInternal, classUnavailable, classTimeout,
+	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
 
 // classOfStatus is the class of an error that Huma (or an authentication
@@ -322,6 +324,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
+	case errors.Is(err, secrets.ErrNoKey):
+		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
