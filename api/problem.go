@@ -74,7 +74,7 @@ var (
 	classBadRequest           = problemClass{http.StatusBadRequest, "bad_request", "Bad request", "The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form."}
 	classInvalidCursor        = problemClass{http.StatusBadRequest, "invalid_cursor", "Invalid cursor", "The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it."}
 	classInvalidBundle        = problemClass{http.StatusBadRequest, "invalid_bundle", "Invalid bundle", "The bundle was refused; `errors` names each archive entry, step and manifest field at fault. Nothing was stored."}
-	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential)."}
+	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started."}
 	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs."}
 	classNotFound             = problemClass{http.StatusNotFound, "not_found", "Not found", "The workflow, version, run, step, output, log or bundle does not exist (an output: not yet)."}
 	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
@@ -179,6 +179,11 @@ var (
 	errUnauthorized = errors.New("unauthorized")
 	errNotFound     = errors.New("not found")
 	errTooLarge     = errors.New("too large")
+	// errNoSecretKey: a webhook delivery came to a server without a secret key.
+	errNoSecretKey = errors.New("no secret key")
+	// errUnsupportedBody: a body the operation cannot read (a webhook's that is
+	// neither JSON nor text).
+	errUnsupportedBody = errors.New("unsupported body")
 )
 
 // detailedError gives an error the detail a client is shown. Its class still comes
@@ -324,7 +329,7 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
-	case errors.Is(err, secrets.ErrNoKey):
+	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
 		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
@@ -353,6 +358,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classInvalidCursor.problem(detailOr(err, "invalid cursor"))
 	case errors.Is(err, errUnauthorized), errors.Is(err, functions.ErrBadCredential):
 		return classUnauthorized.problem(detailOr(err, "unauthorized"))
+	case errors.Is(err, errUnsupportedBody):
+		return classUnsupportedMediaType.problem(detailOr(err, "the body's type is not one the operation takes"))
 	case errors.Is(err, errBadRequest):
 		return classBadRequest.problem(detailOr(err, "bad request"))
 	case errors.Is(err, catalog.ErrInvalidInput):

@@ -176,6 +176,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSteps()
 	s.registerEvents()
 	s.registerSecrets()
+	s.registerHooks()
 	return s
 }
 
