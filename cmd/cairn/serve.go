@@ -104,6 +104,9 @@ func (f *runtimeFlags) check() error {
 	case f.shutdownGrace < 0:
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
 	}
+	if _, err := secrets.ParseKeyring(f.secretKey, f.secretKeysOld); err != nil {
+		return err
+	}
 	return nil
 }
 
