@@ -183,3 +183,20 @@ func TestHookWithoutSecretKey(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, a.status, "%s", a.body)
 	require.Equal(t, "secret_key_missing", a.problem.Code)
 }
+
+// TestHookRefusedAtDeploy: a hook whose expression does not compile is refused at
+// deploy, naming the hook and the field.
+func TestHookRefusedAtDeploy(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	m := "name: orders\nsteps:\n  - {key: a, builtin: noop}\nhooks:\n  - {name: gh, secret: s, signature: github, idempotency_key: 'input.id'}\n"
+	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: m})))
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	require.Equal(t, "invalid_bundle", out["code"])
+	errs := out["errors"].([]any)
+	require.Len(t, errs, 1)
+	e := errs[0].(map[string]any)
+	require.Equal(t, "cairn.yaml#hooks[0].idempotency_key", e["location"])
+	require.Contains(t, e["message"], `hook "gh"`)
+	require.Contains(t, e["message"], "undeclared reference to 'input'")
+}
