@@ -17,7 +17,7 @@ type Secret struct {
 	Version        int       `json:"version" doc:"the newest version, the one in use; versions count from 1"`
 	CreatedAt      time.Time `json:"created_at" doc:"when the newest version was set"`
 	CreatedBy      string    `json:"created_by" doc:"the name of the token that set the newest version"`
-	FirstCreatedAt time.Time `json:"first_created_at,omitempty" doc:"when the first version was set (lists only)"`
+	FirstCreatedAt *time.Time `json:"first_created_at,omitempty" doc:"when the first version was set (lists only)"`
 }
 
 // PutSecretBody is the body of PUT /v1/secrets/{name}.
@@ -46,12 +46,11 @@ func (s *Server) registerSecrets() {
 		if len(in.Body.Value) > secrets.MaxValueSize {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body.value", Message: "at most 65536 bytes"}}}
 		}
-		who := actor(ctx)
-		v, err := s.vault.Put(ctx, in.Name, []byte(in.Body.Value), who)
+		v, err := s.vault.Put(ctx, in.Name, []byte(in.Body.Value), actor(ctx))
 		if err != nil {
 			return nil, err
 		}
-		return &struct{ Body Secret }{Body: Secret{Name: in.Name, Version: v, CreatedAt: time.Now().UTC(), CreatedBy: who}}, nil
+		return &struct{ Body Secret }{Body: Secret{Name: v.Name, Version: v.Version, CreatedAt: v.CreatedAt.UTC(), CreatedBy: v.CreatedBy}}, nil
 	})
 
 	register(s, huma.Operation{
@@ -78,7 +77,7 @@ func (s *Server) registerSecrets() {
 				break
 			}
 			out.Body.Items = append(out.Body.Items, Secret{Name: r.Name, Version: r.Version, CreatedAt: r.CreatedAt.UTC(),
-				CreatedBy: r.CreatedBy, FirstCreatedAt: r.FirstCreatedAt.UTC()})
+				CreatedBy: r.CreatedBy, FirstCreatedAt: utc(r.FirstCreatedAt)})
 		}
 		return out, nil
 	})

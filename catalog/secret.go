@@ -7,7 +7,7 @@ import (
 )
 
 const (
-	sqlSecretPut = `SELECT cairn_secret_put($1, $2, $3, $4)`
+	sqlSecretPut = `SELECT version, created_at FROM cairn_secret_put($1, $2, $3, $4)`
 
 	sqlSecretLatest = `
 SELECT v.name, v.version, v.key_id, v.sealed, v.created_at, v.created_by
@@ -34,7 +34,7 @@ type SecretVersion struct {
 	CreatedAt time.Time `db:"created_at"`
 	CreatedBy string    `db:"created_by"`
 	// FirstCreatedAt is when the secret's first version was made (lists only).
-	FirstCreatedAt time.Time `db:"first_created_at"`
+	FirstCreatedAt *time.Time `db:"first_created_at"`
 }
 
 // SecretPutParams describe a new version of a secret.
@@ -48,12 +48,13 @@ type SecretPutParams struct {
 }
 
 // SecretPut records the next version of a secret (the first creates it) and returns
-// its number. ErrInvalidInput for a bad name.
-func (s *Store) SecretPut(ctx context.Context, p *SecretPutParams) (version int, err error) {
-	if err := s.db.GetContext(ctx, &version, sqlSecretPut, p.Name, p.KeyID, p.Sealed, p.Actor); err != nil {
-		return 0, fmt.Errorf("put secret %s: %w", p.Name, translateError(err))
+// it, without the sealed value. ErrInvalidInput for a bad name.
+func (s *Store) SecretPut(ctx context.Context, p *SecretPutParams) (*SecretVersion, error) {
+	v := SecretVersion{Name: p.Name, KeyID: p.KeyID, CreatedBy: p.Actor}
+	if err := s.db.QueryRowxContext(ctx, sqlSecretPut, p.Name, p.KeyID, p.Sealed, p.Actor).Scan(&v.Version, &v.CreatedAt); err != nil {
+		return nil, fmt.Errorf("put secret %s: %w", p.Name, translateError(err))
 	}
-	return version, nil
+	return &v, nil
 }
 
 // SecretLatest returns the newest version of a secret, sealed. ErrNotFound if no

@@ -26,12 +26,13 @@ CREATE TABLE secret_versions (
     PRIMARY KEY (name, version)
 );
 
--- cairn_secret_put records the next version of a secret and returns its number.
+-- cairn_secret_put records the next version of a secret and returns its number and
+-- time.
 -- The upsert of the secret's row takes its lock, so concurrent PUTs of one name get
 -- consecutive versions, none lost and none shared.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_secret_put(p_name text, p_key_id text, p_sealed bytea, p_actor text)
-RETURNS integer LANGUAGE plpgsql AS $$
+RETURNS TABLE (version integer, created_at timestamptz) LANGUAGE plpgsql AS $$
 DECLARE
     v integer;
 BEGIN
@@ -42,9 +43,10 @@ BEGIN
     INSERT INTO secrets AS s (name, latest_version) VALUES (p_name, 1)
     ON CONFLICT (name) DO UPDATE SET latest_version = s.latest_version + 1, updated_at = now()
     RETURNING s.latest_version INTO v;
-    INSERT INTO secret_versions (name, version, key_id, sealed, created_by)
-    VALUES (p_name, v, p_key_id, p_sealed, p_actor);
-    RETURN v;
+    RETURN QUERY
+    INSERT INTO secret_versions AS sv (name, version, key_id, sealed, created_by)
+    VALUES (p_name, v, p_key_id, p_sealed, p_actor)
+    RETURNING sv.version, sv.created_at;
 END;
 $$;
 -- +goose StatementEnd

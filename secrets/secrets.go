@@ -200,12 +200,12 @@ func NewVault(store *catalog.Store, keys *Keyring) *Vault {
 func (v *Vault) Configured() bool { return v.keys.Configured() }
 
 // Put seals value and stores it as the next version of the secret name, set by actor;
-// it returns the version's number. ErrNoKey without a key; catalog.ErrInvalidInput
-// for a bad name.
-func (v *Vault) Put(ctx context.Context, name string, value []byte, actor string) (int, error) {
+// it returns the version (number, time, key id; not the sealed value). ErrNoKey
+// without a key; catalog.ErrInvalidInput for a bad name.
+func (v *Vault) Put(ctx context.Context, name string, value []byte, actor string) (*catalog.SecretVersion, error) {
 	keyID, sealed, err := v.keys.Seal(name, value)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	return v.store.SecretPut(ctx, &catalog.SecretPutParams{Name: name, KeyID: keyID, Sealed: sealed, Actor: actor})
 }

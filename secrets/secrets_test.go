@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
@@ -35,7 +36,9 @@ func TestStoredRowHoldsNoValue(t *testing.T) {
 	value := []byte("whsec_0123456789abcdefghijklmnop")
 	v, err := vault.Put(ctx, "stripe-hook", value, "alice")
 	require.NoError(t, err)
-	require.Equal(t, 1, v)
+	require.Equal(t, 1, v.Version)
+	require.Equal(t, "alice", v.CreatedBy)
+	require.WithinDuration(t, time.Now(), v.CreatedAt, time.Minute)
 
 	var rows []struct {
 		Key    string `db:"key_id"`

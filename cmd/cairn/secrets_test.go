@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +37,13 @@ func TestSecretCLI(t *testing.T) {
 
 	_, err := b.cli(t, "secret", "set", "github", "--from-file", file)
 	require.ErrorContains(t, err, "admin")
+
+	// With only cairn dev's credentials file, cairn secret takes its admin token.
+	creds := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(creds, []byte(devCredentials{server: b.server, operator: b.operator, admin: b.admin, viewer: b.viewer}.file()), 0o600))
+	var stdout bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"secret", "list", "--credentials", creds}, func(string) string { return "" }, &stdout, io.Discard))
+	require.Contains(t, stdout.String(), "github")
 }
 
 func TestReadSecretValue(t *testing.T) {
