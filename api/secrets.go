@@ -13,10 +13,10 @@ import (
 
 // Secret is a secret as the API shows it: its name and newest version, never a value.
 type Secret struct {
-	Name           string    `json:"name"`
-	Version        int       `json:"version" doc:"the newest version, the one in use; versions count from 1"`
-	CreatedAt      time.Time `json:"created_at" doc:"when the newest version was set"`
-	CreatedBy      string    `json:"created_by" doc:"the name of the token that set the newest version"`
+	Name           string     `json:"name"`
+	Version        int        `json:"version" doc:"the newest version, the one in use; versions count from 1"`
+	CreatedAt      time.Time  `json:"created_at" doc:"when the newest version was set"`
+	CreatedBy      string     `json:"created_by" doc:"the name of the token that set the newest version"`
 	FirstCreatedAt *time.Time `json:"first_created_at,omitempty" doc:"when the first version was set (lists only)"`
 }
 
