@@ -98,6 +98,7 @@ func (s *Server) registerHooks() {
 		// Before anything is looked up: a request without any signature is not a
 		// delivery, and learns nothing of the workflows.
 		if in.headers.Get(headerCairnSignature) == "" && in.headers.Get(headerGitHubSignature) == "" && in.headers.Get(headerStripeSignature) == "" {
+			s.metrics.hookDelivery("refused")
 			return nil, withDetail(errUnauthorized, "a webhook delivery must be signed (%s, %s or %s)", headerCairnSignature, headerGitHubSignature, headerStripeSignature)
 		}
 		if !s.vault.Configured() {
@@ -119,12 +120,14 @@ func (s *Server) registerHooks() {
 		switch {
 		case errors.Is(err, catalog.ErrNotFound):
 			s.logger.WarnContext(ctx, "webhook delivery for a hook whose secret is not set", "workflow", in.Workflow, "hook", in.Hook, "secret", hook.Secret)
+			s.metrics.hookDelivery("refused")
 			return nil, withDetail(errUnauthorized, "the hook's secret is not set: the delivery cannot be verified")
 		case err != nil:
 			return nil, s.vaultError(err)
 		}
 		if err := verifySignature(hook.Signature, secret, in.RawBody, in.headers, time.Now()); err != nil {
 			s.logger.InfoContext(ctx, "webhook signature refused", "workflow", in.Workflow, "hook", in.Hook, "request_id", RequestID(ctx), "error", err)
+			s.metrics.hookDelivery("refused")
 			return nil, withDetail(errUnauthorized, "%s", err.Error())
 		}
 
@@ -171,6 +174,11 @@ func (s *Server) registerHooks() {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if created {
+			s.metrics.hookDelivery("started")
+		} else {
+			s.metrics.hookDelivery("replay")
 		}
 		return &hookOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: HookDelivery{
 			RunID: run.ID.String(), Workflow: run.Workflow, Version: run.Version, Replay: !created,

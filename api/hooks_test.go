@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -44,12 +45,19 @@ func stripeHeader(secret, body string, at time.Time) string {
 // setupHooks deploys hookManifest and sets its secret.
 func setupHooks(t *testing.T) *testBundle {
 	t.Helper()
-	tb := setupWithSecrets(t, testKeyring(t))
+	tb, _ := setupHooksRegistry(t)
+	return tb
+}
+
+// setupHooksRegistry is setupHooks, with the registry of the server's metrics.
+func setupHooksRegistry(t *testing.T) (*testBundle, *prometheus.Registry) {
+	t.Helper()
+	tb, reg := setupWithSecretsRegistry(t, testKeyring(t))
 	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: hookManifest})))
 	require.Equal(t, http.StatusCreated, status, "%v", out)
 	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	return tb
+	return tb, reg
 }
 
 // deliver posts body to a hook with headers, and no token.
@@ -69,7 +77,7 @@ func (tb *testBundle) runCount(t *testing.T) int {
 // Stripe timestamp. Only the good ones start a run.
 func TestHookSignatures(t *testing.T) {
 	t.Parallel()
-	tb := setupHooks(t)
+	tb, reg := setupHooksRegistry(t)
 	const body = `{"id": "evt_1", "order": {"n": 42}}`
 	now := time.Now()
 	tests := []struct {
@@ -111,6 +119,7 @@ func TestHookSignatures(t *testing.T) {
 		require.Equal(t, 1, d.Version)
 	}
 	require.Equal(t, started, tb.runCount(t))
+	require.Equal(t, map[string]float64{"refused": float64(len(tests) - started), "started": float64(started)}, hookDeliveries(t, reg))
 }
 
 // TestHookInputAndReplay: the input expression maps body and headers; a replay of a
@@ -118,7 +127,7 @@ func TestHookSignatures(t *testing.T) {
 // the hook.
 func TestHookInputAndReplay(t *testing.T) {
 	t.Parallel()
-	tb := setupHooks(t)
+	tb, reg := setupHooksRegistry(t)
 	body := `{"order": {"n": 7, "sku": "x"}}`
 	header := map[string]string{"X-Hub-Signature-256": "sha256=" + sign(hookSecret, body), "X-GitHub-Delivery": "72d3162e"}
 	a := tb.deliver(t, "gh", body, header)
@@ -130,6 +139,7 @@ func TestHookInputAndReplay(t *testing.T) {
 	require.Equal(t, first.RunID, again.RunID, "a replay answers the same run")
 	require.True(t, again.Replay)
 	require.Equal(t, 1, tb.runCount(t))
+	require.Equal(t, map[string]float64{"started": 1, "replay": 1}, hookDeliveries(t, reg))
 
 	a = tb.send(t, http.MethodGet, "/v1/runs/"+first.RunID, nil, nil)
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
@@ -199,4 +209,25 @@ func TestHookRefusedAtDeploy(t *testing.T) {
 	require.Equal(t, "cairn.yaml#hooks[0].idempotency_key", e["location"])
 	require.Contains(t, e["message"], `hook "gh"`)
 	require.Contains(t, e["message"], "undeclared reference to 'input'")
+}
+
+// hookDeliveries reads cairn_api_hook_deliveries_total by outcome.
+func hookDeliveries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "cairn_api_hook_deliveries_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

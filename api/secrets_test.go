@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -20,16 +21,25 @@ import (
 // (named "root") tokens; keys nil means no secret key.
 func setupWithSecrets(t *testing.T, keys *secrets.Keyring) *testBundle {
 	t.Helper()
+	tb, _ := setupWithSecretsRegistry(t, keys)
+	return tb
+}
+
+// setupWithSecretsRegistry is setupWithSecrets, with the registry of the server's
+// metrics.
+func setupWithSecretsRegistry(t *testing.T, keys *secrets.Keyring) (*testBundle, *prometheus.Registry) {
+	t.Helper()
 	store := catalog.New(testenv.DB(t), nil)
 	blobDir := t.TempDir()
 	blobs, err := blobstore.NewFile(blobDir, nil)
 	require.NoError(t, err)
 	tokens, err := api.ParseTokens("operator:" + operatorToken + ",viewer:" + viewerToken + ",admin:root:" + adminToken)
 	require.NoError(t, err)
-	srv := api.New(store, blobs, &api.Config{Tokens: tokens, TempDir: t.TempDir(), SecretKeys: keys})
+	reg := prometheus.NewRegistry()
+	srv := api.New(store, blobs, &api.Config{Tokens: tokens, TempDir: t.TempDir(), SecretKeys: keys, Registry: reg})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	return &testBundle{store: store, blobDir: blobDir, url: hs.URL}
+	return &testBundle{store: store, blobDir: blobDir, url: hs.URL}, reg
 }
 
 func testKeyring(t *testing.T) *secrets.Keyring {
