@@ -41,7 +41,7 @@ func TestAuthEveryOperation(t *testing.T) {
 				continue
 			}
 			need, _ := op.Metadata[metaRole].(Role)
-			url := strings.NewReplacer("{name}", "x", "{version}", "1", "{digest}", "sha256:"+strings.Repeat("0", 64), "{id}", "00000000-0000-0000-0000-000000000000", "{key}", "k").Replace(path)
+			url := strings.NewReplacer("{name}", "x", "{version}", "1", "{digest}", "sha256:"+strings.Repeat("0", 64), "{id}", "00000000-0000-0000-0000-000000000000", "{key}", "k", "{workflow}", "x", "{hook}", "h").Replace(path)
 			do := func(token string) int {
 				req := httptest.NewRequest(method, url, nil)
 				if token != "" {
@@ -55,6 +55,12 @@ func TestAuthEveryOperation(t *testing.T) {
 				if path == "/v1/runs/{id}/steps/{key}/checkpoint" {
 					// Authenticated by the attempt's lease credential instead of a role.
 					require.Equal(t, http.StatusUnauthorized, do(""), "%s %s without a credential", method, path)
+					require.Equal(t, http.StatusUnauthorized, do(testOperatorToken), "%s %s with a role token", method, path)
+					continue
+				}
+				if path == "/v1/hooks/{workflow}/{hook}" {
+					// Authenticated by the delivery's signature instead of a role.
+					require.Equal(t, http.StatusUnauthorized, do(""), "%s %s without a signature", method, path)
 					require.Equal(t, http.StatusUnauthorized, do(testOperatorToken), "%s %s with a role token", method, path)
 					continue
 				}

@@ -11,6 +11,7 @@ type Metrics struct {
 	slowBodyTotal  prometheus.Counter
 	connections    prometheus.Gauge
 	streams        prometheus.Gauge
+	hooksTotal     *prometheus.CounterVec
 }
 
 // newMetrics registers the API's series with reg.
@@ -31,8 +32,11 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_api_event_streams", Help: "Event streams (GET …/events/stream) open.",
 		}),
+		hooksTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_api_hook_deliveries_total", Help: "Webhook deliveries (POST /v1/hooks/…), by outcome: started (a new run), replay (the run of an earlier delivery with the same key), refused (no valid signature, or the hook's secret not set).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.leaseLostTotal, m.refusedTotal, m.slowBodyTotal, m.connections, m.streams)
+	reg.MustRegister(m.leaseLostTotal, m.refusedTotal, m.slowBodyTotal, m.connections, m.streams, m.hooksTotal)
 	return m
 }
 
@@ -49,6 +53,12 @@ func (m *Metrics) leaseLost(op string) {
 func (m *Metrics) refused(cap string) {
 	if m != nil {
 		m.refusedTotal.WithLabelValues(cap).Inc()
+	}
+}
+
+func (m *Metrics) hookDelivery(outcome string) {
+	if m != nil {
+		m.hooksTotal.WithLabelValues(outcome).Inc()
 	}
 }
 

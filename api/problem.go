@@ -21,6 +21,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/secrets"
 )
 
 // Problem is an RFC 9457 problem document. Type and Code are stable per error class
@@ -73,7 +74,7 @@ var (
 	classBadRequest           = problemClass{http.StatusBadRequest, "bad_request", "Bad request", "The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form."}
 	classInvalidCursor        = problemClass{http.StatusBadRequest, "invalid_cursor", "Invalid cursor", "The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it."}
 	classInvalidBundle        = problemClass{http.StatusBadRequest, "invalid_bundle", "Invalid bundle", "The bundle was refused; `errors` names each archive entry, step and manifest field at fault. Nothing was stored."}
-	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential)."}
+	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started."}
 	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs."}
 	classNotFound             = problemClass{http.StatusNotFound, "not_found", "Not found", "The workflow, version, run, step, output, log or bundle does not exist (an output: not yet)."}
 	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
@@ -90,6 +91,7 @@ var (
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
 	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
+	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
 )
 
@@ -98,7 +100,7 @@ var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
 	classInvalidRunState, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
-	classClientClosed, classInternal, classUnavailable, classTimeout,
+	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
 
 // classOfStatus is the class of an error that Huma (or an authentication
@@ -177,6 +179,11 @@ var (
 	errUnauthorized = errors.New("unauthorized")
 	errNotFound     = errors.New("not found")
 	errTooLarge     = errors.New("too large")
+	// errNoSecretKey: a webhook delivery came to a server without a secret key.
+	errNoSecretKey = errors.New("no secret key")
+	// errUnsupportedBody: a body the operation cannot read (a webhook's that is
+	// neither JSON nor text).
+	errUnsupportedBody = errors.New("unsupported body")
 )
 
 // detailedError gives an error the detail a client is shown. Its class still comes
@@ -322,6 +329,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
+	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
+		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
@@ -349,6 +358,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classInvalidCursor.problem(detailOr(err, "invalid cursor"))
 	case errors.Is(err, errUnauthorized), errors.Is(err, functions.ErrBadCredential):
 		return classUnauthorized.problem(detailOr(err, "unauthorized"))
+	case errors.Is(err, errUnsupportedBody):
+		return classUnsupportedMediaType.problem(detailOr(err, "the body's type is not one the operation takes"))
 	case errors.Is(err, errBadRequest):
 		return classBadRequest.problem(detailOr(err, "bad request"))
 	case errors.Is(err, catalog.ErrInvalidInput):

@@ -69,7 +69,7 @@ func TestProblemClasses(t *testing.T) {
 	store := catalog.New(testenv.DB(t), nil)
 	files, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
-	tokens, err := api.ParseTokens("viewer:" + classesViewerToken + ",operator:" + operatorToken)
+	tokens, err := api.ParseTokens("viewer:" + classesViewerToken + ",operator:" + operatorToken + ",admin:" + adminToken)
 	require.NoError(t, err)
 	serve := func(store *catalog.Store, blobs blobstore.Store, cfg api.Config) string {
 		cfg.Tokens, cfg.SigningKey, cfg.TempDir = tokens, []byte(classesSigningKey), t.TempDir()
@@ -250,6 +250,11 @@ func TestProblemClasses(t *testing.T) {
 		}, check: func(t *testing.T, a classAnswer) {
 			require.Equal(t, "5", a.header.Get("Retry-After"))
 			require.NotContains(t, a.problem.Detail, deadAddr)
+		}},
+		{code: "secret_key_missing", status: 503, answer: func() *http.Response {
+			return do(http.MethodPut, srv+"/v1/secrets/github", adminToken, "application/json", []byte(`{"value":"x"}`), nil)
+		}, check: func(t *testing.T, a classAnswer) {
+			require.Contains(t, a.problem.Detail, "CAIRN_SECRET_KEY")
 		}},
 		{code: "timeout", status: 504, answer: func() *http.Response {
 			return do(http.MethodPost, failing(fmt.Errorf("put: %w", context.DeadlineExceeded))+"/v1/bundles", operatorToken, "application/gzip", bundleOf("timeout"), nil)

@@ -19,6 +19,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/runtime"
+	"github.com/cairnrun/cairn/secrets"
 )
 
 // Title and the API version stamped into the OpenAPI document.
@@ -75,6 +76,10 @@ type Config struct {
 	// DefaultMinBodyRate (4 KiB/s).
 	BodyReadTimeout time.Duration
 	MinBodyRate     int64
+	// SecretKeys seal and open the values of PUT /v1/secrets/{name} (and so the
+	// secrets webhooks are verified with); default none: the secrets operations
+	// answer 503 secret_key_missing, and so do webhook deliveries.
+	SecretKeys *secrets.Keyring
 }
 
 // Defaults of Config.
@@ -122,6 +127,7 @@ type Server struct {
 	mux    *http.ServeMux
 	api    huma.API
 
+	vault       *secrets.Vault
 	metrics     *Metrics      // nil without Config.Registry
 	streamsDone chan struct{} // closed by CloseStreams
 	closeOnce   sync.Once
@@ -150,6 +156,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 		streams:     make(chan struct{}, c.MaxStreams),
 		pulse:       newPulse(ssePollInterval),
 	}
+	s.vault = secrets.NewVault(store, c.SecretKeys)
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
 	s.api.UseMiddleware(s.bodyGuardMiddleware, s.authMiddleware)
@@ -169,6 +176,8 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSteps()
 	s.registerSignals()
 	s.registerEvents()
+	s.registerSecrets()
+	s.registerHooks()
 	return s
 }
 

@@ -56,6 +56,9 @@ type Definition struct {
 	Description string `json:"description,omitempty"`
 	// Steps in topological order.
 	Steps []StepDefinition `json:"steps"`
+	// Hooks are the manifest's webhooks, input filled in (DefaultHookInput); absent
+	// when there are none, so that definitions without hooks keep their fingerprint.
+	Hooks []Hook `json:"hooks,omitempty"`
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
@@ -180,7 +183,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		}
 		byKey[s.Key] = d
 	}
-	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description}
+	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description, Hooks: normalizeHooks(m.Hooks)}
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

@@ -28,6 +28,8 @@ type Manifest struct {
 	Defaults *Defaults `yaml:"defaults,omitempty" json:"defaults,omitempty"`
 	// Steps are the nodes of the DAG; at least one.
 	Steps []Step `yaml:"steps" json:"steps"`
+	// Hooks are the webhooks that start runs of the workflow (hook.go).
+	Hooks []Hook `yaml:"hooks,omitempty" json:"hooks,omitempty"`
 }
 
 // Defaults are the timeout and retry policy of the steps that do not set their own.

@@ -183,3 +183,19 @@ func items[R, T any](pages iter.Seq2[*R, error], itemsOf func(*R) *[]T) iter.Seq
 		}
 	}
 }
+
+// SecretPages iterates over the pages of GET /v1/secrets (by name; admin).
+func (c *Client) SecretPages(ctx context.Context, p *ListSecretsParams) iter.Seq2[*ListSecretsResponse, error] {
+	params := copyParams(p)
+	return pages(ctx, "list secrets", params.Cursor, func(cursor *string) (*ListSecretsResponse, *string, error) {
+		params.Cursor = cursor
+		resp, err := c.ListSecretsWithResponse(ctx, &params)
+		if err != nil {
+			return nil, nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, unexpectedAnswer(resp.StatusCode())
+		}
+		return resp, resp.JSON200.NextCursor, nil
+	})
+}

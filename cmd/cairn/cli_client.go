@@ -30,6 +30,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newWorkflowsCmd(e, stdout, stderr),
 		newVersionsCmd(e, stdout, stderr),
 		newRunCmd(e, stdout, stderr),
+		newSecretCmd(e, stdout, stderr),
 	}
 }
 
@@ -40,6 +41,9 @@ type cli struct {
 	stdout, stderr io.Writer
 
 	server, token, credentials string
+	// admin: the command needs the admin role; from the credentials file it takes
+	// CAIRN_ADMIN_TOKEN rather than CAIRN_TOKEN (the operator's).
+	admin bool
 }
 
 func newCLI(e env, stdout, stderr io.Writer) *cli {
@@ -71,6 +75,9 @@ func (c *cli) client() (*client.Client, error) {
 			return nil, err
 		}
 		server, token = vals["CAIRN_SERVER"], vals["CAIRN_TOKEN"]
+		if c.admin && vals["CAIRN_ADMIN_TOKEN"] != "" {
+			token = vals["CAIRN_ADMIN_TOKEN"]
+		}
 		if server == "" || token == "" {
 			return nil, fmt.Errorf("credentials file %s lacks CAIRN_SERVER or CAIRN_TOKEN", c.credentials)
 		}

@@ -32,7 +32,7 @@ import (
 // cliBundle is a running server (API and dispatcher) on a fresh database, with the
 // tokens it knows, and a way to run the CLI against it.
 type cliBundle struct {
-	server, viewer, operator string
+	server, viewer, operator, admin string
 }
 
 // setupCLI starts a real server in-process, as `cairn serve` runs it, on a fresh
@@ -53,10 +53,11 @@ func setupCLI(t *testing.T) *cliBundle {
 	require.NoError(t, err)
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
-	b := &cliBundle{viewer: newToken(), operator: newToken()}
+	b := &cliBundle{viewer: newToken(), operator: newToken(), admin: newToken()}
 	tokens := &api.Tokens{}
 	require.NoError(t, tokens.Add(api.RoleViewer, b.viewer))
 	require.NoError(t, tokens.Add(api.RoleOperator, b.operator))
+	require.NoError(t, tokens.AddNamed(api.RoleAdmin, "root", b.admin))
 
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
@@ -64,7 +65,7 @@ func setupCLI(t *testing.T) *cliBundle {
 		done <- runServer(ctx, serverParts{
 			listen: "127.0.0.1:0", dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger,
 			rt: runtimeFlags{concurrency: 8, leaseTTL: 30 * time.Second, inlineLimit: 256 << 10,
-				shutdownGrace: 5 * time.Second, signingKey: newToken(), cacheDir: t.TempDir()},
+				shutdownGrace: 5 * time.Second, signingKey: newToken(), cacheDir: t.TempDir(), secretKey: newToken()},
 		}, func(addr string) { addrc <- addr })
 	}()
 	t.Cleanup(func() {

@@ -102,6 +102,11 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			return err
 		}
 	}
+	if rf.secretKey == "" {
+		if rf.secretKey, err = devSecret(filepath.Join(dataDir, "secret-key")); err != nil {
+			return err
+		}
+	}
 	if rf.cacheDir == "" {
 		rf.cacheDir = filepath.Join(dataDir, "cache")
 	}

@@ -139,6 +139,10 @@ func TestDevKeepsDataAcrossRestarts(t *testing.T) {
 	t.Logf("first start (initdb included): ready in %s", took)
 	out := first.deployHello(t)
 	require.Contains(t, out, "hello")
+	// The key that encrypts secrets is made once and kept: secrets set before a
+	// restart stay readable after it.
+	secretKey, err := os.ReadFile(filepath.Join(dir, ".cairn", "secret-key"))
+	require.NoError(t, err)
 
 	require.NoError(t, first.cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, first.wait(), "Ctrl-C is a clean exit")
@@ -154,6 +158,9 @@ func TestDevKeepsDataAcrossRestarts(t *testing.T) {
 	third, took := startDev(t, dir)
 	t.Logf("restart after SIGKILL: ready in %s", took)
 	require.Contains(t, third.workflows(t), `"name":"hello"`)
+	kept, err := os.ReadFile(filepath.Join(dir, ".cairn", "secret-key"))
+	require.NoError(t, err)
+	require.Equal(t, secretKey, kept)
 	require.NoError(t, third.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, third.wait())
 }

@@ -43,6 +43,7 @@ func TestMalformedEnvStopsStart(t *testing.T) {
 		{name: "uid", env: "CAIRN_EXEC_UID=nobody", want: `CAIRN_EXEC_UID="nobody" (--exec-uid)`},
 		{name: "log level", env: "CAIRN_LOG_LEVEL=verbose", want: `CAIRN_LOG_LEVEL="verbose": want debug, info, warn or error`},
 		{name: "parses but cannot work", env: "CAIRN_LEASE_TTL=10ms", want: "--lease-ttl (CAIRN_LEASE_TTL) must be at least 300ms"},
+		{name: "secret key not 32 bytes", env: "CAIRN_SECRET_KEY=c2hvcnQ=", want: "CAIRN_SECRET_KEY: secret key: 5 bytes, want 32"},
 	}
 	for _, tt := range tests {
 		for _, command := range []string{"serve", "dev"} {
@@ -124,7 +125,9 @@ func TestHelpShowsDefaults(t *testing.T) {
 		} {
 			require.Contains(t, out, want, "%s --help", command)
 		}
-		require.NotContains(t, out, "secret", "%s --help shows a value from the environment", command)
+		// (The word "secret" itself is in the help of --secret-key.)
+		require.NotContains(t, out, "secret-signing-key-value", "%s --help shows a value from the environment", command)
+		require.NotContains(t, out, "secret-token", "%s --help shows a value from the environment", command)
 		require.NotContains(t, out, "5m0s", "%s --help shows a value from the environment", command)
 	}
 	require.Contains(t, help("serve"), "(env CAIRN_EXEC_ISOLATION) (default bwrap)")

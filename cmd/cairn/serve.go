@@ -21,6 +21,7 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/runtime"
+	"github.com/cairnrun/cairn/secrets"
 )
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to drain.
@@ -36,6 +37,9 @@ type runtimeFlags struct {
 	inlineLimit   int64
 	shutdownGrace time.Duration
 	signingKey    string
+	// secretKey seals secrets (CAIRN_SECRET_KEY); secretKeysOld only open them.
+	secretKey     string
+	secretKeysOld string
 	noDispatcher  bool
 	cacheDir      string
 	publicURL     string
@@ -52,9 +56,11 @@ type runtimeFlags struct {
 func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	isolation, isolationDefault := isolationFlag(functions.IsolationBwrap), ""
 	keyDefault, cacheDefault := "random per process", "$TMPDIR/cairn-cache"
+	secretDefault := "none: secrets and webhooks answer 503 secret_key_missing"
 	if dev {
 		isolation, isolationDefault = "", "; default bwrap where it works, else none with a warning"
 		keyDefault, cacheDefault = "made once, kept in <data-dir>/signing-key", "<data-dir>/cache"
+		secretDefault = "made once, kept in <data-dir>/secret-key"
 	}
 	f.execIsolation = isolation
 	fs.IntVar(&f.concurrency, "concurrency", runtime.DefaultConcurrency, "attempts run at once by this process's dispatcher")
@@ -62,6 +68,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.Int64Var(&f.inlineLimit, "inline-limit", runtime.DefaultInlineLimit, "largest output or checkpoint kept in the catalog row, in bytes")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", runtime.DefaultShutdownGrace, "how long running attempts may finish at shutdown before their leases are handed back")
 	fs.StringVar(&f.signingKey, "signing-key", "", "HMAC key that signs requests to http functions, lease credentials and cursors; shared by every server (default "+keyDefault+")")
+	fs.StringVar(&f.secretKey, "secret-key", "", "key that encrypts secrets at rest: 32 random bytes in base64 (openssl rand -base64 32), the same on every server (default "+secretDefault+")")
+	fs.StringVar(&f.secretKeysOld, "secret-keys-old", "", "earlier secret keys, comma-separated: they only decrypt versions sealed before a key rotation")
 	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
 	fs.StringVar(&f.publicURL, "public-url", "", "the API's URL as functions reach it, for checkpoint_url in envelopes (default http://<listen address>)")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "folder for extracted bundles and downloaded inputs (default "+cacheDefault+")")
@@ -74,6 +82,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"inline-limit":     "CAIRN_INLINE_LIMIT",
 		"shutdown-grace":   "CAIRN_SHUTDOWN_GRACE",
 		"signing-key":      "CAIRN_SIGNING_KEY",
+		"secret-key":       "CAIRN_SECRET_KEY",
+		"secret-keys-old":  "CAIRN_SECRET_KEYS_OLD",
 		"public-url":       "CAIRN_PUBLIC_URL",
 		"cache-dir":        "CAIRN_CACHE_DIR",
 		"exec-isolation":   "CAIRN_EXEC_ISOLATION",
@@ -93,6 +103,9 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--inline-limit (CAIRN_INLINE_LIMIT) must be at least 1")
 	case f.shutdownGrace < 0:
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
+	}
+	if _, err := secrets.ParseKeyring(f.secretKey, f.secretKeysOld); err != nil {
+		return err
 	}
 	return nil
 }
@@ -254,6 +267,9 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				logger.Warn("no CAIRN_SIGNING_KEY: http functions get requests signed with a random per-process key")
 				rf.signingKey = newToken()
 			}
+			if rf.secretKey == "" {
+				logger.Warn("no CAIRN_SECRET_KEY: PUT /v1/secrets and webhook deliveries will answer 503 secret_key_missing")
+			}
 			lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
 			if err != nil {
 				return err
@@ -348,6 +364,11 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", p.listen, err)
 	}
+	secretKeys, err := secrets.ParseKeyring(p.rt.secretKey, p.rt.secretKeysOld)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	addr := ln.Addr().String()
 	publicURL := p.rt.publicURL
 	if publicURL == "" {
@@ -389,6 +410,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
 		BundleLimits: bundle.Limits{MaxSteps: lim.maxSteps},
 		Capabilities: capabilities,
+		SecretKeys:   secretKeys,
 	})
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {

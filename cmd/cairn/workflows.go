@@ -123,10 +123,14 @@ type listGroup struct {
 	list               func(c *cli, ctx context.Context, args []string, limit int, out outputFormat) error
 	// more are the group's other subcommands, sharing its --server and --token.
 	more []func(c *cli) *cobra.Command
+	// admin: the group's operations need the admin role, so the token from the
+	// credentials file is its CAIRN_ADMIN_TOKEN.
+	admin bool
 }
 
 func (g listGroup) command(e env, stdout, stderr io.Writer) *cobra.Command {
 	c := newCLI(e, stdout, stderr)
+	c.admin = g.admin
 	cmd := &cobra.Command{Use: g.use, Aliases: []string{g.alias}, Short: g.short}
 	c.registerFlags(cmd)
 	var limit int

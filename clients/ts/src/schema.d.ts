@@ -88,6 +88,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/hooks/{workflow}/{hook}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Start a run from a signed webhook delivery
+         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+         */
+        post: operations["deliverHook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations/{id}": {
         parameters: {
             query?: never;
@@ -480,6 +500,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List secrets
+         * @description Secrets by name, each with its newest version and who set it when: never a value.
+         *
+         *     Requires the `admin` role.
+         */
+        get: operations["listSecrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a secret
+         * @description Stores the value as the secret's next version (the first creates it), encrypted at rest with the server's key (CAIRN_SECRET_KEY; without one, 503 secret_key_missing). The newest version is the one in use (a webhook's signature check). No operation reads a value back.
+         *
+         *     Requires the `admin` role.
+         */
+        put: operations["putSecret"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/workflows": {
         parameters: {
             query?: never;
@@ -842,6 +906,21 @@ export interface components {
              */
             status: "ok" | "unavailable";
         };
+        HookDelivery: {
+            /** @description true when a delivery with the same idempotency key came before: nothing new was started */
+            replay: boolean;
+            /**
+             * Format: uuid
+             * @description the run the delivery started, or (a replay) the run the first delivery with its idempotency key started
+             */
+            run_id: string;
+            /**
+             * Format: int64
+             * @description the version the run is pinned to
+             */
+            version: number;
+            workflow: string;
+        };
         ItemsOutputAttemptBody: {
             items: components["schemas"]["Attempt"][] | null;
         };
@@ -869,6 +948,12 @@ export interface components {
         ListRun: {
             /** @description this page */
             items: components["schemas"]["Run"][] | null;
+            /** @description cursor of the next page; absent on the last page */
+            next_cursor?: string;
+        };
+        ListSecret: {
+            /** @description this page */
+            items: components["schemas"]["Secret"][] | null;
             /** @description cursor of the next page; absent on the last page */
             next_cursor?: string;
         };
@@ -958,6 +1043,10 @@ export interface components {
             title: string;
             /** @description URI of the error class, urn:cairn:problem:<code> */
             type: string;
+        };
+        PutSecretBody: {
+            /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
+            value: string;
         };
         RerunPlan: {
             /** @description steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt */
@@ -1083,6 +1172,26 @@ export interface components {
             version?: number;
             /** @description only runs of this workflow */
             workflow?: string;
+        };
+        Secret: {
+            /**
+             * Format: date-time
+             * @description when the newest version was set
+             */
+            created_at: string;
+            /** @description the name of the token that set the newest version */
+            created_by: string;
+            /**
+             * Format: date-time
+             * @description when the first version was set (lists only)
+             */
+            first_created_at?: string;
+            name: string;
+            /**
+             * Format: int64
+             * @description the newest version, the one in use; versions count from 1
+             */
+            version: number;
         };
         SetAliasBody: {
             /**
@@ -1402,7 +1511,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -1531,7 +1640,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -1623,6 +1732,145 @@ export interface operations {
             };
         };
     };
+    deliverHook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description workflow name */
+                workflow: string;
+                /** @description hook name, as in the manifest's hooks: */
+                hook: string;
+            };
+            cookie?: never;
+        };
+        /** @description the delivery's payload as its sender signed it: JSON, or any text (seen as a string) */
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Accepted */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HookDelivery"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `secret_key_missing`: The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart.
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     getOperation: {
         parameters: {
             query?: never;
@@ -1660,7 +1908,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -1795,7 +2043,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -1942,7 +2190,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2058,7 +2306,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2191,7 +2439,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2378,7 +2626,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2513,7 +2761,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2646,7 +2894,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2844,7 +3092,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3031,7 +3279,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3219,7 +3467,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3414,7 +3662,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3582,7 +3830,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3713,7 +3961,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3854,7 +4102,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4001,7 +4249,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4133,7 +4381,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4264,7 +4512,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4382,6 +4630,284 @@ export interface operations {
             };
         };
     };
+    listSecrets: {
+        parameters: {
+            query?: {
+                /** @description next_cursor of the previous page */
+                cursor?: string;
+                /** @description page size */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListSecret"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `invalid_cursor`: The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description secret name, like a step key */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutSecretBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Secret"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `secret_key_missing`: The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart.
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listWorkflows: {
         parameters: {
             query?: {
@@ -4421,7 +4947,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4524,7 +5050,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4658,7 +5184,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4776,7 +5302,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4911,7 +5437,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5068,7 +5594,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5214,7 +5740,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5386,7 +5912,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5562,7 +6088,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5748,7 +6274,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5866,7 +6392,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential).
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
