@@ -56,6 +56,8 @@ type Definition struct {
 	Description string `json:"description,omitempty"`
 	// Steps in topological order.
 	Steps []StepDefinition `json:"steps"`
+	// Schedules in manifest order; absent when there are none.
+	Schedules []ScheduleDefinition `json:"schedules,omitempty"`
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda and Builtin
@@ -176,7 +178,8 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		}
 		byKey[s.Key] = d
 	}
-	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description}
+	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description,
+		Schedules: normalizeSchedules(m.Schedules)}
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

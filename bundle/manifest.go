@@ -28,6 +28,8 @@ type Manifest struct {
 	Defaults *Defaults `yaml:"defaults,omitempty" json:"defaults,omitempty"`
 	// Steps are the nodes of the DAG; at least one.
 	Steps []Step `yaml:"steps" json:"steps"`
+	// Schedules start runs of the workflow's latest version on a clock (schedule.go).
+	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
 }
 
 // Defaults are the timeout and retry policy of the steps that do not set their own.
@@ -237,6 +239,9 @@ var typeWords = map[string]string{
 	"bundle.LambdaSpec":       "a lambda spec",
 	"bundle.RetryPolicy":      "a retry policy",
 	"bundle.Backoff":          "a backoff",
+	"[]bundle.Schedule":       "a list of schedules",
+	"bundle.Schedule":         "a schedule",
+	"bundle.Overlap":          "an overlap policy",
 	"map[string]interface {}": "a mapping",
 	"map[string]string":       "a mapping of strings",
 	"[]string":                "a list of strings",

@@ -110,6 +110,7 @@ func (v *validator) manifest(m *Manifest) {
 			v.retry("", "defaults.retry", defaults, RetryPolicy{})
 		}
 	}
+	v.schedules(m.Schedules)
 	if len(m.Steps) == 0 {
 		v.add("", "steps", "at least one step is required")
 		return
