@@ -168,6 +168,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCheckpoint()
 	s.registerSteps()
 	s.registerEvents()
+	s.registerSchedules()
 	return s
 }
 

@@ -66,10 +66,10 @@ CREATE INDEX schedule_events_schedule_idx ON schedule_events (schedule_id, id DE
 CREATE FUNCTION cairn_schedules_sync()
 RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO schedules AS s (workflow, name, version, cron, timezone, input, overlap, catchup)
+    INSERT INTO schedules AS s (workflow, name, version, cron, timezone, input, overlap, catchup, updated_by)
     SELECT NEW.workflow, d->>'name', NEW.version, d->>'cron', d->>'timezone',
            nullif(d->'input', 'null'::jsonb), d->>'overlap',
-           make_interval(secs => coalesce((d->>'catchup_ms')::bigint, 0) / 1000.0)
+           make_interval(secs => coalesce((d->>'catchup_ms')::bigint, 0) / 1000.0), NEW.updated_by
     FROM workflow_versions v, jsonb_array_elements(coalesce(v.definition->'schedules', '[]'::jsonb)) AS d
     WHERE v.workflow = NEW.workflow AND v.version = NEW.version
     ON CONFLICT (workflow, name) DO UPDATE
