@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
@@ -35,7 +34,7 @@ type Schedule struct {
 	Paused         bool       `json:"paused"`
 	NextFireAt     *time.Time `json:"next_fire_at" doc:"the next fire; null while paused or inactive, or until a server has computed it (within a poll interval of a deploy or resume)"`
 	LastFireAt     *time.Time `json:"last_fire_at" doc:"the latest fire time that created (or, buffer_one, holds) a run"`
-	LastRunID      *uuid.UUID `json:"last_run_id" doc:"the run of the latest fire or trigger: overlap looks at it"`
+	LastRunID      *string    `json:"last_run_id" doc:"the run of the latest fire or trigger: overlap looks at it"`
 	BufferedFireAt *time.Time `json:"buffered_fire_at,omitempty" doc:"buffer_one: the fire waiting for last_run_id to end"`
 	Fires          int64      `json:"fires" doc:"runs created by fires"`
 	Skipped        int64      `json:"skipped" doc:"fires that created no run: overlap, or missed beyond the catchup window"`
@@ -56,7 +55,7 @@ func scheduleOf(sc *catalog.Schedule) Schedule {
 	out := Schedule{
 		ID: sc.ID, Workflow: sc.Workflow, Name: sc.Name, Version: sc.Version, Cron: sc.Cron, Timezone: sc.Timezone,
 		Overlap: sc.Overlap, Catchup: sc.Catchup().String(), Active: sc.Active, Paused: sc.Paused,
-		NextFireAt: utcPtr(sc.NextFireAt), LastFireAt: utcPtr(sc.LastFireAt), LastRunID: sc.LastRunID,
+		NextFireAt: utcPtr(sc.NextFireAt), LastFireAt: utcPtr(sc.LastFireAt), LastRunID: parentOf(sc.LastRunID),
 		BufferedFireAt: utcPtr(sc.BufferedFireAt), Fires: sc.Fires, Skipped: sc.Skipped,
 		LastSkippedAt: utcPtr(sc.LastSkippedAt), UpdatedAt: sc.UpdatedAt.UTC(), UpdatedBy: sc.UpdatedBy,
 	}

@@ -834,7 +834,7 @@ type Schedule struct {
 	LastFireAt *time.Time `json:"last_fire_at"`
 
 	// LastRunId the run of the latest fire or trigger: overlap looks at it
-	LastRunId     string     `json:"last_run_id"`
+	LastRunId     *string    `json:"last_run_id"`
 	LastSkippedAt *time.Time `json:"last_skipped_at,omitempty"`
 
 	// Name the name in the manifest; the runs it creates carry the label schedule=<name>

@@ -30,6 +30,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newWorkflowsCmd(e, stdout, stderr),
 		newVersionsCmd(e, stdout, stderr),
 		newRunCmd(e, stdout, stderr),
+		newScheduleCmd(e, stdout, stderr),
 	}
 }
 

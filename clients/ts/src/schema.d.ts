@@ -1256,7 +1256,7 @@ export interface components {
              */
             last_fire_at: string | null;
             /** @description the run of the latest fire or trigger: overlap looks at it */
-            last_run_id: string;
+            last_run_id: string | null;
             /** Format: date-time */
             last_skipped_at?: string;
             /** @description the name in the manifest; the runs it creates carry the label schedule=<name> */
