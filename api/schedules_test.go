@@ -99,6 +99,12 @@ func TestSchedules(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, a.status, "%s %s", path, a.body)
 	}
 
+	a = tb.send(t, http.MethodPost, "/v1/schedules/abc/pause", nil, nil)
+	require.Equal(t, http.StatusUnprocessableEntity, a.status, "%s", a.body)
+	require.Contains(t, string(a.body), `"location":"path.id"`)
+	a = tb.sendAs(t, "nobody", http.MethodGet, "/v1/schedules", nil, nil)
+	require.Equal(t, http.StatusUnauthorized, a.status, "%s", a.body)
+
 	var events []string
 	require.NoError(t, tb.store.DB().SelectContext(t.Context(), &events,
 		`SELECT type || ':' || actor FROM schedule_events WHERE schedule_id = $1 ORDER BY id`, sc.ID))

@@ -19,7 +19,8 @@ const envScheduleSeconds = "CAIRN_E2E_SCHEDULE_SECONDS"
 // TestScheduleThreeServers is issue 14's Done-when for schedules, through the real
 // binary: a schedule every second on three servers (each with its fire loop, no
 // leader) creates one run per second, none twice and none missed: N runs span N-1
-// seconds (±1 at the edges); pausing it stops the runs. A backfill of one day of an
+// seconds (±1 at the edges), also when one of the servers is killed halfway;
+// pausing it stops the runs. A backfill of one day of an
 // hourly schedule creates 24 runs, and a second one none.
 func TestScheduleThreeServers(t *testing.T) {
 	t.Parallel()
@@ -63,7 +64,16 @@ schedules:
 		require.NoError(t, err)
 		return list
 	}
-	// Wait for the schedule's runs: one a second.
+	// Halfway, one server is killed (SIGKILL, maybe in the middle of a fire pass):
+	// the other two go on, without a leader to elect.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list, err := runs("tick")
+		if assert.NoError(c, err) {
+			assert.GreaterOrEqual(c, len(list), seconds/2)
+		}
+	}, time.Duration(seconds)*time.Second, 200*time.Millisecond, "%d runs of the schedule", seconds/2)
+	servers[2].kill()
+	// Then wait for the schedule's runs: one a second.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		list, err := runs("tick")
 		if assert.NoError(c, err) {
