@@ -9,6 +9,9 @@ type metrics struct {
 	leaseLost *prometheus.CounterVec
 	swept     prometheus.Counter
 	running   prometheus.Gauge
+	// scheduleFires counts the fires of schedules this dispatcher's fire loop
+	// handled, by result (created, skipped).
+	scheduleFires *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,9 +31,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
 		}),
+		scheduleFires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_schedule_fires_total", Help: "Schedule fires handled by this dispatcher's fire loop, by result: created (a run) or skipped (overlap, or older than the catchup window).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.running)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.running, m.scheduleFires)
 	}
 	return m
 }

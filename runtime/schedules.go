@@ -43,6 +43,8 @@ func (d *Dispatcher) scheduleLoop(ctx context.Context) {
 			}
 			continue
 		}
+		d.metrics.scheduleFires.WithLabelValues("created").Add(float64(res.Created))
+		d.metrics.scheduleFires.WithLabelValues("skipped").Add(float64(res.Skipped))
 		if res.Created > 0 || res.Skipped > 0 {
 			d.logger.Debug("schedules fired", "schedules", res.Schedules, "created", res.Created, "skipped", res.Skipped)
 		}
