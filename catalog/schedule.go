@@ -214,7 +214,7 @@ func (s *Store) ScheduleTrigger(ctx context.Context, id int64, actor string) (*R
 		if _, err := tx.ExecContext(ctx, sqlScheduleLastRun, id, run.ID); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlScheduleEvent, id, "schedule.triggered", actor,
+		_, err = tx.ExecContext(ctx, sqlScheduleEvent, id, EventScheduleTriggered, actor,
 			JSON(fmt.Sprintf(`{"run_id":%q}`, run.ID)))
 		return err
 	})
@@ -249,7 +249,7 @@ func (s *Store) ScheduleBackfill(ctx context.Context, id int64, fires []time.Tim
 			}
 		}
 		data := fmt.Sprintf(`{"fires":%d,"created":%d,"skipped":%d}`, len(fires), created, skipped)
-		_, err := tx.ExecContext(ctx, sqlScheduleEvent, id, "schedule.backfilled", actor, JSON(data))
+		_, err := tx.ExecContext(ctx, sqlScheduleEvent, id, EventScheduleBackfilled, actor, JSON(data))
 		return err
 	})
 	if err != nil {
