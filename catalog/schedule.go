@@ -58,6 +58,11 @@ WHERE id = $1`
 	sqlScheduleLock = `SELECT ` + scheduleColumns + ` FROM schedules WHERE id = $1 FOR UPDATE`
 
 	sqlScheduleEvent = `INSERT INTO schedule_events (schedule_id, type, actor, data) VALUES ($1, $2, $3, $4)`
+
+	// One schedule's part of a fire pass is a savepoint: see ScheduleFire.
+	sqlScheduleSavepoint  = `SAVEPOINT schedule_fire`
+	sqlScheduleRollbackTo = `ROLLBACK TO SAVEPOINT schedule_fire`
+	sqlScheduleRelease    = `RELEASE SAVEPOINT schedule_fire`
 )
 
 // Schedule is a schedule of a workflow's manifest (bundle.Schedule), as the catalog
@@ -285,6 +290,10 @@ type ScheduleFireResult struct {
 	// NextDue is the earliest next fire of any active schedule after the pass; nil
 	// when none.
 	NextDue *time.Time
+	// Failed holds an error for each schedule whose fire failed (its run could not
+	// be created): its part of the pass was rolled back, the others committed, and
+	// it stays due, so the next pass tries it again.
+	Failed []error
 }
 
 // maxFiresPerPass bounds the fire times one pass walks for one schedule: past it, the
@@ -330,8 +339,25 @@ func (s *Store) ScheduleFire(ctx context.Context, p *ScheduleFireParams) (*Sched
 		}
 		res.Schedules = len(rows)
 		for i := range rows {
-			f := &fire{tx: tx, sc: &rows[i].Schedule, now: rows[i].DBNow, next: p.Next, grace: grace}
+			sc := &rows[i].Schedule
+			// A schedule whose fire fails (its run cannot be created) is rolled
+			// back alone and reported; the others of the pass go on.
+			if _, err := tx.ExecContext(ctx, sqlScheduleSavepoint); err != nil {
+				return err
+			}
+			f := &fire{tx: tx, sc: sc, now: rows[i].DBNow, next: p.Next, grace: grace}
 			if err := f.run(ctx); err != nil {
+				err = translateError(err)
+				if errors.Is(err, ErrRetryable) || ctx.Err() != nil {
+					return err // the whole pass again (inTx), or give up
+				}
+				if _, rerr := tx.ExecContext(ctx, sqlScheduleRollbackTo); rerr != nil {
+					return rerr
+				}
+				res.Failed = append(res.Failed, fmt.Errorf("schedule %d (%s/%s): %w", sc.ID, sc.Workflow, sc.Name, err))
+				continue
+			}
+			if _, err := tx.ExecContext(ctx, sqlScheduleRelease); err != nil {
 				return err
 			}
 			res.Created += f.created

@@ -293,3 +293,40 @@ func TestScheduleTriggerBackfill(t *testing.T) {
 		`SELECT type || ':' || actor FROM schedule_events WHERE schedule_id = $1 ORDER BY id`, sc.ID))
 	require.Equal(t, []string{"schedule.triggered:alice", "schedule.backfilled:alice", "schedule.backfilled:alice"}, actors)
 }
+
+// TestScheduleFireFailureIsolated: a schedule whose run cannot be created is rolled
+// back alone and reported; the other schedules of the pass fire.
+func TestScheduleFireFailureIsolated(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	every := bundle.ScheduleDefinition{Name: "tick", Cron: "* * * * * *", Timezone: "UTC", Overlap: bundle.OverlapAllow,
+		Catchup: bundle.Duration(time.Hour), CatchupMS: 3600000}
+	deployDef(t, s, "good", every)
+	deployDef(t, s, "bad", every)
+	// The database refuses every run of workflow bad.
+	_, err := s.DB().ExecContext(ctx, `
+CREATE FUNCTION test_refuse_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
+CREATE TRIGGER test_refuse_run BEFORE INSERT ON runs FOR EACH ROW WHEN (NEW.workflow = 'bad')
+EXECUTE FUNCTION test_refuse_run();`)
+	require.NoError(t, err)
+	good, bad := schedulesByName(t, s, "good")["tick"], schedulesByName(t, s, "bad")["tick"]
+	setNextFire(t, s, bad.ID, 5*time.Second)
+	setNextFire(t, s, good.ID, 3*time.Second)
+
+	res, err := s.ScheduleFire(ctx, &catalog.ScheduleFireParams{Next: nextFire})
+	require.NoError(t, err)
+	require.Len(t, res.Failed, 1)
+	require.ErrorContains(t, res.Failed[0], "refused by the test")
+	require.ErrorContains(t, res.Failed[0], "bad/tick")
+	require.GreaterOrEqual(t, res.Created, 3)
+	require.Len(t, scheduledRuns(t, s, "good", "tick"), res.Created)
+
+	after := schedulesByName(t, s, "bad")["tick"]
+	require.Equal(t, bad.ID, after.ID)
+	require.Zero(t, after.Fires)
+	var due bool
+	require.NoError(t, s.DB().GetContext(ctx, &due, `SELECT next_fire_at <= now() FROM schedules WHERE id = $1`, bad.ID))
+	require.True(t, due, "the failed schedule stays due")
+}

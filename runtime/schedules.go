@@ -43,6 +43,9 @@ func (d *Dispatcher) scheduleLoop(ctx context.Context) {
 			}
 			continue
 		}
+		for _, ferr := range res.Failed {
+			d.logger.Warn("schedule fire failed; it is tried again at the next pass", "error", ferr)
+		}
 		d.metrics.scheduleFires.WithLabelValues("created").Add(float64(res.Created))
 		d.metrics.scheduleFires.WithLabelValues("skipped").Add(float64(res.Skipped))
 		if res.Created > 0 || res.Skipped > 0 {
