@@ -178,6 +178,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerHooks()
+	s.registerSchedules()
 	return s
 }
 

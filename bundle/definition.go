@@ -59,6 +59,8 @@ type Definition struct {
 	// Hooks are the manifest's webhooks, input filled in (DefaultHookInput); absent
 	// when there are none, so that definitions without hooks keep their fingerprint.
 	Hooks []Hook `json:"hooks,omitempty"`
+	// Schedules in manifest order; absent when there are none.
+	Schedules []ScheduleDefinition `json:"schedules,omitempty"`
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
@@ -183,7 +185,8 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		}
 		byKey[s.Key] = d
 	}
-	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description, Hooks: normalizeHooks(m.Hooks)}
+	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description,
+		Hooks: normalizeHooks(m.Hooks), Schedules: normalizeSchedules(m.Schedules)}
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

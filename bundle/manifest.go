@@ -30,6 +30,8 @@ type Manifest struct {
 	Steps []Step `yaml:"steps" json:"steps"`
 	// Hooks are the webhooks that start runs of the workflow (hook.go).
 	Hooks []Hook `yaml:"hooks,omitempty" json:"hooks,omitempty"`
+	// Schedules start runs of the workflow's latest version on a clock (schedule.go).
+	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
 }
 
 // Defaults are the timeout and retry policy of the steps that do not set their own.
@@ -244,6 +246,9 @@ var typeWords = map[string]string{
 	"bundle.LambdaSpec":       "a lambda spec",
 	"bundle.RetryPolicy":      "a retry policy",
 	"bundle.Backoff":          "a backoff",
+	"[]bundle.Schedule":       "a list of schedules",
+	"bundle.Schedule":         "a schedule",
+	"bundle.Overlap":          "an overlap policy",
 	"map[string]interface {}": "a mapping",
 	"map[string]string":       "a mapping of strings",
 	"[]string":                "a list of strings",

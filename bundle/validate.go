@@ -111,6 +111,7 @@ func (v *validator) manifest(m *Manifest) {
 		}
 	}
 	v.hooks(m.Hooks)
+	v.schedules(m.Schedules)
 	if len(m.Steps) == 0 {
 		v.add("", "steps", "at least one step is required")
 		return

@@ -210,6 +210,36 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	if err := p.Labels.check(); err != nil {
 		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
 	}
+	if p.IdempotencyKey == "" {
+		run, _, err = runCreateTx(ctx, s.db, p)
+		if err != nil {
+			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
+		}
+		return run, true, nil
+	}
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		run, created, err = runCreateTx(ctx, tx, p)
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
+	}
+	return run, created, nil
+}
+
+// queryer is what runCreateTx needs of a transaction (or of the pool, for a run
+// without an idempotency key: sqlRunCreate is atomic on its own).
+type queryer interface {
+	sqlx.ExtContext
+	GetContext(ctx context.Context, dest any, query string, args ...any) error
+}
+
+// runCreateTx creates the run p describes through q: the idempotency record first
+// when p has a key (an existing record returns its run, created false, or
+// ErrIdempotencyMismatch), then sqlRunCreate. It is RunCreate's body, shared with the
+// callers that create runs inside a transaction of their own (schedule fires). The
+// labels are not checked here.
+func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, created bool, err error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
@@ -219,43 +249,34 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		parent = p.Parent
 	}
 	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent, p.Alias}
-	if p.IdempotencyKey == "" {
-		run = &Run{}
-		if err := s.db.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
-			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
-		}
-		return run, true, nil
-	}
-	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
+	if p.IdempotencyKey != "" {
+		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
 			// Another request holds the key (its transaction has committed: the
 			// insert waited for it).
 			var hash, resource string
-			if err := tx.QueryRowxContext(ctx, sqlIdempotencyGet, p.IdempotencyScope, p.IdempotencyKey).Scan(&hash, &resource); err != nil {
-				return err
+			if err := q.QueryRowxContext(ctx, sqlIdempotencyGet, p.IdempotencyScope, p.IdempotencyKey).Scan(&hash, &resource); err != nil {
+				return nil, false, err
 			}
 			if hash != p.RequestHash {
-				return ErrIdempotencyMismatch
+				return nil, false, ErrIdempotencyMismatch
 			}
 			runID, err := uuid.Parse(resource)
 			if err != nil {
-				return fmt.Errorf("idempotency record: %w", err)
+				return nil, false, fmt.Errorf("idempotency record: %w", err)
 			}
 			run = &Run{}
-			return tx.GetContext(ctx, run, sqlRunGet, runID)
+			return run, false, q.GetContext(ctx, run, sqlRunGet, runID)
 		}
-		created = true
-		run = &Run{}
-		return tx.GetContext(ctx, run, sqlRunCreate, args...)
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
 	}
-	return run, created, nil
+	run = &Run{}
+	if err := q.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
+		return nil, false, err
+	}
+	return run, true, nil
 }
 
 // stepArrays lays steps out as the parallel arrays the statements take.

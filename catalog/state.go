@@ -186,3 +186,16 @@ const (
 	EventStepResumed    EventType = "step.resumed"
 	EventSignalReceived EventType = "signal.received"
 )
+
+// ScheduleEventType is the type of an entry of a schedule's history (table
+// schedule_events): an operator's action, recorded with its actor.
+type ScheduleEventType string
+
+// Schedule event types. cairn_schedule_pause writes paused and resumed;
+// ScheduleTrigger and ScheduleBackfill the others.
+const (
+	EventSchedulePaused     ScheduleEventType = "schedule.paused"
+	EventScheduleResumed    ScheduleEventType = "schedule.resumed"
+	EventScheduleTriggered  ScheduleEventType = "schedule.triggered"
+	EventScheduleBackfilled ScheduleEventType = "schedule.backfilled"
+)

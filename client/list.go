@@ -199,3 +199,19 @@ func (c *Client) SecretPages(ctx context.Context, p *ListSecretsParams) iter.Seq
 		return resp, resp.JSON200.NextCursor, nil
 	})
 }
+
+// SchedulePages iterates over the pages of GET /v1/schedules (by id).
+func (c *Client) SchedulePages(ctx context.Context, p *ListSchedulesParams) iter.Seq2[*ListSchedulesResponse, error] {
+	params := copyParams(p)
+	return pages(ctx, "list schedules", params.Cursor, func(cursor *string) (*ListSchedulesResponse, *string, error) {
+		params.Cursor = cursor
+		resp, err := c.ListSchedulesWithResponse(ctx, &params)
+		if err != nil {
+			return nil, nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, unexpectedAnswer(resp.StatusCode())
+		}
+		return resp, resp.JSON200.NextCursor, nil
+	})
+}

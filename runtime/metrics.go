@@ -10,6 +10,9 @@ type metrics struct {
 	swept     prometheus.Counter
 	woken     prometheus.Counter
 	running   prometheus.Gauge
+	// scheduleFires counts the fires of schedules this dispatcher's fire loop
+	// handled, by result (created, skipped).
+	scheduleFires *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -32,9 +35,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
 		}),
+		scheduleFires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_schedule_fires_total", Help: "Schedule fires handled by this dispatcher's fire loop, by result: created (a run) or skipped (overlap, or older than the catchup window).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.running)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.running, m.scheduleFires)
 	}
 	return m
 }

@@ -644,3 +644,38 @@ func TestCLIPromoteRollback(t *testing.T) {
 	require.Equal(t, "moved to this version", again["latest"])
 	require.EqualValues(t, 2, runVersion())
 }
+
+func TestCLISchedule(t *testing.T) {
+	t.Parallel()
+	b := setupCLI(t)
+	dir := t.TempDir()
+	// Hourly on January 1st only: it does not fire while the test runs.
+	m := "name: clock\nsteps: [{key: a, builtin: noop}]\nschedules:\n  - {name: newyear, cron: \"0 * 1 1 *\", timezone: Europe/Paris}\n"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "cairn.yaml"), []byte(m), 0o644))
+	b.mustCLI(t, "deploy", dir)
+
+	list := b.mustCLI(t, "schedule", "list", "--workflow", "clock")
+	require.Regexp(t, `(?m)^1 +clock +newyear +0 \* 1 1 \* +Europe/Paris +skip +active `, list)
+
+	require.Contains(t, b.mustCLI(t, "schedule", "pause", "clock/newyear"), "schedule 1 clock/newyear paused")
+	require.Regexp(t, `(?m)^1 .* paused `, b.mustCLI(t, "schedule", "list"))
+	require.Contains(t, b.mustCLI(t, "schedule", "resume", "1"), "schedule 1 clock/newyear active")
+
+	out := b.mustCLI(t, "schedule", "trigger", "clock/newyear")
+	require.Regexp(t, `^run [0-9a-f-]{36} (pending|running|succeeded) \(clock version 1\)`, out)
+
+	require.Equal(t, "24 fire times: 24 runs created, 0 skipped (had their run already)\n",
+		b.mustCLI(t, "schedule", "backfill", "clock/newyear", "--from", "2026-01-01T00:00:00+01:00", "--to", "2026-01-02T00:00:00+01:00"))
+	require.Equal(t, "24 fire times: 0 runs created, 24 skipped (had their run already)\n",
+		b.mustCLI(t, "schedule", "backfill", "1", "--from", "2026-01-01T00:00:00+01:00", "--to", "2026-01-02T00:00:00+01:00"))
+	var runs struct{ Items []client.Run }
+	require.NoError(t, json.Unmarshal([]byte(b.mustCLI(t, "run", "list", "--label", "schedule=newyear", "--output", "json")), &runs))
+	require.Len(t, runs.Items, 25)
+
+	_, err := b.cli(t, "schedule", "backfill", "1", "--from", "yesterday", "--to", "2026-01-02")
+	require.ErrorContains(t, err, "--from")
+	_, err = b.cli(t, "schedule", "pause", "clock/nope")
+	require.ErrorContains(t, err, `no schedule "nope"`)
+	_, err = b.cli(t, "schedule", "trigger", "999")
+	require.Equal(t, "not_found", client.ProblemCode(err), "%v", err)
+}
