@@ -38,6 +38,10 @@ var (
 	// Nothing was written. Callers should have checked their input; this is the last
 	// line of defence, the caller's fault rather than the database's.
 	ErrInvalidInput = errors.New("catalog: invalid input")
+	// ErrForbidden means the caller's role may not do this to this row (an approval
+	// step decided by a role not among its roles). Nothing was written; Reason says
+	// which roles may.
+	ErrForbidden = errors.New("catalog: forbidden")
 )
 
 // SQLSTATEs of the class CA, which the catalog's functions raise (migrations).
@@ -61,6 +65,9 @@ const (
 	// sqlstateNothingToRollBack: an alias has no earlier version to go back to
 	// (cairn_alias_rollback). The message says which version it names.
 	sqlstateNothingToRollBack pq.ErrorCode = "CAA09"
+	// sqlstateForbidden: the caller's role may not decide the step
+	// (cairn_step_decide). The message names the roles that may.
+	sqlstateForbidden pq.ErrorCode = "CA403"
 )
 
 // ErrRunState means the run is not in a state the action applies to (retrying a
@@ -113,6 +120,8 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrIncompatibleVersion, err)
 		case sqlstateNothingToRollBack:
 			return fmt.Errorf("%w: %w", ErrNothingToRollBack, err)
+		case sqlstateForbidden:
+			return fmt.Errorf("%w: %w", ErrForbidden, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text
@@ -130,7 +139,7 @@ func translateError(err error) error {
 }
 
 func isTranslated(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput} {
+	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput, ErrForbidden} {
 		if errors.Is(err, s) {
 			return true
 		}

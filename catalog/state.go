@@ -185,4 +185,9 @@ const (
 	EventStepSuspended  EventType = "step.suspended"
 	EventStepResumed    EventType = "step.resumed"
 	EventSignalReceived EventType = "signal.received"
+	// Approvals (issue 14). step.approved: data actor, comment, approvals,
+	// required. step.rejected: data actor, comment (step.failed follows, code
+	// rejected).
+	EventStepApproved EventType = "step.approved"
+	EventStepRejected EventType = "step.rejected"
 )
