@@ -167,6 +167,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerBundles()
 	s.registerCheckpoint()
 	s.registerSteps()
+	s.registerApprovals()
 	s.registerEvents()
 	return s
 }
