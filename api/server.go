@@ -168,6 +168,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCheckpoint()
 	s.registerSteps()
 	s.registerApprovals()
+	s.registerCallbacks()
 	s.registerEvents()
 	return s
 }
