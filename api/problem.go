@@ -80,7 +80,8 @@ var (
 	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
 	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
 	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled."}
-	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state."}
+	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state."}
+	classCallbackNotWaiting   = problemClass{http.StatusConflict, "callback_not_waiting", "Callback no longer awaited", "POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again). Nothing changed, and the body was not stored."}
 	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
 	classNothingToRollBack    = problemClass{http.StatusConflict, "nothing_to_roll_back", "Nothing to roll back to", "The alias has no earlier version to go back to: the version it names is the first of its history, or every earlier one was rolled back already; `detail` says which version it names. Nothing changed."}
 	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
@@ -97,7 +98,7 @@ var (
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
-	classInvalidRunState, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+	classInvalidRunState, classCallbackNotWaiting, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
 	classClientClosed, classInternal, classUnavailable, classTimeout,
 }
 
@@ -329,6 +330,9 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
+	case errors.Is(err, catalog.ErrCallbackNotWaiting):
+		// Before ErrRunState, which it wraps.
+		return classCallbackNotWaiting.problem(cmp.Or(detailOr(err, ""), "the step no longer waits for this callback"))
 	case errors.Is(err, catalog.ErrRunState):
 		return classInvalidRunState.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the run's state does not allow this"))
 	case errors.Is(err, catalog.ErrIncompatibleVersion):

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -131,14 +132,17 @@ func (s *Store) ApprovalList(ctx context.Context, runID uuid.UUID, key string) (
 
 // CallbackComplete ends a step suspended for the callback of its attempt
 // (cairn_callback_complete): succeeded with r.Output or failed (terminal) with
-// r.Error. ErrRunState when the step no longer waits for that attempt's callback
-// (nothing is written); ErrNotFound for no such step.
+// r.Error. ErrCallbackNotWaiting (an ErrRunState) when the step no longer waits
+// for that attempt's callback (nothing is written); ErrNotFound for no such step.
 func (s *Store) CallbackComplete(ctx context.Context, runID uuid.UUID, key string, attempt int, r Resolution) error {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		_, err := tx.ExecContext(ctx, sqlCallbackComplete, runID, key, attempt, string(r.Outcome),
 			nullJSON(r.Output), nullJSON(r.Error))
 		return err
 	})
+	if errors.Is(err, ErrRunState) {
+		return fmt.Errorf("callback of step %s/%s attempt %d: %w: %w", runID, key, attempt, ErrCallbackNotWaiting, err)
+	}
 	if err != nil {
 		return fmt.Errorf("callback of step %s/%s attempt %d: %w", runID, key, attempt, err)
 	}

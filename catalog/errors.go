@@ -75,6 +75,11 @@ const (
 // says which state.
 var ErrRunState = fmt.Errorf("%w: the run's state does not allow this", ErrConflict)
 
+// ErrCallbackNotWaiting means a callback's step no longer waits for the callback
+// of that attempt: it was completed already, timed out, canceled, or runs again.
+// It wraps ErrRunState.
+var ErrCallbackNotWaiting = fmt.Errorf("%w: the step no longer waits for this callback", ErrRunState)
+
 // ErrIncompatibleVersion means a run cannot move onto the version asked for: the
 // steps it keeps do not all exist there with the same key and needs. It wraps
 // ErrConflict; Reason names the steps.
