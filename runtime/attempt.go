@@ -157,7 +157,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		if err != nil {
 			a.logger.Warn("store output", "error", err)
 			out = infraOutcome(a, "store the output", err)
-		} else if failed, suspended := d.suspendOutcome(a, start, value); suspended {
+		} else if failed, suspended := d.suspendOutcome(a, start, value, sink.storeLog); suspended {
 			return
 		} else if failed != nil {
 			out = *failed

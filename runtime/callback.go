@@ -29,7 +29,9 @@ func (d *Dispatcher) addCallbackURL(inv *functions.Invocation, c catalog.Claimed
 // suspendOutcome reads a successful attempt's output: when it is a $suspend, the
 // step is suspended for its callback and suspended is true; a malformed $suspend
 // (or one on a server that gave no callback URL) is a terminal failure.
-func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte) (failed *outcome, suspended bool) {
+//
+// storeLog keeps the attempt's log (on its attempt) when the step suspends.
+func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, storeLog func() string) (failed *outcome, suspended bool) {
 	sp, ok, err := functions.ParseSuspend(output)
 	switch {
 	case !ok:
@@ -47,6 +49,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte) 
 		// By the database's clock, as a sleep: the claim's lease expiry less its TTL.
 		w.TimeoutAt = c.LeaseExpiresAt.Add(-d.cfg.LeaseTTL).Add(time.Since(start)).Add(sp.Timeout)
 	}
+	w.LogKey = storeLog()
 	a.reporting.Store(true)
 	backoff := 50 * time.Millisecond
 	for {
