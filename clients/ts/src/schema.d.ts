@@ -88,6 +88,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/callbacks/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete a step waiting for a callback
+         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again) a 409 callback_not_waiting, before the body is read, and nothing changes.
+         */
+        post: operations["completeCallback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations/{id}": {
         parameters: {
             query?: never;
@@ -820,6 +840,12 @@ export interface components {
             action: "cancel" | "retry" | "pause" | "resume";
             /** @description the runs, as GET /v1/runs filters them (label: a list of key=value); an empty filter matches every run */
             filter: components["schemas"]["RunFilterParams"];
+        };
+        CallbackResult: {
+            /** @description the step's run */
+            run_id: string;
+            /** @description the step now: succeeded with the output, or failed with the error */
+            step: components["schemas"]["Step"];
         };
         CancelRunRequest: {
             /** @description recorded on the run and its event */
@@ -1596,6 +1622,172 @@ export interface operations {
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    completeCallback: {
+        parameters: {
+            query?: {
+                /** @description succeeded: the body is the step's output; failed: the body is {"message", "code"?} and the step fails with it, terminally */
+                outcome?: "succeeded" | "failed";
+            };
+            header?: {
+                /** @description application/json for a JSON output (inline when small); anything else is stored as bytes in the blob store */
+                "Content-Type"?: string;
+            };
+            path: {
+                /** @description the token of the envelope's callback_url */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallbackResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign).
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again). Nothing changed, and the body was not stored.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2734,7 +2926,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -2933,7 +3125,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -3119,7 +3311,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -3308,7 +3500,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -3625,7 +3817,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4363,7 +4555,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval, a callback a step waiting for that attempt's callback; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
