@@ -55,8 +55,9 @@ type CallbackError struct {
 
 // CallbackResult is the answer of a callback: the step it completed.
 type CallbackResult struct {
-	RunID string `json:"run_id" doc:"the step's run"`
-	Step  Step   `json:"step" doc:"the step now: succeeded with the output, or failed with the error"`
+	RunID    string `json:"run_id" doc:"the step's run"`
+	Step     Step   `json:"step" doc:"the step now: succeeded with the output, or failed with the error (still running when buffered)"`
+	Buffered bool   `json:"buffered" doc:"the callback came before the function answered {\"$suspend\": …}: it is kept, and completes the step as soon as the step suspends"`
 }
 
 func (s *Server) registerCallbacks() {
@@ -73,7 +74,8 @@ func (s *Server) registerCallbacks() {
 			"a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. " +
 			"With `?outcome=failed` the body is `{\"message\", \"code\"?}` and the step fails with it, terminally (code default callback_failed). " +
 			"Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). " +
-			"A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again) a 409 callback_not_waiting, before the body is read, and nothing changes.",
+			"A callback that comes while the attempt still runs (before its function answered `{\"$suspend\": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. " +
+			"A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.",
 		Tags: []string{"runs"},
 		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
 			"application/json":         jsonBody,
@@ -98,7 +100,8 @@ func (s *Server) registerCallbacks() {
 			if err != nil {
 				return nil, err
 			}
-			if err := s.store.CallbackComplete(ctx, runID, key, attempt, r); err != nil {
+			buffered, err := s.store.CallbackComplete(ctx, runID, key, attempt, r)
+			if err != nil {
 				if errors.Is(err, catalog.ErrNotFound) {
 					return nil, withDetail(err, "the callback's step does not exist (its run was deleted)")
 				}
@@ -108,14 +111,14 @@ func (s *Server) registerCallbacks() {
 			if err != nil {
 				return nil, err
 			}
-			return &struct{ Body CallbackResult }{Body: CallbackResult{RunID: runID.String(), Step: stepOf(st)}}, nil
+			return &struct{ Body CallbackResult }{Body: CallbackResult{RunID: runID.String(), Step: stepOf(st), Buffered: buffered}}, nil
 		})
 	jsonBody.Schema = &huma.Schema{}
 }
 
 // callbackWaits checks in the catalog that step key of run runID is suspended for
-// the callback of that attempt: catalog.ErrCallbackNotWaiting (a 409) otherwise,
-// a 404 for a step that does not exist.
+// the callback of that attempt, or still runs it: catalog.ErrCallbackNotWaiting (a
+// 409) otherwise, a 404 for a step that does not exist.
 func (s *Server) callbackWaits(ctx context.Context, runID uuid.UUID, key string, attempt int) error {
 	st, err := s.store.StepGet(ctx, runID, key)
 	if errors.Is(err, catalog.ErrNotFound) {
@@ -124,7 +127,10 @@ func (s *Server) callbackWaits(ctx context.Context, runID uuid.UUID, key string,
 	if err != nil {
 		return err
 	}
-	if st.Status != catalog.StepSuspended || st.WaitKind == nil || *st.WaitKind != catalog.WaitCallback || st.Attempts != attempt {
+	waits := st.Status == catalog.StepSuspended && st.WaitKind != nil && *st.WaitKind == catalog.WaitCallback
+	// Running: the function handed out its URL and has not answered yet (the
+	// catalog keeps the callback until it does).
+	if (!waits && st.Status != catalog.StepRunning) || st.Attempts != attempt {
 		return withDetail(catalog.ErrCallbackNotWaiting,
 			"step %s no longer waits for the callback of attempt %d: it is %s (attempt %d)", key, attempt, st.Status, st.Attempts)
 	}

@@ -20,7 +20,8 @@ import (
 // (JSON inline, other bytes a blob) or, with ?outcome=failed, fails it. A forged
 // token (another key, an altered MAC, another step, a lease credential) is a 401;
 // a reused one (the step no longer waits) and one for another attempt are 409
-// callback_not_waiting, and change nothing.
+// callback_not_waiting, and change nothing. A callback that comes while the
+// attempt still runs is kept (buffered) and completes the step when it suspends.
 func TestCallback(t *testing.T) {
 	t.Parallel()
 	tb := setupWith(t, api.Config{})
@@ -117,4 +118,20 @@ func TestCallback(t *testing.T) {
 	run, err := tb.store.RunGet(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, catalog.RunFailed, run.Status)
+
+	// Before the function answered: kept, and applied when the step suspends.
+	id2, d, _ := tb.claimFirst(t)
+	early := functions.CallbackToken(key, id2.String(), d.Key, d.Attempt)
+	a = post(early, "", "application/json", `{"early":true}`)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Contains(t, string(a.body), `"buffered":true`)
+	require.Equal(t, "running", decode[result](t, a).Step.Status)
+	a = post(early, "", "application/json", `{"early":"again"}`)
+	require.Equal(t, http.StatusConflict, a.status, "kept once: %s", a.body)
+	require.Equal(t, "callback_not_waiting", a.problem.Code)
+	suspend(d)
+	st, err = tb.store.StepGet(ctx, id2, d.Key)
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSucceeded, st.Status)
+	require.JSONEq(t, `{"early":true}`, string(st.Output))
 }

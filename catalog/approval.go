@@ -132,19 +132,21 @@ func (s *Store) ApprovalList(ctx context.Context, runID uuid.UUID, key string) (
 
 // CallbackComplete ends a step suspended for the callback of its attempt
 // (cairn_callback_complete): succeeded with r.Output or failed (terminal) with
-// r.Error. ErrCallbackNotWaiting (an ErrRunState) when the step no longer waits
-// for that attempt's callback (nothing is written); ErrNotFound for no such step.
-func (s *Store) CallbackComplete(ctx context.Context, runID uuid.UUID, key string, attempt int, r Resolution) error {
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.ExecContext(ctx, sqlCallbackComplete, runID, key, attempt, string(r.Outcome),
+// r.Error. A callback that comes while that attempt still runs (before its
+// function answered {"$suspend": …}) is kept and applied when the step suspends
+// (StepSuspend): buffered is then true. ErrCallbackNotWaiting (an ErrRunState)
+// when the step does not wait for that attempt's callback (nothing is written);
+// ErrNotFound for no such step.
+func (s *Store) CallbackComplete(ctx context.Context, runID uuid.UUID, key string, attempt int, r Resolution) (buffered bool, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &buffered, sqlCallbackComplete, runID, key, attempt, string(r.Outcome),
 			nullJSON(r.Output), nullJSON(r.Error))
-		return err
 	})
 	if errors.Is(err, ErrRunState) {
-		return fmt.Errorf("callback of step %s/%s attempt %d: %w: %w", runID, key, attempt, ErrCallbackNotWaiting, err)
+		return false, fmt.Errorf("callback of step %s/%s attempt %d: %w: %w", runID, key, attempt, ErrCallbackNotWaiting, err)
 	}
 	if err != nil {
-		return fmt.Errorf("callback of step %s/%s attempt %d: %w", runID, key, attempt, err)
+		return false, fmt.Errorf("callback of step %s/%s attempt %d: %w", runID, key, attempt, err)
 	}
-	return nil
+	return buffered, nil
 }

@@ -223,21 +223,69 @@ func TestCallbackComplete(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
+	complete := func(runID uuid.UUID, key string, attempt int, r catalog.Resolution) error {
+		t.Helper()
+		buffered, err := s.CallbackComplete(ctx, runID, key, attempt, r)
+		require.False(t, buffered)
+		return err
+	}
 	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}})
 	c := claimAll(t, ctx, s)["a"]
 	require.NoError(t, s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitCallback}))
 	ok := catalog.Resolution{Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`{"paid":true}`)}
-	require.ErrorIs(t, s.CallbackComplete(ctx, r.ID, "a", c.Attempt+1, ok), catalog.ErrRunState)
-	require.NoError(t, s.CallbackComplete(ctx, r.ID, "a", c.Attempt, ok))
-	require.ErrorIs(t, s.CallbackComplete(ctx, r.ID, "a", c.Attempt, ok), catalog.ErrRunState)
+	require.ErrorIs(t, complete(r.ID, "a", c.Attempt+1, ok), catalog.ErrCallbackNotWaiting)
+	require.NoError(t, complete(r.ID, "a", c.Attempt, ok))
+	err := complete(r.ID, "a", c.Attempt, ok)
+	require.ErrorIs(t, err, catalog.ErrCallbackNotWaiting)
+	require.ErrorIs(t, err, catalog.ErrRunState)
 	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready"}, statuses(t, ctx, s, r.ID))
-	require.ErrorIs(t, s.CallbackComplete(ctx, r.ID, "zz", 1, ok), catalog.ErrNotFound)
+	require.ErrorIs(t, complete(r.ID, "zz", 1, ok), catalog.ErrNotFound)
+	require.ErrorIs(t, complete(r.ID, "b", 1, ok), catalog.ErrCallbackNotWaiting, "ready: no attempt yet")
 
 	// Failed: terminal, with the caller's error.
 	r2 := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 3}})
 	c2 := claimAll(t, ctx, s)["a"]
 	require.NoError(t, s.StepSuspend(ctx, lease(c2), catalog.Wait{Kind: catalog.WaitCallback}))
-	require.NoError(t, s.CallbackComplete(ctx, r2.ID, "a", c2.Attempt, catalog.Resolution{Outcome: catalog.OutcomeFailed,
+	require.NoError(t, complete(r2.ID, "a", c2.Attempt, catalog.Resolution{Outcome: catalog.OutcomeFailed,
 		Error: json.RawMessage(`{"message":"card declined","code":"declined"}`)}))
 	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, r2.ID).Status)
+}
+
+// TestCallbackBeforeSuspend: a callback that comes while its attempt still runs
+// (the third party was quicker than the function's answer) is kept, once, and
+// completes the step when it suspends; kept for an attempt that then fails, it
+// does not complete the next attempt's wait.
+func TestCallbackBeforeSuspend(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 2}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}})
+	c := claimAll(t, ctx, s)["a"]
+	ok := catalog.Resolution{Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`{"paid":true}`)}
+	buffered, err := s.CallbackComplete(ctx, r.ID, "a", c.Attempt, ok)
+	require.NoError(t, err)
+	require.True(t, buffered)
+	_, err = s.CallbackComplete(ctx, r.ID, "a", c.Attempt, ok)
+	require.ErrorIs(t, err, catalog.ErrCallbackNotWaiting, "kept once")
+	require.Equal(t, "running", statuses(t, ctx, s, r.ID)["a"])
+	require.NoError(t, s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitCallback}))
+	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready"}, statuses(t, ctx, s, r.ID))
+	st, err := s.StepGet(ctx, r.ID, "a")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"paid":true}`, string(st.Output))
+
+	// Kept for attempt 1, which then fails: attempt 2's wait is its own.
+	r2 := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 2}})
+	c1 := claimAll(t, ctx, s)["a"]
+	_, err = s.CallbackComplete(ctx, r2.ID, "a", c1.Attempt, ok)
+	require.NoError(t, err)
+	require.NoError(t, s.StepFinish(ctx, &catalog.StepFinishParams{RunID: r2.ID, Key: "a", LeaseToken: c1.LeaseToken,
+		Outcome: catalog.OutcomeFailed, Retryable: true, Error: json.RawMessage(`{"message":"crash"}`)}))
+	var c2 catalog.Claimed
+	require.Eventually(t, func() bool { // until the retry's backoff has passed and it is claimed
+		c2 = claimAll(t, ctx, s)["a"]
+		return c2.Attempt == 2
+	}, 10*time.Second, 50*time.Millisecond)
+	require.NoError(t, s.StepSuspend(ctx, lease(c2), catalog.Wait{Kind: catalog.WaitCallback}))
+	require.Equal(t, "suspended", statuses(t, ctx, s, r2.ID)["a"])
 }

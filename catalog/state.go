@@ -190,4 +190,8 @@ const (
 	// rejected).
 	EventStepApproved EventType = "step.approved"
 	EventStepRejected EventType = "step.rejected"
+	// Callbacks (issue 14). step.callback_received: data outcome; a callback that
+	// came while its attempt still ran, kept until the step suspends (then
+	// step.suspended and step.resumed, reason callback, follow at once).
+	EventStepCallbackReceived EventType = "step.callback_received"
 )

@@ -17,7 +17,8 @@ import (
 // for whatever else completes a wait.
 
 const (
-	sqlStepSuspend = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlStepSuspend  = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlCallbackTake = `SELECT cairn_callback_take($1, $2)`
 	// The log of the attempt a suspend ended (the step's latest).
 	sqlAttemptSetLog = `
 UPDATE attempts a SET log_key = $3
@@ -76,18 +77,28 @@ type Wait struct {
 // StepSuspend ends a running attempt by suspending its step, fenced by the lease
 // token: the step gives up its lease and waits as w says (cairn_step_suspend: its
 // attempt ends succeeded; step.suspended). A signal step that finds a buffered
-// signal of its name takes it and succeeds at once; a wait already due is woken at
+// signal of its name takes it and succeeds at once, and so does a callback wait
+// whose callback came already (CallbackComplete); a wait already due is woken at
 // once. ErrLeaseLost when the token is not the step's lease (nothing is written);
 // ErrInvalidInput for a wait without its kind's fields.
 func (s *Store) StepSuspend(ctx context.Context, l Lease, w Wait) error {
 	var ok bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
-			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil || !ok || w.LogKey == "" {
+			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil || !ok {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey)
-		return err
+		if w.LogKey != "" {
+			if _, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey); err != nil {
+				return err
+			}
+		}
+		if w.Kind == WaitCallback {
+			// A callback that came before the function's answer.
+			var took bool
+			return tx.GetContext(ctx, &took, sqlCallbackTake, l.RunID, l.Key)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, err)

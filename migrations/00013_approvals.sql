@@ -12,7 +12,10 @@
 --       records one approver's decision; the step succeeds when enough approved,
 --       fails at the first reject.
 --   cairn_callback_complete(run, key, attempt, outcome, output, error)
---       the callback of an attempt that suspended ends its step.
+--       the callback of an attempt that suspended ends its step; one that comes
+--       while that attempt still runs is kept until it suspends.
+--   cairn_callback_take(run, key)
+--       a step that just suspended for its callback takes the one kept for it.
 --
 -- Lock order, as everywhere: steps, then the run's row.
 
@@ -23,6 +26,16 @@
 ALTER TABLE steps ADD COLUMN approval_required integer CHECK (approval_required >= 1);
 ALTER TABLE steps ADD COLUMN approval_roles text[];
 ALTER TABLE steps ADD COLUMN approvals integer NOT NULL DEFAULT 0 CHECK (approvals >= 0);
+
+-- steps: a callback that came before its attempt answered {"$suspend": …} (the
+-- third party was quicker than the function's exit), kept until it suspends:
+--   callback_attempt   the attempt it is for;
+--   callback_outcome   succeeded or failed;
+--   callback_output    the output (succeeded), callback_error the error (failed).
+ALTER TABLE steps ADD COLUMN callback_attempt integer;
+ALTER TABLE steps ADD COLUMN callback_outcome text CHECK (callback_outcome IN ('succeeded', 'failed'));
+ALTER TABLE steps ADD COLUMN callback_output jsonb;
+ALTER TABLE steps ADD COLUMN callback_error jsonb;
 
 -- approvals: every decision on an approval step, one per approver and attempt of
 -- the step (a repeat is not a second vote). approver is the token's name.
@@ -140,32 +153,76 @@ END $$;
 
 -- cairn_callback_complete ends step p_key of run p_run, suspended for the callback
 -- of its attempt p_attempt: succeeded with p_output or failed (terminal) with
--- p_error (cairn_step_resolve, reason callback). CAR09 when the step no longer
--- waits for that attempt's callback (it was completed, timed out, canceled, or
--- runs again): nothing is written. CA404 for no such step.
+-- p_error (cairn_step_resolve, reason callback); it returns false. While that
+-- attempt still runs (its function has handed out the URL but not yet answered
+-- {"$suspend": …}), the callback is kept on the step (step.callback_received) and
+-- applied when it suspends (cairn_callback_take); it returns true. CAR09 when the
+-- step does not wait for that attempt's callback (it was completed, timed out,
+-- canceled, runs again, or a callback is kept already): nothing is written. CA404
+-- for no such step.
 -- +goose StatementBegin
 CREATE FUNCTION cairn_callback_complete(p_run uuid, p_key text, p_attempt integer, p_outcome text,
                                         p_output jsonb, p_error jsonb)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
     s record;
 BEGIN
-    SELECT st.status, st.wait_kind, st.attempts INTO s
+    IF p_outcome IS NULL OR p_outcome NOT IN ('succeeded', 'failed') THEN
+        RAISE EXCEPTION 'cairn_callback_complete: outcome % is not succeeded or failed', p_outcome
+            USING ERRCODE = 'CA400';
+    END IF;
+    SELECT st.status, st.wait_kind, st.attempts, st.callback_attempt INTO s
       FROM steps st WHERE st.run_id = p_run AND st.key = p_key FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'step % of run % not found', p_key, p_run USING ERRCODE = 'CA404';
     END IF;
-    IF s.status <> 'suspended' OR s.wait_kind IS DISTINCT FROM 'callback' OR s.attempts <> p_attempt THEN
-        RAISE EXCEPTION 'step % of run % no longer waits for the callback of attempt %', p_key, p_run, p_attempt
-            USING ERRCODE = 'CAR09';
+    IF s.status = 'suspended' AND s.wait_kind = 'callback' AND s.attempts = p_attempt THEN
+        PERFORM cairn_step_resolve(p_run, p_key, p_outcome, p_output, p_error, 'callback');
+        RETURN false;
     END IF;
-    PERFORM cairn_step_resolve(p_run, p_key, p_outcome, p_output, p_error, 'callback');
+    IF s.status = 'running' AND s.attempts = p_attempt AND s.callback_attempt IS DISTINCT FROM p_attempt THEN
+        UPDATE steps SET callback_attempt = p_attempt, callback_outcome = p_outcome,
+            callback_output = p_output, callback_error = p_error
+        WHERE run_id = p_run AND key = p_key;
+        PERFORM cairn_event(p_run, 'step.callback_received', p_key, p_attempt,
+            jsonb_build_object('outcome', p_outcome));
+        RETURN true;
+    END IF;
+    RAISE EXCEPTION 'step % of run % no longer waits for the callback of attempt % (it is %, attempt %)',
+        p_key, p_run, p_attempt, s.status, s.attempts USING ERRCODE = 'CAR09';
+END $$;
+-- +goose StatementEnd
+
+-- cairn_callback_take: step p_key of run p_run, just suspended for its callback,
+-- takes the callback kept for its attempt, if any (cairn_step_resolve, reason
+-- callback). Returns whether there was one.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_callback_take(p_run uuid, p_key text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    s record;
+BEGIN
+    SELECT st.callback_outcome, st.callback_output, st.callback_error INTO s
+      FROM steps st
+     WHERE st.run_id = p_run AND st.key = p_key AND st.status = 'suspended' AND st.wait_kind = 'callback'
+       AND st.callback_attempt = st.attempts
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE steps SET callback_output = NULL, callback_error = NULL
+    WHERE run_id = p_run AND key = p_key;
+    PERFORM cairn_step_resolve(p_run, p_key, s.callback_outcome, s.callback_output, s.callback_error, 'callback');
+    RETURN true;
 END $$;
 -- +goose StatementEnd
 
 -- +goose Down
+DROP FUNCTION cairn_callback_take(uuid, text);
 DROP FUNCTION cairn_callback_complete(uuid, text, integer, text, jsonb, jsonb);
 DROP FUNCTION cairn_step_decide(uuid, text, text, text, text, text, jsonb);
 DROP FUNCTION cairn_approval_suspend(uuid, text, bigint, integer, text[], timestamptz, text);
 DROP TABLE approvals;
+ALTER TABLE steps DROP COLUMN callback_error, DROP COLUMN callback_output, DROP COLUMN callback_outcome,
+    DROP COLUMN callback_attempt;
 ALTER TABLE steps DROP COLUMN approvals, DROP COLUMN approval_roles, DROP COLUMN approval_required;

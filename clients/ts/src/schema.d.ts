@@ -99,7 +99,7 @@ export interface paths {
         put?: never;
         /**
          * Complete a step waiting for a callback
-         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again) a 409 callback_not_waiting, before the body is read, and nothing changes.
+         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
          */
         post: operations["completeCallback"];
         delete?: never;
@@ -842,9 +842,11 @@ export interface components {
             filter: components["schemas"]["RunFilterParams"];
         };
         CallbackResult: {
+            /** @description the callback came before the function answered {"$suspend": …}: it is kept, and completes the step as soon as the step suspends */
+            buffered: boolean;
             /** @description the step's run */
             run_id: string;
-            /** @description the step now: succeeded with the output, or failed with the error */
+            /** @description the step now: succeeded with the output, or failed with the error (still running when buffered) */
             step: components["schemas"]["Step"];
         };
         CancelRunRequest: {
@@ -1772,7 +1774,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again). Nothing changed, and the body was not stored.
+             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored.
              */
             409: {
                 headers: {
