@@ -114,3 +114,48 @@ func TestSuspendWithoutSigningKey(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, strings.TrimSpace(string(url)), "no callback_url in the envelope")
 }
+
+// TestCallbackBeforeAnswer: a third party quicker than the function: its callback
+// comes while the attempt still runs, is kept, and completes the step the moment
+// the function answers {"$suspend": …}; the run goes on with it.
+func TestCallbackBeforeAnswer(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	key := []byte("runtime-callback-key-0123456789")
+	startDispatcher(t, tb, runtime.Config{SigningKey: key, PublicURL: "http://127.0.0.1:1"})
+	dir := t.TempDir()
+	v := deploy(t, tb, map[string]string{
+		"cairn.yaml": `
+name: quick-third-party
+steps:
+  - {key: pay, exec: ["./bin/pay", "` + dir + `"]}
+  - {key: after, needs: [pay], builtin: noop}
+`,
+		// Hands out its URL, then answers only once the test says so.
+		"bin/pay": `#!/bin/sh
+sed -n 's/.*"callback_url":"\([^"]*\)".*/\1/p' > "$1/url.tmp" && mv "$1/url.tmp" "$1/url"
+while [ ! -e "$1/go" ]; do sleep 0.05; done
+echo '{"$suspend": {"timeout": "1h"}}'
+`,
+	})
+	id := startRun(t, tb, v, "")
+	var url []byte
+	require.Eventually(t, func() bool { // until the function has handed out its URL
+		var err error
+		url, err = os.ReadFile(filepath.Join(dir, "url"))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	token := strings.TrimPrefix(strings.TrimSpace(string(url)), "http://127.0.0.1:1/v1/callbacks/")
+	run, step, attempt, err := functions.ParseCallbackToken(key, token)
+	require.NoError(t, err)
+	buffered, err := tb.store.CallbackComplete(ctx, run, step, attempt,
+		catalog.Resolution{Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`{"early":true}`)})
+	require.NoError(t, err)
+	require.True(t, buffered, "the attempt still runs")
+	require.Equal(t, catalog.StepRunning, stepMap(t, tb, id)["pay"].Status)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "go"), nil, 0o644))
+	done := waitRun(t, tb, id, 20*time.Second)
+	require.Equal(t, catalog.RunSucceeded, done.Status)
+	require.JSONEq(t, `{"early":true}`, string(stepMap(t, tb, id)["pay"].Output))
+}
