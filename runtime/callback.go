@@ -28,7 +28,7 @@ func (d *Dispatcher) addCallbackURL(inv *functions.Invocation, c catalog.Claimed
 
 // suspendOutcome reads a successful attempt's output: when it is a $suspend, the
 // step is suspended for its callback and suspended is true; a malformed $suspend
-// (or one on a server that gave no callback URL) is a terminal failure.
+// (or one from an attempt that was given no callback URL) is a terminal failure.
 //
 // storeLog keeps the attempt's log (on its attempt) when the step suspends.
 func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, storeLog func() string) (failed *outcome, suspended bool) {
@@ -40,7 +40,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: functions.CodeProtocol}}, false
 	case len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "":
 		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{
-			Message: "the function answered $suspend, but this server has no signing key: callbacks are off (CAIRN_SIGNING_KEY)",
+			Message: "the function answered $suspend, but this dispatcher gives no callback_url: callbacks need a signing key (CAIRN_SIGNING_KEY) and a public URL (CAIRN_PUBLIC_URL)",
 			Code:    functions.CodeProtocol}}, false
 	}
 	c := a.claim
