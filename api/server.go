@@ -175,6 +175,8 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCheckpoint()
 	s.registerSteps()
 	s.registerSignals()
+	s.registerApprovals()
+	s.registerCallbacks()
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerHooks()

@@ -43,6 +43,8 @@ type WaitingFor struct {
 	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
 	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`
 	OnTimeout string     `json:"on_timeout,omitempty" enum:"fail,continue" doc:"what happens then: fail (code timeout) or continue (succeeds with a null output)"`
+	Required  *int       `json:"required,omitempty" doc:"an approval: how many distinct approvers must approve"`
+	Approvals *int       `json:"approvals,omitempty" doc:"an approval: how many have approved so far"`
 }
 
 // waitingFor explains a waiting or suspended step.
@@ -57,6 +59,10 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 		}
 		if st.WaitName != nil {
 			w.Name = *st.WaitName
+		}
+		if st.ApprovalRequired != nil && st.WaitKind != nil && *st.WaitKind == catalog.WaitApproval {
+			n := st.Approvals
+			w.Required, w.Approvals = st.ApprovalRequired, &n
 		}
 		if st.OnTimeout != nil && st.TimeoutAt != nil {
 			w.OnTimeout = string(*st.OnTimeout)

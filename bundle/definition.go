@@ -81,6 +81,8 @@ type StepDefinition struct {
 	// Sleep is set for KindSleep, Signal for KindSignal (wait.go).
 	Sleep  *SleepDefinition  `json:"sleep,omitempty"`
 	Signal *SignalDefinition `json:"signal,omitempty"`
+	// Approval is set for KindApproval (approval.go).
+	Approval *ApprovalDefinition `json:"approval,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -159,7 +161,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		}
 		d.With = with
 		switch {
-		case normalizeWait(&s, &d):
+		case normalizeWait(&s, &d), normalizeApproval(&s, &d):
 		case s.Exec != nil:
 			p, _ := execPath(s.Exec[0])
 			d.Kind = KindExec

@@ -63,6 +63,8 @@ type Step struct {
 	Sleep *SleepSpec `yaml:"sleep,omitempty" json:"sleep,omitempty"`
 	// Signal waits for a signal (wait.go).
 	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
+	// Approval waits for approvals (approval.go).
+	Approval *ApprovalSpec `yaml:"approval,omitempty" json:"approval,omitempty"`
 	// With holds static parameters, passed to the function as "params".
 	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
 	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.

@@ -185,6 +185,15 @@ const (
 	EventStepSuspended  EventType = "step.suspended"
 	EventStepResumed    EventType = "step.resumed"
 	EventSignalReceived EventType = "signal.received"
+	// Approvals (issue 14). step.approved: data actor, comment, approvals,
+	// required. step.rejected: data actor, comment (step.failed follows, code
+	// rejected).
+	EventStepApproved EventType = "step.approved"
+	EventStepRejected EventType = "step.rejected"
+	// Callbacks (issue 14). step.callback_received: data outcome; a callback that
+	// came while its attempt still ran, kept until the step suspends (then
+	// step.suspended and step.resumed, reason callback, follow at once).
+	EventStepCallbackReceived EventType = "step.callback_received"
 )
 
 // ScheduleEventType is the type of an entry of a schedule's history (table

@@ -40,6 +40,8 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunSignalCmd(),
 		c.newRunOutputCmd(),
 		c.newRunLogsCmd(),
+		c.newRunDecideCmd(true),
+		c.newRunDecideCmd(false),
 	)
 	return cmd
 }
@@ -305,6 +307,11 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 		}
 	case client.Signal:
 		out = "signal " + deref(w.Name)
+	case client.Approval:
+		out = "approval"
+		if w.Required != nil && w.Approvals != nil {
+			out += fmt.Sprintf(" %d/%d", *w.Approvals, *w.Required)
+		}
 	default:
 		out = string(w.Kind)
 	}

@@ -264,7 +264,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Errorf("open blob store: %w", err)
 			}
 			if rf.signingKey == "" {
-				logger.Warn("no CAIRN_SIGNING_KEY: http functions get requests signed with a random per-process key")
+				logger.Warn("no CAIRN_SIGNING_KEY: a random per-process key signs requests to http functions, lease credentials and callback URLs, which other servers and a restart of this one then refuse")
 				rf.signingKey = newToken()
 			}
 			if rf.secretKey == "" {
