@@ -63,10 +63,13 @@ type PendingCondition struct {
 }
 
 // Decision is the outcome of a step's condition: Pass, or Error (the expression
-// failed: the step fails with it, {"message", "code": "expression"}).
+// failed: the step fails with it, {"message", "code": "expression"}), or Later
+// (the decider cannot decide now, its own infrastructure failing: the step stays
+// pending, for the next round).
 type Decision struct {
 	Pass  bool
 	Error json.RawMessage
+	Later bool
 }
 
 // StepDecide decides the conditions of up to limit ready steps, in one
@@ -87,6 +90,9 @@ func (s *Store) StepDecide(ctx context.Context, limit int, decide func(*PendingC
 		for i := range pending {
 			p := &pending[i]
 			d := decide(p)
+			if d.Later {
+				continue
+			}
 			var errJSON any
 			if d.Error != nil {
 				errJSON = []byte(d.Error)
