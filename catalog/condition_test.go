@@ -289,3 +289,56 @@ func TestCompensatingCancel(t *testing.T) {
 	fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s2"])
 	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, plain.ID).Status)
 }
+
+// TestConditionsRetryAndRerun: a retried run decides its conditions again and
+// follows its trigger rules afresh; a rerun's fresh steps have them too (both lay
+// steps out without knowing of them: cairn_run_relayout completes them).
+func TestConditionsRetryAndRerun(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	steps := []catalog.NewStep{
+		{Key: "a", MaxAttempts: 1},
+		{Key: "b", Needs: []string{"a"}, MaxAttempts: 1, When: true},
+		{Key: "c", Needs: []string{"b"}, MaxAttempts: 1, After: catalog.TriggerAnyFailed},
+	}
+	r := newRun(t, ctx, s, steps)
+	fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"])
+	// c follows any_failed, and b was skipped, not failed: c is skipped too.
+	require.Equal(t, map[string]string{"a": "failed", "b": "skipped", "c": "skipped"}, statuses(t, ctx, s, r.ID))
+	require.Equal(t, "no_upstream_failed", skipReason(t, ctx, s, r.ID, "c"))
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, r.ID).Status)
+
+	_, _, err := s.RunRetry(ctx, &catalog.RunRetryParams{RunID: r.ID, Actor: "test"})
+	require.NoError(t, err)
+	for _, key := range []string{"a", "b", "c"} {
+		st, err := s.StepGet(ctx, r.ID, key)
+		require.NoError(t, err)
+		require.Nil(t, st.SkipReason, key)
+		require.Zero(t, st.DepsRemaining-len(st.Needs), key)
+	}
+	b, err := s.StepGet(ctx, r.ID, "b")
+	require.NoError(t, err)
+	require.Equal(t, catalog.ConditionPending, *b.Condition, "decided again")
+	c, err := s.StepGet(ctx, r.ID, "c")
+	require.NoError(t, err)
+	require.Equal(t, catalog.TriggerAnyFailed, c.TriggerRule)
+	succeed(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"])
+	require.Equal(t, 1, decideAll(t, ctx, s, "b"))
+	fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["b"])
+	succeed(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["c"])
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, r.ID).Status)
+
+	rerun, _, _, err := s.RunRerun(ctx, &catalog.RunRerunParams{Source: r.ID, FromStep: "b", Actor: "test"})
+	require.NoError(t, err)
+	b, err = s.StepGet(ctx, rerun.ID, "b")
+	require.NoError(t, err)
+	require.Equal(t, catalog.ConditionPending, *b.Condition)
+	c, err = s.StepGet(ctx, rerun.ID, "c")
+	require.NoError(t, err)
+	require.Equal(t, catalog.TriggerAnyFailed, c.TriggerRule)
+	require.Equal(t, 1, decideAll(t, ctx, s))
+	require.Equal(t, "condition_false", skipReason(t, ctx, s, rerun.ID, "b"))
+	require.Equal(t, "no_upstream_failed", skipReason(t, ctx, s, rerun.ID, "c"))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, rerun.ID).Status)
+}
