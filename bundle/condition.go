@@ -169,6 +169,9 @@ func (v *validator) handler(key, f string, h Step, what string) {
 	}
 	if h.Retry != nil {
 		v.retry(key, f+".retry", *h.Retry, v.defaults)
+		if h.Retry.OnExhausted == OnExhaustedPause {
+			v.add(key, f+".retry.on_exhausted", "%s runs after the run failed: it cannot pause the run (on_exhausted: fail)", what)
+		}
 	}
 }
 

@@ -100,6 +100,8 @@ func TestConditionsInvalid(t *testing.T) {
 			`cairn.yaml: on_failure[0].key: duplicate step key "a" (used by steps[0])`}},
 		{"on_failure bad builtin", steps("on_failure:\n  - {key: n, builtin: nope}\n"), []string{
 			`cairn.yaml: on_failure[0].builtin: unknown built-in "nope"`}},
+		{"compensate pauses", steps("  - {key: b, builtin: noop, compensate: {builtin: noop, retry: {on_exhausted: pause}}}\n"), []string{
+			`cairn.yaml: steps[1].compensate.retry.on_exhausted: a compensation runs after the run failed: it cannot pause the run`}},
 		{"on_failure with needs", steps("on_failure:\n  - {key: n, builtin: noop, needs: [a]}\n"), []string{
 			`cairn.yaml: on_failure[0].needs: an on_failure step cannot need steps`}},
 	}

@@ -288,6 +288,19 @@ func TestCompensatingCancel(t *testing.T) {
 	succeed(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s1"])
 	fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s2"])
 	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, plain.ID).Status)
+
+	// With on_failure steps and nothing to compensate, they run at once; one that
+	// fails is in the run's error.
+	notified := runWith(t, ctx, s, []catalog.NewStep{{Key: "s1", MaxAttempts: 1}},
+		[]catalog.NewStep{{Key: "n1", MaxAttempts: 1}, {Key: "n2", MaxAttempts: 1}})
+	fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s1"])
+	require.Equal(t, catalog.RunCompensating, runOf(t, ctx, s, notified.ID).Status)
+	got := claimKeys(t, ctx, s, "d1", 2)
+	succeed(t, ctx, s, got["n1"])
+	fail(t, ctx, s, got["n2"])
+	run := runOf(t, ctx, s, notified.ID)
+	require.Equal(t, catalog.RunFailed, run.Status)
+	require.Contains(t, string(run.Error), `"handlers_failed": [{"step": "n2", "error": {"message": "boom"}, "phase": "on_failure"}]`)
 }
 
 // TestConditionsRetryAndRerun: a retried run decides its conditions again and
