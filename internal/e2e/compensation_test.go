@@ -20,7 +20,7 @@ import (
 const sagaScript = `#!/bin/bash
 envelope=$(cat)
 if [ "$CAIRN_STEP" = compensate-s2 ]; then
-  echo "$CAIRN_ATTEMPT" >> WAITING
+  echo "$CAIRN_ATTEMPT $$" >> WAITING
   while [ ! -e GO ]; do sleep 0.05; done
 fi
 line=$CAIRN_STEP
@@ -85,6 +85,11 @@ steps:
 	require.Equal(t, client.RunStatusCompensating, r.Status)
 	require.Equal(t, client.StepStatusWaiting, api.mustStep(runID, "compensate-s1").Status, "one compensation at a time")
 	a.kill()
+	// The handler a ran dies with it (its parent-death signal) before it could
+	// write anything: only then may the compensation go on, elsewhere.
+	orphan := handlerPID(t, waiting, 1)
+	require.Eventually(t, func() bool { return processGone(orphan) }, 5*time.Second, 20*time.Millisecond,
+		"the handler of the killed server is still running")
 	require.NoError(t, os.WriteFile(goPath, nil, 0o644))
 	b2 := st.start(serverOptions{name: "b", leaseTTL: 2 * time.Second})
 	api = b2.api()
