@@ -79,6 +79,8 @@ func validateStepCount(m *Manifest, lim Limits) error {
 type validator struct {
 	files FileChecker
 	errs  []*ValidationError
+	// defaults is the manifest's default retry policy.
+	defaults RetryPolicy
 }
 
 func (v *validator) add(step, field, format string, args ...any) {
@@ -107,6 +109,7 @@ func (v *validator) manifest(m *Manifest) {
 		}
 		if m.Defaults.Retry != nil {
 			defaults = *m.Defaults.Retry
+			v.defaults = defaults
 			v.retry("", "defaults.retry", defaults, RetryPolicy{})
 		}
 	}
@@ -136,6 +139,13 @@ func (v *validator) manifest(m *Manifest) {
 		v.step(fmt.Sprintf("steps[%d]", i), s, first, defaults)
 	}
 	v.cycles(m.Steps, first)
+	compensations := map[string]string{}
+	for _, s := range m.Steps {
+		if s.Compensate != nil {
+			compensations[CompensateKey(s.Key)] = s.Key
+		}
+	}
+	v.onFailure(m.OnFailure, first, compensations)
 }
 
 // step checks one step but its place in the graph.
@@ -192,6 +202,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	if s.Retry != nil {
 		v.retry(s.Key, f+".retry", *s.Retry, defaults)
 	}
+	v.conditions(f, s, keys)
 }
 
 func (v *validator) exec(key, f string, argv []string) {

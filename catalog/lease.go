@@ -35,11 +35,13 @@ const (
 	// number of uncounted attempts.
 	//
 	// Held steps (of a paused run) are not claimed: steps_claim_idx indexes only
-	// ready steps that are not held, so the claim never reads them.
+	// ready steps that are not held, so the claim never reads them. Nor are steps
+	// whose condition (when) is not decided yet (ConditionsDecide decides it first).
 	sqlClaim = `
 WITH c AS (
     SELECT s.run_id, s.key FROM steps s
     WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND s.condition IS DISTINCT FROM 'pending'
     ORDER BY s.ready_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED

@@ -233,18 +233,21 @@ func (e RunPauseReason) Valid() bool {
 
 // Defines values for RunStatus.
 const (
-	RunStatusCanceled  RunStatus = "canceled"
-	RunStatusFailed    RunStatus = "failed"
-	RunStatusPaused    RunStatus = "paused"
-	RunStatusPending   RunStatus = "pending"
-	RunStatusRunning   RunStatus = "running"
-	RunStatusSucceeded RunStatus = "succeeded"
+	RunStatusCanceled     RunStatus = "canceled"
+	RunStatusCompensating RunStatus = "compensating"
+	RunStatusFailed       RunStatus = "failed"
+	RunStatusPaused       RunStatus = "paused"
+	RunStatusPending      RunStatus = "pending"
+	RunStatusRunning      RunStatus = "running"
+	RunStatusSucceeded    RunStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RunStatus enum.
 func (e RunStatus) Valid() bool {
 	switch e {
 	case RunStatusCanceled:
+		return true
+	case RunStatusCompensating:
 		return true
 	case RunStatusFailed:
 		return true
@@ -263,18 +266,21 @@ func (e RunStatus) Valid() bool {
 
 // Defines values for RunFilterParamsStatus.
 const (
-	RunFilterParamsStatusCanceled  RunFilterParamsStatus = "canceled"
-	RunFilterParamsStatusFailed    RunFilterParamsStatus = "failed"
-	RunFilterParamsStatusPaused    RunFilterParamsStatus = "paused"
-	RunFilterParamsStatusPending   RunFilterParamsStatus = "pending"
-	RunFilterParamsStatusRunning   RunFilterParamsStatus = "running"
-	RunFilterParamsStatusSucceeded RunFilterParamsStatus = "succeeded"
+	RunFilterParamsStatusCanceled     RunFilterParamsStatus = "canceled"
+	RunFilterParamsStatusCompensating RunFilterParamsStatus = "compensating"
+	RunFilterParamsStatusFailed       RunFilterParamsStatus = "failed"
+	RunFilterParamsStatusPaused       RunFilterParamsStatus = "paused"
+	RunFilterParamsStatusPending      RunFilterParamsStatus = "pending"
+	RunFilterParamsStatusRunning      RunFilterParamsStatus = "running"
+	RunFilterParamsStatusSucceeded    RunFilterParamsStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RunFilterParamsStatus enum.
 func (e RunFilterParamsStatus) Valid() bool {
 	switch e {
 	case RunFilterParamsStatusCanceled:
+		return true
+	case RunFilterParamsStatusCompensating:
 		return true
 	case RunFilterParamsStatusFailed:
 		return true
@@ -315,6 +321,75 @@ func (e ScheduleOverlap) Valid() bool {
 	}
 }
 
+// Defines values for StepCondition.
+const (
+	StepConditionError   StepCondition = "error"
+	StepConditionFalse   StepCondition = "false"
+	StepConditionPending StepCondition = "pending"
+	StepConditionTrue    StepCondition = "true"
+)
+
+// Valid indicates whether the value is a known member of the StepCondition enum.
+func (e StepCondition) Valid() bool {
+	switch e {
+	case StepConditionError:
+		return true
+	case StepConditionFalse:
+		return true
+	case StepConditionPending:
+		return true
+	case StepConditionTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepPhase.
+const (
+	Compensate StepPhase = "compensate"
+	Main       StepPhase = "main"
+	OnFailure  StepPhase = "on_failure"
+)
+
+// Valid indicates whether the value is a known member of the StepPhase enum.
+func (e StepPhase) Valid() bool {
+	switch e {
+	case Compensate:
+		return true
+	case Main:
+		return true
+	case OnFailure:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepSkipReason.
+const (
+	ConditionFalse   StepSkipReason = "condition_false"
+	NoUpstreamFailed StepSkipReason = "no_upstream_failed"
+	UpstreamFailed   StepSkipReason = "upstream_failed"
+	UpstreamSkipped  StepSkipReason = "upstream_skipped"
+)
+
+// Valid indicates whether the value is a known member of the StepSkipReason enum.
+func (e StepSkipReason) Valid() bool {
+	switch e {
+	case ConditionFalse:
+		return true
+	case NoUpstreamFailed:
+		return true
+	case UpstreamFailed:
+		return true
+	case UpstreamSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StepStatus.
 const (
 	StepStatusCanceled  StepStatus = "canceled"
@@ -345,6 +420,30 @@ func (e StepStatus) Valid() bool {
 	case StepStatusSuspended:
 		return true
 	case StepStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepTriggerRule.
+const (
+	AllDone      StepTriggerRule = "all_done"
+	AllSucceeded StepTriggerRule = "all_succeeded"
+	AnyFailed    StepTriggerRule = "any_failed"
+	NoneFailed   StepTriggerRule = "none_failed"
+)
+
+// Valid indicates whether the value is a known member of the StepTriggerRule enum.
+func (e StepTriggerRule) Valid() bool {
+	switch e {
+	case AllDone:
+		return true
+	case AllSucceeded:
+		return true
+	case AnyFailed:
+		return true
+	case NoneFailed:
 		return true
 	default:
 		return false
@@ -416,18 +515,21 @@ func (e CompleteCallbackParamsOutcome) Valid() bool {
 
 // Defines values for ListRunsParamsStatus.
 const (
-	ListRunsParamsStatusCanceled  ListRunsParamsStatus = "canceled"
-	ListRunsParamsStatusFailed    ListRunsParamsStatus = "failed"
-	ListRunsParamsStatusPaused    ListRunsParamsStatus = "paused"
-	ListRunsParamsStatusPending   ListRunsParamsStatus = "pending"
-	ListRunsParamsStatusRunning   ListRunsParamsStatus = "running"
-	ListRunsParamsStatusSucceeded ListRunsParamsStatus = "succeeded"
+	ListRunsParamsStatusCanceled     ListRunsParamsStatus = "canceled"
+	ListRunsParamsStatusCompensating ListRunsParamsStatus = "compensating"
+	ListRunsParamsStatusFailed       ListRunsParamsStatus = "failed"
+	ListRunsParamsStatusPaused       ListRunsParamsStatus = "paused"
+	ListRunsParamsStatusPending      ListRunsParamsStatus = "pending"
+	ListRunsParamsStatusRunning      ListRunsParamsStatus = "running"
+	ListRunsParamsStatusSucceeded    ListRunsParamsStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the ListRunsParamsStatus enum.
 func (e ListRunsParamsStatus) Valid() bool {
 	switch e {
 	case ListRunsParamsStatusCanceled:
+		return true
+	case ListRunsParamsStatusCompensating:
 		return true
 	case ListRunsParamsStatusFailed:
 		return true
@@ -629,7 +731,7 @@ type Event struct {
 	Seq       int64       `json:"seq"`
 	Step      *string     `json:"step,omitempty"`
 
-	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled
+	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.compensating, run.succeeded, run.failed, run.canceled
 	Type string `json:"type"`
 }
 
@@ -1067,8 +1169,14 @@ type Step struct {
 
 	// Checkpoint newest checkpoint, inline or a $blob reference
 	Checkpoint interface{} `json:"checkpoint"`
-	FinishedAt *time.Time  `json:"finished_at"`
-	Key        string      `json:"key"`
+
+	// Compensates the step a compensate step undoes
+	Compensates *string `json:"compensates,omitempty"`
+
+	// Condition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+	Condition  *StepCondition `json:"condition,omitempty"`
+	FinishedAt *time.Time     `json:"finished_at"`
+	Key        string         `json:"key"`
 
 	// LastError error of the latest failed attempt
 	LastError      interface{} `json:"last_error"`
@@ -1082,15 +1190,36 @@ type Step struct {
 	// Output inline value, or a {"$blob": {...}} reference
 	Output interface{} `json:"output"`
 
+	// Phase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+	Phase StepPhase `json:"phase"`
+
 	// ReadyAt when the step became (or becomes) claimable
-	ReadyAt    *time.Time  `json:"ready_at"`
-	StartedAt  *time.Time  `json:"started_at"`
-	Status     StepStatus  `json:"status"`
-	WaitingFor *WaitingFor `json:"waiting_for,omitempty"`
+	ReadyAt *time.Time `json:"ready_at"`
+
+	// SkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+	SkipReason *StepSkipReason `json:"skip_reason,omitempty"`
+	StartedAt  *time.Time      `json:"started_at"`
+	Status     StepStatus      `json:"status"`
+
+	// TriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+	TriggerRule StepTriggerRule `json:"trigger_rule"`
+	WaitingFor  *WaitingFor     `json:"waiting_for,omitempty"`
 }
+
+// StepCondition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+type StepCondition string
+
+// StepPhase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+type StepPhase string
+
+// StepSkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+type StepSkipReason string
 
 // StepStatus defines model for Step.Status.
 type StepStatus string
+
+// StepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+type StepTriggerRule string
 
 // UploadResult defines model for UploadResult.
 type UploadResult struct {

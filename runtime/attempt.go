@@ -300,6 +300,13 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		},
 		Timeout: step.Timeout.Std(),
 	}
+	if ver.handlers[c.Key] {
+		failure, err := d.store.RunFailure(ctx, c.RunID)
+		if err != nil {
+			return nil, err
+		}
+		inv.Envelope.Failure = failure
+	}
 	switch step.Kind {
 	case bundle.KindExec:
 		dir, err := d.cache.bundleDir(ctx, ver.digest)

@@ -1140,7 +1140,7 @@ export interface components {
             /** Format: int64 */
             seq: number;
             step?: string;
-            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled */
+            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.compensating, run.succeeded, run.failed, run.canceled */
             type: string;
         };
         HealthOutputBody: {
@@ -1379,7 +1379,7 @@ export interface components {
              */
             started_at: string | null;
             /** @enum {string} */
-            status: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+            status: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
             /**
              * Format: int64
              * @description steps not yet in a terminal state
@@ -1418,7 +1418,7 @@ export interface components {
              * @description only runs in this state
              * @enum {string}
              */
-            status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+            status?: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
             /**
              * Format: int64
              * @description only runs of this version of the workflow (needs workflow)
@@ -1552,6 +1552,13 @@ export interface components {
             blocked_by?: components["schemas"]["BlockedBy"];
             /** @description newest checkpoint, inline or a $blob reference */
             checkpoint: unknown;
+            /** @description the step a compensate step undoes */
+            compensates?: string;
+            /**
+             * @description the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+             * @enum {string}
+             */
+            condition?: "pending" | "true" | "false" | "error";
             /** Format: date-time */
             finished_at: string | null;
             key: string;
@@ -1567,14 +1574,29 @@ export interface components {
             /** @description inline value, or a {"$blob": {...}} reference */
             output: unknown;
             /**
+             * @description main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+             * @enum {string}
+             */
+            phase: "main" | "compensate" | "on_failure";
+            /**
              * Format: date-time
              * @description when the step became (or becomes) claimable
              */
             ready_at: string | null;
+            /**
+             * @description why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+             * @enum {string}
+             */
+            skip_reason?: "condition_false" | "upstream_failed" | "upstream_skipped" | "no_upstream_failed";
             /** Format: date-time */
             started_at: string | null;
             /** @enum {string} */
             status: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
+            /**
+             * @description when the step runs, given how the steps it needs ended (after: in the manifest)
+             * @enum {string}
+             */
+            trigger_rule: "all_succeeded" | "all_done" | "none_failed" | "any_failed";
             /** @description what a waiting or suspended step waits for; absent otherwise */
             waiting_for?: components["schemas"]["WaitingFor"];
         };
@@ -2631,7 +2653,7 @@ export interface operations {
                 /** @description only runs of this workflow */
                 workflow?: string;
                 /** @description only runs in this state */
-                status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+                status?: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
                 /** @description only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match */
                 label?: string[] | null;
                 /** @description only runs of this version of the workflow (needs workflow) */
