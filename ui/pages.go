@@ -383,6 +383,7 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 			v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: p}
 			if err := h.pages["step"].ExecuteTemplate(&buf, "step.html", v); err == nil {
 				data["Panel"] = template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
+				data["PanelKey"] = key
 			}
 		}
 	}

@@ -34,8 +34,12 @@
   }
   showActions(run.getAttribute("data-status"));
 
+  // classList, not className: an SVG element's className is no string.
   function setStatus(el, status) {
-    el.className = el.className.replace(/\bst-[a-z_]+/g, "").trim() + " st-" + status;
+    Array.prototype.slice.call(el.classList).forEach(function (c) {
+      if (c.indexOf("st-") === 0) el.classList.remove(c);
+    });
+    el.classList.add("st-" + status);
     el.setAttribute("data-status", status);
   }
 
