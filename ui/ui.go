@@ -163,8 +163,6 @@ type session struct {
 // canOperate reports whether the role may take operator actions (the buttons shown).
 func (s *session) canOperate() bool { return s.who.Role >= api.RoleOperator }
 
-type sessionKey struct{}
-
 // sessionOf returns the request's session, or nil when its cookie names no token.
 func (h *Handler) sessionOf(r *http.Request) *session {
 	c, err := r.Cookie(sessionCookie)
