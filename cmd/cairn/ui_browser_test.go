@@ -137,7 +137,12 @@ func TestUIInBrowser(t *testing.T) {
 		// Cancel asks first; the user says yes.
 		dialog := b.acceptDialogs()
 		b.submit(chromedp.Click(chromedp.ID("cancel")))
-		require.Equal(t, "Cancel this run?", <-dialog)
+		select {
+		case msg := <-dialog:
+			require.Equal(t, "Cancel this run?", msg)
+		case <-time.After(5 * time.Second): // it opened before the click returned, if at all
+			t.Fatal("Cancel did not ask first")
+		}
 		b.do(b.poll(`document.getElementById('run-status').textContent === 'canceled'`))
 		require.Equal(t, "canceled", e.runStatus(t, held), "the API says so too")
 		b.do(b.poll(`document.getElementById('retry') && !document.getElementById('retry').hidden && document.getElementById('cancel').hidden`))
