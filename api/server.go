@@ -220,6 +220,13 @@ func NewConfig() huma.Config {
 	return cfg
 }
 
+// Mount serves h at pattern (a ServeMux pattern such as "/ui/") beside the API's
+// operations, behind the same request IDs, access log and panic recovery: the web
+// UI (package ui) is mounted so. Call it before serving.
+func (s *Server) Mount(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
+}
+
 // API returns the Huma API (its OpenAPI document, for export and tests).
 func (s *Server) API() huma.API { return s.api }
 

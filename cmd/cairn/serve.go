@@ -22,6 +22,7 @@ import (
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
+	"github.com/cairnrun/cairn/ui"
 )
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to drain.
@@ -412,6 +413,10 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		Capabilities: capabilities,
 		SecretKeys:   secretKeys,
 	})
+	if err := mountUI(srv, p.tokens, p.logger); err != nil {
+		ln.Close()
+		return err
+	}
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {
 			ln.Close()
@@ -448,4 +453,17 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		}
 	}
 	return serveErr
+}
+
+// mountUI serves the web UI under /ui (and sends / there), calling the API in
+// process with each user's token.
+func mountUI(srv *api.Server, tokens *api.Tokens, logger *slog.Logger) error {
+	h, err := ui.New(srv.Handler(), tokens, &ui.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("web UI: %w", err)
+	}
+	srv.Mount(ui.Prefix+"/", h)
+	srv.Mount("GET "+ui.Prefix, h)
+	srv.Mount("GET /{$}", http.RedirectHandler(ui.Prefix+"/", http.StatusSeeOther))
+	return nil
 }
