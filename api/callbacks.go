@@ -9,7 +9,6 @@ import (
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/catalog"
@@ -33,18 +32,9 @@ type callbackInput struct {
 	Token       string `path:"token" maxLength:"512" doc:"the token of the envelope's callback_url"`
 	Outcome     string `query:"outcome" enum:"succeeded,failed" default:"succeeded" doc:"succeeded: the body is the step's output; failed: the body is {\"message\", \"code\"?} and the step fails with it, terminally"`
 	ContentType string `header:"Content-Type" doc:"application/json for a JSON output (inline when small); anything else is stored as bytes in the blob store"`
-
-	body          io.ReadCloser
-	contentLength int64 // -1 when unknown (chunked)
-	w             http.ResponseWriter
-}
-
-// Resolve implements huma.Resolver: the body stays an unread stream until the
-// token is known to be good and its step to wait.
-func (in *callbackInput) Resolve(ctx huma.Context) []error {
-	r, w := humago.Unwrap(ctx)
-	in.body, in.contentLength, in.w = r.Body, r.ContentLength, w
-	return nil
+	// The body stays an unread stream until the token is known to be good and
+	// its step to wait.
+	streamedBody
 }
 
 // CallbackError is the body of a failing callback (?outcome=failed).
