@@ -379,3 +379,32 @@ func TestSignalsConcurrent(t *testing.T) {
 	require.NoError(t, s.DB().GetContext(ctx, &stored, `SELECT count(*) FROM signals WHERE run_id = $1`, r.ID))
 	require.Equal(t, waiters, stored)
 }
+
+// TestSignalMeetsSuspend: a signal sent while its step suspends is never lost:
+// either the suspension finds it buffered or the signal finds the step suspended.
+// (Before migration 00017, each missed the other's uncommitted row now and then,
+// and the step waited for good.)
+func TestSignalMeetsSuspend(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	const rounds = 40
+	for i := range rounds {
+		r := newRun(t, ctx, s, []catalog.NewStep{{Key: "wait", MaxAttempts: 1}})
+		c := claimAll(t, ctx, s)["wait"]
+		start := make(chan struct{})
+		var g errgroup.Group
+		g.Go(func() error {
+			<-start
+			return s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitSignal, Name: "go"})
+		})
+		g.Go(func() error {
+			<-start
+			_, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "go", Payload: json.RawMessage(`1`), Actor: "alice"})
+			return err
+		})
+		close(start)
+		require.NoError(t, g.Wait())
+		require.Equal(t, catalog.StepSucceeded, stepStatus(t, ctx, s, r.ID, "wait"), "round %d", i)
+	}
+}
