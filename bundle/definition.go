@@ -64,7 +64,7 @@ type Definition struct {
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
-// Sleep and Signal is set, as Kind says.
+// Sleep, Signal and Workflow is set, as Kind says.
 type StepDefinition struct {
 	Key string `json:"key"`
 	// Needs is sorted and duplicate-free; never nil.
@@ -81,6 +81,8 @@ type StepDefinition struct {
 	// Sleep is set for KindSleep, Signal for KindSignal (wait.go).
 	Sleep  *SleepDefinition  `json:"sleep,omitempty"`
 	Signal *SignalDefinition `json:"signal,omitempty"`
+	// Workflow is set for KindWorkflow (workflow_step.go).
+	Workflow *WorkflowDefinition `json:"workflow,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -160,6 +162,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		d.With = with
 		switch {
 		case normalizeWait(&s, &d):
+		case normalizeWorkflow(&s, &d):
 		case s.Exec != nil:
 			p, _ := execPath(s.Exec[0])
 			d.Kind = KindExec

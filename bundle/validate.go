@@ -166,6 +166,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 		v.builtin(s.Key, f, s.Builtin, s.With)
 	}
 	kinds = append(kinds, v.waitKinds(f, s)...)
+	kinds = append(kinds, v.workflowKind(f, s)...)
 	switch {
 	case s.Network == "":
 	case s.Network != NetworkNone:
@@ -175,10 +176,10 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	switch len(kinds) {
 	case 0:
-		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal", s.Key)
+		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, workflow", s.Key)
 	case 1:
 	default:
-		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal", s.Key, strings.Join(kinds, " and "))
+		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, workflow", s.Key, strings.Join(kinds, " and "))
 	}
 	if s.With != nil {
 		if _, err := normalizeWith(s.With); err != nil {
