@@ -35,11 +35,12 @@ type Step struct {
 
 // WaitingFor says what an unfinished step waits for: its upstream steps (a waiting
 // step), or the end of a durable wait (a suspended step: sleep, signal, approval,
-// callback).
+// callback, child run).
 type WaitingFor struct {
-	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait"`
+	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback,child_run" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)"`
 	Until     *time.Time `json:"until,omitempty" doc:"a sleep's end"`
 	Name      string     `json:"name,omitempty" doc:"the signal's name (POST /v1/runs/{id}/signals/{name})"`
+	RunID     string     `json:"run_id,omitempty" format:"uuid" doc:"the child run a workflow step waits for"`
 	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
 	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`
 	OnTimeout string     `json:"on_timeout,omitempty" enum:"fail,continue" doc:"what happens then: fail (code timeout) or continue (succeeds with a null output)"`
@@ -57,6 +58,9 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 		}
 		if st.WaitName != nil {
 			w.Name = *st.WaitName
+		}
+		if st.ChildRun != nil {
+			w.RunID = st.ChildRun.String()
 		}
 		if st.OnTimeout != nil && st.TimeoutAt != nil {
 			w.OnTimeout = string(*st.OnTimeout)

@@ -337,6 +337,7 @@ func (e StepStatus) Valid() bool {
 const (
 	Approval WaitingForKind = "approval"
 	Callback WaitingForKind = "callback"
+	ChildRun WaitingForKind = "child_run"
 	Signal   WaitingForKind = "signal"
 	Sleep    WaitingForKind = "sleep"
 	Upstream WaitingForKind = "upstream"
@@ -348,6 +349,8 @@ func (e WaitingForKind) Valid() bool {
 	case Approval:
 		return true
 	case Callback:
+		return true
+	case ChildRun:
 		return true
 	case Signal:
 		return true
@@ -824,6 +827,9 @@ type Run struct {
 	// ParentId the run that started this one (a child run); null otherwise
 	ParentId *string `json:"parent_id"`
 
+	// ParentStep on a child run started by a workflow step: that step's key in the parent run
+	ParentStep *string `json:"parent_step,omitempty"`
+
 	// PauseReason only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
 	PauseReason *RunPauseReason `json:"pause_reason,omitempty"`
 
@@ -1070,7 +1076,7 @@ type Version struct {
 
 // WaitingFor defines model for WaitingFor.
 type WaitingFor struct {
-	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
 	Kind WaitingForKind `json:"kind"`
 
 	// Name the signal's name (POST /v1/runs/{id}/signals/{name})
@@ -1078,6 +1084,9 @@ type WaitingFor struct {
 
 	// OnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
 	OnTimeout *WaitingForOnTimeout `json:"on_timeout,omitempty"`
+
+	// RunId the child run a workflow step waits for
+	RunId *openapi_types.UUID `json:"run_id,omitempty"`
 
 	// Since when the wait began
 	Since *time.Time `json:"since,omitempty"`
@@ -1089,7 +1098,7 @@ type WaitingFor struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
 type WaitingForKind string
 
 // WaitingForOnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)

@@ -108,6 +108,10 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		d.suspend(ctx, a, step)
 		return
 	}
+	if step.Kind == bundle.KindWorkflow {
+		d.startChild(ctx, a, step)
+		return
+	}
 	invoker := d.cfg.Invokers[step.Kind]
 	if invoker == nil {
 		// Counted, so bounded by the retry policy: another dispatcher may have it.

@@ -1267,6 +1267,8 @@ export interface components {
             };
             /** @description the run that started this one (a child run); null otherwise */
             parent_id: string | null;
+            /** @description on a child run started by a workflow step: that step's key in the parent run */
+            parent_step?: string;
             /**
              * @description only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
              * @enum {string}
@@ -1534,10 +1536,10 @@ export interface components {
         };
         WaitingFor: {
             /**
-             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
              * @enum {string}
              */
-            kind: "upstream" | "sleep" | "signal" | "approval" | "callback";
+            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run";
             /** @description the signal's name (POST /v1/runs/{id}/signals/{name}) */
             name?: string;
             /**
@@ -1545,6 +1547,11 @@ export interface components {
              * @enum {string}
              */
             on_timeout?: "fail" | "continue";
+            /**
+             * Format: uuid
+             * @description the child run a workflow step waits for
+             */
+            run_id?: string;
             /**
              * Format: date-time
              * @description when the wait began
