@@ -281,8 +281,8 @@ func writeSteps(w io.Writer, steps []client.Step, now time.Time) error {
 }
 
 // waitingText says what an unfinished step waits for (the API's waiting_for): the
-// steps it needs that have not succeeded yet, a sleep's end, a signal's name, and
-// when the wait times out; "-" when it waits for nothing.
+// steps it needs that have not succeeded yet, a sleep's end, a signal's name, a
+// child run's ID, and when the wait times out; "-" when it waits for nothing.
 func waitingText(s client.Step, status map[string]client.StepStatus, now time.Time) string {
 	w := s.WaitingFor
 	if w == nil {
@@ -305,6 +305,11 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 		}
 	case client.Signal:
 		out = "signal " + deref(w.Name)
+	case client.ChildRun:
+		out = "child run"
+		if w.RunId != nil {
+			out += " " + w.RunId.String()
+		}
 	default:
 		out = string(w.Kind)
 	}
