@@ -83,6 +83,8 @@ type StepDefinition struct {
 	Signal *SignalDefinition `json:"signal,omitempty"`
 	// Workflow is set for KindWorkflow (workflow_step.go).
 	Workflow *WorkflowDefinition `json:"workflow,omitempty"`
+	// Map, when set, runs the step once per item (map.go).
+	Map *MapDefinition `json:"map,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -160,6 +162,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			return nil, fieldError(s.Key, "with"+werr.at, "%s", werr.msg)
 		}
 		d.With = with
+		normalizeMapSpec(&s, &d)
 		switch {
 		case normalizeWait(&s, &d):
 		case normalizeWorkflow(&s, &d):

@@ -65,6 +65,8 @@ type Step struct {
 	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
 	// Workflow starts a child run and waits for its end (workflow_step.go).
 	Workflow *WorkflowSpec `yaml:"workflow,omitempty" json:"workflow,omitempty"`
+	// Map runs the step once per item of a list (map.go).
+	Map *MapSpec `yaml:"map,omitempty" json:"map,omitempty"`
 	// With holds static parameters, passed to the function as "params".
 	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
 	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.

@@ -167,6 +167,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	kinds = append(kinds, v.waitKinds(f, s)...)
 	kinds = append(kinds, v.workflowKind(f, s)...)
+	v.mapSpec(f, s, kinds)
 	switch {
 	case s.Network == "":
 	case s.Network != NetworkNone:

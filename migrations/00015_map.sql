@@ -17,6 +17,146 @@
 -- Lock order, as everywhere: steps, then the run's row; a parent's rows before its
 -- children's.
 
+-- Part 2: map. A step with `map:` runs one instance per item of a list (a CEL list,
+-- or a $blob holding a JSON array or JSON Lines). Each instance is a row of steps
+-- (key "<map key>[<index>]", map_parent the map step's key, map_index, map_item) with
+-- its own attempts, retries, checkpoints and output, claimed like any step. The map
+-- step itself is suspended (wait_kind map) while its instances run. Instances are
+-- created in pages by the dispatchers' expanders (step_maps holds the cursor, moved
+-- in the transaction that creates the page: a crash creates no duplicates and loses
+-- none), at most max_parallel unfinished at once; when all have ended, the map step
+-- gets the list of their outputs in item order.
+ALTER TABLE steps DROP CONSTRAINT steps_key_check;
+ALTER TABLE steps ADD CONSTRAINT steps_key_check
+    CHECK (key ~ '^[a-z0-9][a-z0-9_-]{0,62}(\[[0-9]{1,12}\])?$');
+ALTER TABLE steps ADD COLUMN map_parent text;
+ALTER TABLE steps ADD COLUMN map_index bigint;
+ALTER TABLE steps ADD COLUMN map_item jsonb;
+ALTER TABLE steps ADD CONSTRAINT steps_map_instance_check
+    CHECK ((map_parent IS NULL) = (map_index IS NULL) AND (map_parent IS NULL OR key = map_parent || '[' || map_index || ']'));
+-- A map's instances by state (its live count, its failures, its outputs in order).
+CREATE INDEX steps_map_idx ON steps (run_id, map_parent, status, map_index) WHERE map_parent IS NOT NULL;
+
+-- step_maps: one row per map step of a run.
+--   max_parallel       most instances unfinished at once (so at most that many run);
+--   tolerate_count     failures tolerated (NULL: see tolerate_percent; both NULL: 0);
+--   tolerate_percent   failures tolerated as a percentage of the items;
+--   items              the list, when the expression gave one (inline);
+--   blob_key, blob_format  the $blob of items (array: a JSON array; lines: JSON Lines);
+--   next_index         how many instances exist: the index of the next item;
+--   next_offset        the byte offset in the blob where the next item starts;
+--   expanded           every item has its instance (next_index is the item count);
+--   finished           the map step has been resolved.
+CREATE TABLE step_maps (
+    run_id           uuid    NOT NULL,
+    step_key         text    NOT NULL,
+    max_parallel     integer NOT NULL CHECK (max_parallel >= 1),
+    tolerate_count   bigint  CHECK (tolerate_count >= 0),
+    tolerate_percent numeric CHECK (tolerate_percent >= 0 AND tolerate_percent <= 100),
+    items            jsonb   CHECK (items IS NULL OR jsonb_typeof(items) = 'array'),
+    blob_key         text,
+    blob_format      text    CHECK (blob_format IN ('array', 'lines')),
+    next_index       bigint  NOT NULL DEFAULT 0 CHECK (next_index >= 0),
+    next_offset      bigint  NOT NULL DEFAULT 0 CHECK (next_offset >= 0),
+    expanded         boolean NOT NULL DEFAULT false,
+    finished         boolean NOT NULL DEFAULT false,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, step_key),
+    FOREIGN KEY (run_id, step_key) REFERENCES steps (run_id, key) ON DELETE CASCADE,
+    CHECK ((items IS NULL) <> (blob_key IS NULL)),
+    CHECK ((blob_key IS NULL) = (blob_format IS NULL))
+);
+-- The expanders' queue: maps not finished.
+CREATE INDEX step_maps_open_idx ON step_maps (created_at) WHERE NOT finished;
+
+-- cairn_map_expand creates the next instances of the map step p_key of p_run: from
+-- its inline items (p_items NULL: up to p_limit of them), or the items p_items (a JSON
+-- array, read from its blob by the caller, which then gives the blob offset after
+-- them, p_next_offset, and whether the blob ended, p_end). Each instance is ready
+-- (held if the map step is), with the map step's needs, attempts and on_exhausted;
+-- the cursor moves in the same transaction, and the run counts the new steps. The
+-- caller holds the step_maps row's lock. Returns how many it created.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_map_expand(p_run uuid, p_key text, p_limit integer, p_items jsonb,
+                                 p_next_offset bigint, p_end boolean)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    m    record;
+    st   record;
+    v_n  integer;
+    v_total bigint;
+BEGIN
+    SELECT * INTO m FROM step_maps WHERE run_id = p_run AND step_key = p_key;
+    IF NOT FOUND OR m.expanded THEN
+        RETURN 0;
+    END IF;
+    SELECT needs, max_attempts, on_exhausted, held INTO st FROM steps WHERE run_id = p_run AND key = p_key;
+    WITH src AS (
+        SELECT e.item, m.next_index + e.ord - 1 AS idx
+        FROM jsonb_array_elements(coalesce(p_items, m.items)) WITH ORDINALITY AS e(item, ord)
+        WHERE p_items IS NOT NULL OR e.ord > m.next_index
+        ORDER BY e.ord
+        LIMIT CASE WHEN p_items IS NULL THEN p_limit END
+    ), ins AS (
+        INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
+                           map_parent, map_index, map_item)
+        SELECT p_run, p_key || '[' || src.idx || ']', 'ready', st.needs, 0, st.max_attempts, now(), st.on_exhausted,
+               st.held, p_key, src.idx, src.item
+        FROM src
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_n FROM ins;
+    IF p_items IS NULL THEN
+        v_total := jsonb_array_length(m.items);
+        UPDATE step_maps SET next_index = next_index + v_n, expanded = next_index + v_n >= v_total
+        WHERE run_id = p_run AND step_key = p_key;
+    ELSE
+        UPDATE step_maps SET next_index = next_index + v_n, next_offset = p_next_offset, expanded = p_end
+        WHERE run_id = p_run AND step_key = p_key;
+    END IF;
+    IF v_n > 0 THEN
+        UPDATE runs SET steps_total = steps_total + v_n, steps_remaining = steps_remaining + v_n WHERE id = p_run;
+        PERFORM cairn_wake();
+    END IF;
+    RETURN v_n;
+END $$;
+-- +goose StatementEnd
+
+-- cairn_run_settle: as in 00005, but a failed map instance does not fail the run by
+-- itself: its map step decides (tolerate_failures), and fails if it must.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_remaining integer;
+    v_paused    boolean;
+    v_failed    record;
+BEGIN
+    UPDATE runs SET steps_remaining = greatest(steps_remaining - p_done, 0)
+    WHERE id = p_run AND status IN ('pending', 'running', 'paused')
+    RETURNING steps_remaining, status = 'paused' INTO v_remaining, v_paused;
+    IF v_remaining IS DISTINCT FROM 0 THEN
+        RETURN;
+    END IF;
+    IF v_paused THEN
+        UPDATE steps SET held = false WHERE run_id = p_run AND held;
+    END IF;
+    SELECT key, last_error INTO v_failed FROM steps
+    WHERE run_id = p_run AND status = 'failed' AND map_parent IS NULL
+    ORDER BY finished_at, key LIMIT 1;
+    IF FOUND THEN
+        UPDATE runs SET status = 'failed', finished_at = now(), pause_reason = NULL,
+            error = jsonb_build_object('message', 'step ' || v_failed.key || ' failed',
+                                       'step', v_failed.key, 'cause', v_failed.last_error)
+        WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.failed', NULL, NULL, jsonb_build_object('step', v_failed.key));
+    ELSE
+        UPDATE runs SET status = 'succeeded', finished_at = now(), pause_reason = NULL WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.succeeded', NULL, NULL, '{}');
+    END IF;
+END $$;
+-- +goose StatementEnd
+
 -- runs.parent_step: the step of parent_id that started the run (a child run); NULL
 -- for the runs an API client linked to a parent itself (issue 13's parent).
 ALTER TABLE runs ADD COLUMN parent_step text;
@@ -29,7 +169,7 @@ CREATE INDEX runs_parent_step_idx ON runs (parent_id, parent_step, id DESC) WHER
 ALTER TABLE steps ADD COLUMN child_run uuid;
 ALTER TABLE steps DROP CONSTRAINT steps_wait_kind_check;
 ALTER TABLE steps ADD CONSTRAINT steps_wait_kind_check
-    CHECK (wait_kind IN ('sleep', 'signal', 'approval', 'callback', 'child_run'));
+    CHECK (wait_kind IN ('sleep', 'signal', 'approval', 'callback', 'child_run', 'map'));
 ALTER TABLE steps ADD CONSTRAINT steps_child_wait_check
     CHECK (status <> 'suspended' OR wait_kind <> 'child_run' OR child_run IS NOT NULL);
 
@@ -100,7 +240,7 @@ BEGIN
         SELECT coalesce(jsonb_object_agg(s.key, coalesce(s.output, 'null'::jsonb) ORDER BY s.key), '{}'::jsonb)
           INTO v_output
           FROM steps s
-         WHERE s.run_id = p_child
+         WHERE s.run_id = p_child AND s.map_parent IS NULL
            AND NOT EXISTS (SELECT 1 FROM step_edges e WHERE e.run_id = p_child AND e.from_key = s.key);
         PERFORM cairn_step_resolve(c.parent_id, c.parent_step, 'succeeded', v_output, NULL, 'child_succeeded');
     ELSE
@@ -181,9 +321,9 @@ DROP FUNCTION cairn_child_ended();
 DROP FUNCTION cairn_child_resolve(uuid);
 DROP FUNCTION cairn_child_suspend(uuid, text, bigint, uuid);
 ALTER TABLE steps DROP CONSTRAINT steps_child_wait_check;
-UPDATE steps SET wait_kind = NULL WHERE wait_kind = 'child_run' AND status <> 'suspended';
+UPDATE steps SET wait_kind = NULL WHERE wait_kind IN ('child_run', 'map') AND status <> 'suspended';
 UPDATE steps SET status = 'failed', finished_at = now(), wait_kind = NULL
- WHERE wait_kind = 'child_run';
+ WHERE wait_kind IN ('child_run', 'map');
 ALTER TABLE steps DROP CONSTRAINT steps_wait_kind_check;
 ALTER TABLE steps ADD CONSTRAINT steps_wait_kind_check
     CHECK (wait_kind IN ('sleep', 'signal', 'approval', 'callback'));
@@ -191,3 +331,46 @@ ALTER TABLE steps DROP COLUMN child_run;
 DROP INDEX runs_parent_step_idx;
 ALTER TABLE runs DROP CONSTRAINT runs_parent_step_check;
 ALTER TABLE runs DROP COLUMN parent_step;
+DROP FUNCTION cairn_map_expand(uuid, text, integer, jsonb, bigint, boolean);
+DROP TABLE step_maps;
+DROP INDEX steps_map_idx;
+-- Map instances cannot exist without map: they go.
+DELETE FROM steps WHERE map_parent IS NOT NULL;
+ALTER TABLE steps DROP CONSTRAINT steps_map_instance_check;
+ALTER TABLE steps DROP COLUMN map_item, DROP COLUMN map_index, DROP COLUMN map_parent;
+ALTER TABLE steps DROP CONSTRAINT steps_key_check;
+ALTER TABLE steps ADD CONSTRAINT steps_key_check CHECK (key ~ '^[a-z0-9][a-z0-9_-]{0,62}$');
+
+-- cairn_run_settle, as in 00005.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_remaining integer;
+    v_paused    boolean;
+    v_failed    record;
+BEGIN
+    UPDATE runs SET steps_remaining = greatest(steps_remaining - p_done, 0)
+    WHERE id = p_run AND status IN ('pending', 'running', 'paused')
+    RETURNING steps_remaining, status = 'paused' INTO v_remaining, v_paused;
+    IF v_remaining IS DISTINCT FROM 0 THEN
+        RETURN;
+    END IF;
+    IF v_paused THEN
+        UPDATE steps SET held = false WHERE run_id = p_run AND held;
+    END IF;
+    SELECT key, last_error INTO v_failed FROM steps
+    WHERE run_id = p_run AND status = 'failed'
+    ORDER BY finished_at, key LIMIT 1;
+    IF FOUND THEN
+        UPDATE runs SET status = 'failed', finished_at = now(), pause_reason = NULL,
+            error = jsonb_build_object('message', 'step ' || v_failed.key || ' failed',
+                                       'step', v_failed.key, 'cause', v_failed.last_error)
+        WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.failed', NULL, NULL, jsonb_build_object('step', v_failed.key));
+    ELSE
+        UPDATE runs SET status = 'succeeded', finished_at = now(), pause_reason = NULL WHERE id = p_run;
+        PERFORM cairn_event(p_run, 'run.succeeded', NULL, NULL, '{}');
+    END IF;
+END $$;
+-- +goose StatementEnd
