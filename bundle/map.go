@@ -120,7 +120,7 @@ type MapDefinition struct {
 	MaxParallel int    `json:"max_parallel"`
 	// TolerateCount, or ToleratePercent when TolerateIsPercent.
 	TolerateCount     int64   `json:"tolerate_count,omitempty"`
-	ToleratePercent  float64 `json:"tolerate_percent,omitempty"`
+	ToleratePercent   float64 `json:"tolerate_percent,omitempty"`
 	TolerateIsPercent bool    `json:"tolerate_is_percent,omitempty"`
 }
 
