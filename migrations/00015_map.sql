@@ -92,7 +92,7 @@ BEGIN
     END IF;
     SELECT needs, max_attempts, on_exhausted, held INTO st FROM steps WHERE run_id = p_run AND key = p_key;
     WITH src AS (
-        SELECT e.item, m.next_index + e.ord - 1 AS idx
+        SELECT e.item, CASE WHEN p_items IS NULL THEN e.ord - 1 ELSE m.next_index + e.ord - 1 END AS idx
         FROM jsonb_array_elements(coalesce(p_items, m.items)) WITH ORDINALITY AS e(item, ord)
         WHERE p_items IS NOT NULL OR e.ord > m.next_index
         ORDER BY e.ord
