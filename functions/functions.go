@@ -42,6 +42,10 @@ type Envelope struct {
 	LeaseToken string `json:"lease_token,omitempty"`
 	// CheckpointURL is where an http or lambda function may PUT checkpoints.
 	CheckpointURL string `json:"checkpoint_url,omitempty"`
+	// Item and Index are a map instance's item (as it was in the list) and its
+	// index in the list, from 0; absent for other steps.
+	Item  json.RawMessage `json:"item,omitempty"`
+	Index *int64          `json:"index,omitempty"`
 }
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,
