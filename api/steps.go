@@ -31,6 +31,7 @@ type Step struct {
 	FinishedAt     *time.Time      `json:"finished_at"`
 	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
 	WaitingFor     *WaitingFor     `json:"waiting_for,omitempty" doc:"what a waiting or suspended step waits for; absent otherwise"`
+	Map            *MapProgress    `json:"map,omitempty" doc:"a map step that has started: where its instances stand (GET …/items lists them)"`
 }
 
 // WaitingFor says what an unfinished step waits for: its upstream steps (a waiting
@@ -163,7 +164,17 @@ func (s *Server) registerSteps() {
 				return nil, err
 			}
 		}
-		return itemsOf(rows, stepOf), nil
+		maps, err := s.store.MapProgressList(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out := itemsOf(rows, stepOf)
+		for i := range out.Body.Items {
+			if m, ok := maps[out.Body.Items[i].Key]; ok {
+				out.Body.Items[i].Map = mapProgressOf(m)
+			}
+		}
+		return out, nil
 	})
 
 	register(s, huma.Operation{
@@ -172,17 +183,7 @@ func (s *Server) registerSteps() {
 		Path:        "/v1/runs/{id}/steps/{key}/attempts",
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
-	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
-		st, err := s.step(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := s.store.AttemptList(ctx, st.RunID, st.Key)
-		if err != nil {
-			return nil, err
-		}
-		return itemsOf(rows, attemptOf), nil
-	})
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepAttempts)
 
 	register(s, huma.Operation{
 		OperationID: "getStepOutput",
@@ -195,16 +196,7 @@ func (s *Server) registerSteps() {
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
-	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
-		st, err := s.step(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		if st.Status != catalog.StepSucceeded {
-			return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
-		}
-		return s.streamPayload(ctx, json.RawMessage(st.Output))
-	})
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepOutput)
 
 	register(s, huma.Operation{
 		OperationID: "getAttemptLog",
@@ -220,30 +212,60 @@ func (s *Server) registerSteps() {
 		StepParams
 		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
-		st, err := s.step(ctx, &in.StepParams)
-		if err != nil {
-			return nil, err
-		}
-		n := in.Attempt
-		if n == 0 {
-			n = st.Attempts
-		}
-		if n == 0 {
-			return nil, withDetail(errNotFound, "the step has not run yet")
-		}
-		a, err := s.store.AttemptGet(ctx, st.RunID, st.Key, n)
-		if err != nil {
-			return nil, err
-		}
-		if a.LogKey == nil {
-			return &huma.StreamResponse{Body: func(hc huma.Context) {
-				hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
-				hc.SetHeader("Content-Length", "0")
-				hc.SetStatus(http.StatusOK)
-			}}, nil
-		}
-		return s.streamBlob(ctx, *a.LogKey)
+		return s.stepLog(ctx, &in.StepParams, in.Attempt)
 	})
+	s.registerItems()
+}
+
+// stepAttempts lists the attempts of the step p names.
+func (s *Server) stepAttempts(ctx context.Context, p *StepParams) (*itemsOutput[Attempt], error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.AttemptList(ctx, st.RunID, st.Key)
+	if err != nil {
+		return nil, err
+	}
+	return itemsOf(rows, attemptOf), nil
+}
+
+// stepOutput streams the output of the step p names; 404 until it has succeeded.
+func (s *Server) stepOutput(ctx context.Context, p *StepParams) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != catalog.StepSucceeded {
+		return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
+	}
+	return s.streamPayload(ctx, json.RawMessage(st.Output))
+}
+
+// stepLog streams the log of attempt n (the newest when 0) of the step p names.
+func (s *Server) stepLog(ctx context.Context, p *StepParams, n int) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		n = st.Attempts
+	}
+	if n == 0 {
+		return nil, withDetail(errNotFound, "the step has not run yet")
+	}
+	a, err := s.store.AttemptGet(ctx, st.RunID, st.Key, n)
+	if err != nil {
+		return nil, err
+	}
+	if a.LogKey == nil {
+		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
+			hc.SetHeader("Content-Length", "0")
+			hc.SetStatus(http.StatusOK)
+		}}, nil
+	}
+	return s.streamBlob(ctx, *a.LogKey)
 }
 
 // step looks up the step a request names: 400 for a malformed run ID, 404 when

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -366,6 +367,9 @@ func dagOrder(steps []client.Step) []client.Step {
 // the error of its latest failed attempt.
 func stepInfo(s client.Step, now time.Time) string {
 	var parts []string
+	if m := s.Map; m != nil {
+		parts = append(parts, mapText(*m))
+	}
 	if s.Status == client.StepStatusRunning && s.LeaseOwner != nil {
 		parts = append(parts, "on "+*s.LeaseOwner)
 	}
@@ -384,6 +388,16 @@ func stepInfo(s client.Step, now time.Time) string {
 		parts = append(parts, msg)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// mapText is a map's progress: "312/100000 ✓ 2 ✗" (succeeded of the items, and
+// failed); "312/1200+ ✓ 2 ✗" while not every item has its instance yet.
+func mapText(m client.MapProgress) string {
+	total := strconv.FormatInt(m.Created, 10) + "+"
+	if m.Total != nil {
+		total = strconv.FormatInt(*m.Total, 10)
+	}
+	return fmt.Sprintf("%d/%s ✓ %d ✗", m.Succeeded, total, m.Failed)
 }
 
 func (c *cli) newRunListCmd() *cobra.Command {
