@@ -94,7 +94,8 @@ func WakeBundle() map[string]File {
 }
 
 // WorkflowMap is an exec step printing MapItems JSON Lines, a map of noop
-// built-ins over them (max_parallel MapParallel) and a join.
+// built-ins over them (max_parallel MapParallel; three attempts: an instance
+// interrupted by a dead dispatcher counts against the budget) and a join.
 const WorkflowMap = "bench-map"
 
 // MapParallel is WorkflowMap's max_parallel.
@@ -105,7 +106,8 @@ const MapParallel = 200
 func MapBundle(n int) map[string]File {
 	y := "name: " + WorkflowMap + "\ndescription: a map over JSON Lines\nsteps:\n" +
 		"  - {key: split, exec: [\"./bin/split\"]}\n" +
-		fmt.Sprintf("  - {key: each, needs: [split], map: {over: \"deps.split\", max_parallel: %d}, builtin: noop}\n", MapParallel) +
+		fmt.Sprintf("  - {key: each, needs: [split], map: {over: \"deps.split\", max_parallel: %d}, builtin: noop,\n", MapParallel) +
+		"     retry: {max_attempts: 3, backoff: fixed, delay: 1s}}\n" +
 		"  - {key: join, needs: [each], builtin: noop}\n"
 	script := fmt.Sprintf("#!/bin/sh\n# Prints the items 0 to %d, one a line.\ncat >/dev/null\nexec seq 0 %d\n", n-1, n-1)
 	return map[string]File{
