@@ -67,11 +67,14 @@ FROM step_maps m JOIN steps s ON s.run_id = m.run_id AND s.key = m.step_key
 WHERE m.run_id = $1 AND m.step_key = $2 AND NOT m.finished AND s.status = 'suspended' AND NOT s.held
 FOR UPDATE OF m SKIP LOCKED`
 
+	// sqlMapCounts counts a map's live and failed instances: index range scans per
+	// state (steps_map_idx), so that its cost follows those counts, not the items
+	// that succeeded.
 	sqlMapCounts = `
-SELECT count(*) FILTER (WHERE status IN ('waiting', 'ready', 'running', 'suspended')) AS live,
-       count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
-       count(*) FILTER (WHERE status IN ('failed', 'canceled', 'skipped')) AS failed
-FROM steps WHERE run_id = $1 AND map_parent = $2`
+SELECT (SELECT count(*) FROM steps WHERE run_id = $1 AND map_parent = $2
+          AND status IN ('waiting', 'ready', 'running', 'suspended')) AS live,
+       (SELECT count(*) FROM steps WHERE run_id = $1 AND map_parent = $2
+          AND status IN ('failed', 'canceled', 'skipped')) AS failed`
 
 	sqlMapExpand = `SELECT cairn_map_expand($1, $2, $3, $4, $5, $6)`
 
@@ -184,11 +187,9 @@ type MapState struct {
 	NextOffset int64 `db:"next_offset"`
 	// Expanded: every item has its instance (NextIndex is the item count).
 	Expanded bool `db:"expanded"`
-	// Counts of instances: unfinished, succeeded, and failed (failed, canceled or
-	// skipped).
-	Live      int64 `db:"live"`
-	Succeeded int64 `db:"succeeded"`
-	Failed    int64 `db:"failed"`
+	// Counts of instances: unfinished, and failed (failed, canceled or skipped).
+	Live   int64 `db:"live"`
+	Failed int64 `db:"failed"`
 }
 
 // Tolerated reports whether failed failures of total items are within the map's
@@ -245,7 +246,7 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 			return err
 		}
 		row := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key)
-		if err := row.Scan(&st.Live, &st.Succeeded, &st.Failed); err != nil {
+		if err := row.Scan(&st.Live, &st.Failed); err != nil {
 			return err
 		}
 		if !st.Expanded && !st.FailingFast() {
