@@ -374,6 +374,7 @@ const (
 	Approval WaitingForKind = "approval"
 	Callback WaitingForKind = "callback"
 	ChildRun WaitingForKind = "child_run"
+	Map      WaitingForKind = "map"
 	Signal   WaitingForKind = "signal"
 	Sleep    WaitingForKind = "sleep"
 	Upstream WaitingForKind = "upstream"
@@ -387,6 +388,8 @@ func (e WaitingForKind) Valid() bool {
 	case Callback:
 		return true
 	case ChildRun:
+		return true
+	case Map:
 		return true
 	case Signal:
 		return true
@@ -1195,7 +1198,7 @@ type Version struct {
 
 // WaitingFor defines model for WaitingFor.
 type WaitingFor struct {
-	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
+	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
 	Kind WaitingForKind `json:"kind"`
 
 	// Name the signal's name (POST /v1/runs/{id}/signals/{name})
@@ -1217,7 +1220,7 @@ type WaitingFor struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
+// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
 type WaitingForKind string
 
 // WaitingForOnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)

@@ -56,3 +56,55 @@ func TestReadItems(t *testing.T) {
 type rawItem = json.RawMessage
 
 var jsonUnmarshal = json.Unmarshal
+
+// FuzzReadItems: whatever a blob holds (a function's output, untrusted), reading it
+// a page at a time from the cursors readItems returns gives the same items as
+// reading it in one page, or an error; never a panic, never an item twice.
+func FuzzReadItems(f *testing.F) {
+	for _, seed := range []string{`[1, 2, 3]`, "1\n2\n3\n", `[{"a": "]"}, ",", []]`, `[`, "\"x\"\n{", ``, ` [ ] `} {
+		f.Add([]byte(seed), true, uint8(1))
+		f.Add([]byte(seed), false, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, blob []byte, array bool, page uint8) {
+		format := "lines"
+		if array {
+			format = "array"
+		}
+		n := int(page%7) + 1
+		whole, _, wholeEnd, wholeErr := readItems(strings.NewReader(string(blob)), format, 0, len(blob)+1)
+		var got []json.RawMessage
+		var off int64
+		for round := 0; round <= len(blob)+1; round++ {
+			items, next, end, err := readItems(strings.NewReader(string(blob[off:])), format, off, n)
+			if err != nil {
+				return // the whole read may have failed further on, or the same place
+			}
+			var arr []json.RawMessage
+			if err := json.Unmarshal(items, &arr); err != nil {
+				t.Fatalf("page is not a JSON array: %s", items)
+			}
+			got = append(got, arr...)
+			if next < off || next > int64(len(blob)) {
+				t.Fatalf("cursor %d out of [%d, %d]", next, off, len(blob))
+			}
+			if end {
+				if wholeErr != nil || !wholeEnd {
+					return // the single read saw an error the pages did not reach
+				}
+				var all []json.RawMessage
+				if err := json.Unmarshal(whole, &all); err != nil {
+					t.Fatalf("whole is not a JSON array: %s", whole)
+				}
+				if len(all) != len(got) {
+					t.Fatalf("%d items by pages of %d, %d at once", len(got), n, len(all))
+				}
+				return
+			}
+			if next == off && len(arr) == 0 {
+				t.Fatalf("no progress at %d", off)
+			}
+			off = next
+		}
+		t.Fatalf("more rounds than bytes")
+	})
+}

@@ -1675,10 +1675,10 @@ export interface components {
         };
         WaitingFor: {
             /**
-             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id)
+             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
              * @enum {string}
              */
-            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run";
+            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run" | "map";
             /** @description the signal's name (POST /v1/runs/{id}/signals/{name}) */
             name?: string;
             /**
