@@ -123,7 +123,7 @@ func attemptOf(a *catalog.Attempt) Attempt {
 // StepParams are the {id} and {key} path parameters of a step.
 type StepParams struct {
 	RunIDParam
-	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"step key"`
+	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}(\\[[0-9]{1,12}\\])?$" doc:"step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D)"`
 }
 
 type itemsOutput[T any] struct {

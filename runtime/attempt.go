@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -354,7 +355,7 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 	}
 	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
 	if d.cfg.PublicURL != "" {
-		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + c.Key + "/checkpoint"
+		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
 	}
 }
 

@@ -4300,7 +4300,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4436,7 +4436,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4592,7 +4592,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4723,7 +4723,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
                 /** @description the item's index, from 0 */
                 index: number;
@@ -4859,7 +4859,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
                 /** @description the item's index, from 0 */
                 index: number;
@@ -4992,7 +4992,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
                 /** @description the item's index, from 0 */
                 index: number;
@@ -5129,7 +5129,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -5260,7 +5260,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
