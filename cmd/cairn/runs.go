@@ -241,7 +241,11 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 		fmt.Fprintf(tw, "labels\t%s\n", formatLabels(run.Labels))
 	}
 	if run.ParentId != nil {
-		fmt.Fprintf(tw, "parent\t%s\n", *run.ParentId)
+		parent := *run.ParentId
+		if run.ParentStep != nil {
+			parent += " (step " + *run.ParentStep + ")"
+		}
+		fmt.Fprintf(tw, "parent\t%s\n", parent)
 	}
 	fmt.Fprintf(tw, "duration\t%s\n", span(run.StartedAt, run.FinishedAt, time.Now()))
 	if msg := errorMessage(run.Error); msg != "" {
