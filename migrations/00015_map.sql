@@ -271,7 +271,9 @@ CREATE TRIGGER runs_child_ended AFTER UPDATE OF status ON runs
 -- cairn_children_follow makes a parent's children follow it: canceled, they are
 -- canceled (those not ended); paused by an operator (pause_reason run), the pending
 -- and running ones are paused (actor parent:<id>); resumed, the children paused that
--- way are resumed. Each child's own children follow it in turn.
+-- way are resumed. Each child's own children follow it in turn. The children are
+-- locked as they are chosen (a child that ends meanwhile is skipped, not an error
+-- that would undo the parent's change).
 -- +goose StatementBegin
 CREATE FUNCTION cairn_children_follow()
 RETURNS trigger LANGUAGE plpgsql AS $$
@@ -283,6 +285,7 @@ BEGIN
         FOR c IN SELECT id FROM runs
                   WHERE parent_id = NEW.id AND parent_step IS NOT NULL AND status IN ('pending', 'running', 'paused')
                   ORDER BY id
+                  FOR UPDATE
         LOOP
             PERFORM cairn_run_cancel(c.id, format('parent run %s canceled', NEW.id));
         END LOOP;
@@ -290,6 +293,7 @@ BEGIN
         FOR c IN SELECT id FROM runs
                   WHERE parent_id = NEW.id AND parent_step IS NOT NULL AND status IN ('pending', 'running')
                   ORDER BY id
+                  FOR UPDATE
         LOOP
             PERFORM cairn_run_pause(c.id, v_actor, format('parent run %s paused', NEW.id));
         END LOOP;
@@ -300,6 +304,7 @@ BEGIN
                     AND (SELECT e.data ->> 'actor' FROM events e
                           WHERE e.run_id = r.id AND e.type = 'run.paused' ORDER BY e.seq DESC LIMIT 1) = v_actor
                   ORDER BY r.id
+                  FOR UPDATE OF r
         LOOP
             PERFORM cairn_run_resume(c.id, v_actor, format('parent run %s resumed', NEW.id));
         END LOOP;
