@@ -32,7 +32,8 @@ steps:
   - {key: small, map: {over: "['a', 'b', 'c']", max_parallel: 2}, builtin: echo}
   - {key: big, needs: [split], map: {over: "deps.split", max_parallel: 7}, builtin: echo}
   - {key: child, map: {over: "[1, 2]"}, workflow: {name: kid, input: "{'item': item, 'index': index}"}}
-  - {key: join, needs: [small, big], builtin: noop}
+  - {key: none, map: {over: "[]"}, builtin: echo}
+  - {key: join, needs: [small, big, none], builtin: noop}
 `})
 	deploy(t, tb, map[string]string{"cairn.yaml": `
 name: kid
@@ -45,6 +46,7 @@ steps:
 	steps := stepMap(t, tb, id)
 	require.NotContains(t, steps, "small[0]")
 	require.JSONEq(t, `["a","b","c"]`, string(steps["small"].Output))
+	require.JSONEq(t, `[]`, string(steps["none"].Output), "no items: an empty list")
 	require.JSONEq(t, `[{"echo":{"item":1,"index":0}},{"echo":{"item":2,"index":1}}]`, string(steps["child"].Output))
 
 	_, isBlob := blobstore.ParseRef(json.RawMessage(steps["split"].Output))
