@@ -183,3 +183,49 @@ func TestMapBlobPages(t *testing.T) {
 	require.Equal(t, 10, n, "no instance twice")
 	_ = uuid.Nil
 }
+
+// TestMapRetryOntoVersion: a run with a map retried onto another version keeps the
+// map's instances (they are not steps of a version): the failed one runs again and
+// the map completes with every item once.
+func TestMapRetryOntoVersion(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	run, m := mapRun(t, ctx, s, 1)
+	require.NoError(t, s.MapStart(ctx, lease(m), &catalog.MapStartParams{MaxParallel: 3, Items: json.RawMessage(`[10, 20, 30]`)}))
+	w := catalog.MapWorker{Finish: listFinisher(t)}
+	ref := catalog.MapRef{RunID: run.ID, Key: "m"}
+	created, _, err := s.MapWork(ctx, ref, w)
+	require.NoError(t, err)
+	require.Equal(t, 3, created)
+	for key, c := range claimKeys(t, ctx, s, "d1", 3) {
+		if key == "m[1]" {
+			require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeFailed, false, ""))
+			continue
+		}
+		require.NoError(t, finish(t, ctx, s, c, catalog.OutcomeSucceeded, false, string(c.MapItem)))
+	}
+	_, resolved, err := s.MapWork(ctx, ref, w)
+	require.NoError(t, err)
+	require.True(t, resolved)
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, run.ID).Status)
+
+	v2 := catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "m", MaxAttempts: 2},
+		catalog.NewStep{Key: "after", Needs: []string{"m"}, MaxAttempts: 1})
+	_, _, err = s.RunRetry(ctx, &catalog.RunRetryParams{RunID: run.ID, Version: v2.Version, Actor: "op"})
+	require.NoError(t, err)
+	claimed := claimKeys(t, ctx, s, "d1", 2)
+	require.Contains(t, claimed, "m[1]")
+	require.NoError(t, s.MapStart(ctx, lease(claimed["m"]), &catalog.MapStartParams{MaxParallel: 3, Items: json.RawMessage(`[10, 20, 30]`)}))
+	require.NoError(t, finish(t, ctx, s, claimed["m[1]"], catalog.OutcomeSucceeded, false, `20`))
+	_, resolved, err = s.MapWork(ctx, ref, w)
+	require.NoError(t, err)
+	require.True(t, resolved)
+	st, err := s.StepGet(ctx, run.ID, "m")
+	require.NoError(t, err)
+	require.JSONEq(t, `[10, 20, 30]`, string(st.Output))
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["after"], catalog.OutcomeSucceeded, false, `1`))
+	r := runOf(t, ctx, s, run.ID)
+	require.Equal(t, catalog.RunSucceeded, r.Status)
+	require.Equal(t, v2.Version, r.Version)
+}

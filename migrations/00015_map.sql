@@ -157,6 +157,107 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- cairn_run_retry: as in 00009, but a map's instances are not steps of the version's
+-- layout: a retry onto another version keeps them (the map step takes them up again),
+-- does not compare them with the new version, and draws no edges to them.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION cairn_run_retry(p_run uuid, p_version integer, p_actor text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_run      record;
+    v_target   integer;
+    v_mismatch text;
+    v_started  boolean;
+    v_total    integer;
+    v_left     integer;
+    v_keys     text[];
+    v_workflow record;
+BEGIN
+    -- The workflow's row first, FOR KEY SHARE (as sqlRunCreate): cairn_workflow_pause
+    -- locks it FOR UPDATE before it holds the workflow's runs, so it waits for this
+    -- retry and then holds the retried run, or this retry sees the workflow paused.
+    SELECT w.paused, w.paused_by INTO v_workflow
+    FROM workflows w WHERE w.name = (SELECT workflow FROM runs WHERE id = p_run) FOR KEY SHARE;
+    SELECT id, workflow, version, status INTO v_run FROM runs WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'CA404';
+    END IF;
+    IF v_run.status NOT IN ('failed', 'canceled') THEN
+        RAISE EXCEPTION 'run % is %: only a failed or canceled run can be retried', p_run, v_run.status
+            USING ERRCODE = 'CAR09';
+    END IF;
+    v_target := coalesce(nullif(p_version, 0), v_run.version);
+
+    IF v_target <> v_run.version THEN
+        PERFORM 1 FROM workflow_versions WHERE workflow = v_run.workflow AND version = v_target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'workflow % has no version %', v_run.workflow, v_target USING ERRCODE = 'CA404';
+        END IF;
+        SELECT cairn_version_mismatch(v_run.workflow, v_target, array_agg(key ORDER BY key),
+                                      array_agg(array_to_string(needs, ',') ORDER BY key))
+          INTO v_mismatch
+          FROM steps WHERE run_id = p_run AND status = 'succeeded' AND map_parent IS NULL;
+        IF v_mismatch <> '' THEN
+            RAISE EXCEPTION 'run % cannot move onto version % of %: steps it keeps differ there: %',
+                p_run, v_target, v_run.workflow, v_mismatch USING ERRCODE = 'CAV09';
+        END IF;
+
+        -- Lay the steps the run does not keep out from the new version.
+        DELETE FROM steps s
+        WHERE s.run_id = p_run AND s.status <> 'succeeded' AND s.map_parent IS NULL
+          AND NOT EXISTS (SELECT 1 FROM cairn_version_layout(v_run.workflow, v_target) l WHERE l.key = s.key);
+        UPDATE steps s SET needs = l.needs, max_attempts = l.max_attempts, on_exhausted = l.on_exhausted
+        FROM cairn_version_layout(v_run.workflow, v_target) l
+        WHERE s.run_id = p_run AND s.key = l.key AND s.status <> 'succeeded';
+        INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, on_exhausted)
+        SELECT p_run, l.key, 'waiting', l.needs, cardinality(l.needs), l.max_attempts, l.on_exhausted
+        FROM cairn_version_layout(v_run.workflow, v_target) l
+        WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = p_run AND s.key = l.key);
+        DELETE FROM step_edges WHERE run_id = p_run;
+        INSERT INTO step_edges (run_id, from_key, to_key)
+        SELECT p_run, n, s.key FROM steps s, unnest(s.needs) AS n WHERE s.run_id = p_run AND s.map_parent IS NULL;
+    END IF;
+
+    SELECT bool_or(attempts > 0) INTO v_started FROM steps WHERE run_id = p_run;
+
+    -- Every step not kept runs again: ready when all it needs succeeded.
+    WITH reset AS (
+        UPDATE steps s SET
+            status = CASE WHEN d.unmet = 0 THEN 'ready' ELSE 'waiting' END,
+            deps_remaining = d.unmet,
+            ready_at = CASE WHEN d.unmet = 0 THEN now() END,
+            counted_attempts = 0,
+            last_error = CASE WHEN s.status = 'skipped' THEN NULL ELSE s.last_error END,
+            started_at = NULL, finished_at = NULL,
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, held = false
+        FROM (SELECT t.key, (SELECT count(*) FROM steps u
+                             WHERE u.run_id = p_run AND u.key = ANY (t.needs) AND u.status <> 'succeeded') AS unmet
+              FROM steps t WHERE t.run_id = p_run AND t.status <> 'succeeded') d
+        WHERE s.run_id = p_run AND s.key = d.key
+        RETURNING s.key
+    )
+    SELECT coalesce(array_agg(key ORDER BY key), '{}') INTO v_keys FROM reset;
+
+    SELECT count(*), count(*) FILTER (WHERE status <> 'succeeded') INTO v_total, v_left
+    FROM steps WHERE run_id = p_run;
+    UPDATE runs SET status = CASE WHEN coalesce(v_started, false) THEN 'running' ELSE 'pending' END,
+        version = v_target, steps_total = v_total, steps_remaining = v_left,
+        error = NULL, finished_at = NULL
+    WHERE id = p_run;
+    PERFORM cairn_event(p_run, 'run.retried', NULL, NULL,
+        jsonb_build_object('actor', p_actor, 'version', v_target, 'previous_version', v_run.version,
+                           'steps', to_jsonb(v_keys)));
+    IF v_left = 0 THEN
+        PERFORM cairn_run_settle(p_run, 0);
+    ELSIF v_workflow.paused THEN
+        -- Its workflow is paused: the run waits with the workflow's other runs.
+        PERFORM cairn_run_hold(p_run, 'workflow', v_workflow.paused_by, 'its workflow is paused');
+    ELSE
+        PERFORM cairn_wake();
+    END IF;
+END $$;
+-- +goose StatementEnd
+
 -- runs.parent_step: the step of parent_id that started the run (a child run); NULL
 -- for the runs an API client linked to a parent itself (issue 13's parent).
 ALTER TABLE runs ADD COLUMN parent_step text;
@@ -345,6 +446,105 @@ ALTER TABLE steps DROP CONSTRAINT steps_map_instance_check;
 ALTER TABLE steps DROP COLUMN map_item, DROP COLUMN map_index, DROP COLUMN map_parent;
 ALTER TABLE steps DROP CONSTRAINT steps_key_check;
 ALTER TABLE steps ADD CONSTRAINT steps_key_check CHECK (key ~ '^[a-z0-9][a-z0-9_-]{0,62}$');
+
+-- cairn_run_retry, as in 00009.
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION cairn_run_retry(p_run uuid, p_version integer, p_actor text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_run      record;
+    v_target   integer;
+    v_mismatch text;
+    v_started  boolean;
+    v_total    integer;
+    v_left     integer;
+    v_keys     text[];
+    v_workflow record;
+BEGIN
+    -- The workflow's row first, FOR KEY SHARE (as sqlRunCreate): cairn_workflow_pause
+    -- locks it FOR UPDATE before it holds the workflow's runs, so it waits for this
+    -- retry and then holds the retried run, or this retry sees the workflow paused.
+    SELECT w.paused, w.paused_by INTO v_workflow
+    FROM workflows w WHERE w.name = (SELECT workflow FROM runs WHERE id = p_run) FOR KEY SHARE;
+    SELECT id, workflow, version, status INTO v_run FROM runs WHERE id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'CA404';
+    END IF;
+    IF v_run.status NOT IN ('failed', 'canceled') THEN
+        RAISE EXCEPTION 'run % is %: only a failed or canceled run can be retried', p_run, v_run.status
+            USING ERRCODE = 'CAR09';
+    END IF;
+    v_target := coalesce(nullif(p_version, 0), v_run.version);
+
+    IF v_target <> v_run.version THEN
+        PERFORM 1 FROM workflow_versions WHERE workflow = v_run.workflow AND version = v_target;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'workflow % has no version %', v_run.workflow, v_target USING ERRCODE = 'CA404';
+        END IF;
+        SELECT cairn_version_mismatch(v_run.workflow, v_target, array_agg(key ORDER BY key),
+                                      array_agg(array_to_string(needs, ',') ORDER BY key))
+          INTO v_mismatch
+          FROM steps WHERE run_id = p_run AND status = 'succeeded';
+        IF v_mismatch <> '' THEN
+            RAISE EXCEPTION 'run % cannot move onto version % of %: steps it keeps differ there: %',
+                p_run, v_target, v_run.workflow, v_mismatch USING ERRCODE = 'CAV09';
+        END IF;
+
+        -- Lay the steps the run does not keep out from the new version.
+        DELETE FROM steps s
+        WHERE s.run_id = p_run AND s.status <> 'succeeded'
+          AND NOT EXISTS (SELECT 1 FROM cairn_version_layout(v_run.workflow, v_target) l WHERE l.key = s.key);
+        UPDATE steps s SET needs = l.needs, max_attempts = l.max_attempts, on_exhausted = l.on_exhausted
+        FROM cairn_version_layout(v_run.workflow, v_target) l
+        WHERE s.run_id = p_run AND s.key = l.key AND s.status <> 'succeeded';
+        INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, on_exhausted)
+        SELECT p_run, l.key, 'waiting', l.needs, cardinality(l.needs), l.max_attempts, l.on_exhausted
+        FROM cairn_version_layout(v_run.workflow, v_target) l
+        WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = p_run AND s.key = l.key);
+        DELETE FROM step_edges WHERE run_id = p_run;
+        INSERT INTO step_edges (run_id, from_key, to_key)
+        SELECT p_run, n, s.key FROM steps s, unnest(s.needs) AS n WHERE s.run_id = p_run;
+    END IF;
+
+    SELECT bool_or(attempts > 0) INTO v_started FROM steps WHERE run_id = p_run;
+
+    -- Every step not kept runs again: ready when all it needs succeeded.
+    WITH reset AS (
+        UPDATE steps s SET
+            status = CASE WHEN d.unmet = 0 THEN 'ready' ELSE 'waiting' END,
+            deps_remaining = d.unmet,
+            ready_at = CASE WHEN d.unmet = 0 THEN now() END,
+            counted_attempts = 0,
+            last_error = CASE WHEN s.status = 'skipped' THEN NULL ELSE s.last_error END,
+            started_at = NULL, finished_at = NULL,
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, held = false
+        FROM (SELECT t.key, (SELECT count(*) FROM steps u
+                             WHERE u.run_id = p_run AND u.key = ANY (t.needs) AND u.status <> 'succeeded') AS unmet
+              FROM steps t WHERE t.run_id = p_run AND t.status <> 'succeeded') d
+        WHERE s.run_id = p_run AND s.key = d.key
+        RETURNING s.key
+    )
+    SELECT coalesce(array_agg(key ORDER BY key), '{}') INTO v_keys FROM reset;
+
+    SELECT count(*), count(*) FILTER (WHERE status <> 'succeeded') INTO v_total, v_left
+    FROM steps WHERE run_id = p_run;
+    UPDATE runs SET status = CASE WHEN coalesce(v_started, false) THEN 'running' ELSE 'pending' END,
+        version = v_target, steps_total = v_total, steps_remaining = v_left,
+        error = NULL, finished_at = NULL
+    WHERE id = p_run;
+    PERFORM cairn_event(p_run, 'run.retried', NULL, NULL,
+        jsonb_build_object('actor', p_actor, 'version', v_target, 'previous_version', v_run.version,
+                           'steps', to_jsonb(v_keys)));
+    IF v_left = 0 THEN
+        PERFORM cairn_run_settle(p_run, 0);
+    ELSIF v_workflow.paused THEN
+        -- Its workflow is paused: the run waits with the workflow's other runs.
+        PERFORM cairn_run_hold(p_run, 'workflow', v_workflow.paused_by, 'its workflow is paused');
+    ELSE
+        PERFORM cairn_wake();
+    END IF;
+END $$;
+-- +goose StatementEnd
 
 -- cairn_run_settle, as in 00005.
 -- +goose StatementBegin
