@@ -36,6 +36,7 @@ type Run struct {
 	RerunFrom    *string           `json:"rerun_from_step,omitempty" doc:"on a rerun: the step it reran from"`
 	Labels       map[string]string `json:"labels" doc:"the labels given at start; {} when none were"`
 	ParentID     *string           `json:"parent_id" doc:"the run that started this one (a child run); null otherwise"`
+	ParentStep   *string           `json:"parent_step,omitempty" doc:"on a child run started by a workflow step: that step's key in the parent run"`
 }
 
 func runOf(r *catalog.Run) Run {
@@ -44,7 +45,7 @@ func runOf(r *catalog.Run) Run {
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt), RerunFrom: r.RerunFromStep,
-		Labels: labelsOf(r.Labels), ParentID: parentOf(r.ParentID),
+		Labels: labelsOf(r.Labels), ParentID: parentOf(r.ParentID), ParentStep: r.ParentStep,
 	}
 	if r.RerunOf != nil {
 		id := r.RerunOf.String()

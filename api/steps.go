@@ -36,15 +36,17 @@ type Step struct {
 	SkipReason     string          `json:"skip_reason,omitempty" enum:"condition_false,upstream_failed,upstream_skipped,no_upstream_failed" doc:"why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)"`
 	Phase          string          `json:"phase" enum:"main,compensate,on_failure" doc:"main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating"`
 	Compensates    string          `json:"compensates,omitempty" doc:"the step a compensate step undoes"`
+	Map            *MapProgress    `json:"map,omitempty" doc:"a map step that has started: where its instances stand (GET …/items lists them)"`
 }
 
 // WaitingFor says what an unfinished step waits for: its upstream steps (a waiting
 // step), or the end of a durable wait (a suspended step: sleep, signal, approval,
-// callback).
+// callback, child run).
 type WaitingFor struct {
-	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait"`
+	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback,child_run,map" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)"`
 	Until     *time.Time `json:"until,omitempty" doc:"a sleep's end"`
 	Name      string     `json:"name,omitempty" doc:"the signal's name (POST /v1/runs/{id}/signals/{name})"`
+	RunID     string     `json:"run_id,omitempty" format:"uuid" doc:"the child run a workflow step waits for"`
 	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
 	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`
 	OnTimeout string     `json:"on_timeout,omitempty" enum:"fail,continue" doc:"what happens then: fail (code timeout) or continue (succeeds with a null output)"`
@@ -68,6 +70,9 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 		if st.ApprovalRequired != nil && st.WaitKind != nil && *st.WaitKind == catalog.WaitApproval {
 			n := st.Approvals
 			w.Required, w.Approvals = st.ApprovalRequired, &n
+		}
+		if st.ChildRun != nil {
+			w.RunID = st.ChildRun.String()
 		}
 		if st.OnTimeout != nil && st.TimeoutAt != nil {
 			w.OnTimeout = string(*st.OnTimeout)
@@ -139,7 +144,7 @@ func attemptOf(a *catalog.Attempt) Attempt {
 // StepParams are the {id} and {key} path parameters of a step.
 type StepParams struct {
 	RunIDParam
-	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"step key"`
+	Key string `path:"key" pattern:"^[a-z0-9][a-z0-9_-]{0,62}(\\[[0-9]{1,12}\\])?$" doc:"step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D)"`
 }
 
 type itemsOutput[T any] struct {
@@ -180,7 +185,17 @@ func (s *Server) registerSteps() {
 				return nil, err
 			}
 		}
-		return itemsOf(rows, stepOf), nil
+		maps, err := s.store.MapProgressList(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out := itemsOf(rows, stepOf)
+		for i := range out.Body.Items {
+			if m, ok := maps[out.Body.Items[i].Key]; ok {
+				out.Body.Items[i].Map = mapProgressOf(m)
+			}
+		}
+		return out, nil
 	})
 
 	register(s, huma.Operation{
@@ -189,17 +204,7 @@ func (s *Server) registerSteps() {
 		Path:        "/v1/runs/{id}/steps/{key}/attempts",
 		Summary:     "List a step's attempts",
 		Tags:        []string{"runs"},
-	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*itemsOutput[Attempt], error) {
-		st, err := s.step(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		rows, err := s.store.AttemptList(ctx, st.RunID, st.Key)
-		if err != nil {
-			return nil, err
-		}
-		return itemsOf(rows, attemptOf), nil
-	})
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepAttempts)
 
 	register(s, huma.Operation{
 		OperationID: "getStepOutput",
@@ -212,16 +217,7 @@ func (s *Server) registerSteps() {
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 			"application/json":         {Schema: &huma.Schema{}},
 		}}},
-	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *StepParams) (*huma.StreamResponse, error) {
-		st, err := s.step(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		if st.Status != catalog.StepSucceeded {
-			return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
-		}
-		return s.streamPayload(ctx, json.RawMessage(st.Output))
-	})
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepOutput)
 
 	register(s, huma.Operation{
 		OperationID: "getAttemptLog",
@@ -237,30 +233,60 @@ func (s *Server) registerSteps() {
 		StepParams
 		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
 	}) (*huma.StreamResponse, error) {
-		st, err := s.step(ctx, &in.StepParams)
-		if err != nil {
-			return nil, err
-		}
-		n := in.Attempt
-		if n == 0 {
-			n = st.Attempts
-		}
-		if n == 0 {
-			return nil, withDetail(errNotFound, "the step has not run yet")
-		}
-		a, err := s.store.AttemptGet(ctx, st.RunID, st.Key, n)
-		if err != nil {
-			return nil, err
-		}
-		if a.LogKey == nil {
-			return &huma.StreamResponse{Body: func(hc huma.Context) {
-				hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
-				hc.SetHeader("Content-Length", "0")
-				hc.SetStatus(http.StatusOK)
-			}}, nil
-		}
-		return s.streamBlob(ctx, *a.LogKey)
+		return s.stepLog(ctx, &in.StepParams, in.Attempt)
 	})
+	s.registerItems()
+}
+
+// stepAttempts lists the attempts of the step p names.
+func (s *Server) stepAttempts(ctx context.Context, p *StepParams) (*itemsOutput[Attempt], error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.store.AttemptList(ctx, st.RunID, st.Key)
+	if err != nil {
+		return nil, err
+	}
+	return itemsOf(rows, attemptOf), nil
+}
+
+// stepOutput streams the output of the step p names; 404 until it has succeeded.
+func (s *Server) stepOutput(ctx context.Context, p *StepParams) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != catalog.StepSucceeded {
+		return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
+	}
+	return s.streamPayload(ctx, json.RawMessage(st.Output))
+}
+
+// stepLog streams the log of attempt n (the newest when 0) of the step p names.
+func (s *Server) stepLog(ctx context.Context, p *StepParams, n int) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		n = st.Attempts
+	}
+	if n == 0 {
+		return nil, withDetail(errNotFound, "the step has not run yet")
+	}
+	a, err := s.store.AttemptGet(ctx, st.RunID, st.Key, n)
+	if err != nil {
+		return nil, err
+	}
+	if a.LogKey == nil {
+		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
+			hc.SetHeader("Content-Length", "0")
+			hc.SetStatus(http.StatusOK)
+		}}, nil
+	}
+	return s.streamBlob(ctx, *a.LogKey)
 }
 
 // step looks up the step a request names: 400 for a malformed run ID, 404 when

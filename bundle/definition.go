@@ -67,7 +67,7 @@ type Definition struct {
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
-// Sleep and Signal is set, as Kind says.
+// Sleep, Signal and Workflow is set, as Kind says.
 type StepDefinition struct {
 	Key string `json:"key"`
 	// Needs is sorted and duplicate-free; never nil.
@@ -86,6 +86,10 @@ type StepDefinition struct {
 	Signal *SignalDefinition `json:"signal,omitempty"`
 	// Approval is set for KindApproval (approval.go).
 	Approval *ApprovalDefinition `json:"approval,omitempty"`
+	// Workflow is set for KindWorkflow (workflow_step.go).
+	Workflow *WorkflowDefinition `json:"workflow,omitempty"`
+	// Map, when set, runs the step once per item (map.go).
+	Map *MapDefinition `json:"map,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -195,8 +199,9 @@ func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefiniti
 		return d, fieldError(s.Key, "with"+werr.at, "%s", werr.msg)
 	}
 	d.With = with
+	normalizeMapSpec(&s, &d)
 	switch {
-	case normalizeWait(&s, &d), normalizeApproval(&s, &d):
+	case normalizeWait(&s, &d), normalizeApproval(&s, &d), normalizeWorkflow(&s, &d):
 	case s.Exec != nil:
 		p, _ := execPath(s.Exec[0])
 		d.Kind = KindExec

@@ -46,8 +46,8 @@ type Defaults struct {
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
 }
 
-// Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
-// Signal is set.
+// Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep,
+// Signal and Workflow is set.
 type Step struct {
 	// Key names the step: ^[a-z0-9][a-z0-9_-]{0,62}$, unique in the manifest.
 	Key string `yaml:"key" json:"key"`
@@ -68,6 +68,10 @@ type Step struct {
 	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
 	// Approval waits for approvals (approval.go).
 	Approval *ApprovalSpec `yaml:"approval,omitempty" json:"approval,omitempty"`
+	// Workflow starts a child run and waits for its end (workflow_step.go).
+	Workflow *WorkflowSpec `yaml:"workflow,omitempty" json:"workflow,omitempty"`
+	// Map runs the step once per item of a list (map.go).
+	Map *MapSpec `yaml:"map,omitempty" json:"map,omitempty"`
 	// With holds static parameters, passed to the function as "params".
 	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
 	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.

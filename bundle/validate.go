@@ -177,6 +177,8 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	kinds = append(kinds, v.waitKinds(f, s)...)
 	kinds = append(kinds, v.approvalKind(f, s)...)
+	kinds = append(kinds, v.workflowKind(f, s)...)
+	v.mapSpec(f, s, kinds)
 	switch {
 	case s.Network == "":
 	case s.Network != NetworkNone:
@@ -186,10 +188,10 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	switch len(kinds) {
 	case 0:
-		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval", s.Key)
+		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key)
 	case 1:
 	default:
-		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval", s.Key, strings.Join(kinds, " and "))
+		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key, strings.Join(kinds, " and "))
 	}
 	if s.With != nil {
 		if _, err := normalizeWith(s.With); err != nil {

@@ -27,7 +27,7 @@ var ErrRunFinished = fmt.Errorf("%w: run already finished", ErrConflict)
 const (
 	runColumns = `id, workflow, version, status, input, error, revision, steps_total,
 steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step, pause_reason,
-labels, parent_id`
+labels, parent_id, parent_step`
 
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
@@ -99,7 +99,7 @@ FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
        r.error, r.revision, r.steps_total, r.steps_remaining, r.created_at, r.started_at, r.finished_at,
-       r.rerun_of, r.rerun_from_step, r.pause_reason, r.labels, r.parent_id
+       r.rerun_of, r.rerun_from_step, r.pause_reason, r.labels, r.parent_id, r.parent_step
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
                 WHEN pg_column_size(r.input) > $11 THEN true
@@ -165,6 +165,9 @@ type Run struct {
 	Labels Labels `db:"labels"`
 	// ParentID is the run that started this one, if any.
 	ParentID *uuid.UUID `db:"parent_id"`
+	// ParentStep is the step of ParentID that started this run (a child run of a
+	// workflow step); nil for other runs, those linked to a parent at start too.
+	ParentStep *string `db:"parent_step"`
 	// InputOmitted is set by RunList on a run whose input it left out (Input is
 	// nil): over RunListParams.MaxInput.
 	InputOmitted bool `db:"input_omitted"`

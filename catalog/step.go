@@ -13,9 +13,11 @@ const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
 checkpoint, created_at, started_at, finished_at, held, on_exhausted, wait_kind, wait_until,
-wait_name, waiting_since, timeout_at, on_timeout, approval_required, approvals, trigger_rule, condition, skip_reason, phase, compensates`
+wait_name, waiting_since, timeout_at, on_timeout, approval_required, approvals, trigger_rule, condition, skip_reason, phase, compensates,
+child_run, map_parent, map_index, map_item`
 
-	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
+	// A map's instances are not listed with the steps (MapItemList pages them).
+	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 AND map_parent IS NULL ORDER BY created_at, key`
 
 	sqlStepGet = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 AND key = $2`
 
@@ -82,6 +84,13 @@ type Step struct {
 	Phase Phase `db:"phase"`
 	// Compensates is the step a compensation compensates; nil for other steps.
 	Compensates *string `db:"compensates"`
+	// ChildRun is the run a workflow step started and waits for (WaitChildRun).
+	ChildRun *uuid.UUID `db:"child_run"`
+	// MapParent is the map step an instance belongs to, MapIndex its item's index
+	// and MapItem the item; nil for other steps.
+	MapParent *string `db:"map_parent"`
+	MapIndex  *int64  `db:"map_index"`
+	MapItem   JSON    `db:"map_item"`
 }
 
 // Attempt is one try of a step.

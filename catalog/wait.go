@@ -42,6 +42,8 @@ const (
 	WaitSignal   WaitKind = "signal"
 	WaitApproval WaitKind = "approval"
 	WaitCallback WaitKind = "callback"
+	// WaitChildRun: a workflow step waits for its child run (child.go).
+	WaitChildRun WaitKind = "child_run"
 )
 
 // OnTimeout is what a wait does when its timeout passes.

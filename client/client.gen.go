@@ -144,6 +144,42 @@ func (e HealthOutputBodyStatus) Valid() bool {
 	}
 }
 
+// Defines values for ItemStatus.
+const (
+	ItemStatusCanceled  ItemStatus = "canceled"
+	ItemStatusFailed    ItemStatus = "failed"
+	ItemStatusReady     ItemStatus = "ready"
+	ItemStatusRunning   ItemStatus = "running"
+	ItemStatusSkipped   ItemStatus = "skipped"
+	ItemStatusSucceeded ItemStatus = "succeeded"
+	ItemStatusSuspended ItemStatus = "suspended"
+	ItemStatusWaiting   ItemStatus = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the ItemStatus enum.
+func (e ItemStatus) Valid() bool {
+	switch e {
+	case ItemStatusCanceled:
+		return true
+	case ItemStatusFailed:
+		return true
+	case ItemStatusReady:
+		return true
+	case ItemStatusRunning:
+		return true
+	case ItemStatusSkipped:
+		return true
+	case ItemStatusSucceeded:
+		return true
+	case ItemStatusSuspended:
+		return true
+	case ItemStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OperationAction.
 const (
 	OperationActionCancel OperationAction = "cancel"
@@ -454,6 +490,8 @@ func (e StepTriggerRule) Valid() bool {
 const (
 	Approval WaitingForKind = "approval"
 	Callback WaitingForKind = "callback"
+	ChildRun WaitingForKind = "child_run"
+	Map      WaitingForKind = "map"
 	Signal   WaitingForKind = "signal"
 	Sleep    WaitingForKind = "sleep"
 	Upstream WaitingForKind = "upstream"
@@ -465,6 +503,10 @@ func (e WaitingForKind) Valid() bool {
 	case Approval:
 		return true
 	case Callback:
+		return true
+	case ChildRun:
+		return true
+	case Map:
 		return true
 	case Signal:
 		return true
@@ -540,6 +582,42 @@ func (e ListRunsParamsStatus) Valid() bool {
 	case ListRunsParamsStatusRunning:
 		return true
 	case ListRunsParamsStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListItemsParamsStatus.
+const (
+	ListItemsParamsStatusCanceled  ListItemsParamsStatus = "canceled"
+	ListItemsParamsStatusFailed    ListItemsParamsStatus = "failed"
+	ListItemsParamsStatusReady     ListItemsParamsStatus = "ready"
+	ListItemsParamsStatusRunning   ListItemsParamsStatus = "running"
+	ListItemsParamsStatusSkipped   ListItemsParamsStatus = "skipped"
+	ListItemsParamsStatusSucceeded ListItemsParamsStatus = "succeeded"
+	ListItemsParamsStatusSuspended ListItemsParamsStatus = "suspended"
+	ListItemsParamsStatusWaiting   ListItemsParamsStatus = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the ListItemsParamsStatus enum.
+func (e ListItemsParamsStatus) Valid() bool {
+	switch e {
+	case ListItemsParamsStatusCanceled:
+		return true
+	case ListItemsParamsStatusFailed:
+		return true
+	case ListItemsParamsStatusReady:
+		return true
+	case ListItemsParamsStatusRunning:
+		return true
+	case ListItemsParamsStatusSkipped:
+		return true
+	case ListItemsParamsStatusSucceeded:
+		return true
+	case ListItemsParamsStatusSuspended:
+		return true
+	case ListItemsParamsStatusWaiting:
 		return true
 	default:
 		return false
@@ -760,6 +838,38 @@ type HookDelivery struct {
 	Workflow string `json:"workflow"`
 }
 
+// Item defines model for Item.
+type Item struct {
+	Attempts   int64      `json:"attempts"`
+	FinishedAt *time.Time `json:"finished_at"`
+
+	// Index the item's index in the list, from 0
+	Index int64 `json:"index"`
+
+	// Item the item, as it was in the list
+	Item interface{} `json:"item"`
+
+	// Key the instance's step key: <map key>[<index>]
+	Key       string      `json:"key"`
+	LastError interface{} `json:"last_error"`
+
+	// Output inline value, or a {"$blob": {...}} reference
+	Output    interface{} `json:"output"`
+	StartedAt *time.Time  `json:"started_at"`
+	Status    ItemStatus  `json:"status"`
+}
+
+// ItemStatus defines model for Item.Status.
+type ItemStatus string
+
+// ItemListOutputBody defines model for ItemListOutputBody.
+type ItemListOutputBody struct {
+	Items *[]Item `json:"items"`
+
+	// NextAfter pass as after for the next page; absent on the last page
+	NextAfter *int64 `json:"next_after,omitempty"`
+}
+
 // ItemsOutputAttemptBody defines model for ItemsOutputAttemptBody.
 type ItemsOutputAttemptBody struct {
 	Items *[]Attempt `json:"items"`
@@ -840,6 +950,20 @@ type ListWorkflow struct {
 
 	// NextCursor cursor of the next page; absent on the last page
 	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// MapProgress defines model for MapProgress.
+type MapProgress struct {
+	// Created instances created so far (items read)
+	Created int64 `json:"created"`
+
+	// Failed failed, canceled or skipped instances
+	Failed    int64 `json:"failed"`
+	Running   int64 `json:"running"`
+	Succeeded int64 `json:"succeeded"`
+
+	// Total the item count, once every item has its instance; null before
+	Total *int64 `json:"total"`
 }
 
 // Operation defines model for Operation.
@@ -993,6 +1117,9 @@ type Run struct {
 
 	// ParentId the run that started this one (a child run); null otherwise
 	ParentId *string `json:"parent_id"`
+
+	// ParentStep on a child run started by a workflow step: that step's key in the parent run
+	ParentStep *string `json:"parent_step,omitempty"`
 
 	// PauseReason only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
 	PauseReason *RunPauseReason `json:"pause_reason,omitempty"`
@@ -1183,9 +1310,10 @@ type Step struct {
 	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
 
 	// LeaseOwner dispatcher holding the step while it runs
-	LeaseOwner  *string   `json:"lease_owner"`
-	MaxAttempts int64     `json:"max_attempts"`
-	Needs       *[]string `json:"needs"`
+	LeaseOwner  *string      `json:"lease_owner"`
+	Map         *MapProgress `json:"map,omitempty"`
+	MaxAttempts int64        `json:"max_attempts"`
+	Needs       *[]string    `json:"needs"`
 
 	// Output inline value, or a {"$blob": {...}} reference
 	Output interface{} `json:"output"`
@@ -1270,7 +1398,7 @@ type WaitingFor struct {
 	// Approvals an approval: how many have approved so far
 	Approvals *int64 `json:"approvals,omitempty"`
 
-	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
 	Kind WaitingForKind `json:"kind"`
 
 	// Name the signal's name (POST /v1/runs/{id}/signals/{name})
@@ -1282,6 +1410,9 @@ type WaitingFor struct {
 	// Required an approval: how many distinct approvers must approve
 	Required *int64 `json:"required,omitempty"`
 
+	// RunId the child run a workflow step waits for
+	RunId *openapi_types.UUID `json:"run_id,omitempty"`
+
 	// Since when the wait began
 	Since *time.Time `json:"since,omitempty"`
 
@@ -1292,7 +1423,7 @@ type WaitingFor struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
 type WaitingForKind string
 
 // WaitingForOnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
@@ -1449,6 +1580,27 @@ type PutCheckpointParams struct {
 
 	// ContentType application/json for an inline-able JSON checkpoint; anything else is stored as bytes
 	ContentType *string `json:"Content-Type,omitempty"`
+}
+
+// ListItemsParams defines parameters for ListItems.
+type ListItemsParams struct {
+	// Status only instances in this state
+	Status *ListItemsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// After the page starts after this index
+	After *int64 `form:"after,omitempty" json:"after,omitempty"`
+
+	// Limit instances per page
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListItemsParamsStatus defines parameters for ListItems.
+type ListItemsParamsStatus string
+
+// GetItemLogParams defines parameters for GetItemLog.
+type GetItemLogParams struct {
+	// Attempt attempt number; the newest when 0 or absent
+	Attempt *int64 `form:"attempt,omitempty" json:"attempt,omitempty"`
 }
 
 // GetAttemptLogParams defines parameters for GetAttemptLog.
@@ -1950,6 +2102,40 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/runs/{id}/steps/{key}/checkpoint (the `PutCheckpoint` operationId).
 	PutCheckpoint(ctx context.Context, id openapi_types.UUID, key string, params *PutCheckpointParams, body PutCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListItems List a map step's instances
+	//
+	// A page of the instances of a map step, by index, each with its item, state, attempts, output and last error; ?status= keeps those in one state. Pages follow next_after.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items (the `ListItems` operationId).
+	ListItems(ctx context.Context, id openapi_types.UUID, key string, params *ListItemsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListItemAttempts List a map instance's attempts
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/attempts (the `ListItemAttempts` operationId).
+	ListItemAttempts(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetItemLog Download a map instance's attempt log
+	//
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/logs (the `GetItemLog` operationId).
+	GetItemLog(ctx context.Context, id openapi_types.UUID, key string, index int64, params *GetItemLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetItemOutput Download a map instance's output
+	//
+	// As GET …/steps/{key}/output, for one instance. 404 until it has succeeded.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/output (the `GetItemOutput` operationId).
+	GetItemOutput(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetAttemptLog Download an attempt's log
 	//
@@ -2879,6 +3065,80 @@ func (c *APIClient) PutCheckpointWithBody(ctx context.Context, id openapi_types.
 // Corresponds with PUT /v1/runs/{id}/steps/{key}/checkpoint (the `PutCheckpoint` operationId).
 func (c *APIClient) PutCheckpoint(ctx context.Context, id openapi_types.UUID, key string, params *PutCheckpointParams, body PutCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutCheckpointRequest(c.Server, id, key, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListItems List a map step's instances
+//
+// A page of the instances of a map step, by index, each with its item, state, attempts, output and last error; ?status= keeps those in one state. Pages follow next_after.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items (the `ListItems` operationId).
+func (c *APIClient) ListItems(ctx context.Context, id openapi_types.UUID, key string, params *ListItemsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListItemsRequest(c.Server, id, key, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListItemAttempts List a map instance's attempts
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/attempts (the `ListItemAttempts` operationId).
+func (c *APIClient) ListItemAttempts(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListItemAttemptsRequest(c.Server, id, key, index)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetItemLog Download a map instance's attempt log
+//
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/logs (the `GetItemLog` operationId).
+func (c *APIClient) GetItemLog(ctx context.Context, id openapi_types.UUID, key string, index int64, params *GetItemLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetItemLogRequest(c.Server, id, key, index, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetItemOutput Download a map instance's output
+//
+// As GET …/steps/{key}/output, for one instance. 404 until it has succeeded.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/output (the `GetItemOutput` operationId).
+func (c *APIClient) GetItemOutput(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetItemOutputRequest(c.Server, id, key, index)
 	if err != nil {
 		return nil, err
 	}
@@ -4797,6 +5057,269 @@ func NewPutCheckpointRequestWithBody(server string, id openapi_types.UUID, key s
 	return req, nil
 }
 
+// NewListItemsRequest constructs an http.Request for the ListItems method
+func NewListItemsRequest(server string, id openapi_types.UUID, key string, params *ListItemsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/items", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListItemAttemptsRequest constructs an http.Request for the ListItemAttempts method
+func NewListItemAttemptsRequest(server string, id openapi_types.UUID, key string, index int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "index", index, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/items/%s/attempts", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetItemLogRequest constructs an http.Request for the GetItemLog method
+func NewGetItemLogRequest(server string, id openapi_types.UUID, key string, index int64, params *GetItemLogParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "index", index, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/items/%s/logs", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Attempt != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "attempt", *params.Attempt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetItemOutputRequest constructs an http.Request for the GetItemOutput method
+func NewGetItemOutputRequest(server string, id openapi_types.UUID, key string, index int64) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "index", index, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "integer", Format: "int64"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/items/%s/output", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewGetAttemptLogRequest constructs an http.Request for the GetAttemptLog method
 func NewGetAttemptLogRequest(server string, id openapi_types.UUID, key string, params *GetAttemptLogParams) (*http.Request, error) {
 	var err error
@@ -6330,6 +6853,48 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/runs/{id}/steps/{key}/checkpoint (the `PutCheckpoint` operationId).
 	PutCheckpointWithResponse(ctx context.Context, id openapi_types.UUID, key string, params *PutCheckpointParams, body PutCheckpointJSONRequestBody, reqEditors ...RequestEditorFn) (*PutCheckpointResponse, error)
+
+	// ListItemsWithResponse List a map step's instances
+	//
+	// A page of the instances of a map step, by index, each with its item, state, attempts, output and last error; ?status= keeps those in one state. Pages follow next_after.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items (the `ListItems` operationId).
+	ListItemsWithResponse(ctx context.Context, id openapi_types.UUID, key string, params *ListItemsParams, reqEditors ...RequestEditorFn) (*ListItemsResponse, error)
+
+	// ListItemAttemptsWithResponse List a map instance's attempts
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/attempts (the `ListItemAttempts` operationId).
+	ListItemAttemptsWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*ListItemAttemptsResponse, error)
+
+	// GetItemLogWithResponse Download a map instance's attempt log
+	//
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/logs (the `GetItemLog` operationId).
+	GetItemLogWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, params *GetItemLogParams, reqEditors ...RequestEditorFn) (*GetItemLogResponse, error)
+
+	// GetItemOutputWithResponse Download a map instance's output
+	//
+	// As GET …/steps/{key}/output, for one instance. 404 until it has succeeded.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/output (the `GetItemOutput` operationId).
+	GetItemOutputWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*GetItemOutputResponse, error)
 
 	// GetAttemptLogWithResponse Download an attempt's log
 	//
@@ -9075,6 +9640,415 @@ func (r PutCheckpointResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PutCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListItemsResponse503Headers the declared response headers of an HTTP 503 response for ListItems
+type ListItemsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListItemsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemListOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListItemsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListItemsResponse) GetJSON200() *ItemListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListItemsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListItemsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListItemsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListItemsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListItemsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListItemAttemptsResponse503Headers the declared response headers of an HTTP 503 response for ListItemAttempts
+type ListItemAttemptsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListItemAttemptsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemsOutputAttemptBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListItemAttemptsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListItemAttemptsResponse) GetJSON200() *ItemsOutputAttemptBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListItemAttemptsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListItemAttemptsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListItemAttemptsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListItemAttemptsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListItemAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetItemLogResponse503Headers the declared response headers of an HTTP 503 response for GetItemLog
+type GetItemLogResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetItemLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetItemLogResponse503Headers
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetItemLogResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetItemLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetItemLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetItemLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetItemLogResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetItemOutputResponse503Headers the declared response headers of an HTTP 503 response for GetItemOutput
+type GetItemOutputResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetItemOutputResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetItemOutputResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetItemOutputResponse) GetJSON200() *interface{} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetItemOutputResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetItemOutputResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetItemOutputResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetItemOutputResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetItemOutputResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12111,6 +13085,72 @@ func (c *ClientWithResponses) PutCheckpointWithResponse(ctx context.Context, id 
 	return ParsePutCheckpointResponse(rsp)
 }
 
+// ListItemsWithResponse List a map step's instances
+//
+// A page of the instances of a map step, by index, each with its item, state, attempts, output and last error; ?status= keeps those in one state. Pages follow next_after.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items (the `ListItems` operationId).
+func (c *ClientWithResponses) ListItemsWithResponse(ctx context.Context, id openapi_types.UUID, key string, params *ListItemsParams, reqEditors ...RequestEditorFn) (*ListItemsResponse, error) {
+	rsp, err := c.ListItems(ctx, id, key, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListItemsResponse(rsp)
+}
+
+// ListItemAttemptsWithResponse List a map instance's attempts
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/attempts (the `ListItemAttempts` operationId).
+func (c *ClientWithResponses) ListItemAttemptsWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*ListItemAttemptsResponse, error) {
+	rsp, err := c.ListItemAttempts(ctx, id, key, index, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListItemAttemptsResponse(rsp)
+}
+
+// GetItemLogWithResponse Download a map instance's attempt log
+//
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/logs (the `GetItemLog` operationId).
+func (c *ClientWithResponses) GetItemLogWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, params *GetItemLogParams, reqEditors ...RequestEditorFn) (*GetItemLogResponse, error) {
+	rsp, err := c.GetItemLog(ctx, id, key, index, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetItemLogResponse(rsp)
+}
+
+// GetItemOutputWithResponse Download a map instance's output
+//
+// As GET …/steps/{key}/output, for one instance. 404 until it has succeeded.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/items/{index}/output (the `GetItemOutput` operationId).
+func (c *ClientWithResponses) GetItemOutputWithResponse(ctx context.Context, id openapi_types.UUID, key string, index int64, reqEditors ...RequestEditorFn) (*GetItemOutputResponse, error) {
+	rsp, err := c.GetItemOutput(ctx, id, key, index, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetItemOutputResponse(rsp)
+}
+
 // GetAttemptLogWithResponse Download an attempt's log
 //
 // The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
@@ -14838,6 +15878,382 @@ func ParsePutCheckpointResponse(rsp *http.Response) (*PutCheckpointResponse, err
 	switch {
 	case rsp.StatusCode == 503:
 		var headers PutCheckpointResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListItemsResponse parses an HTTP response from a ListItemsWithResponse call
+func ParseListItemsResponse(rsp *http.Response) (*ListItemsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListItemsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListItemsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListItemAttemptsResponse parses an HTTP response from a ListItemAttemptsWithResponse call
+func ParseListItemAttemptsResponse(rsp *http.Response) (*ListItemAttemptsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListItemAttemptsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemsOutputAttemptBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListItemAttemptsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetItemLogResponse parses an HTTP response from a GetItemLogWithResponse call
+func ParseGetItemLogResponse(rsp *http.Response) (*GetItemLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetItemLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetItemLogResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetItemOutputResponse parses an HTTP response from a GetItemOutputWithResponse call
+func ParseGetItemOutputResponse(rsp *http.Response) (*GetItemOutputResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetItemOutputResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/octet-stream) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetItemOutputResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -14,7 +14,8 @@ const (
 	// BuiltinNoop succeeds at once with output null.
 	BuiltinNoop = "noop"
 	// BuiltinEcho succeeds with params.value when the step's params have a "value"
-	// key, else with the run's input, else with null.
+	// key, else (a map instance) with its item, else with the run's input, else
+	// with null.
 	BuiltinEcho = "echo"
 	// BuiltinSleep waits params.duration (a Go duration string such as "2s", or a
 	// number of seconds), then succeeds with output null. It honours ctx.
@@ -62,7 +63,11 @@ func (b *Builtin) Invoke(ctx context.Context, inv *Invocation, sink Sink) error 
 	case BuiltinNoop:
 		output = json.RawMessage(jsonNull)
 	case BuiltinEcho:
-		output = builtinEcho(params, inv.Envelope.Input)
+		if inv.Envelope.Index != nil {
+			output = builtinEcho(params, inv.Envelope.Item)
+		} else {
+			output = builtinEcho(params, inv.Envelope.Input)
+		}
 	case BuiltinSleep:
 		if err := builtinSleep(ctx, params); err != nil {
 			return err

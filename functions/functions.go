@@ -50,6 +50,10 @@ type Envelope struct {
 	// step): the run's error, the steps that failed ({key, error}) and the
 	// compensations so far ({key, compensates, status, error}).
 	Failure json.RawMessage `json:"failure,omitempty"`
+	// Item and Index are a map instance's item (as it was in the list) and its
+	// index in the list, from 0; absent for other steps.
+	Item  json.RawMessage `json:"item,omitempty"`
+	Index *int64          `json:"index,omitempty"`
 }
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,

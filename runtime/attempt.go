@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -99,13 +100,25 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		d.report(a, infraOutcome(a, "load the definition", err), nil)
 		return
 	}
-	step := ver.steps[c.Key]
+	key := c.Key
+	if c.MapIndex != nil {
+		key, _, _ = bundle.SplitInstanceKey(c.Key) // a map instance runs its map step's function
+	}
+	step := ver.steps[key]
 	if step == nil {
 		d.report(a, outcome{status: catalog.OutcomeFailed, err: functions.Terminalf("step %q is not in version %d of %s", c.Key, c.Version, c.Workflow)}, nil)
 		return
 	}
 	if step.Kind.Waits() {
 		d.suspend(ctx, a, step)
+		return
+	}
+	if step.Map != nil && c.MapIndex == nil {
+		d.startMap(ctx, a, step)
+		return
+	}
+	if step.Kind == bundle.KindWorkflow {
+		d.startChild(ctx, a, step)
 		return
 	}
 	invoker := d.cfg.Invokers[step.Kind]
@@ -229,6 +242,9 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		switch {
 		case err == nil:
 			d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
+			if a.claim.MapIndex != nil {
+				d.mapNudge() // room for the map's next instances
+			}
 			if p.RetryIn > 0 {
 				d.scheduleWake(time.Now().Add(p.RetryIn))
 			}
@@ -297,6 +313,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		Envelope: functions.Envelope{
 			RunID: c.RunID.String(), Workflow: c.Workflow, Version: c.Version, Step: c.Key,
 			Attempt: c.Attempt, Input: input, Params: params, Deps: deps, Checkpoint: checkpoint,
+			Item: json.RawMessage(c.MapItem), Index: c.MapIndex,
 		},
 		Timeout: step.Timeout.Std(),
 	}
@@ -352,7 +369,7 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 	}
 	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
 	if d.cfg.PublicURL != "" {
-		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + c.Key + "/checkpoint"
+		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
 	}
 }
 

@@ -36,6 +36,10 @@ const (
 	DefaultShutdownGrace = 10 * time.Second
 	DefaultPresignExpiry = time.Hour
 	DefaultMaxLogSize    = 16 << 20
+	// DefaultMaxChildDepth bounds how deep child runs nest (Config.MaxChildDepth).
+	DefaultMaxChildDepth = 8
+	// DefaultMaxChildRuns bounds the child runs one run starts (Config.MaxChildRuns).
+	DefaultMaxChildRuns = 10000
 )
 
 // MinLeaseTTL is the shortest Config.LeaseTTL: a shorter lease leaves no time for
@@ -90,6 +94,13 @@ type Config struct {
 	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
 	// (16 MiB).
 	MaxLogSize int64
+	// MaxChildDepth bounds how many ancestors a child run may have (its parent, the
+	// parent's parent, …): a workflow step that would start a deeper one fails with
+	// code child_limit. Default DefaultMaxChildDepth (8).
+	MaxChildDepth int
+	// MaxChildRuns bounds how many child runs the workflow steps of one run may
+	// start in all (code child_limit past it). Default DefaultMaxChildRuns (10000).
+	MaxChildRuns int
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Registerer receives the dispatcher's Prometheus metrics; default none.
@@ -139,6 +150,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxLogSize <= 0 {
 		out.MaxLogSize = DefaultMaxLogSize
+	}
+	if out.MaxChildDepth <= 0 {
+		out.MaxChildDepth = DefaultMaxChildDepth
+	}
+	if out.MaxChildRuns <= 0 {
+		out.MaxChildRuns = DefaultMaxChildRuns
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)

@@ -59,6 +59,8 @@ type Dispatcher struct {
 	// wakeHint tells the wake loop to look at it.
 	nextWake time.Time
 	wakeHint chan struct{}
+	// mapHint tells the map loop to look at the maps.
+	mapHint chan struct{}
 
 	// abandonCtx ends when Stop gives up on writing what is left (outcomes, logs)
 	// because the database or the blob store does not answer in time.
@@ -106,6 +108,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		cache:    cache,
 		wake:     make(chan struct{}, 1),
 		wakeHint: make(chan struct{}, 1),
+		mapHint:  make(chan struct{}, 1),
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
@@ -137,7 +140,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.listenLoop, d.operationLoop, d.scheduleLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()

@@ -15,6 +15,8 @@ type metrics struct {
 	// scheduleFires counts the fires of schedules this dispatcher's fire loop
 	// handled, by result (created, skipped).
 	scheduleFires *prometheus.CounterVec
+	// mapInstances counts the map instances this dispatcher's map loop created.
+	mapInstances prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,9 +45,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scheduleFires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_schedule_fires_total", Help: "Schedule fires handled by this dispatcher's fire loop, by result: created (a run) or skipped (overlap, or older than the catchup window).",
 		}, []string{"result"}),
+		mapInstances: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_map_instances_created_total", Help: "Map instances created by this dispatcher's map loop.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires, m.mapInstances)
 	}
 	return m
 }

@@ -115,7 +115,7 @@ func (d *Dispatcher) evalUntil(ctx context.Context, c catalog.Claimed, step *bun
 }
 
 // stepVars are the names a step's expressions see (expr.StepEnv) that its claim
-// carries: all but labels.
+// carries: all but labels (item and index only in a map instance).
 func stepVars(c catalog.Claimed, step *bundle.StepDefinition) (expr.Vars, error) {
 	params, err := json.Marshal(step.With)
 	if err != nil {
@@ -128,12 +128,16 @@ func stepVars(c catalog.Claimed, step *bundle.StepDefinition) (expr.Vars, error)
 	if len(deps) == 0 {
 		deps = json.RawMessage("{}")
 	}
-	return expr.Vars{
+	vars := expr.Vars{
 		expr.Input:  input,
 		expr.Deps:   deps,
 		expr.Params: json.RawMessage(params),
 		expr.Run:    map[string]any{"id": c.RunID.String(), "workflow": c.Workflow, "version": c.Version},
-	}, nil
+	}
+	if c.MapIndex != nil {
+		vars[expr.Item], vars[expr.Index] = json.RawMessage(c.MapItem), *c.MapIndex
+	}
+	return vars, nil
 }
 
 // wakeAt makes the wake loop look at t (a wait this dispatcher started ends then).

@@ -191,6 +191,10 @@ for name in "${!run_ids[@]}"; do
 		msg=$(output_of "${run_ids[$name]}" paid)
 		if [[ $msg == *'"amount"'*5* ]]; then expect wait ok "paid: $msg"; else expect wait fail "paid: $msg"; fi
 		;;
+	map)
+		msg=$(output_of "${run_ids[$name]}" join)
+		if [[ $msg == *'"items": 100000'* && $msg == *'"in_order": true'* && $msg == *'"sum": 4999950000'* ]]; then expect map ok "join: $msg"; else expect map fail "join: $msg"; fi
+		;;
 	large-output)
 		got=$(output_of "${run_ids[$name]}" measure | sed -n 's/.*"bytes": *\([0-9]*\).*/\1/p')
 		if [[ $got == 5242880 ]]; then expect large-output ok "measure: $got bytes"; else expect large-output fail "measure: '$got' bytes, want 5242880"; fi
@@ -201,7 +205,7 @@ for name in "${!run_ids[@]}"; do
 	esac
 done
 
-for name in hello retry fanout large-output lambda-hello wait saga; do
+for name in hello retry fanout large-output lambda-hello wait saga map; do
 	[[ -n ${run_ids[$name]:-} ]] || expect "$name" fail "no run: examples/$name is missing"
 done
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -242,7 +243,11 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 		fmt.Fprintf(tw, "labels\t%s\n", formatLabels(run.Labels))
 	}
 	if run.ParentId != nil {
-		fmt.Fprintf(tw, "parent\t%s\n", *run.ParentId)
+		parent := *run.ParentId
+		if run.ParentStep != nil {
+			parent += " (step " + *run.ParentStep + ")"
+		}
+		fmt.Fprintf(tw, "parent\t%s\n", parent)
 	}
 	fmt.Fprintf(tw, "duration\t%s\n", span(run.StartedAt, run.FinishedAt, time.Now()))
 	if msg := errorMessage(run.Error); msg != "" {
@@ -283,8 +288,8 @@ func writeSteps(w io.Writer, steps []client.Step, now time.Time) error {
 }
 
 // waitingText says what an unfinished step waits for (the API's waiting_for): the
-// steps it needs that have not succeeded yet, a sleep's end, a signal's name, and
-// when the wait times out; "-" when it waits for nothing.
+// steps it needs that have not succeeded yet, a sleep's end, a signal's name, a
+// child run's ID, and when the wait times out; "-" when it waits for nothing.
 func waitingText(s client.Step, status map[string]client.StepStatus, now time.Time) string {
 	w := s.WaitingFor
 	if w == nil {
@@ -311,6 +316,11 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 		out = "approval"
 		if w.Required != nil && w.Approvals != nil {
 			out += fmt.Sprintf(" %d/%d", *w.Approvals, *w.Required)
+		}
+	case client.ChildRun:
+		out = "child run"
+		if w.RunId != nil {
+			out += " " + w.RunId.String()
 		}
 	default:
 		out = string(w.Kind)
@@ -402,6 +412,9 @@ func stepInfo(s client.Step, now time.Time) string {
 	if s.Condition != nil && *s.Condition == client.StepConditionPending && s.Status == client.StepStatusReady {
 		parts = append(parts, "condition pending")
 	}
+	if m := s.Map; m != nil {
+		parts = append(parts, mapText(*m))
+	}
 	if s.Status == client.StepStatusRunning && s.LeaseOwner != nil {
 		parts = append(parts, "on "+*s.LeaseOwner)
 	}
@@ -420,6 +433,16 @@ func stepInfo(s client.Step, now time.Time) string {
 		parts = append(parts, msg)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// mapText is a map's progress: "312/100000 ✓ 2 ✗" (succeeded of the items, and
+// failed); "312/1200+ ✓ 2 ✗" while not every item has its instance yet.
+func mapText(m client.MapProgress) string {
+	total := strconv.FormatInt(m.Created, 10) + "+"
+	if m.Total != nil {
+		total = strconv.FormatInt(*m.Total, 10)
+	}
+	return fmt.Sprintf("%d/%s ✓ %d ✗", m.Succeeded, total, m.Failed)
 }
 
 func (c *cli) newRunListCmd() *cobra.Command {

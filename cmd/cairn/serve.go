@@ -50,6 +50,9 @@ type runtimeFlags struct {
 	execUID       int
 	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
 	httpAllowLocal bool
+	// maxChildDepth and maxChildRuns bound child runs (workflow steps).
+	maxChildDepth int
+	maxChildRuns  int
 }
 
 // register adds the flags to fs with their defaults: serve's, or cairn dev's (a
@@ -77,6 +80,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.Var(&f.execIsolation, "exec-isolation", "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user; see docs/security.md)"+isolationDefault)
 	fs.BoolVar(&f.httpAllowLocal, "http-allow-local", dev, "let http steps call loopback and link-local addresses (this machine, cloud instance credentials)")
 	fs.IntVar(&f.execUID, "exec-uid", functions.DefaultSandboxUID, "uid and gid of sandboxed exec handlers when the server runs as root")
+	fs.IntVar(&f.maxChildDepth, "max-child-depth", runtime.DefaultMaxChildDepth, "how deep child runs (workflow steps) may nest: a step that would start a deeper one fails with code child_limit")
+	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
 	bindEnv(fs, map[string]string{
 		"concurrency":      "CAIRN_CONCURRENCY",
 		"lease-ttl":        "CAIRN_LEASE_TTL",
@@ -90,6 +95,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"exec-isolation":   "CAIRN_EXEC_ISOLATION",
 		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
 		"exec-uid":         "CAIRN_EXEC_UID",
+		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
+		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
 	})
 }
 
@@ -104,6 +111,10 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--inline-limit (CAIRN_INLINE_LIMIT) must be at least 1")
 	case f.shutdownGrace < 0:
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
+	case f.maxChildDepth < 1:
+		return errors.New("--max-child-depth (CAIRN_MAX_CHILD_DEPTH) must be at least 1")
+	case f.maxChildRuns < 1:
+		return errors.New("--max-child-runs (CAIRN_MAX_CHILD_RUNS) must be at least 1")
 	}
 	if _, err := secrets.ParseKeyring(f.secretKey, f.secretKeysOld); err != nil {
 		return err
@@ -384,6 +395,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			LeaseTTL:      p.rt.leaseTTL,
 			InlineLimit:   p.rt.inlineLimit,
 			ShutdownGrace: p.rt.shutdownGrace,
+			MaxChildDepth: p.rt.maxChildDepth,
+			MaxChildRuns:  p.rt.maxChildRuns,
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
 			SigningKey:    []byte(p.rt.signingKey),

@@ -66,6 +66,9 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 	if err != nil {
 		return nil, false, fmt.Errorf("load bundle: %w", err)
 	}
+	if err := checkChildren(ctx, store, b); err != nil {
+		return nil, false, fmt.Errorf("load bundle: %w", err)
+	}
 	def, err := b.Definition.CanonicalJSON()
 	if err != nil {
 		return nil, false, fmt.Errorf("bundle %s: %w", b.Digest, err)
@@ -91,6 +94,36 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 		OnFailure: onFailureLayout(b.Definition),
 		NoPromote: c.NoPromote, Actor: c.Actor,
 	})
+}
+
+// checkChildren refuses a workflow step pinned to a version number that does not
+// exist (a *bundle.ValidationError naming the step and field, matching
+// bundle.ErrInvalid). A step of a workflow that runs the workflow itself may name
+// the version being deployed, or any earlier one. Aliases are resolved when the
+// child starts, not here: they move.
+func checkChildren(ctx context.Context, store *catalog.Store, b *bundle.Bundle) error {
+	var errs []error
+	for _, cw := range b.Manifest.ChildWorkflows() {
+		_, err := store.VersionGet(ctx, cw.Name, cw.Version)
+		switch {
+		case err == nil:
+			continue
+		case !errors.Is(err, catalog.ErrNotFound):
+			return err
+		}
+		if cw.Name == b.Definition.Name {
+			w, err := store.WorkflowGet(ctx, cw.Name)
+			switch {
+			case err == nil && cw.Version <= w.LatestVersion+1, errors.Is(err, catalog.ErrNotFound) && cw.Version == 1:
+				continue // the version being deployed
+			case err != nil && !errors.Is(err, catalog.ErrNotFound):
+				return err
+			}
+		}
+		errs = append(errs, &bundle.ValidationError{Path: bundle.ManifestPath, Step: cw.Step, Field: cw.Field,
+			Message: fmt.Sprintf("step %q runs workflow %s version %d, which does not exist", cw.Step, cw.Name, cw.Version)})
+	}
+	return errors.Join(errs...)
 }
 
 // storeCanonical streams the canonical archive of the bundle extracted in dir into

@@ -92,3 +92,26 @@ func WakeBundle() map[string]File {
 	y := "name: " + WorkflowWake + "\ndescription: one durable sleep\nsteps:\n  - {key: nap, sleep: " + WakeSleep + "}\n"
 	return map[string]File{"cairn.yaml": {Body: []byte(y)}}
 }
+
+// WorkflowMap is an exec step printing MapItems JSON Lines, a map of noop
+// built-ins over them (max_parallel MapParallel; three attempts: an instance
+// interrupted by a dead dispatcher counts against the budget) and a join.
+const WorkflowMap = "bench-map"
+
+// MapParallel is WorkflowMap's max_parallel.
+const MapParallel = 200
+
+// MapBundle is WorkflowMap over n items: the split step prints 0 … n−1, one a line
+// (a large output: a blob, read by the map as a stream).
+func MapBundle(n int) map[string]File {
+	y := "name: " + WorkflowMap + "\ndescription: a map over JSON Lines\nsteps:\n" +
+		"  - {key: split, exec: [\"./bin/split\"]}\n" +
+		fmt.Sprintf("  - {key: each, needs: [split], map: {over: \"deps.split\", max_parallel: %d}, builtin: noop,\n", MapParallel) +
+		"     retry: {max_attempts: 3, backoff: fixed, delay: 1s}}\n" +
+		"  - {key: join, needs: [each], builtin: noop}\n"
+	script := fmt.Sprintf("#!/bin/sh\n# Prints the items 0 to %d, one a line.\ncat >/dev/null\nexec seq 0 %d\n", n-1, n-1)
+	return map[string]File{
+		"cairn.yaml": {Body: []byte(y)},
+		"bin/split":  {Body: []byte(script), Mode: 0o755},
+	}
+}

@@ -35,6 +35,7 @@ type Scale struct {
 	LargeMiB              int // output of the large-output step
 	RecoveryRuns          int // one-step sleep runs in flight at the kill
 	WakeRuns              int // runs of one durable sleep woken at once
+	MapItems              int // items of the map scenario's one map
 	StartupRuns           int // non-terminal runs in the database at start-up
 	ListRuns              int // runs in the catalog the list scenario pages through
 	ListRequests          int // listings per filter (a first page and the following ones)

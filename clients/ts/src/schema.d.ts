@@ -476,6 +476,92 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/steps/{key}/items": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a map step's instances
+         * @description A page of the instances of a map step, by index, each with its item, state, attempts, output and last error; ?status= keeps those in one state. Pages follow next_after.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listItems"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/steps/{key}/items/{index}/attempts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a map instance's attempts
+         * @description Requires the `viewer` role.
+         */
+        get: operations["listItemAttempts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/steps/{key}/items/{index}/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a map instance's attempt log
+         * @description As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["getItemLog"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/steps/{key}/items/{index}/output": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a map instance's output
+         * @description As GET …/steps/{key}/output, for one instance. 404 until it has succeeded.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["getItemOutput"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps/{key}/logs": {
         parameters: {
             query?: never;
@@ -1169,6 +1255,36 @@ export interface components {
             version: number;
             workflow: string;
         };
+        Item: {
+            /** Format: int64 */
+            attempts: number;
+            /** Format: date-time */
+            finished_at: string | null;
+            /**
+             * Format: int64
+             * @description the item's index in the list, from 0
+             */
+            index: number;
+            /** @description the item, as it was in the list */
+            item: unknown;
+            /** @description the instance's step key: <map key>[<index>] */
+            key: string;
+            last_error: unknown;
+            /** @description inline value, or a {"$blob": {...}} reference */
+            output: unknown;
+            /** Format: date-time */
+            started_at: string | null;
+            /** @enum {string} */
+            status: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
+        };
+        ItemListOutputBody: {
+            items: components["schemas"]["Item"][] | null;
+            /**
+             * Format: int64
+             * @description pass as after for the next page; absent on the last page
+             */
+            next_after?: number;
+        };
         ItemsOutputAttemptBody: {
             items: components["schemas"]["Attempt"][] | null;
         };
@@ -1222,6 +1338,27 @@ export interface components {
             items: components["schemas"]["Workflow"][] | null;
             /** @description cursor of the next page; absent on the last page */
             next_cursor?: string;
+        };
+        MapProgress: {
+            /**
+             * Format: int64
+             * @description instances created so far (items read)
+             */
+            created: number;
+            /**
+             * Format: int64
+             * @description failed, canceled or skipped instances
+             */
+            failed: number;
+            /** Format: int64 */
+            running: number;
+            /** Format: int64 */
+            succeeded: number;
+            /**
+             * Format: int64
+             * @description the item count, once every item has its instance; null before
+             */
+            total: number | null;
         };
         Operation: {
             /** @enum {string} */
@@ -1356,6 +1493,8 @@ export interface components {
             };
             /** @description the run that started this one (a child run); null otherwise */
             parent_id: string | null;
+            /** @description on a child run started by a workflow step: that step's key in the parent run */
+            parent_step?: string;
             /**
              * @description only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked
              * @enum {string}
@@ -1568,6 +1707,8 @@ export interface components {
             lease_expires_at: string | null;
             /** @description dispatcher holding the step while it runs */
             lease_owner: string | null;
+            /** @description a map step that has started: where its instances stand (GET …/items lists them) */
+            map?: components["schemas"]["MapProgress"];
             /** Format: int64 */
             max_attempts: number;
             needs: string[] | null;
@@ -1650,10 +1791,10 @@ export interface components {
              */
             approvals?: number;
             /**
-             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
+             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
              * @enum {string}
              */
-            kind: "upstream" | "sleep" | "signal" | "approval" | "callback";
+            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run" | "map";
             /** @description the signal's name (POST /v1/runs/{id}/signals/{name}) */
             name?: string;
             /**
@@ -1666,6 +1807,11 @@ export interface components {
              * @description an approval: how many distinct approvers must approve
              */
             required?: number;
+            /**
+             * Format: uuid
+             * @description the child run a workflow step waits for
+             */
+            run_id?: string;
             /**
              * Format: date-time
              * @description when the wait began
@@ -4441,7 +4587,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4628,7 +4774,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4764,7 +4910,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -4906,6 +5052,547 @@ export interface operations {
             };
         };
     };
+    listItems: {
+        parameters: {
+            query?: {
+                /** @description only instances in this state */
+                status?: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
+                /** @description the page starts after this index */
+                after?: number;
+                /** @description instances per page */
+                limit?: number;
+            };
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemListOutputBody"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listItemAttempts: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
+                key: string;
+                /** @description the item's index, from 0 */
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemsOutputAttemptBody"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getItemLog: {
+        parameters: {
+            query?: {
+                /** @description attempt number; the newest when 0 or absent */
+                attempt?: number;
+            };
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
+                key: string;
+                /** @description the item's index, from 0 */
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The log */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/plain": string;
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getItemOutput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
+                key: string;
+                /** @description the item's index, from 0 */
+                index: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The output bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/octet-stream": string;
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     getAttemptLog: {
         parameters: {
             query?: {
@@ -4916,7 +5603,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -5047,7 +5734,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;
@@ -5179,7 +5866,7 @@ export interface operations {
             path: {
                 /** @description run ID */
                 id: string;
-                /** @description step key */
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
                 key: string;
             };
             cookie?: never;

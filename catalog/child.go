@@ -1,0 +1,160 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+)
+
+// Child runs (issue 15): a workflow step starts a run of another workflow and
+// suspends until it ends. Migration 00015 links the two: cairn_child_suspend, and the
+// triggers that resolve the parent's step when the child ends and make children
+// follow their parent's cancel, pause and resume.
+
+const (
+	sqlChildSuspend = `SELECT cairn_child_suspend($1, $2, $3, $4)`
+
+	// sqlRunDepth is how many ancestors the run $1 has (0 for a run without a
+	// parent), through parent_id, counted up to $2 + 1 (a cycle cannot exist:
+	// children are created after their parent, but the bound costs nothing).
+	sqlRunDepth = `
+WITH RECURSIVE up(id, parent_id, depth) AS (
+    SELECT id, parent_id, 0 FROM runs WHERE id = $1
+    UNION ALL
+    SELECT r.id, r.parent_id, up.depth + 1 FROM runs r JOIN up ON r.id = up.parent_id WHERE up.depth <= $2
+)
+SELECT max(depth) FROM up`
+
+	// sqlChildCount is how many child runs the run $1's steps started.
+	sqlChildCount = `SELECT count(*) FROM runs WHERE parent_id = $1 AND parent_step IS NOT NULL`
+
+	// sqlChildLatest is the newest child run the step $2 of run $1 started, locked.
+	sqlChildLatest = `
+SELECT id, status FROM runs WHERE parent_id = $1 AND parent_step = $2 ORDER BY id DESC LIMIT 1 FOR UPDATE`
+
+	sqlChildRetry = `SELECT cairn_run_retry($1, 0, $2)`
+)
+
+// ErrChildLimit means a child run would go over a limit of ChildStartParams (its
+// depth, or its parent's number of children). Nothing was written.
+var ErrChildLimit = errors.New("catalog: child run limit")
+
+// ErrChildNotFound means the child's workflow, version or alias does not exist.
+// It wraps ErrNotFound.
+var ErrChildNotFound = fmt.Errorf("%w: child workflow", ErrNotFound)
+
+// ChildStartParams describe the child run a workflow step starts (ChildStart).
+type ChildStartParams struct {
+	// Workflow is the child's workflow.
+	Workflow string
+	// Version to run; 0 means the one Alias names ("" for latest).
+	Version int
+	Alias   string
+	// Input of the child run (JSON or a $blob reference); nil for null.
+	Input json.RawMessage
+	// MaxDepth bounds how many ancestors the child may have (its parent, the
+	// parent's parent, …); 0 means no bound.
+	MaxDepth int
+	// MaxChildren bounds how many child runs the steps of one run may start in
+	// all; 0 means no bound.
+	MaxChildren int
+}
+
+// ChildStartResult is the run a workflow step waits for.
+type ChildStartResult struct {
+	Run uuid.UUID
+	// Retried is true when the step had a failed or canceled child already (the
+	// parent run was retried): that child was retried (cairn_run_retry) rather than
+	// a new one created.
+	Retried bool
+	// Reused is true when the step's child had not failed (it runs still, or it
+	// succeeded): the step waits for it again.
+	Reused bool
+}
+
+// ChildStart starts the child run of the running workflow step l and suspends the
+// step until the child ends, in one transaction fenced by the lease (the child
+// exists if and only if the step waits for it, whatever crashes). A step that
+// started a child before (its run was retried) takes that child up again: a failed
+// or canceled child is retried, keeping its succeeded steps; one that has not
+// ended is waited for; one that succeeded gives its output at once. Errors:
+// ErrLeaseLost (nothing written), ErrChildLimit (over MaxDepth or MaxChildren),
+// ErrChildNotFound (no such workflow, version or alias).
+func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*ChildStartResult, error) {
+	var out ChildStartResult
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		out = ChildStartResult{}
+		var prev struct {
+			ID     uuid.UUID `db:"id"`
+			Status RunStatus `db:"status"`
+		}
+		switch err := tx.GetContext(ctx, &prev, sqlChildLatest, l.RunID, l.Key); {
+		case err == nil:
+			out.Run = prev.ID
+			if prev.Status == RunFailed || prev.Status == RunCanceled {
+				if _, err := tx.ExecContext(ctx, sqlChildRetry, prev.ID, "parent:"+l.RunID.String()); err != nil {
+					return err
+				}
+				out.Retried = true
+			} else {
+				out.Reused = true
+			}
+		case errors.Is(translateError(err), ErrNotFound):
+			if err := childLimits(ctx, tx, l.RunID, p); err != nil {
+				return err
+			}
+			run, _, err := runCreateTx(ctx, tx, &RunCreateParams{Workflow: p.Workflow, Version: p.Version, Alias: p.Alias,
+				Input: p.Input, Parent: l.RunID})
+			if err != nil {
+				if errors.Is(translateError(err), ErrNotFound) {
+					return ErrChildNotFound
+				}
+				return err
+			}
+			out.Run = run.ID
+		default:
+			return err
+		}
+		var ok bool
+		if err := tx.GetContext(ctx, &ok, sqlChildSuspend, l.RunID, l.Key, l.Token, out.Run); err != nil {
+			return err
+		}
+		if !ok {
+			return ErrLeaseLost
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start child run of %s/%s: %w", l.RunID, l.Key, err)
+	}
+	return &out, nil
+}
+
+// childLimits checks p's depth and fan-out bounds for a new child of run parent.
+func childLimits(ctx context.Context, tx *sqlx.Tx, parent uuid.UUID, p *ChildStartParams) error {
+	if p.MaxDepth > 0 {
+		var depth int
+		if err := tx.GetContext(ctx, &depth, sqlRunDepth, parent, p.MaxDepth); err != nil {
+			return err
+		}
+		if depth+1 > p.MaxDepth {
+			return fmt.Errorf("%w: a child run here would be %d levels deep, over the limit of %d (CAIRN_MAX_CHILD_DEPTH)",
+				ErrChildLimit, depth+1, p.MaxDepth)
+		}
+	}
+	if p.MaxChildren > 0 {
+		var n int
+		if err := tx.GetContext(ctx, &n, sqlChildCount, parent); err != nil {
+			return err
+		}
+		if n >= p.MaxChildren {
+			return fmt.Errorf("%w: run %s has started %d child runs, the limit (CAIRN_MAX_CHILD_RUNS)",
+				ErrChildLimit, parent, n)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,195 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
+)
+
+// childSetup registers a parent workflow (one step, call) and a child workflow
+// (a → b), starts a parent run and claims its step: the lease to start the child
+// with, and the child's version.
+func childSetup(t *testing.T, ctx context.Context, s *catalog.Store) (parent *catalog.Run, call catalog.Claimed, kid int) {
+	t.Helper()
+	kid = catalogtest.Version(t, s, "kid", catalog.NewStep{Key: "a", MaxAttempts: 1},
+		catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 1}).Version
+	pv := catalogtest.Version(t, s, "parent", catalog.NewStep{Key: "call", MaxAttempts: 1})
+	parent, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "parent", Version: pv.Version})
+	require.NoError(t, err)
+	call = claimKeys(t, ctx, s, "d1", 1)["call"]
+	return parent, call, kid
+}
+
+// TestChildRunSucceeds: a workflow step starts its child and suspends, fenced by its
+// lease; the child's end gives the step the child's sink outputs, and the parent
+// run ends.
+func TestChildRunSucceeds(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+
+	stale := lease(call)
+	stale.Token++
+	_, err := s.ChildStart(ctx, stale, &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.ErrorIs(t, err, catalog.ErrLeaseLost)
+	var children int
+	require.NoError(t, s.DB().GetContext(ctx, &children, `SELECT count(*) FROM runs WHERE parent_id = $1`, parent.ID))
+	require.Zero(t, children, "a lost lease starts no child")
+
+	res, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid,
+		Input: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	require.False(t, res.Retried)
+	child := runOf(t, ctx, s, res.Run)
+	require.Equal(t, parent.ID, *child.ParentID)
+	require.Equal(t, "call", *child.ParentStep)
+	require.JSONEq(t, `{"n":1}`, string(child.Input))
+	st, err := s.StepGet(ctx, parent.ID, "call")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSuspended, st.Status)
+	require.Equal(t, catalog.WaitChildRun, *st.WaitKind)
+	require.Equal(t, res.Run, *st.ChildRun)
+	require.Nil(t, st.LeaseToken)
+	typ, data := lastEventData(t, ctx, s, parent.ID)
+	require.Equal(t, catalog.EventStepSuspended, typ)
+	require.Equal(t, "child_run", data["kind"])
+	require.Equal(t, res.Run.String(), data["run_id"])
+
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"], catalog.OutcomeSucceeded, false, `{"a":1}`))
+	require.Equal(t, catalog.StepSuspended, stepStatus(t, ctx, s, parent.ID, "call"))
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["b"], catalog.OutcomeSucceeded, false, `{"b":2}`))
+
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, res.Run).Status)
+	st, err = s.StepGet(ctx, parent.ID, "call")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSucceeded, st.Status)
+	require.JSONEq(t, `{"b":{"b":2}}`, string(st.Output), "the child's output: its sink steps' outputs by key")
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, parent.ID).Status)
+}
+
+// TestChildRunFails: a child's failure fails the parent step (code child_failed,
+// with the child's error); retrying the parent retries that child (keeping its
+// succeeded steps) instead of starting another.
+func TestChildRunFails(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+	res, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"], catalog.OutcomeSucceeded, false, `{}`))
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["b"], catalog.OutcomeFailed, false, ""))
+
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, res.Run).Status)
+	st, err := s.StepGet(ctx, parent.ID, "call")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepFailed, st.Status)
+	var stepErr struct {
+		Code  string          `json:"code"`
+		RunID string          `json:"run_id"`
+		Cause json.RawMessage `json:"cause"`
+	}
+	require.NoError(t, json.Unmarshal(st.LastError, &stepErr))
+	require.Equal(t, "child_failed", stepErr.Code)
+	require.Equal(t, res.Run.String(), stepErr.RunID)
+	require.Contains(t, string(stepErr.Cause), "step b failed")
+	pr := runOf(t, ctx, s, parent.ID)
+	require.Equal(t, catalog.RunFailed, pr.Status)
+
+	// Retry the parent: its step runs again and takes up the same child.
+	_, _, err = s.RunRetry(ctx, &catalog.RunRetryParams{RunID: parent.ID, Actor: "op"})
+	require.NoError(t, err)
+	call = claimKeys(t, ctx, s, "d1", 1)["call"]
+	again, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+	require.True(t, again.Retried)
+	require.Equal(t, res.Run, again.Run)
+	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready"}, statuses(t, ctx, s, res.Run))
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["b"], catalog.OutcomeSucceeded, false, `{"ok":true}`))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, parent.ID).Status)
+}
+
+// TestChildRunFollowsParent: canceling, pausing and resuming the parent reach the
+// child.
+func TestChildRunFollowsParent(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+	res, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+
+	_, err = s.RunPause(ctx, parent.ID, "alice", "hold on")
+	require.NoError(t, err)
+	child := runOf(t, ctx, s, res.Run)
+	require.Equal(t, catalog.RunPaused, child.Status)
+	require.Equal(t, catalog.PauseRun, *child.PauseReason)
+	require.NoError(t, s.RunResume(ctx, parent.ID, "alice", ""))
+	require.Equal(t, catalog.RunPending, runOf(t, ctx, s, res.Run).Status)
+
+	// A child paused by its own operator stays paused when the parent resumes.
+	_, err = s.RunPause(ctx, res.Run, "bob", "")
+	require.NoError(t, err)
+	_, err = s.RunPause(ctx, parent.ID, "alice", "")
+	require.NoError(t, err)
+	require.NoError(t, s.RunResume(ctx, parent.ID, "alice", ""))
+	require.Equal(t, catalog.RunPaused, runOf(t, ctx, s, res.Run).Status)
+	require.NoError(t, s.RunResume(ctx, res.Run, "bob", ""))
+
+	require.NoError(t, s.RunCancel(ctx, parent.ID, "stop"))
+	child = runOf(t, ctx, s, res.Run)
+	require.Equal(t, catalog.RunCanceled, child.Status)
+	require.Contains(t, string(child.Error), "parent run "+parent.ID.String()+" canceled")
+	require.Equal(t, catalog.StepCanceled, stepStatus(t, ctx, s, parent.ID, "call"))
+	require.Equal(t, catalog.RunCanceled, runOf(t, ctx, s, parent.ID).Status)
+}
+
+// TestChildRunLimits: depth and fan-out bounds, and a child workflow that does not
+// exist; each writes nothing.
+func TestChildRunLimits(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+
+	_, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "nope"})
+	require.ErrorIs(t, err, catalog.ErrChildNotFound)
+	_, err = s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Alias: "stable"})
+	require.ErrorIs(t, err, catalog.ErrChildNotFound)
+	_, err = s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid + 10})
+	require.ErrorIs(t, err, catalog.ErrChildNotFound)
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, parent.ID, "call"))
+
+	// The parent is itself a child (depth 1): its child would be at depth 2.
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET parent_id = $1 WHERE id = $2`, mustRun(t, ctx, s, kid), parent.ID)
+	require.NoError(t, err)
+	_, err = s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid, MaxDepth: 1})
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	require.ErrorContains(t, err, "2 levels deep, over the limit of 1")
+
+	// Fan-out: a run that started its limit of children starts no more.
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET parent_id = $1, parent_step = 'other' WHERE id = $2`,
+		parent.ID, mustRun(t, ctx, s, kid))
+	require.NoError(t, err)
+	_, err = s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid, MaxChildren: 1})
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	require.ErrorContains(t, err, "has started 1 child runs")
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, parent.ID, "call"))
+
+	_, err = s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid, MaxDepth: 2, MaxChildren: 2})
+	require.NoError(t, err)
+}
+
+func mustRun(t *testing.T, ctx context.Context, s *catalog.Store, kid int) uuid.UUID {
+	t.Helper()
+	r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+	return r.ID
+}

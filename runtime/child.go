@@ -1,0 +1,105 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// Child runs (issue 15): a workflow step runs no function. The dispatcher that
+// claims it evaluates the child's input, then creates the child run and suspends
+// the step in one transaction fenced by its lease (catalog.ChildStart); the
+// catalog's triggers end the step when the child ends.
+
+// Error codes of a workflow step that fails before its child starts.
+const (
+	// CodeChildLimit: the child would go over Config.MaxChildDepth or
+	// Config.MaxChildRuns.
+	CodeChildLimit = "child_limit"
+	// CodeChildNotFound: the child's workflow, version or alias does not exist.
+	CodeChildNotFound = "child_not_found"
+)
+
+// startChild starts the child run of a claimed workflow step and suspends the step.
+// A bad input expression, a limit reached or a child workflow that does not exist
+// fail the step at once (not retried); database errors are retried until the lease
+// would be lost.
+func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.StepDefinition) {
+	c := a.claim
+	w := step.Workflow
+	p := &catalog.ChildStartParams{Workflow: w.Name, Version: w.Version, Alias: w.Alias,
+		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns}
+	if w.Input != "" {
+		run, err := d.store.RunGet(ctx, c.RunID)
+		if err != nil {
+			d.report(a, infraOutcome(a, "read the run's labels", err), step)
+			return
+		}
+		input, err := d.evalChildInput(ctx, c, step, run.Labels)
+		if err != nil {
+			d.report(a, outcome{status: catalog.OutcomeFailed,
+				err: &functions.Error{Message: fmt.Sprintf("workflow.input: %v", err), Code: expr.Code}}, step)
+			return
+		}
+		p.Input = input
+	}
+	a.reporting.Store(true)
+	backoff := 50 * time.Millisecond
+	for {
+		res, err := d.store.ChildStart(d.abandonCtx, a.lease(), p)
+		switch {
+		case err == nil:
+			d.metrics.attempts.WithLabelValues("suspended").Inc()
+			a.logger.Debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
+			return
+		case errors.Is(err, catalog.ErrLeaseLost):
+			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
+			a.logger.Warn("child start rejected: the lease is no longer ours")
+			return
+		case errors.Is(err, catalog.ErrChildLimit):
+			d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: CodeChildLimit}}, step)
+			return
+		case errors.Is(err, catalog.ErrChildNotFound):
+			version := "latest"
+			if w.Version > 0 {
+				version = fmt.Sprintf("version %d", w.Version)
+			} else if w.Alias != "" {
+				version = "alias " + w.Alias
+			}
+			d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{
+				Message: fmt.Sprintf("child workflow %s (%s) does not exist", w.Name, version), Code: CodeChildNotFound}}, step)
+			return
+		case d.abandonCtx.Err() != nil:
+			a.logger.Error("could not start the child run before shutdown; the step will be swept and claimed again", "error", err)
+			return
+		}
+		d.noteDBError()
+		a.logger.Warn("start child run failed; retrying", "error", err, "in", backoff)
+		select {
+		case <-d.abandonCtx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+// evalChildInput evaluates a workflow step's input expression against its scope.
+func (d *Dispatcher) evalChildInput(ctx context.Context, c catalog.Claimed, step *bundle.StepDefinition, labels catalog.Labels) (json.RawMessage, error) {
+	prg, err := expr.StepEnv.Compile(step.Workflow.Input)
+	if err != nil {
+		return nil, err
+	}
+	vars, err := stepVars(c, step)
+	if err != nil {
+		return nil, err
+	}
+	vars[expr.Labels] = map[string]string(labels)
+	return prg.Eval(ctx, vars)
+}

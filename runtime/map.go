@@ -1,0 +1,325 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"strings"
+	"time"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// Maps (issue 15). The dispatcher that claims a map step evaluates map.over and
+// suspends the step with its items (catalog.MapStart): a list inline, or the $blob
+// holding them, read as a stream a page at a time, never whole. Every dispatcher's
+// map loop then creates instances in pages as earlier ones finish
+// (catalog.MapWork), and resolves the map step, with the list of the instances'
+// outputs in item order (a blob when large), once they have all ended. Instances
+// are ordinary steps, claimed and run like any other with item and index in their
+// envelope.
+
+// CodeMapFailed is the error code of a map step with more failed instances than
+// it tolerates.
+const CodeMapFailed = "map_failed"
+
+// startMap evaluates a claimed map step's items and suspends it until its
+// instances have run.
+func (d *Dispatcher) startMap(ctx context.Context, a *attempt, step *bundle.StepDefinition) {
+	c := a.claim
+	fail := func(format string, args ...any) {
+		d.report(a, outcome{status: catalog.OutcomeFailed,
+			err: &functions.Error{Message: "map.over: " + fmt.Sprintf(format, args...), Code: expr.Code}}, step)
+	}
+	run, err := d.store.RunGet(ctx, c.RunID)
+	if err != nil {
+		d.report(a, infraOutcome(a, "read the run's labels", err), step)
+		return
+	}
+	prg, err := expr.StepEnv.Compile(step.Map.Over)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	vars, err := stepVars(c, step)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	vars[expr.Labels] = map[string]string(run.Labels)
+	over, err := prg.Eval(ctx, vars)
+	if err != nil {
+		fail("%v", err)
+		return
+	}
+	m := step.Map
+	p := &catalog.MapStartParams{MaxParallel: m.MaxParallel, TolerateCount: m.TolerateCount,
+		ToleratePercent: m.ToleratePercent, IsPercent: m.TolerateIsPercent}
+	if ref, ok := blobstore.ParseRef(over); ok {
+		key, err := ref.Key()
+		if err != nil {
+			fail("a bad $blob reference: %v", err)
+			return
+		}
+		format, err := d.blobFormat(ctx, key)
+		if err != nil {
+			d.report(a, infraOutcome(a, "read the map's items", err), step)
+			return
+		}
+		p.BlobKey, p.BlobFormat = key, format
+	} else if t := bytes.TrimSpace(over); len(t) > 0 && t[0] == '[' {
+		p.Items = over
+	} else {
+		fail("gave %s, not a list or a $blob of JSON (an array, or JSON Lines)", shortJSON(over))
+		return
+	}
+	a.reporting.Store(true)
+	backoff := 50 * time.Millisecond
+	for {
+		err := d.store.MapStart(d.abandonCtx, a.lease(), p)
+		switch {
+		case err == nil:
+			d.metrics.attempts.WithLabelValues("suspended").Inc()
+			d.mapNudge()
+			return
+		case errors.Is(err, catalog.ErrLeaseLost):
+			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
+			a.logger.Warn("map start rejected: the lease is no longer ours")
+			return
+		case d.abandonCtx.Err() != nil:
+			a.logger.Error("could not start the map before shutdown; the step will be swept and claimed again", "error", err)
+			return
+		}
+		d.noteDBError()
+		a.logger.Warn("start map failed; retrying", "error", err, "in", backoff)
+		select {
+		case <-d.abandonCtx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+func shortJSON(v json.RawMessage) string {
+	s := string(v)
+	if len(s) > 64 {
+		s = s[:61] + "..."
+	}
+	return s
+}
+
+// blobFormat tells a JSON array (its first byte that is not white space is "[")
+// from JSON Lines.
+func (d *Dispatcher) blobFormat(ctx context.Context, key string) (string, error) {
+	rc, _, err := d.blobs.Get(ctx, key, blobstore.GetOptions{Length: 4096})
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	head, err := io.ReadAll(rc)
+	if err != nil {
+		return "", err
+	}
+	if t := bytes.TrimSpace(head); len(t) > 0 && t[0] == '[' {
+		return "array", nil
+	}
+	return "lines", nil
+}
+
+// mapNudge makes the map loop look at the maps now.
+func (d *Dispatcher) mapNudge() {
+	select {
+	case d.mapHint <- struct{}{}:
+	default:
+	}
+}
+
+// mapLoop is every dispatcher's map expander: every PollInterval, and when a map
+// starts or an instance of this dispatcher ends, it works each open map
+// (catalog.MapWork) until it has nothing more to do for now.
+func (d *Dispatcher) mapLoop(ctx context.Context) {
+	worker := catalog.MapWorker{Page: d.mapPage, Finish: d.mapFinish}
+	for {
+		timer := time.NewTimer(d.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-d.mapHint:
+			timer.Stop()
+		case <-timer.C:
+		}
+		maps, err := d.store.MapsOpen(ctx, 100)
+		if err != nil {
+			d.noteDBError()
+			if ctx.Err() == nil {
+				d.logger.Warn("list open maps failed", "error", err)
+			}
+			continue
+		}
+		for _, ref := range maps {
+			for ctx.Err() == nil {
+				created, resolved, err := d.store.MapWork(ctx, ref, worker)
+				if err != nil {
+					if ctx.Err() == nil {
+						d.logger.Warn("map work failed", "run_id", ref.RunID, "step", ref.Key, "error", err)
+					}
+					break
+				}
+				if created > 0 {
+					d.metrics.mapInstances.Add(float64(created))
+					d.nudge()
+				}
+				if resolved {
+					d.nudge()
+				}
+				if created == 0 {
+					break
+				}
+			}
+		}
+	}
+}
+
+// mapPage reads up to n items of a blob map from its cursor: the blob is read from
+// that offset, as a stream, and only as far as the n items.
+func (d *Dispatcher) mapPage(ctx context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
+	rc, _, err := d.blobs.Get(ctx, st.BlobKey, blobstore.GetOptions{Offset: st.NextOffset})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer rc.Close()
+	return readItems(rc, st.BlobFormat, st.NextOffset, n)
+}
+
+// readItems reads up to n JSON values from r, which starts at byte offset base of a
+// blob in format "array" (a JSON array: base 0 is before its "[", any other base
+// just after an item) or "lines" (JSON Lines, or any values separated by white
+// space). It returns them as a JSON array, the offset after the last one read, and
+// whether the blob ended.
+func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, int64, bool, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var src io.Reader = br
+	var skipped, shift int64
+	if format == "array" && base > 0 {
+		// A resume point just after an item: skip the white space and the comma
+		// that follow it, and read on as if a new array began there.
+		for {
+			b, err := br.ReadByte()
+			if err != nil {
+				return nil, 0, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d): %w", base+skipped, err)
+			}
+			if b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == ',' {
+				skipped++
+				continue
+			}
+			_ = br.UnreadByte()
+			break
+		}
+		src, shift = io.MultiReader(strings.NewReader("["), br), 1
+	}
+	dec := json.NewDecoder(src)
+	offset := func() int64 { return base + skipped + dec.InputOffset() - shift }
+	if format == "array" {
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+			return nil, 0, false, fmt.Errorf("items: the blob is not a JSON array at byte %d", base)
+		}
+	}
+	var out bytes.Buffer
+	out.WriteByte('[')
+	count := 0
+	for count < n && dec.More() {
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, 0, false, fmt.Errorf("items: the item at byte %d: %w", offset(), err)
+		}
+		if count > 0 {
+			out.WriteByte(',')
+		}
+		out.Write(v)
+		count++
+	}
+	out.WriteByte(']')
+	next, end := offset(), !dec.More()
+	if end && format == "array" {
+		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+			return nil, 0, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d)", offset())
+		}
+	}
+	return out.Bytes(), next, end, nil
+}
+
+// mapFinish resolves a map whose instances have all ended: the list of their
+// outputs in item order (null for a failed one), inline up to InlineLimit, else
+// a blob; failed (code map_failed, the first failures listed) past
+// tolerate_failures, else succeeded with the tolerated failures listed.
+func (d *Dispatcher) mapFinish(ctx context.Context, st *catalog.MapState, items iter.Seq2[*catalog.MapItem, error], failures []catalog.MapItem) (catalog.Resolution, error) {
+	total := st.NextIndex
+	type failure struct {
+		Index int64           `json:"index"`
+		Error json.RawMessage `json:"error"`
+	}
+	listed := make([]failure, 0, len(failures))
+	for _, f := range failures {
+		e := json.RawMessage(f.LastError)
+		if len(e) == 0 {
+			e = json.RawMessage(fmt.Sprintf(`{"message":"item %s"}`, f.Status))
+		}
+		listed = append(listed, failure{Index: f.Index, Error: e})
+	}
+	summary := func(msg string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{"message": msg, "code": CodeMapFailed, "failed": st.Failed,
+			"items": total, "failures": listed})
+		return b
+	}
+	if st.FailingFast() || !st.Tolerated(st.Failed, total) {
+		msg := fmt.Sprintf("%d of %d items failed, over tolerate_failures", st.Failed, total)
+		if !st.Expanded {
+			msg = fmt.Sprintf("%d items failed, over tolerate_failures: the map stopped after %d items", st.Failed, total)
+		}
+		return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: summary(msg), Reason: CodeMapFailed}, nil
+	}
+	w := newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit)
+	w.contentType = "application/json"
+	bw := bufio.NewWriterSize(w, 64<<10)
+	_ = bw.WriteByte('[')
+	first := true
+	for it, err := range items {
+		if err != nil {
+			w.abort(err)
+			return catalog.Resolution{}, err
+		}
+		if !first {
+			_ = bw.WriteByte(',')
+		}
+		first = false
+		if it.Status == catalog.StepSucceeded && len(it.Output) > 0 {
+			_, _ = bw.Write(it.Output)
+		} else {
+			_, _ = bw.WriteString("null")
+		}
+	}
+	_ = bw.WriteByte(']')
+	if err := bw.Flush(); err != nil {
+		w.abort(err)
+		return catalog.Resolution{}, err
+	}
+	out, err := w.finish()
+	if err != nil {
+		return catalog.Resolution{}, err
+	}
+	res := catalog.Resolution{Outcome: catalog.OutcomeSucceeded, Output: out, Reason: "map_done"}
+	if st.Failed > 0 {
+		res.Error = summary(fmt.Sprintf("%d of %d items failed (tolerated)", st.Failed, total))
+	}
+	return res, nil
+}

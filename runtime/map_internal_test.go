@@ -1,0 +1,110 @@
+package runtime
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestReadItems: items are read a page at a time from a cursor, for a JSON array and
+// JSON Lines: every item once, in order, and the end seen.
+func TestReadItems(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, format, blob string
+		want               []string
+	}{
+		{"array", "array", ` [ 1, {"a": [2, 3]} ,"x,]" ,null, [4] ]  `, []string{`1`, `{"a": [2, 3]}`, `"x,]"`, `null`, `[4]`}},
+		{"empty array", "array", `[]`, nil},
+		{"lines", "lines", "1\n{\"a\":2}\n\n\"x\"\n[3]\n", []string{`1`, `{"a":2}`, `"x"`, `[3]`}},
+		{"lines without final newline", "lines", "1\n2", []string{`1`, `2`}},
+		{"empty lines", "lines", "", nil},
+	}
+	for _, tt := range tests {
+		for _, page := range []int{1, 2, 3, 100} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				var got []string
+				var off int64
+				for round := 0; ; round++ {
+					require.Less(t, round, 20)
+					items, next, end, err := readItems(strings.NewReader(tt.blob[off:]), tt.format, off, page)
+					require.NoError(t, err, "page %d at %d", page, off)
+					var arr []rawItem
+					require.NoError(t, jsonUnmarshal(items, &arr))
+					for _, it := range arr {
+						got = append(got, string(it))
+					}
+					require.LessOrEqual(t, len(arr), page)
+					off = next
+					if end {
+						break
+					}
+				}
+				require.Equal(t, tt.want, got, "page %d", page)
+			})
+		}
+	}
+	_, _, _, err := readItems(strings.NewReader(`[1, 2`), "array", 0, 10)
+	require.Error(t, err)
+	_, _, _, err = readItems(strings.NewReader("1\n{oops"), "lines", 0, 10)
+	require.Error(t, err)
+}
+
+type rawItem = json.RawMessage
+
+var jsonUnmarshal = json.Unmarshal
+
+// FuzzReadItems: whatever a blob holds (a function's output, untrusted), reading it
+// a page at a time from the cursors readItems returns gives the same items as
+// reading it in one page, or an error; never a panic, never an item twice.
+func FuzzReadItems(f *testing.F) {
+	for _, seed := range []string{`[1, 2, 3]`, "1\n2\n3\n", `[{"a": "]"}, ",", []]`, `[`, "\"x\"\n{", ``, ` [ ] `} {
+		f.Add([]byte(seed), true, uint8(1))
+		f.Add([]byte(seed), false, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, blob []byte, array bool, page uint8) {
+		format := "lines"
+		if array {
+			format = "array"
+		}
+		n := int(page%7) + 1
+		whole, _, wholeEnd, wholeErr := readItems(strings.NewReader(string(blob)), format, 0, len(blob)+1)
+		var got []json.RawMessage
+		var off int64
+		for round := 0; round <= len(blob)+1; round++ {
+			items, next, end, err := readItems(strings.NewReader(string(blob[off:])), format, off, n)
+			if err != nil {
+				return // the whole read may have failed further on, or the same place
+			}
+			var arr []json.RawMessage
+			if err := json.Unmarshal(items, &arr); err != nil {
+				t.Fatalf("page is not a JSON array: %s", items)
+			}
+			got = append(got, arr...)
+			if next < off || next > int64(len(blob)) {
+				t.Fatalf("cursor %d out of [%d, %d]", next, off, len(blob))
+			}
+			if end {
+				if wholeErr != nil || !wholeEnd {
+					return // the single read saw an error the pages did not reach
+				}
+				var all []json.RawMessage
+				if err := json.Unmarshal(whole, &all); err != nil {
+					t.Fatalf("whole is not a JSON array: %s", whole)
+				}
+				if len(all) != len(got) {
+					t.Fatalf("%d items by pages of %d, %d at once", len(got), n, len(all))
+				}
+				return
+			}
+			if next == off && len(arr) == 0 {
+				t.Fatalf("no progress at %d", off)
+			}
+			off = next
+		}
+		t.Fatalf("more rounds than bytes")
+	})
+}
