@@ -91,6 +91,8 @@ type StepDefinition struct {
 	Retry RetryDefinition `json:"retry"`
 	// Network is NetworkNone for an exec step without network; empty otherwise.
 	Network string `json:"network,omitempty"`
+	// Concurrency is the step's effective concurrency limit (flow.go); nil: none.
+	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -129,7 +131,9 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	}
 	timeout := Duration(DefaultTimeout)
 	var defaults RetryPolicy
+	var defaultConc *ConcurrencySpec
 	if m.Defaults != nil {
+		defaultConc = m.Defaults.Concurrency
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
 		}
@@ -140,10 +144,11 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	byKey := make(map[string]StepDefinition, len(m.Steps))
 	for _, s := range m.Steps {
 		d := StepDefinition{
-			Key:     s.Key,
-			Needs:   dedupe(s.Needs),
-			Timeout: timeout,
-			Retry:   effectiveRetry(RetryPolicy{}, defaults),
+			Key:         s.Key,
+			Needs:       dedupe(s.Needs),
+			Timeout:     timeout,
+			Retry:       effectiveRetry(RetryPolicy{}, defaults),
+			Concurrency: effectiveConcurrency(s.Concurrency, defaultConc, m.Name),
 		}
 		if s.Timeout != nil {
 			d.Timeout = *s.Timeout

@@ -41,6 +41,8 @@ type Defaults struct {
 	// Retry policy; each unset field falls back to the built-in default (see
 	// RetryPolicy).
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
+	// Concurrency applies to every step that sets none itself (flow.go).
+	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
@@ -74,6 +76,9 @@ type Step struct {
 	// even loopback); unset, it shares the host's. Only servers that isolate
 	// handlers can honour it: the others refuse the step.
 	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	// Concurrency bounds the attempts of this step running at once, per key
+	// (flow.go); default Defaults.Concurrency.
+	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.
@@ -245,6 +250,7 @@ var typeWords = map[string]string{
 	"bundle.HTTPSpec":         "an http spec",
 	"bundle.LambdaSpec":       "a lambda spec",
 	"bundle.RetryPolicy":      "a retry policy",
+	"bundle.ConcurrencySpec":  "a concurrency limit",
 	"bundle.Backoff":          "a backoff",
 	"[]bundle.Schedule":       "a list of schedules",
 	"bundle.Schedule":         "a schedule",

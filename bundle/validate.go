@@ -109,6 +109,9 @@ func (v *validator) manifest(m *Manifest) {
 			defaults = *m.Defaults.Retry
 			v.retry("", "defaults.retry", defaults, RetryPolicy{})
 		}
+		if m.Defaults.Concurrency != nil {
+			v.concurrency("", "defaults.concurrency", m.Defaults.Concurrency)
+		}
 	}
 	v.hooks(m.Hooks)
 	v.schedules(m.Schedules)
@@ -190,6 +193,9 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	if s.Retry != nil {
 		v.retry(s.Key, f+".retry", *s.Retry, defaults)
+	}
+	if s.Concurrency != nil {
+		v.concurrency(s.Key, f+".concurrency", s.Concurrency)
 	}
 }
 

@@ -34,15 +34,13 @@ const (
 	// cairn_step_finish. So attempts ≥ counted_attempts, and the difference is the
 	// number of uncounted attempts.
 	//
-	// Held steps (of a paused run) are not claimed: steps_claim_idx indexes only
-	// ready steps that are not held, so the claim never reads them.
+	// The steps ($2, $4: run ids and keys) were chosen and locked before, in the
+	// same transaction, by sqlClaimCandidates and admit (flow.go). Held steps (of a
+	// paused run) are not claimed: steps_claim_idx indexes only ready steps that are
+	// not held, so the claim never reads them.
 	sqlClaim = `
 WITH c AS (
-    SELECT s.run_id, s.key FROM steps s
-    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
-    ORDER BY s.ready_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    SELECT c.run_id, c.key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
 ), upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
         counted_attempts = s.counted_attempts + 1, lease_owner = $1,
@@ -132,12 +130,26 @@ type Claimed struct {
 
 // StepClaim leases up to limit ready steps (ready_at reached) to owner for ttl, each
 // with a fresh fencing token, in one transaction. Steps locked by another claimer are
-// skipped, never waited for.
+// skipped, never waited for; a step whose concurrency key has no free slot is not
+// claimed (it stays ready), and claimers of one key take turns (flow.go).
 func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
 	var out []Claimed
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out = out[:0]
-		return tx.SelectContext(ctx, &out, sqlClaim, owner, limit, ttl.Seconds())
+		var cands []claimCandidate
+		if err := tx.SelectContext(ctx, &cands, sqlClaimCandidates, limit); err != nil {
+			return err
+		}
+		cands, err := admit(ctx, tx, cands)
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		ids := make([]string, len(cands))
+		keys := make([]string, len(cands))
+		for i, c := range cands {
+			ids[i], keys[i] = c.RunID.String(), c.Key
+		}
+		return tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim steps: %w", err)

@@ -39,7 +39,8 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
 	// version ($3; when 0, the one alias $7 names, latest when $7 is ''), then
 	// inserts the run (input $4, labels $5, parent $6), its steps (the version's
-	// layout: parallel arrays, needs comma-joined, keys cannot hold commas), the
+	// layout: parallel arrays, needs comma-joined, keys cannot hold commas; their
+	// concurrency limits and keys from $8, see flowKeys), the
 	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
 	//
@@ -68,11 +69,13 @@ WITH w AS (
     FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
-    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held)
+    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
+                       conc_name, conc_key, conc_limit)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
-           m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused
+           m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused,
+           $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
@@ -248,7 +251,14 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	if p.Parent != uuid.Nil {
 		parent = p.Parent
 	}
-	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent, p.Alias}
+	version, flow, err := flowKeys(ctx, q, id, p.Workflow, p.Version, p.Alias, p.Input, p.Labels)
+	if err != nil {
+		return nil, false, err
+	}
+	if version == 0 {
+		version = p.Version // none found: sqlRunCreate reports it
+	}
+	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow)}
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {

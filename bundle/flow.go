@@ -1,0 +1,71 @@
+package bundle
+
+import (
+	"regexp"
+
+	"github.com/cairnrun/cairn/expr"
+)
+
+// MaxConcurrencyLimit bounds concurrency.limit (and a limit set at run time).
+const MaxConcurrencyLimit = 100_000
+
+// reLimitName is the syntax of a concurrency limit's name (a workflow name fits it).
+var reLimitName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// ValidLimitName reports whether name is a valid concurrency limit name.
+func ValidLimitName(name string) bool { return reLimitName.MatchString(name) }
+
+// ConcurrencySpec is a step's concurrency limit as written (issue 16): at most Limit
+// attempts of the steps with the same Name and key run at once, across all
+// dispatchers.
+type ConcurrencySpec struct {
+	// Name of the limit; default the workflow's name. Steps of several workflows
+	// share a limit by naming it alike.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// Key is a CEL expression (input, params, labels, run) evaluated once, when the
+	// run's steps are created; its value (a string as is, any other value as JSON)
+	// picks the slots. Empty: one key for the whole limit.
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
+	// Limit is the number of slots per key: 1..MaxConcurrencyLimit. PUT
+	// /v1/limits/{name} overrides it at run time.
+	Limit int `yaml:"limit" json:"limit"`
+}
+
+// ConcurrencyDefinition is an effective concurrency limit: the name filled in.
+type ConcurrencyDefinition struct {
+	Name  string `json:"name"`
+	Key   string `json:"key,omitempty"`
+	Limit int    `json:"limit"`
+}
+
+// concurrency validates a concurrency spec at field f of step key.
+func (v *validator) concurrency(key, f string, c *ConcurrencySpec) {
+	if c.Name != "" && !reLimitName.MatchString(c.Name) {
+		v.add(key, f+".name", "limit name %q must match %s", c.Name, reLimitName)
+	}
+	if c.Limit < 1 || c.Limit > MaxConcurrencyLimit {
+		v.add(key, f+".limit", "limit %d: must be 1 to %d", c.Limit, MaxConcurrencyLimit)
+	}
+	if c.Key != "" {
+		if err := expr.CreateEnv.Check(c.Key); err != nil {
+			v.add(key, f+".key", "bad expression: %v", err)
+		}
+	}
+}
+
+// effectiveConcurrency is the step's concurrency, else the defaults', with the name
+// defaulting to the workflow's; nil when neither sets one.
+func effectiveConcurrency(step, defaults *ConcurrencySpec, workflow string) *ConcurrencyDefinition {
+	c := step
+	if c == nil {
+		c = defaults
+	}
+	if c == nil {
+		return nil
+	}
+	d := &ConcurrencyDefinition{Name: c.Name, Key: c.Key, Limit: c.Limit}
+	if d.Name == "" {
+		d.Name = workflow
+	}
+	return d
+}

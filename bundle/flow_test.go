@@ -1,0 +1,41 @@
+package bundle
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestConcurrency: a step's concurrency, or the defaults', with the name defaulting
+// to the workflow's; a bad one is refused naming its step and field.
+func TestConcurrency(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte(`name: demo
+defaults:
+  concurrency: {key: "input.tenant", limit: 2}
+steps:
+  - {key: a, builtin: noop}
+  - {key: b, builtin: noop, concurrency: {name: stripe, limit: 5}}
+`))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.Equal(t, &ConcurrencyDefinition{Name: "demo", Key: "input.tenant", Limit: 2}, def.Steps[0].Concurrency)
+	require.Equal(t, &ConcurrencyDefinition{Name: "stripe", Limit: 5}, def.Steps[1].Concurrency)
+
+	for _, tt := range []struct{ yaml, field string }{
+		{`{key: a, builtin: noop, concurrency: {limit: 0}}`, "steps[0].concurrency.limit"},
+		{`{key: a, builtin: noop, concurrency: {limit: 100001}}`, "steps[0].concurrency.limit"},
+		{`{key: a, builtin: noop, concurrency: {name: "Bad Name", limit: 1}}`, "steps[0].concurrency.name"},
+		{`{key: a, builtin: noop, concurrency: {key: "deps.x", limit: 1}}`, "steps[0].concurrency.key"},
+		{`{key: a, builtin: noop, concurrency: {key: "input.", limit: 1}}`, "steps[0].concurrency.key"},
+	} {
+		m, err := ParseManifest([]byte("name: demo\nsteps:\n  - " + tt.yaml + "\n"))
+		require.NoError(t, err, tt.yaml)
+		_, err = m.Normalize()
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve, tt.yaml)
+		require.Equal(t, tt.field, ve.Field, tt.yaml)
+		require.Equal(t, "a", ve.Step, tt.yaml)
+	}
+}

@@ -1,0 +1,185 @@
+package catalog_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// flowVersion registers a version of workflow with one step, "s", whose definition
+// has the concurrency limit conc (JSON), and returns its number.
+func flowVersion(t *testing.T, s *catalog.Store, workflow, conc string) int {
+	t.Helper()
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := fmt.Sprintf(`{"steps":[{"key":"s","needs":[],"with":{"w":"x"},"concurrency":%s}]}`, conc)
+	v, _, err := s.VersionRegister(t.Context(), &catalog.VersionRegisterParams{
+		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	return v.Version
+}
+
+func flowRun(t *testing.T, ctx context.Context, s *catalog.Store, workflow, input string) uuid.UUID {
+	t.Helper()
+	r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: workflow, Input: json.RawMessage(input)})
+	require.NoError(t, err)
+	return r.ID
+}
+
+// runningPerKey counts the running steps of each concurrency key, from the catalog.
+func runningPerKey(t *testing.T, ctx context.Context, s *catalog.Store) map[string]int {
+	t.Helper()
+	use, _, err := s.LimitList(ctx, "")
+	require.NoError(t, err)
+	out := map[string]int{}
+	for _, u := range use {
+		out[u.Name+"/"+u.Key] = u.Running
+	}
+	return out
+}
+
+// TestConcurrencyLimit: at most limit steps of one key run at once; the others stay
+// ready, blocked; a slot is free again in the transaction that ends the holder's
+// lease (a finish, a sweep); a limit changed at run time applies to the next claim.
+func TestConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	flowVersion(t, s, "wf", `{"name":"tenant","key":"input.tenant","limit":2}`)
+	runs := map[string][]uuid.UUID{}
+	for i := range 10 {
+		tenant := []string{"a", "b"}[i%2]
+		runs[tenant] = append(runs[tenant], flowRun(t, ctx, s, "wf", fmt.Sprintf(`{"tenant":%q}`, tenant)))
+	}
+	got := claimKeys(t, ctx, s, "d1", 4)
+	_ = got
+	require.Equal(t, map[string]int{"tenant/a": 2, "tenant/b": 2}, runningPerKey(t, ctx, s))
+	claimKeys(t, ctx, s, "d2", 0)
+
+	// A waiting step says what holds it.
+	var waiting uuid.UUID
+	for _, id := range runs["a"] {
+		if stepStatus(t, ctx, s, id, "s") == catalog.StepReady {
+			waiting = id
+			break
+		}
+	}
+	blocked, err := s.StepsBlocked(ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, catalog.BlockedBy{Kind: "concurrency", Name: "tenant", Key: "a", InUse: 2, Limit: 2}, blocked["s"])
+
+	// A finish frees its slot.
+	claimed, err := s.StepClaim(ctx, "d3", 100, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, claimed)
+	var holder catalog.Claimed
+	for _, id := range runs["a"] {
+		st, err := s.StepGet(ctx, id, "s")
+		require.NoError(t, err)
+		if st.Status == catalog.StepRunning {
+			holder = catalog.Claimed{RunID: id, Key: "s", LeaseToken: *st.LeaseToken}
+			break
+		}
+	}
+	require.NoError(t, finish(t, ctx, s, holder, catalog.OutcomeSucceeded, false, `{}`))
+	one := claimKeys(t, ctx, s, "d1", 1)
+	require.Contains(t, runs["a"], one["s"].RunID)
+
+	// A lease that expires (its dispatcher died) is swept, and its slot is free.
+	_, err = s.DB().ExecContext(ctx, `UPDATE steps SET lease_expires_at = now() - interval '1 hour'
+WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
+	require.NoError(t, err)
+	n, err := s.StepSweep(ctx, 100, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, map[string]int{"tenant/a": 1, "tenant/b": 2}, runningPerKey(t, ctx, s))
+	claimKeys(t, ctx, s, "d1", 1)
+
+	// A limit raised at run time.
+	o, err := s.LimitSet(ctx, "tenant", 3, "alice")
+	require.NoError(t, err)
+	require.Equal(t, 3, o.Concurrency)
+	claimKeys(t, ctx, s, "d1", 2)
+	use, ovr, err := s.LimitList(ctx, "tenant")
+	require.NoError(t, err)
+	require.Len(t, ovr, 1)
+	require.Equal(t, "alice", ovr[0].UpdatedBy)
+	require.Len(t, use, 2)
+	for _, u := range use {
+		require.Equal(t, 3, u.Running)
+		require.Equal(t, 3, u.Limit)
+		require.Equal(t, 2, u.StepLimit)
+	}
+	_, err = s.LimitSet(ctx, "tenant", 0, "alice")
+	require.ErrorIs(t, err, catalog.ErrInvalidInput)
+}
+
+// TestConcurrencyClaimRace: claimers racing for the steps of one key never start
+// more than the limit between them.
+func TestConcurrencyClaimRace(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	flowVersion(t, s, "race", `{"name":"race","key":"string(input.n % 3)","limit":2}`)
+	for i := range 60 {
+		flowRun(t, ctx, s, "race", fmt.Sprintf(`{"n":%d}`, i))
+	}
+	var g errgroup.Group
+	counts := make([]int, 8)
+	for i := range counts {
+		g.Go(func() error {
+			for range 5 {
+				c, err := s.StepClaim(ctx, fmt.Sprintf("d%d", i), 3, time.Minute)
+				if err != nil {
+					return err
+				}
+				counts[i] += len(c)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	require.Equal(t, 6, total)
+	require.Equal(t, map[string]int{"race/0": 2, "race/1": 2, "race/2": 2}, runningPerKey(t, ctx, s))
+}
+
+// TestConcurrencyKey: the key is evaluated once, when the run's steps are created; a
+// key that cannot be evaluated refuses the run; the name defaults to none here (the
+// definition always has one, bundle fills in the workflow's).
+func TestConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	flowVersion(t, s, "keys", `{"name":"k","key":"run.workflow + '-' + params.w + '-' + string(input.n)","limit":1}`)
+	id := flowRun(t, ctx, s, "keys", `{"n":7}`)
+	claimKeys(t, ctx, s, "d1", 1)
+	require.Equal(t, map[string]int{"k/keys-x-7": 1}, runningPerKey(t, ctx, s))
+	_, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "keys", Input: json.RawMessage(`{}`)})
+	require.ErrorIs(t, err, catalog.ErrFlowKey)
+	require.ErrorIs(t, err, catalog.ErrInvalidInput)
+
+	// A rerun's steps get their keys too.
+	flowVersion(t, s, "plain", `{"name":"p","limit":1}`)
+	flowRun(t, ctx, s, "plain", `{}`)
+	claimKeys(t, ctx, s, "d1", 1)
+	flowRun(t, ctx, s, "plain", `{}`)
+	claimKeys(t, ctx, s, "d1", 0)
+	_ = id
+}

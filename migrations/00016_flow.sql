@@ -1,0 +1,49 @@
+-- +goose Up
+-- Flow control (issue 16): concurrency limits per key.
+--
+-- A slot IS the running step: a step with a concurrency limit carries its limit's
+-- name, its key (the CEL expression evaluated once, when the run's steps were
+-- created) and the limit its definition gave; the slots of a key in use are its steps
+-- with status running. Nothing else counts them, so nothing can leak: the claim takes
+-- a slot in the statement that makes the step running, and whatever ends the lease
+-- (finish, suspend, sweep, cancel) frees it in its own transaction.
+--
+-- The claim (catalog.StepClaim) serializes the claimers of one key with a
+-- transaction-level advisory lock on (name, key), taken in a fixed order, and counts
+-- the running steps after it holds the lock; releases take no lock.
+ALTER TABLE steps ADD COLUMN conc_name text;
+ALTER TABLE steps ADD COLUMN conc_key text;
+ALTER TABLE steps ADD COLUMN conc_limit integer;
+ALTER TABLE steps ADD CONSTRAINT steps_conc_check
+    CHECK ((conc_name IS NULL) = (conc_key IS NULL) AND (conc_name IS NULL) = (conc_limit IS NULL)
+           AND (conc_limit IS NULL OR conc_limit >= 1));
+-- The slots in use per key: the claim's count, GET /v1/limits.
+CREATE INDEX steps_conc_running_idx ON steps (conc_name, conc_key)
+    WHERE status = 'running' AND conc_name IS NOT NULL;
+-- The steps waiting for a slot (GET /v1/limits).
+CREATE INDEX steps_conc_ready_idx ON steps (conc_name, conc_key)
+    WHERE status = 'ready' AND conc_name IS NOT NULL;
+
+-- The steps of a version that have a concurrency limit, read from its definition
+-- (their definitions, in order): creating a run reads these, never the definition.
+ALTER TABLE workflow_versions ADD COLUMN flow_steps jsonb
+    GENERATED ALWAYS AS (jsonb_path_query_array(definition, '$.steps[*] ? (exists(@.concurrency))')) STORED;
+
+-- limits: a limit changed at run time (PUT /v1/limits/{name}); it replaces the limit
+-- of every step that names it, running or to come, until changed again.
+CREATE TABLE limits (
+    name        text        PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
+    concurrency integer     NOT NULL CHECK (concurrency BETWEEN 1 AND 100000),
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    updated_by  text        NOT NULL
+);
+
+-- +goose Down
+DROP TABLE limits;
+ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP INDEX steps_conc_ready_idx;
+DROP INDEX steps_conc_running_idx;
+ALTER TABLE steps DROP CONSTRAINT steps_conc_check;
+ALTER TABLE steps DROP COLUMN conc_limit;
+ALTER TABLE steps DROP COLUMN conc_key;
+ALTER TABLE steps DROP COLUMN conc_name;
