@@ -177,6 +177,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSignals()
 	s.registerEvents()
 	s.registerSecrets()
+	s.registerLimits()
 	s.registerHooks()
 	s.registerSchedules()
 	return s

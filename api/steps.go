@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
@@ -66,15 +67,38 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 	return nil
 }
 
-// BlockedBy says what keeps an unfinished step from starting. Only kind paused
-// exists now (the run is paused); concurrency, rate_limit and no_dispatcher come
-// with their features and fill name, key, in_use and limit.
+// BlockedBy says what keeps an unfinished step from starting: the run is paused, or
+// (a ready step) its concurrency key has no free slot (name, key, in_use and limit
+// say which). rate_limit and no_dispatcher come with their features.
 type BlockedBy struct {
-	Kind  string `json:"kind" enum:"paused" doc:"paused: the run is paused (GET /v1/runs/{id} says why)"`
+	Kind  string `json:"kind" enum:"paused,concurrency" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits)"`
 	Name  string `json:"name,omitempty" doc:"the limit's name"`
 	Key   string `json:"key,omitempty" doc:"the limit's key"`
 	InUse *int   `json:"in_use,omitempty" doc:"slots or tokens in use"`
 	Limit *int   `json:"limit,omitempty" doc:"the limit"`
+}
+
+// explainBlocked fills blocked_by of the ready steps (not held) whose concurrency
+// key has no free slot.
+func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalog.Step, items []Step) error {
+	ready := false
+	for i := range rows {
+		ready = ready || (rows[i].Status == catalog.StepReady && !rows[i].Held)
+	}
+	if !ready {
+		return nil
+	}
+	blocked, err := s.store.StepsBlocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if b, ok := blocked[items[i].Key]; ok && items[i].BlockedBy == nil {
+			inUse, limit := b.InUse, b.Limit
+			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, InUse: &inUse, Limit: &limit}
+		}
+	}
+	return nil
 }
 
 func stepOf(st *catalog.Step) Step {
@@ -159,7 +183,11 @@ func (s *Server) registerSteps() {
 				return nil, err
 			}
 		}
-		return itemsOf(rows, stepOf), nil
+		out := itemsOf(rows, stepOf)
+		if err := s.explainBlocked(ctx, id, rows, out.Body.Items); err != nil {
+			return nil, err
+		}
+		return out, nil
 	})
 
 	register(s, huma.Operation{
