@@ -60,7 +60,9 @@ func TestConcurrencyLimits(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, a.status, "%s", a.body)
 	a = tb.sendAs(t, adminToken, http.MethodPut, "/v1/limits/tenants", nil, []byte(`{"concurrency":2}`))
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	require.Equal(t, "root", decode[struct{ UpdatedBy string `json:"updated_by"` }](t, a).UpdatedBy)
+	require.Equal(t, "root", decode[struct {
+		UpdatedBy string `json:"updated_by"`
+	}](t, a).UpdatedBy)
 	claimed, err = tb.store.StepClaim(ctx, "d1", 10, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 1, "the raised limit lets the second start")
