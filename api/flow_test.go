@@ -31,7 +31,7 @@ func TestConcurrencyLimits(t *testing.T) {
 	}
 	a = tb.send(t, http.MethodPost, "/v1/workflows/tenants/runs", nil, []byte(`{"input":{}}`))
 	require.Equal(t, http.StatusUnprocessableEntity, a.status, "%s", a.body)
-	require.Contains(t, string(a.body), "concurrency key of step")
+	require.Contains(t, string(a.body), "limit key of step")
 	require.Contains(t, string(a.body), "body.input")
 
 	claimed, err := tb.store.StepClaim(ctx, "d1", 10, time.Minute)

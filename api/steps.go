@@ -68,10 +68,10 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 }
 
 // BlockedBy says what keeps an unfinished step from starting: the run is paused, or
-// (a ready step) its concurrency key has no free slot (name, key, in_use and limit
-// say which). rate_limit and no_dispatcher come with their features.
+// (a ready step) its concurrency key has no free slot or its rate limit no token
+// (name, key, in_use and limit say which). no_dispatcher comes with placement.
 type BlockedBy struct {
-	Kind  string `json:"kind" enum:"paused,concurrency" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits)"`
+	Kind  string `json:"kind" enum:"paused,concurrency,rate_limit" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)"`
 	Name  string `json:"name,omitempty" doc:"the limit's name"`
 	Key   string `json:"key,omitempty" doc:"the limit's key"`
 	InUse *int   `json:"in_use,omitempty" doc:"slots or tokens in use"`

@@ -93,6 +93,8 @@ type StepDefinition struct {
 	Network string `json:"network,omitempty"`
 	// Concurrency is the step's effective concurrency limit (flow.go); nil: none.
 	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
+	// RateLimit is the step's effective rate limit (flow.go); nil: none.
+	RateLimit *RateLimitDefinition `json:"rate_limit,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -132,8 +134,9 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	timeout := Duration(DefaultTimeout)
 	var defaults RetryPolicy
 	var defaultConc *ConcurrencySpec
+	var defaultRate *RateLimitSpec
 	if m.Defaults != nil {
-		defaultConc = m.Defaults.Concurrency
+		defaultConc, defaultRate = m.Defaults.Concurrency, m.Defaults.RateLimit
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
 		}
@@ -149,6 +152,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			Timeout:     timeout,
 			Retry:       effectiveRetry(RetryPolicy{}, defaults),
 			Concurrency: effectiveConcurrency(s.Concurrency, defaultConc, m.Name),
+			RateLimit:   effectiveRateLimit(s.RateLimit, defaultRate, m.Name),
 		}
 		if s.Timeout != nil {
 			d.Timeout = *s.Timeout

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"regexp"
+	"time"
 
 	"github.com/cairnrun/cairn/expr"
 )
@@ -64,6 +65,68 @@ func effectiveConcurrency(step, defaults *ConcurrencySpec, workflow string) *Con
 		return nil
 	}
 	d := &ConcurrencyDefinition{Name: c.Name, Key: c.Key, Limit: c.Limit}
+	if d.Name == "" {
+		d.Name = workflow
+	}
+	return d
+}
+
+// MaxRatePer bounds rate_limit.per: a day.
+const MaxRatePer = 24 * time.Hour
+
+// RateLimitSpec is a step's rate limit as written (issue 16): at most Limit attempts
+// of the steps with the same Name and key start per Per, across all dispatchers (a
+// token bucket of Limit tokens, refilled evenly over Per).
+type RateLimitSpec struct {
+	// Name of the limit; default the workflow's name.
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
+	// Key is a CEL expression as ConcurrencySpec.Key; empty: one bucket.
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
+	// Limit is the number of starts per Per: 1..MaxConcurrencyLimit.
+	Limit int `yaml:"limit" json:"limit"`
+	// Per is the window: > 0 and at most a day.
+	Per Duration `yaml:"per" json:"per"`
+}
+
+// RateLimitDefinition is an effective rate limit: the name filled in, the window
+// also in milliseconds.
+type RateLimitDefinition struct {
+	Name  string   `json:"name"`
+	Key   string   `json:"key,omitempty"`
+	Limit int      `json:"limit"`
+	Per   Duration `json:"per"`
+	PerMS int64    `json:"per_ms"`
+}
+
+// rateLimit validates a rate limit spec at field f of step key.
+func (v *validator) rateLimit(key, f string, r *RateLimitSpec) {
+	if r.Name != "" && !reLimitName.MatchString(r.Name) {
+		v.add(key, f+".name", "limit name %q must match %s", r.Name, reLimitName)
+	}
+	if r.Limit < 1 || r.Limit > MaxConcurrencyLimit {
+		v.add(key, f+".limit", "limit %d: must be 1 to %d", r.Limit, MaxConcurrencyLimit)
+	}
+	if d := r.Per.Std(); d < time.Millisecond || d > MaxRatePer {
+		v.add(key, f+".per", "per %s: must be at least 1ms and at most %s", r.Per, Duration(MaxRatePer))
+	}
+	if r.Key != "" {
+		if err := expr.CreateEnv.Check(r.Key); err != nil {
+			v.add(key, f+".key", "bad expression: %v", err)
+		}
+	}
+}
+
+// effectiveRateLimit is the step's rate limit, else the defaults'; nil when neither
+// sets one.
+func effectiveRateLimit(step, defaults *RateLimitSpec, workflow string) *RateLimitDefinition {
+	r := step
+	if r == nil {
+		r = defaults
+	}
+	if r == nil {
+		return nil
+	}
+	d := &RateLimitDefinition{Name: r.Name, Key: r.Key, Limit: r.Limit, Per: r.Per, PerMS: r.Per.Std().Milliseconds()}
 	if d.Name == "" {
 		d.Name = workflow
 	}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -37,5 +38,35 @@ steps:
 		require.ErrorAs(t, err, &ve, tt.yaml)
 		require.Equal(t, tt.field, ve.Field, tt.yaml)
 		require.Equal(t, "a", ve.Step, tt.yaml)
+	}
+}
+
+// TestRateLimit: a step's rate limit, or the defaults'; bad ones are refused.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte(`name: demo
+defaults:
+  rate_limit: {name: stripe, limit: 100, per: 1m}
+steps:
+  - {key: a, builtin: noop}
+  - {key: b, builtin: noop, rate_limit: {key: "input.account", limit: 10, per: 1s}}
+`))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.Equal(t, &RateLimitDefinition{Name: "stripe", Limit: 100, Per: Duration(time.Minute), PerMS: 60_000}, def.Steps[0].RateLimit)
+	require.Equal(t, &RateLimitDefinition{Name: "demo", Key: "input.account", Limit: 10, Per: Duration(time.Second), PerMS: 1000}, def.Steps[1].RateLimit)
+	for _, tt := range []struct{ yaml, field string }{
+		{`{key: a, builtin: noop, rate_limit: {limit: 0, per: 1s}}`, "steps[0].rate_limit.limit"},
+		{`{key: a, builtin: noop, rate_limit: {limit: 1}}`, "steps[0].rate_limit.per"},
+		{`{key: a, builtin: noop, rate_limit: {limit: 1, per: 25h}}`, "steps[0].rate_limit.per"},
+		{`{key: a, builtin: noop, rate_limit: {limit: 1, per: 1s, key: "deps.a"}}`, "steps[0].rate_limit.key"},
+	} {
+		m, err := ParseManifest([]byte("name: demo\nsteps:\n  - " + tt.yaml + "\n"))
+		require.NoError(t, err, tt.yaml)
+		_, err = m.Normalize()
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve, tt.yaml)
+		require.Equal(t, tt.field, ve.Field, tt.yaml)
 	}
 }

@@ -43,6 +43,8 @@ type Defaults struct {
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
 	// Concurrency applies to every step that sets none itself (flow.go).
 	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// RateLimit applies to every step that sets none itself (flow.go).
+	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
@@ -79,6 +81,9 @@ type Step struct {
 	// Concurrency bounds the attempts of this step running at once, per key
 	// (flow.go); default Defaults.Concurrency.
 	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// RateLimit bounds the starts of this step's attempts per window, per key
+	// (flow.go); default Defaults.RateLimit.
+	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.
@@ -251,6 +256,7 @@ var typeWords = map[string]string{
 	"bundle.LambdaSpec":       "a lambda spec",
 	"bundle.RetryPolicy":      "a retry policy",
 	"bundle.ConcurrencySpec":  "a concurrency limit",
+	"bundle.RateLimitSpec":    "a rate limit",
 	"bundle.Backoff":          "a backoff",
 	"[]bundle.Schedule":       "a list of schedules",
 	"bundle.Schedule":         "a schedule",

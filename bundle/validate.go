@@ -112,6 +112,9 @@ func (v *validator) manifest(m *Manifest) {
 		if m.Defaults.Concurrency != nil {
 			v.concurrency("", "defaults.concurrency", m.Defaults.Concurrency)
 		}
+		if m.Defaults.RateLimit != nil {
+			v.rateLimit("", "defaults.rate_limit", m.Defaults.RateLimit)
+		}
 	}
 	v.hooks(m.Hooks)
 	v.schedules(m.Schedules)
@@ -196,6 +199,9 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	if s.Concurrency != nil {
 		v.concurrency(s.Key, f+".concurrency", s.Concurrency)
+	}
+	if s.RateLimit != nil {
+		v.rateLimit(s.Key, f+".rate_limit", s.RateLimit)
 	}
 }
 

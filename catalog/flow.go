@@ -30,30 +30,84 @@ WHERE v.workflow = $1
                        THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
                        ELSE $2::integer END`
 
-	// sqlFlowApply gives the steps of run $1 their limits ($2: step key → {n, k, l}).
+	// sqlFlowApply gives the steps of run $1 their limits ($2: step key → {n, k, l,
+	// rn, rk, rl, rp}, see flowKeys).
 	sqlFlowApply = `
-UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer
+UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
+    rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
+    rate_per_s = (f.value ->> 'rp')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
 	// sqlClaimCandidates locks up to $1 claimable steps, oldest first, skipping
-	// those locked by another claimer and those whose key was full when the
-	// statement began (a hint only: the claim counts again under the key's lock).
+	// those locked by another claimer and those whose concurrency key was full or
+	// rate bucket empty when the statement began (a hint only: the claim counts
+	// again under the keys' locks). One more row, with no step, may come last:
+	// next_in, the seconds until the first token of an empty bucket that ready
+	// steps wait for (the claimer looks again then).
 	sqlClaimCandidates = `
-SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit FROM steps s
-WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
-  AND (s.conc_name IS NULL OR (
-      SELECT count(*) FROM (
-          SELECT 1 FROM steps r
-          WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key
-          LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
-      ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
-ORDER BY s.ready_at
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
+WITH c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
+    FROM steps s
+    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND (s.conc_name IS NULL OR (
+          SELECT count(*) FROM (
+              SELECT 1 FROM steps r
+              WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key
+              LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
+          ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
+      AND (s.rate_name IS NULL OR coalesce((
+          SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), s.rate_limit) >= 1)
+    ORDER BY s.ready_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
+FROM (
+    SELECT (1 - least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s))
+           * b.per_s / b.lim AS next_in
+    FROM rate_buckets b
+    WHERE EXISTS (SELECT 1 FROM steps s
+                  WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
+) w
+WHERE w.next_in > 0
+HAVING min(w.next_in) IS NOT NULL`
+
+	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
+	// yet, full; after the keys' locks.
+	sqlRateBuckets = `
+INSERT INTO rate_buckets (name, key, tokens, at, lim, per_s)
+SELECT n, k, lim, clock_timestamp(), lim, per_s FROM unnest($1::text[], $2::text[], $3::integer[], $4::float8[]) AS u(n, k, lim, per_s)
+ON CONFLICT (name, key) DO NOTHING`
+
+	// sqlRateTake takes up to want tokens of each bucket (name, key, limit, window,
+	// want): the bucket refills since its last take, to its limit at most; granted
+	// is what it gives. After the keys' locks, in a statement of its own.
+	sqlRateTake = `
+WITH w AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::float8[], $5::integer[]) AS u(n, k, lim, per_s, want)
+), cur AS (
+    SELECT w.n, w.k, w.lim, w.per_s, w.want, clock_timestamp() AS ts,
+           least(w.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * w.lim / w.per_s) AS avail
+    FROM w JOIN rate_buckets b ON b.name = w.n AND b.key = w.k
+), g AS (
+    SELECT cur.*, least(cur.want, floor(cur.avail))::integer AS granted FROM cur
+), u AS (
+    UPDATE rate_buckets b SET tokens = g.avail - g.granted, at = g.ts, lim = g.lim, per_s = g.per_s
+    FROM g WHERE b.name = g.n AND b.key = g.k
+)
+SELECT g.n, g.k, g.granted,
+       CASE WHEN g.granted < g.want THEN (1 - (g.avail - g.granted)) * g.per_s / g.lim END AS next_in
+FROM g`
 
 	// sqlClaimKeyLock takes the transaction-level advisory lock of each (name, key),
 	// in the order of the lock ids, so that two claimers never wait for each other
 	// in a circle.
+	// A rate limit's key is locked as ("rate" 0x1e name, key): apart from a
+	// concurrency limit of the same name.
 	sqlClaimKeyLock = `
 SELECT count(pg_advisory_xact_lock(x.id)) FROM (
     SELECT DISTINCT hashtextextended(u.n || chr(31) || u.k, 16) AS id
@@ -91,29 +145,40 @@ ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, updated_at 
     updated_by = excluded.updated_by
 RETURNING name, concurrency, updated_at, updated_by`
 
+	// sqlStepBlocked reads the ready steps of run $1 that have a limit: the slots
+	// in use of the concurrency key, and the tokens left in the rate bucket.
 	sqlStepBlocked = `
 SELECT s.key, s.conc_name, s.conc_key,
        coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
        (SELECT count(*) FROM steps r
-        WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use
+        WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
+       s.rate_name, s.rate_key, s.rate_limit,
+       (SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+        FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens
 FROM steps s
-WHERE s.run_id = $1 AND s.status = 'ready' AND s.conc_name IS NOT NULL`
+WHERE s.run_id = $1 AND s.status = 'ready' AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL)`
 )
 
-// ErrFlowKey means a step's concurrency key could not be evaluated for a new run (the
+// ErrFlowKey means a step's concurrency or rate limit key could not be evaluated for a new run (the
 // input lacks a field the expression reads, …): the run is not created. It wraps
 // ErrInvalidInput.
-var ErrFlowKey = fmt.Errorf("%w: concurrency key", ErrInvalidInput)
+var ErrFlowKey = fmt.Errorf("%w: limit key", ErrInvalidInput)
 
 // flowStep is what sqlFlowSteps reads of a step definition.
 type flowStep struct {
 	Key         string          `json:"key"`
 	With        json.RawMessage `json:"with"`
-	Concurrency struct {
+	Concurrency *struct {
 		Name  string `json:"name"`
 		Key   string `json:"key"`
 		Limit int    `json:"limit"`
 	} `json:"concurrency"`
+	RateLimit *struct {
+		Name  string `json:"name"`
+		Key   string `json:"key"`
+		Limit int    `json:"limit"`
+		PerMS int64  `json:"per_ms"`
+	} `json:"rate_limit"`
 }
 
 // flowKeys resolves the version a new run of workflow gets (as sqlRunCreate does)
@@ -149,37 +214,34 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 	if len(input) == 0 {
 		in = nil
 	}
+	vars := expr.Vars{
+		expr.Input:  in,
+		expr.Labels: map[string]string(labels),
+		expr.Run:    map[string]any{"id": runID.String(), "workflow": workflow, "version": row.Version},
+	}
 	out := make(map[string]map[string]any, len(steps))
 	for _, st := range steps {
-		c := st.Concurrency
-		key := ""
-		if c.Key != "" {
-			prog, err := expr.CreateEnv.Compile(c.Key)
-			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q: %v", ErrFlowKey, st.Key, err)
-			}
-			params := st.With
-			if len(params) == 0 {
-				params = json.RawMessage(`{}`)
-			}
-			vars := expr.Vars{
-				expr.Input:  in,
-				expr.Params: params,
-				expr.Labels: map[string]string(labels),
-				expr.Run:    map[string]any{"id": runID.String(), "workflow": workflow, "version": row.Version},
-			}
-			v, err := prog.Eval(ctx, vars)
-			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q (%s): %v", ErrFlowKey, st.Key, c.Key, err)
-			}
-			var s string
-			if json.Unmarshal(v, &s) == nil {
-				key = s
-			} else {
-				key = string(v)
-			}
+		params := st.With
+		if len(params) == 0 {
+			params = json.RawMessage(`{}`)
 		}
-		out[st.Key] = map[string]any{"n": c.Name, "k": key, "l": c.Limit}
+		vars[expr.Params] = params
+		f := map[string]any{}
+		if c := st.Concurrency; c != nil {
+			key, err := evalKey(ctx, c.Key, vars)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+			}
+			f["n"], f["k"], f["l"] = c.Name, key, c.Limit
+		}
+		if r := st.RateLimit; r != nil {
+			key, err := evalKey(ctx, r.Key, vars)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+			}
+			f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+		}
+		out[st.Key] = f
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -188,40 +250,92 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 	return row.Version, b, nil
 }
 
-// claimCandidate is a step sqlClaimCandidates locked.
+// evalKey evaluates a limit's key expression: a string value as is, any other value
+// as its JSON text; "" for no expression.
+func evalKey(ctx context.Context, src string, vars expr.Vars) (string, error) {
+	if src == "" {
+		return "", nil
+	}
+	prog, err := expr.CreateEnv.Compile(src)
+	if err != nil {
+		return "", err
+	}
+	v, err := prog.Eval(ctx, vars)
+	if err != nil {
+		return "", err
+	}
+	var str string
+	if json.Unmarshal(v, &str) == nil {
+		return str, nil
+	}
+	return string(v), nil
+}
+
+// claimCandidate is a step sqlClaimCandidates locked (or, RunID nil, the row with
+// NextIn).
 type claimCandidate struct {
-	RunID     uuid.UUID `db:"run_id"`
-	Key       string    `db:"key"`
-	ConcName  *string   `db:"conc_name"`
-	ConcKey   *string   `db:"conc_key"`
-	ConcLimit *int      `db:"conc_limit"`
+	RunID     *uuid.UUID `db:"run_id"`
+	Key       *string    `db:"key"`
+	ConcName  *string    `db:"conc_name"`
+	ConcKey   *string    `db:"conc_key"`
+	ConcLimit *int       `db:"conc_limit"`
+	RateName  *string    `db:"rate_name"`
+	RateKey   *string    `db:"rate_key"`
+	RateLimit *int       `db:"rate_limit"`
+	RatePerS  *float64   `db:"rate_per_s"`
+	NextIn    *float64   `db:"next_in"`
 }
 
 type limitKey struct{ name, key string }
 
-// admit returns the candidates that may start: all those without a concurrency
-// limit, and of the others as many per key as the key has free slots, in candidate
-// order. It takes the keys' locks, held until the transaction ends.
-func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, error) {
-	var names, keys []string
+// rateLockPrefix sets a rate limit's lock apart from a concurrency limit's of the
+// same name.
+const rateLockPrefix = "rate\x1e"
+
+// admit returns the candidates that may start: all those without a limit; of those
+// with a concurrency limit, as many per key as the key has free slots; of those
+// with a rate limit, as many per key as its bucket has tokens (which it takes) — in
+// candidate order. It takes the keys' locks, held until the transaction ends, all
+// in one statement in a fixed order.
+func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, time.Duration, error) {
+	var lockNames, lockKeys, names, keys []string
 	seen := map[limitKey]bool{}
-	for _, c := range cands {
-		if c.ConcName == nil {
-			continue
+	lock := func(name, key string) bool {
+		k := limitKey{name, key}
+		if seen[k] {
+			return false
 		}
-		k := limitKey{*c.ConcName, *c.ConcKey}
-		if !seen[k] {
-			seen[k] = true
-			names, keys = append(names, k.name), append(keys, k.key)
+		seen[k] = true
+		lockNames, lockKeys = append(lockNames, name), append(lockKeys, key)
+		return true
+	}
+	for _, c := range cands {
+		if c.ConcName != nil && lock(*c.ConcName, *c.ConcKey) {
+			names, keys = append(names, *c.ConcName), append(keys, *c.ConcKey)
+		}
+		if c.RateName != nil {
+			lock(rateLockPrefix+*c.RateName, *c.RateKey)
 		}
 	}
-	if len(names) == 0 {
-		return cands, nil
+	if len(lockNames) == 0 {
+		return cands, 0, nil
 	}
 	var n int
-	if err := tx.GetContext(ctx, &n, sqlClaimKeyLock, pq.StringArray(names), pq.StringArray(keys)); err != nil {
-		return nil, fmt.Errorf("lock limit keys: %w", err)
+	if err := tx.GetContext(ctx, &n, sqlClaimKeyLock, pq.StringArray(lockNames), pq.StringArray(lockKeys)); err != nil {
+		return nil, 0, fmt.Errorf("lock limit keys: %w", err)
 	}
+	if len(names) > 0 {
+		var err error
+		if cands, err = admitConcurrency(ctx, tx, cands, names, keys); err != nil {
+			return nil, 0, err
+		}
+	}
+	return admitRate(ctx, tx, cands)
+}
+
+// admitConcurrency keeps the candidates whose concurrency key has a free slot
+// (names and keys are the keys, locked).
+func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, names, keys []string) ([]claimCandidate, error) {
 	rows, err := tx.QueryxContext(ctx, sqlClaimKeyUsage, pq.StringArray(names), pq.StringArray(keys))
 	if err != nil {
 		return nil, fmt.Errorf("count limit slots: %w", err)
@@ -266,6 +380,80 @@ func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCan
 		}
 	}
 	return out, nil
+}
+
+// admitRate keeps the candidates whose rate bucket gives them a token, and takes
+// the tokens (the keys are locked). next is when a bucket that refused a candidate
+// has its next token (0: none refused).
+func admitRate(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) (_ []claimCandidate, next time.Duration, _ error) {
+	want := map[limitKey]int{}
+	var order []limitKey
+	var names, keys []string
+	var lims []int64
+	var pers []float64
+	for _, c := range cands {
+		if c.RateName == nil {
+			continue
+		}
+		k := limitKey{*c.RateName, *c.RateKey}
+		if _, ok := want[k]; !ok {
+			order = append(order, k)
+			names, keys = append(names, k.name), append(keys, k.key)
+			lims, pers = append(lims, int64(*c.RateLimit)), append(pers, *c.RatePerS)
+		}
+		want[k]++
+	}
+	if len(order) == 0 {
+		return cands, 0, nil
+	}
+	wants := make([]int64, len(order))
+	for i, k := range order {
+		wants[i] = int64(want[k])
+	}
+	if _, err := tx.ExecContext(ctx, sqlRateBuckets, pq.StringArray(names), pq.StringArray(keys),
+		pq.Int64Array(lims), pq.Float64Array(pers)); err != nil {
+		return nil, 0, fmt.Errorf("make rate buckets: %w", err)
+	}
+	rows, err := tx.QueryxContext(ctx, sqlRateTake, pq.StringArray(names), pq.StringArray(keys),
+		pq.Int64Array(lims), pq.Float64Array(pers), pq.Int64Array(wants))
+	if err != nil {
+		return nil, 0, fmt.Errorf("take rate tokens: %w", err)
+	}
+	granted := map[limitKey]int{}
+	for rows.Next() {
+		var k limitKey
+		var g int
+		var in *float64
+		if err := rows.Scan(&k.name, &k.key, &g, &in); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		granted[k] = g
+		if in != nil && *in > 0 {
+			if d := time.Duration(*in * float64(time.Second)); next == 0 || d < next {
+				next = d
+			}
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, 0, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	out := cands[:0:0]
+	for _, c := range cands {
+		if c.RateName == nil {
+			out = append(out, c)
+			continue
+		}
+		k := limitKey{*c.RateName, *c.RateKey}
+		if granted[k] > 0 {
+			granted[k]--
+			out = append(out, c)
+		}
+	}
+	return out, next, nil
 }
 
 // LimitUsage is the use of one key of a concurrency limit.
@@ -339,16 +527,18 @@ func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, acto
 
 // BlockedBy says what holds a ready step back from starting.
 type BlockedBy struct {
-	// Kind is "concurrency".
-	Kind  string `json:"kind"`
-	Name  string `json:"name"`
-	Key   string `json:"key"`
-	InUse int    `json:"in_use"`
-	Limit int    `json:"limit"`
+	// Kind is "concurrency" or "rate_limit".
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	// InUse is the slots in use (concurrency) or the tokens used in the window
+	// (rate_limit); Limit the limit.
+	InUse int `json:"in_use"`
+	Limit int `json:"limit"`
 }
 
 // StepsBlocked returns, by step key, the ready steps of a run whose concurrency key
-// has no free slot now.
+// has no free slot or whose rate bucket has no token now.
 func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]BlockedBy, error) {
 	rows, err := s.db.QueryxContext(ctx, sqlStepBlocked, runID)
 	if err != nil {
@@ -358,15 +548,20 @@ func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]B
 	out := map[string]BlockedBy{}
 	for rows.Next() {
 		var (
-			key string
-			b   BlockedBy
+			key                         string
+			concName, concKey           *string
+			concLimit, inUse, rateLimit *int
+			rateName, rateKey           *string
+			tokens                      *float64
 		)
-		if err := rows.Scan(&key, &b.Name, &b.Key, &b.Limit, &b.InUse); err != nil {
+		if err := rows.Scan(&key, &concName, &concKey, &concLimit, &inUse, &rateName, &rateKey, &rateLimit, &tokens); err != nil {
 			return nil, err
 		}
-		if b.InUse >= b.Limit {
-			b.Kind = "concurrency"
-			out[key] = b
+		switch {
+		case concName != nil && *inUse >= *concLimit:
+			out[key] = BlockedBy{Kind: "concurrency", Name: *concName, Key: *concKey, InUse: *inUse, Limit: *concLimit}
+		case rateName != nil && tokens != nil && *tokens < 1:
+			out[key] = BlockedBy{Kind: "rate_limit", Name: *rateName, Key: *rateKey, InUse: *rateLimit - int(*tokens), Limit: *rateLimit}
 		}
 	}
 	return out, rows.Err()

@@ -183,3 +183,99 @@ func TestConcurrencyKey(t *testing.T) {
 	claimKeys(t, ctx, s, "d1", 0)
 	_ = id
 }
+
+// TestRateLimit: a claim takes one token per step it starts from the key's bucket
+// (limit tokens, refilled evenly over per); the others stay ready, blocked, and the
+// claim says when the next token is in. A step with both limits starts only when
+// both let it.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"s","needs":[],"with":{},"rate_limit":{"name":"api","key":"input.acct","limit":5,"per":"1h0m0s","per_ms":3600000}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "rl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	var waiting []uuid.UUID
+	for range 8 {
+		waiting = append(waiting, flowRun(t, ctx, s, "rl", `{"acct":"a"}`))
+	}
+	other := flowRun(t, ctx, s, "rl", `{"acct":"b"}`)
+
+	claimed, next, err := s.StepClaimNext(ctx, "d1", 100, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 6, "5 tokens of a, 1 of b")
+	require.InDelta(t, (12 * time.Minute).Seconds(), next.Seconds(), 5, "a's next token: per / limit")
+	for _, c := range claimed {
+		if c.RunID == other {
+			other = uuid.Nil
+		}
+	}
+	require.Equal(t, uuid.Nil, other, "b has a bucket of its own")
+
+	var blockedRun uuid.UUID
+	for _, id := range waiting {
+		if stepStatus(t, ctx, s, id, "s") == catalog.StepReady {
+			blockedRun = id
+		}
+	}
+	blocked, err := s.StepsBlocked(ctx, blockedRun)
+	require.NoError(t, err)
+	require.Equal(t, catalog.BlockedBy{Kind: "rate_limit", Name: "api", Key: "a", InUse: 5, Limit: 5}, blocked["s"])
+	claimKeys(t, ctx, s, "d2", 0)
+
+	// One token's time later (the bucket's clock moved back), one more starts.
+	_, err = s.DB().ExecContext(ctx, `UPDATE rate_buckets SET at = at - interval '12 minutes' WHERE name = 'api' AND key = 'a'`)
+	require.NoError(t, err)
+	claimKeys(t, ctx, s, "d2", 1)
+	claimKeys(t, ctx, s, "d2", 0)
+
+	// A key that cannot be evaluated refuses the run.
+	_, _, err = s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "rl", Input: json.RawMessage(`{}`)})
+	require.ErrorIs(t, err, catalog.ErrFlowKey)
+}
+
+// TestRateLimitRace: claimers racing for one bucket never take more tokens than it
+// holds between them.
+func TestRateLimitRace(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"s","needs":[],"with":{},"concurrency":{"name":"both","limit":50},"rate_limit":{"name":"race","limit":7,"per":"1h0m0s","per_ms":3600000}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "rr", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	for range 40 {
+		flowRun(t, ctx, s, "rr", `{}`)
+	}
+	var g errgroup.Group
+	counts := make([]int, 8)
+	for i := range counts {
+		g.Go(func() error {
+			for range 4 {
+				c, err := s.StepClaim(ctx, fmt.Sprintf("d%d", i), 2, time.Minute)
+				if err != nil {
+					return err
+				}
+				counts[i] += len(c)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	require.Equal(t, 7, total)
+}

@@ -133,28 +133,50 @@ type Claimed struct {
 // skipped, never waited for; a step whose concurrency key has no free slot is not
 // claimed (it stays ready), and claimers of one key take turns (flow.go).
 func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
+	out, _, err := s.StepClaimNext(ctx, owner, limit, ttl)
+	return out, err
+}
+
+// StepClaimNext is StepClaim, and also says when to look again for steps that wait
+// for a rate limit's token: next is how long until the first token of an empty
+// bucket that ready steps wait for; 0 when none does.
+func (s *Store) StepClaimNext(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, time.Duration, error) {
 	var out []Claimed
+	var next time.Duration
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		out = out[:0]
-		var cands []claimCandidate
-		if err := tx.SelectContext(ctx, &cands, sqlClaimCandidates, limit); err != nil {
+		out, next = out[:0], 0
+		var rows []claimCandidate
+		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit); err != nil {
 			return err
 		}
-		cands, err := admit(ctx, tx, cands)
+		cands := rows[:0:0]
+		for _, c := range rows {
+			if c.RunID == nil {
+				if c.NextIn != nil {
+					next = time.Duration(*c.NextIn * float64(time.Second))
+				}
+				continue
+			}
+			cands = append(cands, c)
+		}
+		cands, refused, err := admit(ctx, tx, cands)
+		if refused > 0 && (next == 0 || refused < next) {
+			next = refused
+		}
 		if err != nil || len(cands) == 0 {
 			return err
 		}
 		ids := make([]string, len(cands))
 		keys := make([]string, len(cands))
 		for i, c := range cands {
-			ids[i], keys[i] = c.RunID.String(), c.Key
+			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
 		return tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim steps: %w", err)
+		return nil, 0, fmt.Errorf("claim steps: %w", err)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // StepFinishParams is the end of an attempt.

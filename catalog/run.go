@@ -70,12 +70,14 @@ WITH w AS (
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
-                       conc_name, conc_key, conc_limit)
+                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
            m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused,
-           $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer
+           $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer,
+           $8::jsonb -> k ->> 'rn', $8::jsonb -> k ->> 'rk', ($8::jsonb -> k ->> 'rl')::integer,
+           ($8::jsonb -> k ->> 'rp')::float8
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)

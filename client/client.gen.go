@@ -73,6 +73,7 @@ func (e AttemptStatus) Valid() bool {
 const (
 	BlockedByKindConcurrency BlockedByKind = "concurrency"
 	BlockedByKindPaused      BlockedByKind = "paused"
+	BlockedByKindRateLimit   BlockedByKind = "rate_limit"
 )
 
 // Valid indicates whether the value is a known member of the BlockedByKind enum.
@@ -81,6 +82,8 @@ func (e BlockedByKind) Valid() bool {
 	case BlockedByKindConcurrency:
 		return true
 	case BlockedByKindPaused:
+		return true
+	case BlockedByKindRateLimit:
 		return true
 	default:
 		return false
@@ -503,7 +506,7 @@ type BlockedBy struct {
 	// Key the limit's key
 	Key *string `json:"key,omitempty"`
 
-	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits)
+	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
 	Kind BlockedByKind `json:"kind"`
 
 	// Limit the limit
@@ -513,7 +516,7 @@ type BlockedBy struct {
 	Name *string `json:"name,omitempty"`
 }
 
-// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits)
+// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
 type BlockedByKind string
 
 // BulkBody defines model for BulkBody.

@@ -1,5 +1,5 @@
 -- +goose Up
--- Flow control (issue 16): concurrency limits per key.
+-- Flow control (issue 16): concurrency and rate limits per key.
 --
 -- A slot IS the running step: a step with a concurrency limit carries its limit's
 -- name, its key (the CEL expression evaluated once, when the run's steps were
@@ -24,10 +24,40 @@ CREATE INDEX steps_conc_running_idx ON steps (conc_name, conc_key)
 CREATE INDEX steps_conc_ready_idx ON steps (conc_name, conc_key)
     WHERE status = 'ready' AND conc_name IS NOT NULL;
 
--- The steps of a version that have a concurrency limit, read from its definition
--- (their definitions, in order): creating a run reads these, never the definition.
+-- Rate limits: a step with one carries its name, key, limit and window (seconds). The
+-- tokens of each (name, key) are a bucket of `lim` tokens refilled evenly over
+-- `per_s`: a claim takes one per step it starts, in its own transaction, under the
+-- key's advisory lock (as for concurrency), so servers share one bucket exactly.
+ALTER TABLE steps ADD COLUMN rate_name text;
+ALTER TABLE steps ADD COLUMN rate_key text;
+ALTER TABLE steps ADD COLUMN rate_limit integer;
+ALTER TABLE steps ADD COLUMN rate_per_s double precision;
+ALTER TABLE steps ADD CONSTRAINT steps_rate_check
+    CHECK ((rate_name IS NULL) = (rate_key IS NULL) AND (rate_name IS NULL) = (rate_limit IS NULL)
+           AND (rate_name IS NULL) = (rate_per_s IS NULL)
+           AND (rate_limit IS NULL OR rate_limit >= 1) AND (rate_per_s IS NULL OR rate_per_s > 0));
+-- The steps waiting for a token (the claim's hint of when to look again).
+CREATE INDEX steps_rate_ready_idx ON steps (rate_name, rate_key)
+    WHERE status = 'ready' AND rate_name IS NOT NULL;
+
+-- rate_buckets: the tokens left at `at`, of a bucket of `lim` tokens refilled over
+-- `per_s` seconds (the values of the latest claim's step).
+CREATE TABLE rate_buckets (
+    name   text             NOT NULL,
+    key    text             NOT NULL,
+    tokens double precision NOT NULL,
+    at     timestamptz      NOT NULL,
+    lim    integer          NOT NULL CHECK (lim >= 1),
+    per_s  double precision NOT NULL CHECK (per_s > 0),
+    PRIMARY KEY (name, key)
+);
+
+-- The steps of a version that have a concurrency or rate limit, read from its
+-- definition (their definitions, in order): creating a run reads these, never the
+-- definition.
 ALTER TABLE workflow_versions ADD COLUMN flow_steps jsonb
-    GENERATED ALWAYS AS (jsonb_path_query_array(definition, '$.steps[*] ? (exists(@.concurrency))')) STORED;
+    GENERATED ALWAYS AS (jsonb_path_query_array(definition,
+        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit))')) STORED;
 
 -- limits: a limit changed at run time (PUT /v1/limits/{name}); it replaces the limit
 -- of every step that names it, running or to come, until changed again.
@@ -41,6 +71,13 @@ CREATE TABLE limits (
 -- +goose Down
 DROP TABLE limits;
 ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP TABLE rate_buckets;
+DROP INDEX steps_rate_ready_idx;
+ALTER TABLE steps DROP CONSTRAINT steps_rate_check;
+ALTER TABLE steps DROP COLUMN rate_per_s;
+ALTER TABLE steps DROP COLUMN rate_limit;
+ALTER TABLE steps DROP COLUMN rate_key;
+ALTER TABLE steps DROP COLUMN rate_name;
 DROP INDEX steps_conc_ready_idx;
 DROP INDEX steps_conc_running_idx;
 ALTER TABLE steps DROP CONSTRAINT steps_conc_check;

@@ -319,10 +319,14 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 			return 0, false, nil
 		}
 	}
-	claimed, err := d.store.StepClaim(ctx, d.cfg.ID, want, d.cfg.LeaseTTL)
+	claimed, next, err := d.store.StepClaimNext(ctx, d.cfg.ID, want, d.cfg.LeaseTTL)
 	if err != nil {
 		d.release(want)
 		return 0, false, err
+	}
+	if next > 0 {
+		// Steps wait for a rate limit's token: look again when the next one is in.
+		d.noteDue(time.Now().Add(next))
 	}
 	d.release(want - len(claimed))
 	d.metrics.claimed.Add(float64(len(claimed)))
@@ -336,6 +340,16 @@ func (d *Dispatcher) release(n int) {
 	for i := 0; i < n; i++ {
 		d.slots <- struct{}{}
 	}
+}
+
+// noteDue makes the claim loop's next look be at t at the latest, without waking it
+// now (it is the claim loop that learns of t).
+func (d *Dispatcher) noteDue(t time.Time) {
+	d.mu.Lock()
+	if d.nextDue.IsZero() || t.Before(d.nextDue) {
+		d.nextDue = t
+	}
+	d.mu.Unlock()
 }
 
 // scheduleWake makes the claim loop look again at t (a retry this dispatcher set).

@@ -198,3 +198,52 @@ SELECT conc_key, count(*) FROM steps WHERE status = 'running' AND conc_name = 'f
 	t.Logf("%d attempts of killed servers were interrupted; the longest kept its slot %s after the kill (lease TTL 2s)",
 		interrupted, worst.Round(time.Millisecond))
 }
+
+// TestRateLimitStarts: rate_limit {limit: 10, per: 1s} over 200 runs of one step,
+// claimed by two servers: in every one-second window after the first second (from
+// the catalog's start times), between 9 and 11 attempts start.
+func TestRateLimitStarts(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, stackOptions{})
+	db, err := sqlx.Open("postgres", st.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	a := st.start(serverOptions{noDispatcher: true})
+	a.api().deploy(map[string]string{"cairn.yaml": `name: rated
+steps:
+  - {key: call, builtin: noop, rate_limit: {name: api, limit: 10, per: 1s}}
+`})
+	const runs = 200
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = a.api().startRun("rated", 0, map[string]int{"n": i})
+	}
+	// The dispatchers start once every run is ready: the bucket is full, then refills.
+	st.start(serverOptions{})
+	st.start(serverOptions{})
+	for _, id := range ids {
+		require.Equal(t, client.RunStatusSucceeded, a.api().waitRun(id, 2*time.Minute).Status, "run %s", id)
+	}
+
+	var starts []time.Time
+	require.NoError(t, db.Select(&starts, `SELECT started_at FROM attempts ORDER BY started_at`))
+	require.Len(t, starts, runs)
+	first, last := starts[0], starts[len(starts)-1]
+	t.Logf("%d starts over %s", len(starts), last.Sub(first).Round(time.Millisecond))
+	windows := 0
+	for i, from := range starts {
+		if from.Before(first.Add(time.Second)) || from.Add(time.Second).After(last) {
+			continue
+		}
+		n := 0
+		for _, s := range starts[i:] {
+			if !s.Before(from.Add(time.Second)) {
+				break
+			}
+			n++
+		}
+		windows++
+		require.True(t, n >= 9 && n <= 11, "%d starts in the second from %s (%s after the first)", n, from, from.Sub(first))
+	}
+	require.Greater(t, windows, 100)
+}

@@ -1045,10 +1045,10 @@ export interface components {
             /** @description the limit's key */
             key?: string;
             /**
-             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits)
+             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
              * @enum {string}
              */
-            kind: "paused" | "concurrency";
+            kind: "paused" | "concurrency" | "rate_limit";
             /**
              * Format: int64
              * @description the limit
