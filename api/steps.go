@@ -30,6 +30,7 @@ type Step struct {
 	Checkpoint     json.RawMessage `json:"checkpoint" doc:"newest checkpoint, inline or a $blob reference"`
 	StartedAt      *time.Time      `json:"started_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
+	Priority       int             `json:"priority" doc:"0..9, higher first: ready steps are claimed by priority, then age"`
 	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
 	WaitingFor     *WaitingFor     `json:"waiting_for,omitempty" doc:"what a waiting or suspended step waits for; absent otherwise"`
 }
@@ -107,7 +108,7 @@ func stepOf(st *catalog.Step) Step {
 		ReadyAt:        utc(st.ReadyAt),
 		LeaseExpiresAt: utc(st.LeaseExpiresAt),
 		LastError:      jsonOrNull(st.LastError), Output: jsonOrNull(st.Output), Checkpoint: jsonOrNull(st.Checkpoint),
-		StartedAt: utc(st.StartedAt), FinishedAt: utc(st.FinishedAt),
+		StartedAt: utc(st.StartedAt), FinishedAt: utc(st.FinishedAt), Priority: st.Priority,
 	}
 	if out.Needs == nil {
 		out.Needs = []string{}

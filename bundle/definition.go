@@ -95,6 +95,9 @@ type StepDefinition struct {
 	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
 	// RateLimit is the step's effective rate limit (flow.go); nil: none.
 	RateLimit *RateLimitDefinition `json:"rate_limit,omitempty"`
+	// Priority is the step's priority when set (its own or the defaults'); nil:
+	// DefaultPriority.
+	Priority *int `json:"priority,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -135,8 +138,9 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	var defaults RetryPolicy
 	var defaultConc *ConcurrencySpec
 	var defaultRate *RateLimitSpec
+	var defaultPriority *int
 	if m.Defaults != nil {
-		defaultConc, defaultRate = m.Defaults.Concurrency, m.Defaults.RateLimit
+		defaultConc, defaultRate, defaultPriority = m.Defaults.Concurrency, m.Defaults.RateLimit, m.Defaults.Priority
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
 		}
@@ -153,6 +157,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			Retry:       effectiveRetry(RetryPolicy{}, defaults),
 			Concurrency: effectiveConcurrency(s.Concurrency, defaultConc, m.Name),
 			RateLimit:   effectiveRateLimit(s.RateLimit, defaultRate, m.Name),
+			Priority:    cmpOrPtr(s.Priority, defaultPriority),
 		}
 		if s.Timeout != nil {
 			d.Timeout = *s.Timeout

@@ -132,3 +132,21 @@ func effectiveRateLimit(step, defaults *RateLimitSpec, workflow string) *RateLim
 	}
 	return d
 }
+
+// Step priorities: 0..9, higher first; DefaultPriority when none is set.
+const (
+	MinPriority     = 0
+	MaxPriority     = 9
+	DefaultPriority = 5
+)
+
+// cmpOrPtr returns a copy of the first non-nil of ps; nil when all are.
+func cmpOrPtr(ps ...*int) *int {
+	for _, p := range ps {
+		if p != nil {
+			v := *p
+			return &v
+		}
+	}
+	return nil
+}

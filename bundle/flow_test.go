@@ -70,3 +70,25 @@ steps:
 		require.Equal(t, tt.field, ve.Field, tt.yaml)
 	}
 }
+
+// TestPriority: a step's priority, else the defaults'; out of 0..9 is refused.
+func TestPriority(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte("name: demo\ndefaults: {priority: 7}\nsteps:\n  - {key: a, builtin: noop}\n  - {key: b, builtin: noop, priority: 0}\n"))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.Equal(t, 7, *def.Steps[0].Priority)
+	require.Equal(t, 0, *def.Steps[1].Priority)
+	m, err = ParseManifest([]byte("name: demo\nsteps:\n  - {key: a, builtin: noop}\n"))
+	require.NoError(t, err)
+	def, err = m.Normalize()
+	require.NoError(t, err)
+	require.Nil(t, def.Steps[0].Priority, "unset: no field, the definition's fingerprint is unchanged")
+	m, err = ParseManifest([]byte("name: demo\nsteps:\n  - {key: a, builtin: noop, priority: 10}\n"))
+	require.NoError(t, err)
+	_, err = m.Normalize()
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "steps[0].priority", ve.Field)
+}

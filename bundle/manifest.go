@@ -45,6 +45,9 @@ type Defaults struct {
 	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
 	// RateLimit applies to every step that sets none itself (flow.go).
 	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
+	// Priority applies to every step that sets none itself: 0..9, higher first;
+	// unset, DefaultPriority.
+	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
@@ -84,6 +87,9 @@ type Step struct {
 	// RateLimit bounds the starts of this step's attempts per window, per key
 	// (flow.go); default Defaults.RateLimit.
 	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
+	// Priority orders the claims of ready steps: 0..9, higher first; default
+	// Defaults.Priority, then DefaultPriority. A run may override it at start.
+	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.

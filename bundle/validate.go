@@ -115,6 +115,9 @@ func (v *validator) manifest(m *Manifest) {
 		if m.Defaults.RateLimit != nil {
 			v.rateLimit("", "defaults.rate_limit", m.Defaults.RateLimit)
 		}
+		if p := m.Defaults.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
+			v.add("", "defaults.priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
+		}
 	}
 	v.hooks(m.Hooks)
 	v.schedules(m.Schedules)
@@ -202,6 +205,9 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	if s.RateLimit != nil {
 		v.rateLimit(s.Key, f+".rate_limit", s.RateLimit)
+	}
+	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
+		v.add(s.Key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
 	}
 }
 

@@ -35,7 +35,7 @@ WHERE v.workflow = $1
 	sqlFlowApply = `
 UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
     rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
-    rate_per_s = (f.value ->> 'rp')::float8
+    rate_per_s = (f.value ->> 'rp')::float8, priority = coalesce((f.value ->> 'p')::smallint, s.priority)
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
 	// sqlClaimCandidates locks up to $1 claimable steps, oldest first, skipping
@@ -59,7 +59,7 @@ WITH c AS (
       AND (s.rate_name IS NULL OR coalesce((
           SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
           FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), s.rate_limit) >= 1)
-    ORDER BY s.ready_at
+    ORDER BY s.priority DESC, s.ready_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
@@ -173,6 +173,7 @@ type flowStep struct {
 		Key   string `json:"key"`
 		Limit int    `json:"limit"`
 	} `json:"concurrency"`
+	Priority  *int `json:"priority"`
 	RateLimit *struct {
 		Name  string `json:"name"`
 		Key   string `json:"key"`
@@ -233,6 +234,9 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 				return 0, nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
 			}
 			f["n"], f["k"], f["l"] = c.Name, key, c.Limit
+		}
+		if st.Priority != nil {
+			f["p"] = *st.Priority
 		}
 		if r := st.RateLimit; r != nil {
 			key, err := evalKey(ctx, r.Key, vars)

@@ -279,3 +279,47 @@ func TestRateLimitRace(t *testing.T) {
 	}
 	require.Equal(t, 7, total)
 }
+
+// TestPriority: ready steps are claimed by priority (the step's, or the run's at
+// start), then age.
+func TestPriority(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"hi","needs":[],"with":{},"priority":8},{"key":"lo","needs":[],"with":{},"priority":1},{"key":"mid","needs":[],"with":{}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "prio", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "hi", MaxAttempts: 1}, {Key: "lo", MaxAttempts: 1}, {Key: "mid", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	first := flowRun(t, ctx, s, "prio", `{}`)
+	nine := 9
+	urgent, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "prio", Priority: &nine})
+	require.NoError(t, err)
+	bad := 10
+	_, _, err = s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "prio", Priority: &bad})
+	require.ErrorIs(t, err, catalog.ErrInvalidInput)
+
+	var order []string
+	for range 6 {
+		c, err := s.StepClaim(ctx, "d1", 1, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, c, 1)
+		run := "first"
+		if c[0].RunID == urgent.ID {
+			run = "urgent"
+		}
+		order = append(order, run+"/"+c[0].Key)
+	}
+	require.Equal(t, "urgent", order[0][:6])
+	require.Equal(t, "urgent", order[1][:6])
+	require.Equal(t, "urgent", order[2][:6])
+	require.Equal(t, []string{"first/hi", "first/mid", "first/lo"}, order[3:])
+	st, err := s.StepGet(ctx, first, "lo")
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Priority)
+}

@@ -70,14 +70,15 @@ WITH w AS (
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
-                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s)
+                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
            m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused,
            $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer,
            $8::jsonb -> k ->> 'rn', $8::jsonb -> k ->> 'rk', ($8::jsonb -> k ->> 'rl')::integer,
-           ($8::jsonb -> k ->> 'rp')::float8
+           ($8::jsonb -> k ->> 'rp')::float8,
+           coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5)
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
@@ -196,6 +197,9 @@ type RunCreateParams struct {
 	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
 	// nil.
 	Labels Labels
+	// Priority, when set (0..9), is the priority of every step of the run, in
+	// place of the steps' own (default 5).
+	Priority *int
 	// Parent, when not uuid.Nil, is the run that starts this one.
 	Parent uuid.UUID
 	// IdempotencyKey, when set, makes the create idempotent within
@@ -214,6 +218,9 @@ type RunCreateParams struct {
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
 	if err := p.Labels.check(); err != nil {
 		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
+	}
+	if p.Priority != nil && (*p.Priority < 0 || *p.Priority > 9) {
+		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
 	if p.IdempotencyKey == "" {
 		run, _, err = runCreateTx(ctx, s.db, p)
@@ -260,7 +267,11 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	if version == 0 {
 		version = p.Version // none found: sqlRunCreate reports it
 	}
-	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow)}
+	var priority any
+	if p.Priority != nil {
+		priority = *p.Priority
+	}
+	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority}
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {

@@ -13,7 +13,7 @@ const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
 checkpoint, created_at, started_at, finished_at, held, on_exhausted, wait_kind, wait_until,
-wait_name, waiting_since, timeout_at, on_timeout`
+wait_name, waiting_since, timeout_at, on_timeout, priority`
 
 	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
 
@@ -68,6 +68,8 @@ type Step struct {
 	WaitingSince *time.Time `db:"waiting_since"`
 	TimeoutAt    *time.Time `db:"timeout_at"`
 	OnTimeout    *OnTimeout `db:"on_timeout"`
+	// Priority orders the claims of ready steps: 0..9, higher first.
+	Priority int `db:"priority"`
 }
 
 // Attempt is one try of a step.

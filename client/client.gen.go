@@ -1037,6 +1037,9 @@ type StartRunBody struct {
 	// Labels labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8
 	Labels *map[string]string `json:"labels,omitempty"`
 
+	// Priority the priority of every step of the run (0..9, higher first), in place of the steps' own (priority in cairn.yaml, default 5)
+	Priority *int64 `json:"priority,omitempty"`
+
 	// Version version to run; when absent or 0, the version alias names
 	Version *int64 `json:"version,omitempty"`
 }
@@ -1063,6 +1066,9 @@ type Step struct {
 
 	// Output inline value, or a {"$blob": {...}} reference
 	Output interface{} `json:"output"`
+
+	// Priority 0..9, higher first: ready steps are claimed by priority, then age
+	Priority int64 `json:"priority"`
 
 	// ReadyAt when the step became (or becomes) claimable
 	ReadyAt    *time.Time  `json:"ready_at"`

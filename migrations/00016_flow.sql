@@ -52,12 +52,19 @@ CREATE TABLE rate_buckets (
     PRIMARY KEY (name, key)
 );
 
--- The steps of a version that have a concurrency or rate limit, read from its
--- definition (their definitions, in order): creating a run reads these, never the
--- definition.
+-- Priority: 0..9, higher first, the step's (its definition's, default 5) unless the
+-- run's start gave one. The claim takes ready steps by priority, then age:
+-- steps_claim_idx is rebuilt to serve that order.
+ALTER TABLE steps ADD COLUMN priority smallint NOT NULL DEFAULT 5 CHECK (priority BETWEEN 0 AND 9);
+DROP INDEX steps_claim_idx;
+CREATE INDEX steps_claim_idx ON steps (priority DESC, ready_at) WHERE status = 'ready' AND NOT held;
+
+-- The steps of a version that have a concurrency or rate limit or a priority, read
+-- from its definition (their definitions, in order): creating a run reads these,
+-- never the definition.
 ALTER TABLE workflow_versions ADD COLUMN flow_steps jsonb
     GENERATED ALWAYS AS (jsonb_path_query_array(definition,
-        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit))')) STORED;
+        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit) || exists(@.priority))')) STORED;
 
 -- limits: a limit changed at run time (PUT /v1/limits/{name}); it replaces the limit
 -- of every step that names it, running or to come, until changed again.
@@ -71,6 +78,9 @@ CREATE TABLE limits (
 -- +goose Down
 DROP TABLE limits;
 ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP INDEX steps_claim_idx;
+CREATE INDEX steps_claim_idx ON steps (ready_at) WHERE status = 'ready' AND NOT held;
+ALTER TABLE steps DROP COLUMN priority;
 DROP TABLE rate_buckets;
 DROP INDEX steps_rate_ready_idx;
 ALTER TABLE steps DROP CONSTRAINT steps_rate_check;

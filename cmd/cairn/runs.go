@@ -93,6 +93,7 @@ func (c *cli) newRunStartCmd() *cobra.Command {
 		input, idemKey string
 		wait           bool
 		labels         []string
+		priority       int
 	)
 	cmd := &cobra.Command{
 		Use:   "start NAME",
@@ -109,7 +110,15 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 			if err != nil {
 				return err
 			}
-			return c.startRun(cmd.Context(), args[0], version, input, idemKey, l, wait)
+			body := client.StartRunBody{}
+			if cmd.Flags().Changed("priority") {
+				if priority < 0 || priority > 9 {
+					return fmt.Errorf("--priority %d: must be 0 to 9", priority)
+				}
+				p := int64(priority)
+				body.Priority = &p
+			}
+			return c.startRun(cmd.Context(), body, args[0], version, input, idemKey, l, wait)
 		},
 	}
 	f := cmd.Flags()
@@ -118,11 +127,11 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the start safe to retry: the same key returns the first run")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; fail unless it succeeded")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label the run: key=value (repeat for more)")
+	f.IntVar(&priority, "priority", 0, "the priority of every step of the run, 0..9 (higher first), in place of the steps' own")
 	return cmd
 }
 
-func (c *cli) startRun(ctx context.Context, name string, version string, input, idemKey string, labels map[string]string, wait bool) error {
-	body := client.StartRunBody{}
+func (c *cli) startRun(ctx context.Context, body client.StartRunBody, name string, version string, input, idemKey string, labels map[string]string, wait bool) error {
 	if len(labels) > 0 {
 		body.Labels = &labels
 	}

@@ -1539,6 +1539,11 @@ export interface components {
             };
             /**
              * Format: int64
+             * @description the priority of every step of the run (0..9, higher first), in place of the steps' own (priority in cairn.yaml, default 5)
+             */
+            priority?: number;
+            /**
+             * Format: int64
              * @description version to run; when absent or 0, the version alias names
              */
             version?: number;
@@ -1567,6 +1572,11 @@ export interface components {
             needs: string[] | null;
             /** @description inline value, or a {"$blob": {...}} reference */
             output: unknown;
+            /**
+             * Format: int64
+             * @description 0..9, higher first: ready steps are claimed by priority, then age
+             */
+            priority: number;
             /**
              * Format: date-time
              * @description when the step became (or becomes) claimable
