@@ -72,11 +72,12 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 // (a ready step) its concurrency key has no free slot or its rate limit no token
 // (name, key, in_use and limit say which). no_dispatcher comes with placement.
 type BlockedBy struct {
-	Kind  string `json:"kind" enum:"paused,concurrency,rate_limit" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)"`
-	Name  string `json:"name,omitempty" doc:"the limit's name"`
-	Key   string `json:"key,omitempty" doc:"the limit's key"`
-	InUse *int   `json:"in_use,omitempty" doc:"slots or tokens in use"`
-	Limit *int   `json:"limit,omitempty" doc:"the limit"`
+	Kind   string   `json:"kind" enum:"paused,concurrency,rate_limit,no_dispatcher" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)"`
+	RunsOn []string `json:"runs_on,omitempty" doc:"no_dispatcher: the step's runs_on"`
+	Name   string   `json:"name,omitempty" doc:"the limit's name"`
+	Key    string   `json:"key,omitempty" doc:"the limit's key"`
+	InUse  *int     `json:"in_use,omitempty" doc:"slots or tokens in use"`
+	Limit  *int     `json:"limit,omitempty" doc:"the limit"`
 }
 
 // explainBlocked fills blocked_by of the ready steps (not held) whose concurrency
@@ -96,7 +97,10 @@ func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalo
 	for i := range items {
 		if b, ok := blocked[items[i].Key]; ok && items[i].BlockedBy == nil {
 			inUse, limit := b.InUse, b.Limit
-			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, InUse: &inUse, Limit: &limit}
+			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, RunsOn: b.RunsOn}
+			if b.Kind != "no_dispatcher" {
+				items[i].BlockedBy.InUse, items[i].BlockedBy.Limit = &inUse, &limit
+			}
 		}
 	}
 	return nil

@@ -98,6 +98,9 @@ type StepDefinition struct {
 	// Priority is the step's priority when set (its own or the defaults'); nil:
 	// DefaultPriority.
 	Priority *int `json:"priority,omitempty"`
+	// RunsOn is the tags a dispatcher needs to claim the step, sorted and
+	// duplicate-free; nil: any dispatcher.
+	RunsOn []string `json:"runs_on,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -158,6 +161,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			Concurrency: effectiveConcurrency(s.Concurrency, defaultConc, m.Name),
 			RateLimit:   effectiveRateLimit(s.RateLimit, defaultRate, m.Name),
 			Priority:    cmpOrPtr(s.Priority, defaultPriority),
+			RunsOn:      normalizeTags(s.RunsOn),
 		}
 		if s.Timeout != nil {
 			d.Timeout = *s.Timeout

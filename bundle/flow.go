@@ -150,3 +150,17 @@ func cmpOrPtr(ps ...*int) *int {
 	}
 	return nil
 }
+
+// reTag is the syntax of a dispatcher tag (runs_on, cairn serve --tags).
+var reTag = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// ValidTag reports whether tag is a valid dispatcher tag.
+func ValidTag(tag string) bool { return reTag.MatchString(tag) }
+
+// normalizeTags returns tags sorted and duplicate-free; nil for none.
+func normalizeTags(tags []string) []string {
+	if len(tags) == 0 {
+		return nil
+	}
+	return dedupe(tags)
+}

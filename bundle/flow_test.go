@@ -92,3 +92,25 @@ func TestPriority(t *testing.T) {
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, "steps[0].priority", ve.Field)
 }
+
+// TestRunsOn: runs_on is sorted and duplicate-free; an empty list or a bad tag is
+// refused.
+func TestRunsOn(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte("name: demo\nsteps:\n  - {key: a, builtin: noop, runs_on: [gpu, billing, gpu]}\n"))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.Equal(t, []string{"billing", "gpu"}, def.Steps[0].RunsOn)
+	for _, tt := range []struct{ yaml, field string }{
+		{`{key: a, builtin: noop, runs_on: []}`, "steps[0].runs_on"},
+		{`{key: a, builtin: noop, runs_on: [GPU]}`, "steps[0].runs_on[0]"},
+	} {
+		m, err := ParseManifest([]byte("name: demo\nsteps:\n  - " + tt.yaml + "\n"))
+		require.NoError(t, err, tt.yaml)
+		_, err = m.Normalize()
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve, tt.yaml)
+		require.Equal(t, tt.field, ve.Field, tt.yaml)
+	}
+}

@@ -90,6 +90,9 @@ type Step struct {
 	// Priority orders the claims of ready steps: 0..9, higher first; default
 	// Defaults.Priority, then DefaultPriority. A run may override it at start.
 	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// RunsOn lists the tags a dispatcher must have (cairn serve --tags) to claim
+	// the step: all of them. Unset: any dispatcher.
+	RunsOn []string `yaml:"runs_on,omitempty" json:"runs_on,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.

@@ -209,6 +209,14 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
 		v.add(s.Key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
 	}
+	if s.RunsOn != nil && len(s.RunsOn) == 0 {
+		v.add(s.Key, f+".runs_on", "runs_on is empty: list the tags a dispatcher needs, or leave it out")
+	}
+	for i, tag := range s.RunsOn {
+		if !ValidTag(tag) {
+			v.add(s.Key, fmt.Sprintf("%s.runs_on[%d]", f, i), "tag %q must match %s", tag, reTag)
+		}
+	}
 }
 
 func (v *validator) exec(key, f string, argv []string) {

@@ -35,7 +35,8 @@ WHERE v.workflow = $1
 	sqlFlowApply = `
 UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
     rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
-    rate_per_s = (f.value ->> 'rp')::float8, priority = coalesce((f.value ->> 'p')::smallint, s.priority)
+    rate_per_s = (f.value ->> 'rp')::float8, priority = coalesce((f.value ->> 'p')::smallint, s.priority),
+    runs_on = CASE WHEN f.value ? 't' THEN ARRAY(SELECT jsonb_array_elements_text(f.value -> 't')) END
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
 	// sqlClaimCandidates locks up to $1 claimable steps, oldest first, skipping
@@ -50,6 +51,7 @@ WITH c AS (
            s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
     FROM steps s
     WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (
               SELECT 1 FROM steps r
@@ -154,9 +156,23 @@ SELECT s.key, s.conc_name, s.conc_key,
         WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
        s.rate_name, s.rate_key, s.rate_limit,
        (SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
-        FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens
+        FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
+       s.runs_on,
+       s.runs_on IS NULL OR EXISTS (SELECT 1 FROM dispatchers d
+                                    WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed
 FROM steps s
-WHERE s.run_id = $1 AND s.status = 'ready' AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL)`
+WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
+  AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
+
+	sqlDispatcherBeat = `
+INSERT INTO dispatchers (id, tags) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), tags = excluded.tags`
+
+	sqlDispatcherGone = `DELETE FROM dispatchers WHERE id = $1 OR heartbeat_at < now() - interval '1 day'`
+
+	sqlDispatcherList = `
+SELECT id, tags, started_at, heartbeat_at FROM dispatchers
+WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY id`
 )
 
 // ErrFlowKey means a step's concurrency or rate limit key could not be evaluated for a new run (the
@@ -173,7 +189,8 @@ type flowStep struct {
 		Key   string `json:"key"`
 		Limit int    `json:"limit"`
 	} `json:"concurrency"`
-	Priority  *int `json:"priority"`
+	Priority  *int     `json:"priority"`
+	RunsOn    []string `json:"runs_on"`
 	RateLimit *struct {
 		Name  string `json:"name"`
 		Key   string `json:"key"`
@@ -237,6 +254,9 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 		}
 		if st.Priority != nil {
 			f["p"] = *st.Priority
+		}
+		if len(st.RunsOn) > 0 {
+			f["t"] = st.RunsOn
 		}
 		if r := st.RateLimit; r != nil {
 			key, err := evalKey(ctx, r.Key, vars)
@@ -529,22 +549,67 @@ func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, acto
 	return &out, nil
 }
 
+// DispatcherLive is how recent a dispatcher's heartbeat (DispatcherBeat) must be
+// for it to count as live: three of its beats (runtime: every 5 s).
+const DispatcherLive = 15 * time.Second
+
+// DispatcherBeat records that dispatcher id, with tags, is alive (its row is made
+// on the first beat).
+func (s *Store) DispatcherBeat(ctx context.Context, id string, tags []string) error {
+	if tags == nil {
+		tags = []string{}
+	}
+	if _, err := s.db.ExecContext(ctx, sqlDispatcherBeat, id, pq.StringArray(tags)); err != nil {
+		return fmt.Errorf("dispatcher heartbeat: %w", translateError(err))
+	}
+	return nil
+}
+
+// DispatcherGone removes the row of a dispatcher that stops (and those silent for a
+// day).
+func (s *Store) DispatcherGone(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, sqlDispatcherGone, id); err != nil {
+		return fmt.Errorf("dispatcher gone: %w", translateError(err))
+	}
+	return nil
+}
+
+// Dispatcher is a live dispatcher.
+type Dispatcher struct {
+	ID          string         `db:"id"`
+	Tags        pq.StringArray `db:"tags"`
+	StartedAt   time.Time      `db:"started_at"`
+	HeartbeatAt time.Time      `db:"heartbeat_at"`
+}
+
+// DispatcherList returns the live dispatchers (a heartbeat within DispatcherLive).
+func (s *Store) DispatcherList(ctx context.Context) ([]Dispatcher, error) {
+	var out []Dispatcher
+	if err := s.db.SelectContext(ctx, &out, sqlDispatcherList, DispatcherLive.Seconds()); err != nil {
+		return nil, fmt.Errorf("list dispatchers: %w", translateError(err))
+	}
+	return out, nil
+}
+
 // BlockedBy says what holds a ready step back from starting.
 type BlockedBy struct {
-	// Kind is "concurrency" or "rate_limit".
+	// Kind is "concurrency", "rate_limit" or "no_dispatcher".
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	Key  string `json:"key"`
+	// RunsOn is the tags no live dispatcher has all of (no_dispatcher).
+	RunsOn []string `json:"runs_on,omitempty"`
 	// InUse is the slots in use (concurrency) or the tokens used in the window
 	// (rate_limit); Limit the limit.
 	InUse int `json:"in_use"`
 	Limit int `json:"limit"`
 }
 
-// StepsBlocked returns, by step key, the ready steps of a run whose concurrency key
-// has no free slot or whose rate bucket has no token now.
+// StepsBlocked returns, by step key, the ready steps of a run (not held) that no
+// live dispatcher can claim (runs_on), whose concurrency key has no free slot, or
+// whose rate bucket has no token now.
 func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]BlockedBy, error) {
-	rows, err := s.db.QueryxContext(ctx, sqlStepBlocked, runID)
+	rows, err := s.db.QueryxContext(ctx, sqlStepBlocked, runID, DispatcherLive.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("blocked steps of %s: %w", runID, translateError(err))
 	}
@@ -557,11 +622,16 @@ func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]B
 			concLimit, inUse, rateLimit *int
 			rateName, rateKey           *string
 			tokens                      *float64
+			runsOn                      pq.StringArray
+			placed                      bool
 		)
-		if err := rows.Scan(&key, &concName, &concKey, &concLimit, &inUse, &rateName, &rateKey, &rateLimit, &tokens); err != nil {
+		if err := rows.Scan(&key, &concName, &concKey, &concLimit, &inUse, &rateName, &rateKey, &rateLimit, &tokens,
+			&runsOn, &placed); err != nil {
 			return nil, err
 		}
 		switch {
+		case !placed:
+			out[key] = BlockedBy{Kind: "no_dispatcher", RunsOn: []string(runsOn)}
 		case concName != nil && *inUse >= *concLimit:
 			out[key] = BlockedBy{Kind: "concurrency", Name: *concName, Key: *concKey, InUse: *inUse, Limit: *concLimit}
 		case rateName != nil && tokens != nil && *tokens < 1:

@@ -207,7 +207,7 @@ func TestRateLimit(t *testing.T) {
 	}
 	other := flowRun(t, ctx, s, "rl", `{"acct":"b"}`)
 
-	claimed, next, err := s.StepClaimNext(ctx, "d1", 100, time.Minute)
+	claimed, next, err := s.StepClaimNext(ctx, "d1", nil, 100, time.Minute)
 	require.NoError(t, err)
 	require.Len(t, claimed, 6, "5 tokens of a, 1 of b")
 	require.InDelta(t, (12 * time.Minute).Seconds(), next.Seconds(), 5, "a's next token: per / limit")
@@ -322,4 +322,52 @@ func TestPriority(t *testing.T) {
 	st, err := s.StepGet(ctx, first, "lo")
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Priority)
+}
+
+// TestRunsOn: a step with runs_on is claimed only by a dispatcher with all its tags;
+// until a live one is registered it is blocked_by no_dispatcher.
+func TestRunsOn(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"g","needs":[],"with":{},"runs_on":["billing","gpu"]},{"key":"any","needs":[],"with":{}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "place", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "g", MaxAttempts: 1}, {Key: "any", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	id := flowRun(t, ctx, s, "place", `{}`)
+
+	require.NoError(t, s.DispatcherBeat(ctx, "plain", nil))
+	require.NoError(t, s.DispatcherBeat(ctx, "half", []string{"gpu"}))
+	c, _, err := s.StepClaimNext(ctx, "plain", nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, c, 1)
+	require.Equal(t, "any", c[0].Key)
+	c, _, err = s.StepClaimNext(ctx, "half", []string{"gpu"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, c, "a dispatcher needs every tag")
+	blocked, err := s.StepsBlocked(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, catalog.BlockedBy{Kind: "no_dispatcher", RunsOn: []string{"billing", "gpu"}}, blocked["g"])
+
+	require.NoError(t, s.DispatcherBeat(ctx, "full", []string{"billing", "gpu", "x"}))
+	blocked, err = s.StepsBlocked(ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, blocked)
+	live, err := s.DispatcherList(ctx)
+	require.NoError(t, err)
+	require.Len(t, live, 3)
+	c, _, err = s.StepClaimNext(ctx, "full", []string{"billing", "gpu", "x"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, c, 1)
+	require.Equal(t, "g", c[0].Key)
+	require.NoError(t, s.DispatcherGone(ctx, "full"))
+	live, err = s.DispatcherList(ctx)
+	require.NoError(t, err)
+	require.Len(t, live, 2)
 }

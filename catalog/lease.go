@@ -133,20 +133,25 @@ type Claimed struct {
 // skipped, never waited for; a step whose concurrency key has no free slot is not
 // claimed (it stays ready), and claimers of one key take turns (flow.go).
 func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
-	out, _, err := s.StepClaimNext(ctx, owner, limit, ttl)
+	out, _, err := s.StepClaimNext(ctx, owner, nil, limit, ttl)
 	return out, err
 }
 
-// StepClaimNext is StepClaim, and also says when to look again for steps that wait
-// for a rate limit's token: next is how long until the first token of an empty
-// bucket that ready steps wait for; 0 when none does.
-func (s *Store) StepClaimNext(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, time.Duration, error) {
+// StepClaimNext is StepClaim for a dispatcher with tags (cairn serve --tags: it
+// claims the steps whose runs_on it has all of, and those without), and also says
+// when to look again for steps that wait for a rate limit's token: next is how long
+// until the first token of an empty bucket that ready steps wait for; 0 when none
+// does.
+func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration) ([]Claimed, time.Duration, error) {
+	if tags == nil {
+		tags = []string{}
+	}
 	var out []Claimed
 	var next time.Duration
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out, next = out[:0], 0
 		var rows []claimCandidate
-		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit); err != nil {
+		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit, pq.StringArray(tags)); err != nil {
 			return err
 		}
 		cands := rows[:0:0]

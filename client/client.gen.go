@@ -71,15 +71,18 @@ func (e AttemptStatus) Valid() bool {
 
 // Defines values for BlockedByKind.
 const (
-	BlockedByKindConcurrency BlockedByKind = "concurrency"
-	BlockedByKindPaused      BlockedByKind = "paused"
-	BlockedByKindRateLimit   BlockedByKind = "rate_limit"
+	BlockedByKindConcurrency  BlockedByKind = "concurrency"
+	BlockedByKindNoDispatcher BlockedByKind = "no_dispatcher"
+	BlockedByKindPaused       BlockedByKind = "paused"
+	BlockedByKindRateLimit    BlockedByKind = "rate_limit"
 )
 
 // Valid indicates whether the value is a known member of the BlockedByKind enum.
 func (e BlockedByKind) Valid() bool {
 	switch e {
 	case BlockedByKindConcurrency:
+		return true
+	case BlockedByKindNoDispatcher:
 		return true
 	case BlockedByKindPaused:
 		return true
@@ -506,7 +509,7 @@ type BlockedBy struct {
 	// Key the limit's key
 	Key *string `json:"key,omitempty"`
 
-	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
+	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 	Kind BlockedByKind `json:"kind"`
 
 	// Limit the limit
@@ -514,9 +517,12 @@ type BlockedBy struct {
 
 	// Name the limit's name
 	Name *string `json:"name,omitempty"`
+
+	// RunsOn no_dispatcher: the step's runs_on
+	RunsOn *[]string `json:"runs_on,omitempty"`
 }
 
-// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
+// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 type BlockedByKind string
 
 // BulkBody defines model for BulkBody.

@@ -59,12 +59,27 @@ ALTER TABLE steps ADD COLUMN priority smallint NOT NULL DEFAULT 5 CHECK (priorit
 DROP INDEX steps_claim_idx;
 CREATE INDEX steps_claim_idx ON steps (priority DESC, ready_at) WHERE status = 'ready' AND NOT held;
 
--- The steps of a version that have a concurrency or rate limit or a priority, read
--- from its definition (their definitions, in order): creating a run reads these,
--- never the definition.
+-- Placement: a step with runs_on is claimed only by a dispatcher that has all its
+-- tags (cairn serve --tags); NULL: by any.
+ALTER TABLE steps ADD COLUMN runs_on text[];
+
+-- dispatchers: every dispatcher's row, written when it starts and on each of its
+-- heartbeats, removed when it stops cleanly. A dispatcher is live while its
+-- heartbeat_at is recent (catalog.DispatcherLive); a ready step with runs_on that
+-- no live dispatcher can claim is blocked_by no_dispatcher.
+CREATE TABLE dispatchers (
+    id           text        PRIMARY KEY,
+    tags         text[]      NOT NULL DEFAULT '{}',
+    started_at   timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The steps of a version that have a concurrency or rate limit, a priority or
+-- runs_on, read from its definition (their definitions, in order): creating a run
+-- reads these, never the definition.
 ALTER TABLE workflow_versions ADD COLUMN flow_steps jsonb
     GENERATED ALWAYS AS (jsonb_path_query_array(definition,
-        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit) || exists(@.priority))')) STORED;
+        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit) || exists(@.priority) || exists(@.runs_on))')) STORED;
 
 -- limits: a limit changed at run time (PUT /v1/limits/{name}); it replaces the limit
 -- of every step that names it, running or to come, until changed again.
@@ -78,6 +93,8 @@ CREATE TABLE limits (
 -- +goose Down
 DROP TABLE limits;
 ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP TABLE dispatchers;
+ALTER TABLE steps DROP COLUMN runs_on;
 DROP INDEX steps_claim_idx;
 CREATE INDEX steps_claim_idx ON steps (ready_at) WHERE status = 'ready' AND NOT held;
 ALTER TABLE steps DROP COLUMN priority;

@@ -247,3 +247,38 @@ steps:
 	}
 	require.Greater(t, windows, 100)
 }
+
+// TestRunsOn: a step with runs_on: [gpu] is never claimed by an untagged server and
+// shows blocked_by no_dispatcher until a server with --tags gpu (CAIRN_TAGS) starts;
+// that one runs it.
+func TestRunsOn(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, stackOptions{})
+	plain := st.start(serverOptions{})
+	api := plain.api()
+	api.deploy(map[string]string{"cairn.yaml": `name: placed
+steps:
+  - {key: prep, builtin: noop}
+  - {key: train, needs: [prep], builtin: noop, runs_on: [gpu]}
+`})
+	id := api.startRun("placed", 0, nil)
+	api.waitStep(id, "prep", time.Minute, "prep succeeded", func(s client.Step) bool { return s.Status == client.StepStatusSucceeded })
+	step := api.waitStep(id, "train", time.Minute, "train blocked by no_dispatcher", func(s client.Step) bool {
+		return s.BlockedBy != nil && s.BlockedBy.Kind == client.BlockedByKindNoDispatcher
+	})
+	require.Equal(t, client.StepStatusReady, step.Status)
+	require.Equal(t, []string{"gpu"}, deref(step.BlockedBy.RunsOn))
+	// The untagged server looks for work every second (and is woken by every
+	// change): a few of its polls pass without it claiming the step.
+	for range 3 {
+		time.Sleep(time.Second)
+		require.Empty(t, api.mustAttempts(id, "train"), "an untagged server claimed a gpu step")
+	}
+
+	gpu := st.start(serverOptions{env: []string{"CAIRN_TAGS=gpu"}})
+	require.Equal(t, client.RunStatusSucceeded, api.waitRun(id, time.Minute).Status)
+	attempts := api.mustAttempts(id, "train")
+	require.Len(t, attempts, 1)
+	require.True(t, gpu.owns(attempts[0].Dispatcher), "attempt by %s", attempts[0].Dispatcher)
+	require.Nil(t, api.mustStep(id, "train").BlockedBy)
+}

@@ -1045,10 +1045,10 @@ export interface components {
             /** @description the limit's key */
             key?: string;
             /**
-             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used)
+             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
              * @enum {string}
              */
-            kind: "paused" | "concurrency" | "rate_limit";
+            kind: "paused" | "concurrency" | "rate_limit" | "no_dispatcher";
             /**
              * Format: int64
              * @description the limit
@@ -1056,6 +1056,8 @@ export interface components {
             limit?: number;
             /** @description the limit's name */
             name?: string;
+            /** @description no_dispatcher: the step's runs_on */
+            runs_on?: string[] | null;
         };
         BulkBody: {
             /**
