@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -101,6 +102,10 @@ type StepDefinition struct {
 	// RunsOn is the tags a dispatcher needs to claim the step, sorted and
 	// duplicate-free; nil: any dispatcher.
 	RunsOn []string `json:"runs_on,omitempty"`
+	// QueueTimeout (and in milliseconds) bounds the wait of the ready step to
+	// start; nil: no bound.
+	QueueTimeout   *Duration `json:"queue_timeout,omitempty"`
+	QueueTimeoutMS int64     `json:"queue_timeout_ms,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -142,7 +147,9 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	var defaultConc *ConcurrencySpec
 	var defaultRate *RateLimitSpec
 	var defaultPriority *int
+	var defaultQueue *Duration
 	if m.Defaults != nil {
+		defaultQueue = m.Defaults.QueueTimeout
 		defaultConc, defaultRate, defaultPriority = m.Defaults.Concurrency, m.Defaults.RateLimit, m.Defaults.Priority
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
@@ -162,6 +169,10 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			RateLimit:   effectiveRateLimit(s.RateLimit, defaultRate, m.Name),
 			Priority:    cmpOrPtr(s.Priority, defaultPriority),
 			RunsOn:      normalizeTags(s.RunsOn),
+		}
+		if q := cmp.Or(s.QueueTimeout, defaultQueue); q != nil {
+			v := *q
+			d.QueueTimeout, d.QueueTimeoutMS = &v, v.Std().Milliseconds()
 		}
 		if s.Timeout != nil {
 			d.Timeout = *s.Timeout

@@ -164,3 +164,10 @@ func normalizeTags(tags []string) []string {
 	}
 	return dedupe(tags)
 }
+
+// queueTimeout validates a queue_timeout: > 0 and at most a year (MaxSleep).
+func (v *validator) queueTimeout(key, f string, d Duration) {
+	if d.Std() <= 0 || d.Std() > MaxSleep {
+		v.add(key, f, "queue_timeout %s: must be > 0 and at most %s (a year)", d, Duration(MaxSleep))
+	}
+}

@@ -114,3 +114,20 @@ func TestRunsOn(t *testing.T) {
 		require.Equal(t, tt.field, ve.Field, tt.yaml)
 	}
 }
+
+// TestQueueTimeout: a step's queue_timeout, else the defaults'; bounds.
+func TestQueueTimeout(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte("name: demo\ndefaults: {queue_timeout: 10m}\nsteps:\n  - {key: a, builtin: noop}\n  - {key: b, builtin: noop, queue_timeout: 30s}\n"))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.Equal(t, Duration(10*time.Minute), *def.Steps[0].QueueTimeout)
+	require.EqualValues(t, 30_000, def.Steps[1].QueueTimeoutMS)
+	m, err = ParseManifest([]byte("name: demo\nsteps:\n  - {key: a, builtin: noop, queue_timeout: 0s}\n"))
+	require.NoError(t, err)
+	_, err = m.Normalize()
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "steps[0].queue_timeout", ve.Field)
+}

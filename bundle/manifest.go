@@ -48,6 +48,8 @@ type Defaults struct {
 	// Priority applies to every step that sets none itself: 0..9, higher first;
 	// unset, DefaultPriority.
 	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// QueueTimeout applies to every step that sets none itself (flow.go).
+	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep and
@@ -93,6 +95,10 @@ type Step struct {
 	// RunsOn lists the tags a dispatcher must have (cairn serve --tags) to claim
 	// the step: all of them. Unset: any dispatcher.
 	RunsOn []string `yaml:"runs_on,omitempty" json:"runs_on,omitempty"`
+	// QueueTimeout is the longest a ready step may wait to start (for a slot, a
+	// token or a dispatcher); past it the step fails, code queue_timeout. Default
+	// Defaults.QueueTimeout; unset: no bound.
+	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.

@@ -115,6 +115,9 @@ func (v *validator) manifest(m *Manifest) {
 		if m.Defaults.RateLimit != nil {
 			v.rateLimit("", "defaults.rate_limit", m.Defaults.RateLimit)
 		}
+		if q := m.Defaults.QueueTimeout; q != nil {
+			v.queueTimeout("", "defaults.queue_timeout", *q)
+		}
 		if p := m.Defaults.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
 			v.add("", "defaults.priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
 		}
@@ -208,6 +211,9 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
 		v.add(s.Key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
+	}
+	if s.QueueTimeout != nil {
+		v.queueTimeout(s.Key, f+".queue_timeout", *s.QueueTimeout)
 	}
 	if s.RunsOn != nil && len(s.RunsOn) == 0 {
 		v.add(s.Key, f+".runs_on", "runs_on is empty: list the tags a dispatcher needs, or leave it out")

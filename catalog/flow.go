@@ -36,7 +36,8 @@ WHERE v.workflow = $1
 UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
     rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
     rate_per_s = (f.value ->> 'rp')::float8, priority = coalesce((f.value ->> 'p')::smallint, s.priority),
-    runs_on = CASE WHEN f.value ? 't' THEN ARRAY(SELECT jsonb_array_elements_text(f.value -> 't')) END
+    runs_on = CASE WHEN f.value ? 't' THEN ARRAY(SELECT jsonb_array_elements_text(f.value -> 't')) END,
+    queue_timeout_s = (f.value ->> 'q')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
 	// sqlClaimCandidates locks up to $1 claimable steps, oldest first, skipping
@@ -191,6 +192,7 @@ type flowStep struct {
 	} `json:"concurrency"`
 	Priority  *int     `json:"priority"`
 	RunsOn    []string `json:"runs_on"`
+	QueueMS   int64    `json:"queue_timeout_ms"`
 	RateLimit *struct {
 		Name  string `json:"name"`
 		Key   string `json:"key"`
@@ -257,6 +259,9 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 		}
 		if len(st.RunsOn) > 0 {
 			f["t"] = st.RunsOn
+		}
+		if st.QueueMS > 0 {
+			f["q"] = float64(st.QueueMS) / 1000
 		}
 		if r := st.RateLimit; r != nil {
 			key, err := evalKey(ctx, r.Key, vars)
@@ -547,6 +552,20 @@ func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, acto
 		return nil, fmt.Errorf("set limit %s: %w", name, translateError(err))
 	}
 	return &out, nil
+}
+
+// QueueTimeouts fails up to limit ready steps whose queue_timeout has passed
+// (cairn_queue_timeouts): terminal, code queue_timeout; a paused run's steps wait
+// for its resume. Safe from every dispatcher at once. Returns how many it failed.
+func (s *Store) QueueTimeouts(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, `SELECT cairn_queue_timeouts($1)`, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue timeouts: %w", err)
+	}
+	return n, nil
 }
 
 // DispatcherLive is how recent a dispatcher's heartbeat (DispatcherBeat) must be

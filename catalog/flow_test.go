@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -370,4 +371,52 @@ func TestRunsOn(t *testing.T) {
 	live, err = s.DispatcherList(ctx)
 	require.NoError(t, err)
 	require.Len(t, live, 2)
+}
+
+// TestQueueTimeout: a ready step blocked past its queue_timeout fails, code
+// queue_timeout (its dependents skipped, the run failed); one that started in time
+// does not.
+func TestQueueTimeout(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"a","needs":[],"with":{},"concurrency":{"name":"q","limit":1},"queue_timeout":"1h0m0s","queue_timeout_ms":3600000},{"key":"b","needs":["a"],"with":{}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "qt", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	first := flowRun(t, ctx, s, "qt", `{}`)
+	claimKeys(t, ctx, s, "d1", 1)
+	second := flowRun(t, ctx, s, "qt", `{}`)
+	claimKeys(t, ctx, s, "d1", 0)
+	n, err := s.QueueTimeouts(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, n, "not yet")
+
+	// An hour and more later (the step's ready_at moved back).
+	_, err = s.DB().ExecContext(ctx, `UPDATE steps SET ready_at = ready_at - interval '2 hours' WHERE run_id = ANY($1)`,
+		pq.Array([]uuid.UUID{first, second}))
+	require.NoError(t, err)
+	n, err = s.QueueTimeouts(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only the step still waiting")
+	st, err := s.StepGet(ctx, second, "a")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepFailed, st.Status)
+	require.JSONEq(t, `"queue_timeout"`, string(jsonField(t, st.LastError, "code")))
+	require.Equal(t, map[string]string{"a": "failed", "b": "skipped"}, statuses(t, ctx, s, second))
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, second).Status)
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, first, "a"))
+}
+
+func jsonField(t *testing.T, raw []byte, field string) json.RawMessage {
+	t.Helper()
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(raw, &m))
+	return m[field]
 }

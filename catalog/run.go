@@ -70,7 +70,8 @@ WITH w AS (
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
-                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on)
+                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on,
+                       queue_timeout_s)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
@@ -79,7 +80,8 @@ WITH w AS (
            $8::jsonb -> k ->> 'rn', $8::jsonb -> k ->> 'rk', ($8::jsonb -> k ->> 'rl')::integer,
            ($8::jsonb -> k ->> 'rp')::float8,
            coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5),
-           CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END
+           CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
+           ($8::jsonb -> k ->> 'q')::float8
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)

@@ -74,12 +74,55 @@ CREATE TABLE dispatchers (
     heartbeat_at timestamptz NOT NULL DEFAULT now()
 );
 
--- The steps of a version that have a concurrency or rate limit, a priority or
--- runs_on, read from its definition (their definitions, in order): creating a run
--- reads these, never the definition.
+-- queue_timeout: the longest a ready step may wait to start (for a slot, a token or
+-- a dispatcher), in seconds, from its ready_at (when it became claimable; waiting
+-- is not an attempt). Past it, cairn_queue_timeouts fails it: code queue_timeout.
+ALTER TABLE steps ADD COLUMN queue_timeout_s double precision CHECK (queue_timeout_s > 0);
+CREATE INDEX steps_queue_timeout_idx ON steps (ready_at)
+    WHERE status = 'ready' AND queue_timeout_s IS NOT NULL;
+
+-- cairn_queue_timeouts fails up to p_limit ready steps (not held: a paused run's
+-- wait is not the queue's) whose queue_timeout has passed, SKIP LOCKED: terminal,
+-- last_error {"message", "code": "queue_timeout"}, dependents skipped, step.failed,
+-- the run may end. Returns how many it failed. Lock order: steps, then the run's.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_queue_timeouts(p_limit integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r       record;
+    n       integer := 0;
+    v_err   jsonb;
+    v_skip  integer;
+BEGIN
+    FOR r IN
+        SELECT run_id, key, attempts, queue_timeout_s FROM steps
+        WHERE status = 'ready' AND queue_timeout_s IS NOT NULL AND NOT held
+          AND ready_at + make_interval(secs => queue_timeout_s) <= now()
+        ORDER BY ready_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        v_err := jsonb_build_object('message',
+            format('the step waited over its queue_timeout (%ss) to start', r.queue_timeout_s),
+            'code', 'queue_timeout');
+        UPDATE steps SET status = 'failed', finished_at = now(), last_error = v_err
+        WHERE run_id = r.run_id AND key = r.key;
+        v_skip := cairn_skip_dependents(r.run_id, r.key);
+        PERFORM cairn_event(r.run_id, 'step.failed', r.key, r.attempts, jsonb_build_object('error', v_err));
+        PERFORM cairn_run_settle(r.run_id, 1 + v_skip);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+-- +goose StatementEnd
+
+-- The steps of a version that have a concurrency or rate limit, a priority,
+-- runs_on or a queue_timeout, read from its definition (their definitions, in
+-- order): creating a run reads these, never the definition.
 ALTER TABLE workflow_versions ADD COLUMN flow_steps jsonb
     GENERATED ALWAYS AS (jsonb_path_query_array(definition,
-        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit) || exists(@.priority) || exists(@.runs_on))')) STORED;
+        '$.steps[*] ? (exists(@.concurrency) || exists(@.rate_limit) || exists(@.priority) || exists(@.runs_on)
+                        || exists(@.queue_timeout))')) STORED;
 
 -- limits: a limit changed at run time (PUT /v1/limits/{name}); it replaces the limit
 -- of every step that names it, running or to come, until changed again.
@@ -93,6 +136,9 @@ CREATE TABLE limits (
 -- +goose Down
 DROP TABLE limits;
 ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP FUNCTION cairn_queue_timeouts(integer);
+DROP INDEX steps_queue_timeout_idx;
+ALTER TABLE steps DROP COLUMN queue_timeout_s;
 DROP TABLE dispatchers;
 ALTER TABLE steps DROP COLUMN runs_on;
 DROP INDEX steps_claim_idx;

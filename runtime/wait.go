@@ -182,5 +182,13 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 				break
 			}
 		}
+		// Ready steps that waited past their queue_timeout fail (issue 16).
+		if n, err := d.store.QueueTimeouts(ctx, batch); err != nil {
+			if ctx.Err() == nil {
+				d.logger.Warn("queue timeout sweep failed", "error", err)
+			}
+		} else if n > 0 {
+			d.logger.Debug("failed steps past their queue_timeout", "count", n)
+		}
 	}
 }
