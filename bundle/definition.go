@@ -62,6 +62,9 @@ type Definition struct {
 	Hooks []Hook `json:"hooks,omitempty"`
 	// Schedules in manifest order; absent when there are none.
 	Schedules []ScheduleDefinition `json:"schedules,omitempty"`
+	// Timeout bounds a whole run (and in milliseconds); absent: no bound.
+	Timeout   *Duration `json:"timeout,omitempty"`
+	TimeoutMS int64     `json:"timeout_ms,omitempty"`
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
@@ -216,6 +219,10 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	}
 	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description,
 		Hooks: normalizeHooks(m.Hooks), Schedules: normalizeSchedules(m.Schedules)}
+	if m.Timeout != nil {
+		t := *m.Timeout
+		def.Timeout, def.TimeoutMS = &t, t.Std().Milliseconds()
+	}
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

@@ -131,3 +131,19 @@ func TestQueueTimeout(t *testing.T) {
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, "steps[0].queue_timeout", ve.Field)
 }
+
+// TestRunTimeout: the manifest's timeout bounds a run; out of bounds is refused.
+func TestRunTimeout(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte("name: demo\ntimeout: 2h\nsteps:\n  - {key: a, builtin: noop}\n"))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	require.EqualValues(t, 7_200_000, def.TimeoutMS)
+	m, err = ParseManifest([]byte("name: demo\ntimeout: 0s\nsteps:\n  - {key: a, builtin: noop}\n"))
+	require.NoError(t, err)
+	_, err = m.Normalize()
+	var ve *ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "timeout", ve.Field)
+}

@@ -26,6 +26,10 @@ type Manifest struct {
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
 	// Defaults apply to every step that does not set the field itself.
 	Defaults *Defaults `yaml:"defaults,omitempty" json:"defaults,omitempty"`
+	// Timeout bounds a whole run: a run not ended that long after it was created
+	// fails, code deadline_exceeded (flow.go). Unset: no bound. A run's start may
+	// give its own deadline.
+	Timeout *Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 	// Steps are the nodes of the DAG; at least one.
 	Steps []Step `yaml:"steps" json:"steps"`
 	// Hooks are the webhooks that start runs of the workflow (hook.go).

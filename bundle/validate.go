@@ -100,6 +100,9 @@ func (v *validator) manifest(m *Manifest) {
 	case strings.IndexByte(m.Description, 0) >= 0:
 		v.add("", "description", "contains a NUL character")
 	}
+	if m.Timeout != nil && (m.Timeout.Std() <= 0 || m.Timeout.Std() > MaxSleep) {
+		v.add("", "timeout", "timeout %s: must be > 0 and at most %s (a year)", *m.Timeout, Duration(MaxSleep))
+	}
 	var defaults RetryPolicy
 	if m.Defaults != nil {
 		if m.Defaults.Timeout != nil {

@@ -568,6 +568,20 @@ func (s *Store) QueueTimeouts(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
+// RunDeadlines fails up to limit unended runs whose deadline has passed
+// (cairn_run_deadlines): code deadline_exceeded, their unfinished steps and running
+// attempts canceled, dispatchers told. Safe from every dispatcher at once.
+func (s *Store) RunDeadlines(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, `SELECT cairn_run_deadlines($1)`, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("run deadlines: %w", err)
+	}
+	return n, nil
+}
+
 // DispatcherLive is how recent a dispatcher's heartbeat (DispatcherBeat) must be
 // for it to count as live: three of its beats (runtime: every 5 s).
 const DispatcherLive = 15 * time.Second

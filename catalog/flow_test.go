@@ -420,3 +420,50 @@ func jsonField(t *testing.T, raw []byte, field string) json.RawMessage {
 	require.NoError(t, json.Unmarshal(raw, &m))
 	return m[field]
 }
+
+// TestRunDeadline: a run past its deadline (given at start, or the manifest's
+// timeout) fails, code deadline_exceeded: its running attempt and unfinished steps
+// are canceled; a run without one, or ended, is left alone.
+func TestRunDeadline(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"timeout":"1h0m0s","timeout_ms":3600000,"steps":[{"key":"a","needs":[],"with":{}},{"key":"b","needs":["a"],"with":{}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "dl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	past := time.Now().Add(-time.Minute)
+	late, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "dl", Deadline: &past})
+	require.NoError(t, err)
+	timed := flowRun(t, ctx, s, "dl", `{}`)
+	claimKeys(t, ctx, s, "d1", 2)
+
+	n, err := s.RunDeadlines(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	r := runOf(t, ctx, s, late.ID)
+	require.Equal(t, catalog.RunFailed, r.Status)
+	require.JSONEq(t, `"deadline_exceeded"`, string(jsonField(t, jsonField(t, r.Error, "cause"), "code")))
+	require.Equal(t, map[string]string{"a": "canceled", "b": "canceled"}, statuses(t, ctx, s, late.ID))
+	atts, err := s.AttemptList(ctx, late.ID, "a")
+	require.NoError(t, err)
+	require.Equal(t, catalog.AttemptStatus("canceled"), atts[0].Status)
+
+	// The manifest's timeout: an hour after creation (the clock moved on).
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, timed, "a"))
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET deadline_at = deadline_at - interval '61 minutes' WHERE id = $1`, timed)
+	require.NoError(t, err)
+	n, err = s.RunDeadlines(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, timed).Status)
+	n, err = s.RunDeadlines(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

@@ -54,7 +54,7 @@ WITH w AS (
 ), v AS (
     SELECT v.workflow, v.version,
            v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes,
-           v.step_on_exhausted AS exhausted
+           v.step_on_exhausted AS exhausted, v.run_timeout_ms
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
@@ -62,10 +62,11 @@ WITH w AS (
                            ELSE $3::integer END
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
-                      labels, parent_id)
+                      labels, parent_id, deadline_at)
     SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1,
            CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END,
-           $5, $6
+           $5, $6,
+           coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0))
     FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
@@ -200,6 +201,9 @@ type RunCreateParams struct {
 	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
 	// nil.
 	Labels Labels
+	// Deadline, when set, is when the run fails (code deadline_exceeded) if it has
+	// not ended; else its creation plus the manifest's timeout, if any.
+	Deadline *time.Time
 	// Priority, when set (0..9), is the priority of every step of the run, in
 	// place of the steps' own (default 5).
 	Priority *int
@@ -274,7 +278,11 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	if p.Priority != nil {
 		priority = *p.Priority
 	}
-	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority}
+	var deadline any
+	if p.Deadline != nil {
+		deadline = *p.Deadline
+	}
+	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline}
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {

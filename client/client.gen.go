@@ -1037,6 +1037,9 @@ type StartRunBody struct {
 	// Alias alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version
 	Alias *string `json:"alias,omitempty"`
 
+	// Deadline when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any
+	Deadline *time.Time `json:"deadline,omitempty"`
+
 	// Input the run's input, any JSON value
 	Input interface{} `json:"input,omitempty"`
 

@@ -116,6 +116,56 @@ BEGIN
 END $$;
 -- +goose StatementEnd
 
+-- Run deadlines: a run not ended by deadline_at fails, code deadline_exceeded
+-- (cairn_run_deadlines): the deadline given at its start, else its creation plus
+-- the manifest's timeout (workflow_versions.run_timeout_ms, from the definition).
+ALTER TABLE runs ADD COLUMN deadline_at timestamptz;
+CREATE INDEX runs_deadline_idx ON runs (deadline_at)
+    WHERE deadline_at IS NOT NULL AND status IN ('pending', 'running', 'paused');
+ALTER TABLE workflow_versions ADD COLUMN run_timeout_ms bigint
+    GENERATED ALWAYS AS ((definition ->> 'timeout_ms')::bigint) STORED;
+
+-- cairn_run_deadlines fails up to p_limit unended runs whose deadline has passed,
+-- SKIP LOCKED, as cairn_run_cancel cancels one (its running attempts end canceled,
+-- its unfinished steps are canceled, dispatchers are told on cairn_cancel), but the
+-- run fails: error {"message", "cause": {"code": "deadline_exceeded"}}, run.failed
+-- {"reason": "deadline_exceeded"}. Returns how many it failed.
+-- +goose StatementBegin
+CREATE FUNCTION cairn_run_deadlines(p_limit integer)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+    n integer := 0;
+BEGIN
+    FOR r IN
+        SELECT id, deadline_at FROM runs
+        WHERE deadline_at <= now() AND status IN ('pending', 'running', 'paused')
+        ORDER BY deadline_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        UPDATE attempts a SET status = 'canceled', finished_at = now(),
+            error = jsonb_build_object('message', 'the run''s deadline passed', 'code', 'deadline_exceeded')
+        FROM steps s
+        WHERE s.run_id = r.id AND s.status = 'running'
+          AND a.run_id = s.run_id AND a.step_key = s.key AND a.number = s.attempts AND a.status = 'running';
+        UPDATE steps SET status = 'canceled', finished_at = now(),
+            lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE run_id = r.id AND status IN ('waiting', 'ready', 'running', 'suspended');
+        UPDATE steps SET held = false WHERE run_id = r.id AND held;
+        UPDATE runs SET status = 'failed', finished_at = now(), steps_remaining = 0, pause_reason = NULL,
+            error = jsonb_build_object('message', format('the run''s deadline (%s) passed', r.deadline_at),
+                                       'cause', jsonb_build_object('code', 'deadline_exceeded',
+                                                                   'message', 'the run''s deadline passed'))
+        WHERE id = r.id;
+        PERFORM cairn_event(r.id, 'run.failed', NULL, NULL, jsonb_build_object('reason', 'deadline_exceeded'));
+        PERFORM pg_notify('cairn_cancel', r.id::text);
+        n := n + 1;
+    END LOOP;
+    RETURN n;
+END $$;
+-- +goose StatementEnd
+
 -- The steps of a version that have a concurrency or rate limit, a priority,
 -- runs_on or a queue_timeout, read from its definition (their definitions, in
 -- order): creating a run reads these, never the definition.
@@ -136,6 +186,10 @@ CREATE TABLE limits (
 -- +goose Down
 DROP TABLE limits;
 ALTER TABLE workflow_versions DROP COLUMN flow_steps;
+DROP FUNCTION cairn_run_deadlines(integer);
+ALTER TABLE workflow_versions DROP COLUMN run_timeout_ms;
+DROP INDEX runs_deadline_idx;
+ALTER TABLE runs DROP COLUMN deadline_at;
 DROP FUNCTION cairn_queue_timeouts(integer);
 DROP INDEX steps_queue_timeout_idx;
 ALTER TABLE steps DROP COLUMN queue_timeout_s;

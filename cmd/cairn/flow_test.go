@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,4 +24,19 @@ func TestLimitCLI(t *testing.T) {
 	require.ErrorContains(t, err, "admin")
 	_, err = b.cli(t, "limit", "set", "tenant", "zero", "--token", b.admin)
 	require.ErrorContains(t, err, "not a positive number")
+}
+
+func TestParseDeadline(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at, err := parseDeadline("2h", now)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(2*time.Hour), at)
+	at, err = parseDeadline("2026-02-01T00:00:00Z", now)
+	require.NoError(t, err)
+	require.Equal(t, time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), at)
+	_, err = parseDeadline("-1h", now)
+	require.Error(t, err)
+	_, err = parseDeadline("soon", now)
+	require.Error(t, err)
 }

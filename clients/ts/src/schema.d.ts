@@ -1533,6 +1533,11 @@ export interface components {
         StartRunBody: {
             /** @description alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version */
             alias?: string;
+            /**
+             * Format: date-time
+             * @description when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any
+             */
+            deadline?: string;
             /** @description the run's input, any JSON value */
             input?: unknown;
             /** @description labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8 */
