@@ -52,7 +52,7 @@ func TestConcurrencyLimits(t *testing.T) {
 
 	a = tb.sendAs(t, viewerToken, http.MethodGet, "/v1/limits", nil, nil)
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	require.JSONEq(t, `{"keys":[{"name":"tenants","key":"acme","running":1,"ready":1,"limit":1}],"overrides":[]}`, string(a.body))
+	require.JSONEq(t, `{"keys":[{"name":"tenants","key":"acme","running":1,"ready":1,"limit":1}],"overrides":[],"rates":[]}`, string(a.body))
 
 	a = tb.send(t, http.MethodPut, "/v1/limits/tenants", nil, []byte(`{"concurrency":2}`))
 	require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"time"
 
@@ -27,10 +28,21 @@ type LimitOverride struct {
 	UpdatedBy   string    `json:"updated_by" doc:"the name of the token that set it"`
 }
 
+// RateKey is the token bucket of one key of a rate limit.
+type RateKey struct {
+	Name   string  `json:"name" doc:"the rate limit's name (rate_limit.name; default the workflow's name)"`
+	Key    string  `json:"key" doc:"the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)"`
+	Tokens float64 `json:"tokens" doc:"tokens left now: starts allowed at once"`
+	Limit  int     `json:"limit" doc:"tokens per window"`
+	Per    string  `json:"per" doc:"the window (Go duration)"`
+	Ready  int     `json:"ready" doc:"steps of the key ready to start"`
+}
+
 // Limits is the body of GET /v1/limits.
 type Limits struct {
-	Keys      []LimitKey      `json:"keys" doc:"every key with a step running or ready, by name and key (at most 1000)"`
-	Overrides []LimitOverride `json:"overrides" doc:"the limits set at run time"`
+	Keys      []LimitKey      `json:"keys" doc:"every concurrency key with a step running or ready, by name and key (at most 1000)"`
+	Overrides []LimitOverride `json:"overrides" doc:"the concurrency limits set at run time"`
+	Rates     []RateKey       `json:"rates" doc:"every rate limit bucket, by name and key (at most 1000): one per key a step has started under"`
 }
 
 // PutLimitBody is the body of PUT /v1/limits/{name}.
@@ -53,7 +65,7 @@ func (s *Server) registerLimits() {
 		Method:      http.MethodGet,
 		Path:        "/v1/limits",
 		Summary:     "Show concurrency limits in use",
-		Description: "The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).",
+		Description: "The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).",
 		Tags:        []string{"limits"},
 	}, RoleViewer, nil, func(ctx context.Context, in *struct {
 		Name string `query:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"only this limit"`
@@ -62,7 +74,16 @@ func (s *Server) registerLimits() {
 		if err != nil {
 			return nil, err
 		}
-		out := &struct{ Body Limits }{Body: Limits{Keys: make([]LimitKey, len(use)), Overrides: make([]LimitOverride, len(ovr))}}
+		rates, err := s.store.RateList(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		out := &struct{ Body Limits }{Body: Limits{Keys: make([]LimitKey, len(use)), Overrides: make([]LimitOverride, len(ovr)),
+			Rates: make([]RateKey, len(rates))}}
+		for i, r := range rates {
+			out.Body.Rates[i] = RateKey{Name: r.Name, Key: r.Key, Tokens: math.Floor(r.Tokens*1000) / 1000, Limit: r.Limit,
+				Per: time.Duration(r.PerS * float64(time.Second)).String(), Ready: r.Ready}
+		}
 		for i, u := range use {
 			out.Body.Keys[i] = LimitKey{Name: u.Name, Key: u.Key, Running: u.Running, Ready: u.Ready, Limit: u.Limit}
 		}

@@ -516,6 +516,37 @@ var reLimitName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // MaxLimitKeys bounds the keys LimitList returns.
 const MaxLimitKeys = 1000
 
+// RateUsage is the bucket of one key of a rate limit.
+type RateUsage struct {
+	Name string `db:"name"`
+	Key  string `db:"key"`
+	// Tokens left now (refilled since the last take), of Limit per PerS seconds.
+	Tokens float64 `db:"tokens"`
+	Limit  int     `db:"lim"`
+	PerS   float64 `db:"per_s"`
+	// Ready is the number of steps of the key ready to start.
+	Ready int `db:"ready"`
+}
+
+const sqlRateUsage = `
+SELECT b.name, b.key, least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s) AS tokens,
+       b.lim, b.per_s,
+       (SELECT count(*) FROM steps s WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key) AS ready
+FROM rate_buckets b
+WHERE $1 = '' OR b.name = $1
+ORDER BY b.name, b.key
+LIMIT $2`
+
+// RateList returns the buckets of the rate limits (of name alone unless name is
+// ""), at most MaxLimitKeys: one per key a claim has taken a token of.
+func (s *Store) RateList(ctx context.Context, name string) ([]RateUsage, error) {
+	var out []RateUsage
+	if err := s.db.SelectContext(ctx, &out, sqlRateUsage, name, MaxLimitKeys); err != nil {
+		return nil, fmt.Errorf("list rate limits: %w", translateError(err))
+	}
+	return out, nil
+}
+
 // LimitList returns the keys of the concurrency limits in use (a step running or
 // ready) — of name alone unless name is "" — at most MaxLimitKeys, and the limits
 // changed at run time.

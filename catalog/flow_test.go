@@ -229,6 +229,14 @@ func TestRateLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, catalog.BlockedBy{Kind: "rate_limit", Name: "api", Key: "a", InUse: 5, Limit: 5}, blocked["s"])
 	claimKeys(t, ctx, s, "d2", 0)
+	rates, err := s.RateList(ctx, "api")
+	require.NoError(t, err)
+	require.Len(t, rates, 2)
+	require.Equal(t, "a", rates[0].Key)
+	require.Less(t, rates[0].Tokens, 0.01)
+	require.Equal(t, 3, rates[0].Ready)
+	require.Equal(t, 5, rates[0].Limit)
+	require.InDelta(t, 4, rates[1].Tokens, 0.01)
 
 	// One token's time later (the bucket's clock moved back), one more starts.
 	_, err = s.DB().ExecContext(ctx, `UPDATE rate_buckets SET at = at - interval '12 minutes' WHERE name = 'api' AND key = 'a'`)

@@ -643,11 +643,14 @@ type LimitOverride struct {
 
 // Limits defines model for Limits.
 type Limits struct {
-	// Keys every key with a step running or ready, by name and key (at most 1000)
+	// Keys every concurrency key with a step running or ready, by name and key (at most 1000)
 	Keys *[]LimitKey `json:"keys"`
 
-	// Overrides the limits set at run time
+	// Overrides the concurrency limits set at run time
 	Overrides *[]LimitOverride `json:"overrides"`
+
+	// Rates every rate limit bucket, by name and key (at most 1000): one per key a step has started under
+	Rates *[]RateKey `json:"rates"`
 }
 
 // ListAlias defines model for ListAlias.
@@ -813,6 +816,27 @@ type PutLimitBody struct {
 type PutSecretBody struct {
 	// Value the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again
 	Value string `json:"value"`
+}
+
+// RateKey defines model for RateKey.
+type RateKey struct {
+	// Key the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)
+	Key string `json:"key"`
+
+	// Limit tokens per window
+	Limit int64 `json:"limit"`
+
+	// Name the rate limit's name (rate_limit.name; default the workflow's name)
+	Name string `json:"name"`
+
+	// Per the window (Go duration)
+	Per string `json:"per"`
+
+	// Ready steps of the key ready to start
+	Ready int64 `json:"ready"`
+
+	// Tokens tokens left now: starts allowed at once
+	Tokens float64 `json:"tokens"`
 }
 
 // RerunPlan defines model for RerunPlan.
@@ -1540,7 +1564,7 @@ type ClientInterface interface {
 
 	// ListLimits Show concurrency limits in use
 	//
-	// The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+	// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
 	//
 	// Requires the `viewer` role.
 	//
@@ -2187,7 +2211,7 @@ func (c *APIClient) DeliverHook(ctx context.Context, workflow string, hook strin
 
 // ListLimits Show concurrency limits in use
 //
-// The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
 //
 // Requires the `viewer` role.
 //
@@ -5716,7 +5740,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListLimitsWithResponse Show concurrency limits in use
 	//
-	// The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+	// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
 	//
 	// Requires the `viewer` role.
 	//
@@ -11137,7 +11161,7 @@ func (c *ClientWithResponses) DeliverHookWithResponse(ctx context.Context, workf
 
 // ListLimitsWithResponse Show concurrency limits in use
 //
-// The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
 //
 // Requires the `viewer` role.
 //

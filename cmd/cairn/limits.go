@@ -48,6 +48,9 @@ func newLimitCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			for _, k := range keys {
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", k.Name, k.Key, k.Running, k.Ready, k.Limit)
 			}
+			for _, r := range deref(resp.JSON200.Rates) {
+				fmt.Fprintf(tw, "%s\t%s\t-\t%d\t%d per %s (%.1f left)\n", r.Name, r.Key, r.Ready, r.Limit, r.Per, r.Tokens)
+			}
 			for _, o := range deref(resp.JSON200.Overrides) {
 				fmt.Fprintf(tw, "# %s set to %d by %s at %s\n", o.Name, o.Concurrency, o.UpdatedBy, formatTime(o.UpdatedAt))
 			}

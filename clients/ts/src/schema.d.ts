@@ -117,7 +117,7 @@ export interface paths {
         };
         /**
          * Show concurrency limits in use
-         * @description The slots in use and the steps waiting, per key of each concurrency limit, and the limits set at run time. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+         * @description The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
          *
          *     Requires the `viewer` role.
          */
@@ -1166,10 +1166,12 @@ export interface components {
             updated_by: string;
         };
         Limits: {
-            /** @description every key with a step running or ready, by name and key (at most 1000) */
+            /** @description every concurrency key with a step running or ready, by name and key (at most 1000) */
             keys: components["schemas"]["LimitKey"][] | null;
-            /** @description the limits set at run time */
+            /** @description the concurrency limits set at run time */
             overrides: components["schemas"]["LimitOverride"][] | null;
+            /** @description every rate limit bucket, by name and key (at most 1000): one per key a step has started under */
+            rates: components["schemas"]["RateKey"][] | null;
         };
         ListAlias: {
             /** @description this page */
@@ -1304,6 +1306,29 @@ export interface components {
         PutSecretBody: {
             /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
             value: string;
+        };
+        RateKey: {
+            /** @description the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit) */
+            key: string;
+            /**
+             * Format: int64
+             * @description tokens per window
+             */
+            limit: number;
+            /** @description the rate limit's name (rate_limit.name; default the workflow's name) */
+            name: string;
+            /** @description the window (Go duration) */
+            per: string;
+            /**
+             * Format: int64
+             * @description steps of the key ready to start
+             */
+            ready: number;
+            /**
+             * Format: double
+             * @description tokens left now: starts allowed at once
+             */
+            tokens: number;
         };
         RerunPlan: {
             /** @description steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt */
