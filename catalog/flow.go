@@ -16,13 +16,15 @@ import (
 	"github.com/cairnrun/cairn/expr"
 )
 
-// Flow control (issue 16, migration 00016): concurrency limits per key. A slot is a
-// running step; see the migration for why nothing can leak one.
+// Flow control (issue 16, migration 00016): concurrency and rate limits per key,
+// priority, placement (runs_on and the dispatchers' registry), queue timeouts and
+// run deadlines. A concurrency slot is a running step; see the migration for why
+// nothing can leak one.
 
 const (
-	// sqlFlowSteps reads the steps of a version that have a concurrency limit (the
-	// version $2 of workflow $1; when 0, the one alias $3 names, latest when $3 is
-	// ''), as sqlRunCreate resolves it.
+	// sqlFlowSteps reads the steps of a version that have flow settings (limits,
+	// priority, runs_on, queue_timeout) of version $2 of workflow $1 (when 0, the
+	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it.
 	sqlFlowSteps = `
 SELECT v.version, v.flow_steps FROM workflow_versions v
 WHERE v.workflow = $1
@@ -30,8 +32,8 @@ WHERE v.workflow = $1
                        THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
                        ELSE $2::integer END`
 
-	// sqlFlowApply gives the steps of run $1 their limits ($2: step key → {n, k, l,
-	// rn, rk, rl, rp}, see flowKeys).
+	// sqlFlowApply gives the steps of run $1 their flow settings ($2: step key →
+	// {n, k, l, rn, rk, rl, rp, p, t, q}, see flowKeys).
 	sqlFlowApply = `
 UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
     rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
@@ -40,9 +42,10 @@ UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc
     queue_timeout_s = (f.value ->> 'q')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
-	// sqlClaimCandidates locks up to $1 claimable steps, oldest first, skipping
-	// those locked by another claimer and those whose concurrency key was full or
-	// rate bucket empty when the statement began (a hint only: the claim counts
+	// sqlClaimCandidates locks up to $1 claimable steps, by priority then age, of
+	// those the dispatcher's tags $2 allow (runs_on), skipping those locked by
+	// another claimer and those whose concurrency key was full or rate bucket
+	// empty when the statement began (a hint only: the claim counts
 	// again under the keys' locks). One more row, with no step, may come last:
 	// next_in, the seconds until the first token of an empty bucket that ready
 	// steps wait for (the claimer looks again then).
@@ -202,10 +205,10 @@ type flowStep struct {
 }
 
 // flowKeys resolves the version a new run of workflow gets (as sqlRunCreate does)
-// and evaluates the concurrency keys of its steps: the version, and the JSON that
-// sqlFlowApply and sqlRunCreate take (nil when no step has a limit). ErrFlowKey when
-// an expression fails. No version: version 0, nil, nil (sqlRunCreate then reports
-// it).
+// and evaluates the limit keys of its steps: the version, and the JSON of the
+// steps' flow settings that sqlFlowApply and sqlRunCreate take (nil when no step
+// has any). ErrFlowKey when an expression fails. No version: version 0, nil, nil
+// (sqlRunCreate then reports it).
 func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, version int, alias string,
 	input json.RawMessage, labels Labels) (int, json.RawMessage, error) {
 	var row struct {
