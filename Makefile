@@ -20,9 +20,10 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap, Chromium for the UI's browser tests) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
+	@scripts/install-chromium.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
 
@@ -34,9 +35,12 @@ lambda-emulator:
 test: tools build test-go test-ts fuzz
 
 # One line per test (the blob store conformance suite against each backend, the
-# catalog against PostgreSQL, …), then gotestsum's summary.
+# catalog against PostgreSQL, the web UI in Chromium, …), then gotestsum's summary.
+# Files tests keep (t.ArtifactDir: the UI's screenshots) go under TEST_OUTPUT.
+TEST_OUTPUT ?= $(CURDIR)/test-output
 test-go:
-	gotestsum --format testname -- -race -count=1 ./...
+	@mkdir -p $(TEST_OUTPUT)
+	gotestsum --format testname -- -race -count=1 -artifacts -outputdir=$(TEST_OUTPUT) ./...
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build
@@ -87,4 +91,4 @@ lambda-zip:
 	cd bin/lambda-hello && zip -q -X ../lambda-hello.zip bootstrap
 
 clean:
-	rm -rf bin
+	rm -rf bin test-output

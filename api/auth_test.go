@@ -52,8 +52,9 @@ func TestAuthEveryOperation(t *testing.T) {
 				return rec.Code
 			}
 			if need == RoleNone {
-				if path == "/v1/runs/{id}/steps/{key}/checkpoint" {
-					// Authenticated by the attempt's lease credential instead of a role.
+				if path == "/v1/runs/{id}/steps/{key}/checkpoint" || path == "/v1/callbacks/{token}" {
+					// Authenticated by the attempt's lease credential (a callback: its
+					// signed token) instead of a role.
 					require.Equal(t, http.StatusUnauthorized, do(""), "%s %s without a credential", method, path)
 					require.Equal(t, http.StatusUnauthorized, do(testOperatorToken), "%s %s with a role token", method, path)
 					continue

@@ -27,17 +27,22 @@ type checkpointInput struct {
 	StepParams
 	Authorization string `header:"Authorization" doc:"Bearer <lease_token from the envelope>"`
 	ContentType   string `header:"Content-Type" doc:"application/json for an inline-able JSON checkpoint; anything else is stored as bytes"`
+	streamedBody
+}
 
+// streamedBody is the body of an operation that streams it (checkpoints, signals,
+// callbacks): unread until the handler knows the caller, then bounded by the
+// server's limit.
+type streamedBody struct {
 	body          io.ReadCloser
 	contentLength int64 // -1 when unknown (chunked)
 	w             http.ResponseWriter
 }
 
-// Resolve implements huma.Resolver: it captures the body as a stream, unread. The
-// handler bounds it (the limit is the server's) once the caller is known.
-func (c *checkpointInput) Resolve(ctx huma.Context) []error {
+// Resolve implements huma.Resolver: it captures the body as a stream, unread.
+func (b *streamedBody) Resolve(ctx huma.Context) []error {
 	r, w := humago.Unwrap(ctx)
-	c.body, c.contentLength, c.w = r.Body, r.ContentLength, w
+	b.body, b.contentLength, b.w = r.Body, r.ContentLength, w
 	return nil
 }
 

@@ -22,7 +22,7 @@ import (
 // commit order, without gaps; it is the SSE event ID.
 type Event struct {
 	Seq       int64           `json:"seq"`
-	Type      string          `json:"type" doc:"run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled"`
+	Type      string          `json:"type" doc:"run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.compensating, run.succeeded, run.failed, run.canceled"`
 	Step      string          `json:"step,omitempty"`
 	Attempt   int             `json:"attempt,omitempty"`
 	Data      json.RawMessage `json:"data"`

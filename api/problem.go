@@ -74,14 +74,15 @@ var (
 	classBadRequest           = problemClass{http.StatusBadRequest, "bad_request", "Bad request", "The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form."}
 	classInvalidCursor        = problemClass{http.StatusBadRequest, "invalid_cursor", "Invalid cursor", "The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it."}
 	classInvalidBundle        = problemClass{http.StatusBadRequest, "invalid_bundle", "Invalid bundle", "The bundle was refused; `errors` names each archive entry, step and manifest field at fault. Nothing was stored."}
-	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started."}
-	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs."}
+	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started."}
+	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles."}
 	classNotFound             = problemClass{http.StatusNotFound, "not_found", "Not found", "The workflow, version, run, step, output, log or bundle does not exist (an output: not yet)."}
 	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
 	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
 	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
 	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled or signaled."}
-	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state."}
+	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state."}
+	classCallbackNotWaiting   = problemClass{http.StatusConflict, "callback_not_waiting", "Callback no longer awaited", "POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored."}
 	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
 	classNothingToRollBack    = problemClass{http.StatusConflict, "nothing_to_roll_back", "Nothing to roll back to", "The alias has no earlier version to go back to: the version it names is the first of its history, or every earlier one was rolled back already; `detail` says which version it names. Nothing changed."}
 	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
@@ -99,7 +100,7 @@ var (
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
-	classInvalidRunState, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
+	classInvalidRunState, classCallbackNotWaiting, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
 	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
 
@@ -338,6 +339,9 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
+	case errors.Is(err, catalog.ErrCallbackNotWaiting):
+		// Before ErrRunState, which it wraps.
+		return classCallbackNotWaiting.problem(cmp.Or(detailOr(err, ""), "the step no longer waits for this callback"))
 	case errors.Is(err, catalog.ErrRunState):
 		return classInvalidRunState.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the run's state does not allow this"))
 	case errors.Is(err, catalog.ErrIncompatibleVersion):
@@ -346,6 +350,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classNothingToRollBack.problem(cmp.Or(detailOr(err, ""), catalog.Reason(err), "the alias has no earlier version to roll back to"))
 	case errors.Is(err, catalog.ErrLeaseLost):
 		return classLeaseLost.problem(detailOr(err, "the lease is no longer current: nothing was stored"))
+	case errors.Is(err, catalog.ErrForbidden):
+		return classForbidden.problem(forbiddenDetail(err))
 	case errors.Is(err, catalog.ErrConflict):
 		return classConflict.problem("the request conflicts with the current state")
 	case errors.Is(err, catalog.ErrNotFound), errors.Is(err, blobstore.ErrNotFound), errors.Is(err, errNotFound):

@@ -212,6 +212,13 @@ func TestProblemClasses(t *testing.T) {
 		}, check: func(t *testing.T, a classAnswer) {
 			require.Equal(t, "run "+runningRun.ID.String()+" is running: only a failed or canceled run can be retried", a.problem.Detail)
 		}},
+		{code: "callback_not_waiting", status: 409, answer: func() *http.Response {
+			// A genuine token of a step that never waited for a callback.
+			token := functions.CallbackToken([]byte(classesSigningKey), uuid.MustParse(run.ID).String(), "greet", 1)
+			return do(http.MethodPost, srv+"/v1/callbacks/"+token, "", "application/json", []byte(`{"n":1}`), nil)
+		}, check: func(t *testing.T, a classAnswer) {
+			require.Contains(t, a.problem.Detail, "no longer waits for the callback of attempt 1")
+		}},
 		{code: "incompatible_version", status: 409, answer: func() *http.Response {
 			return do(http.MethodPost, retrySrv+"/v1/runs/"+failedRun.ID.String()+"/retry", operatorToken, "application/json", []byte(`{"version":2}`), nil)
 		}, check: func(t *testing.T, a classAnswer) {

@@ -22,7 +22,7 @@ import (
 // given must match. Which index serves each is said beside runFilter (catalog).
 type RunFilterParams struct {
 	Workflow      string    `query:"workflow" json:"workflow,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
-	Status        string    `query:"status" json:"status,omitempty" enum:"pending,running,paused,succeeded,failed,canceled" doc:"only runs in this state"`
+	Status        string    `query:"status" json:"status,omitempty" enum:"pending,running,paused,compensating,succeeded,failed,canceled" doc:"only runs in this state"`
 	Labels        []string  `query:"label,explode" json:"label,omitempty" maxItems:"32" doc:"only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match"`
 	Version       int       `query:"version" json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"only runs of this version of the workflow (needs workflow)"`
 	CreatedAfter  time.Time `query:"created_after" json:"created_after,omitzero" doc:"only runs created at or after this time (RFC 3339), to the millisecond: the time of the run's id (UUIDv7)"`

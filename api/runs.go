@@ -21,7 +21,7 @@ type Run struct {
 	ID           string            `json:"id" doc:"run ID (UUIDv7)"`
 	Workflow     string            `json:"workflow"`
 	Version      int               `json:"version" doc:"the version the run is pinned to"`
-	Status       string            `json:"status" enum:"pending,running,paused,succeeded,failed,canceled"`
+	Status       string            `json:"status" enum:"pending,running,paused,compensating,succeeded,failed,canceled"`
 	PauseReason  string            `json:"pause_reason,omitempty" enum:"run,workflow,exhausted" doc:"only on a paused run: why. run: an operator paused it; workflow: its workflow is paused (resuming the workflow releases it); exhausted: a step with on_exhausted: pause would have failed and is parked"`
 	Input        json.RawMessage   `json:"input" doc:"the run's input. In a list (GET /v1/runs), null when over 4 KiB: see input_omitted"`
 	InputOmitted bool              `json:"input_omitted,omitempty" doc:"only in a list: true when the input is over 4 KiB (as JSON text, or as stored) and left out (input is null); GET /v1/runs/{id} has it whole"`

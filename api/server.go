@@ -175,6 +175,8 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCheckpoint()
 	s.registerSteps()
 	s.registerSignals()
+	s.registerApprovals()
+	s.registerCallbacks()
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerLimits()
@@ -217,6 +219,13 @@ func NewConfig() huma.Config {
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS; roles viewer, operator, admin."},
 	}
 	return cfg
+}
+
+// Mount serves h at pattern (a ServeMux pattern such as "/ui/") beside the API's
+// operations, behind the same request IDs, access log and panic recovery: the web
+// UI (package ui) is mounted so. Call it before serving.
+func (s *Server) Mount(pattern string, h http.Handler) {
+	s.mux.Handle(pattern, h)
 }
 
 // API returns the Huma API (its OpenAPI document, for export and tests).

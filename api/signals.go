@@ -3,12 +3,10 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
@@ -20,17 +18,7 @@ type signalInput struct {
 	Name           string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the signal's name, as a signal step of the run's version names it"`
 	ContentType    string `header:"Content-Type" doc:"application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store"`
 	IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"a repeat with the same key (same run and name) is the same signal, applied once"`
-
-	body          io.ReadCloser
-	contentLength int64
-	w             http.ResponseWriter
-}
-
-// Resolve implements huma.Resolver: the body stays an unread stream.
-func (in *signalInput) Resolve(ctx huma.Context) []error {
-	r, w := humago.Unwrap(ctx)
-	in.body, in.contentLength, in.w = r.Body, r.ContentLength, w
-	return nil
+	streamedBody
 }
 
 // SignalResult is what became of a signal.

@@ -33,6 +33,11 @@ type Step struct {
 	Priority       int             `json:"priority" doc:"0..9, higher first: ready steps are claimed by priority, then age"`
 	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
 	WaitingFor     *WaitingFor     `json:"waiting_for,omitempty" doc:"what a waiting or suspended step waits for; absent otherwise"`
+	TriggerRule    string          `json:"trigger_rule" enum:"all_succeeded,all_done,none_failed,any_failed" doc:"when the step runs, given how the steps it needs ended (after: in the manifest)"`
+	Condition      string          `json:"condition,omitempty" enum:"pending,true,false,error" doc:"the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none"`
+	SkipReason     string          `json:"skip_reason,omitempty" enum:"condition_false,upstream_failed,upstream_skipped,no_upstream_failed" doc:"why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)"`
+	Phase          string          `json:"phase" enum:"main,compensate,on_failure" doc:"main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating"`
+	Compensates    string          `json:"compensates,omitempty" doc:"the step a compensate step undoes"`
 }
 
 // WaitingFor says what an unfinished step waits for: its upstream steps (a waiting
@@ -45,6 +50,8 @@ type WaitingFor struct {
 	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
 	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`
 	OnTimeout string     `json:"on_timeout,omitempty" enum:"fail,continue" doc:"what happens then: fail (code timeout) or continue (succeeds with a null output)"`
+	Required  *int       `json:"required,omitempty" doc:"an approval: how many distinct approvers must approve"`
+	Approvals *int       `json:"approvals,omitempty" doc:"an approval: how many have approved so far"`
 }
 
 // waitingFor explains a waiting or suspended step.
@@ -59,6 +66,10 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 		}
 		if st.WaitName != nil {
 			w.Name = *st.WaitName
+		}
+		if st.ApprovalRequired != nil && st.WaitKind != nil && *st.WaitKind == catalog.WaitApproval {
+			n := st.Approvals
+			w.Required, w.Approvals = st.ApprovalRequired, &n
 		}
 		if st.OnTimeout != nil && st.TimeoutAt != nil {
 			w.OnTimeout = string(*st.OnTimeout)
@@ -122,6 +133,16 @@ func stepOf(st *catalog.Step) Step {
 		out.BlockedBy = &BlockedBy{Kind: "paused"}
 	}
 	out.WaitingFor = waitingFor(st)
+	out.TriggerRule, out.Phase = string(st.TriggerRule), string(st.Phase)
+	if st.Condition != nil {
+		out.Condition = string(*st.Condition)
+	}
+	if st.SkipReason != nil {
+		out.SkipReason = string(*st.SkipReason)
+	}
+	if st.Compensates != nil {
+		out.Compensates = *st.Compensates
+	}
 	return out
 }
 

@@ -65,6 +65,9 @@ type Definition struct {
 	// Timeout bounds a whole run (and in milliseconds); absent: no bound.
 	Timeout   *Duration `json:"timeout,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms,omitempty"`
+	// OnFailure are the steps run once when a run fails, in manifest order;
+	// absent when there are none.
+	OnFailure []StepDefinition `json:"on_failure,omitempty"`
 }
 
 // StepDefinition is one normalized step. Exactly one of Exec, HTTP, Lambda, Builtin,
@@ -85,6 +88,8 @@ type StepDefinition struct {
 	// Sleep is set for KindSleep, Signal for KindSignal (wait.go).
 	Sleep  *SleepDefinition  `json:"sleep,omitempty"`
 	Signal *SignalDefinition `json:"signal,omitempty"`
+	// Approval is set for KindApproval (approval.go).
+	Approval *ApprovalDefinition `json:"approval,omitempty"`
 	// With holds the static parameters as JSON values (strings, float64 or int64 or
 	// json.Number numbers, bools, nil, []any, map[string]any); never nil.
 	With map[string]any `json:"with"`
@@ -109,6 +114,14 @@ type StepDefinition struct {
 	// start; nil: no bound.
 	QueueTimeout   *Duration `json:"queue_timeout,omitempty"`
 	QueueTimeoutMS int64     `json:"queue_timeout_ms,omitempty"`
+	// When is the step's condition (CEL), empty for none (condition.go).
+	When string `json:"when,omitempty"`
+	// After is the step's trigger rule; empty for the default, all_succeeded, so
+	// that definitions without one keep their fingerprint.
+	After TriggerRule `json:"after,omitempty"`
+	// Compensate is the step's compensation: a step of key CompensateKey(Key),
+	// needing this step, of a function kind.
+	Compensate *StepDefinition `json:"compensate,omitempty"`
 }
 
 // ExecDefinition is the program of an exec step.
@@ -163,57 +176,18 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	}
 	byKey := make(map[string]StepDefinition, len(m.Steps))
 	for _, s := range m.Steps {
-		d := StepDefinition{
-			Key:         s.Key,
-			Needs:       dedupe(s.Needs),
-			Timeout:     timeout,
-			Retry:       effectiveRetry(RetryPolicy{}, defaults),
-			Concurrency: effectiveConcurrency(s.Concurrency, defaultConc, m.Name),
-			RateLimit:   effectiveRateLimit(s.RateLimit, defaultRate, m.Name),
-			Priority:    cmpOrPtr(s.Priority, defaultPriority),
-			RunsOn:      normalizeTags(s.RunsOn),
+		d, err := normalizeStep(s, timeout, defaults)
+		if err != nil {
+			return nil, err
 		}
+		// Flow control (flow.go) applies to the steps of the DAG.
+		d.Concurrency = effectiveConcurrency(s.Concurrency, defaultConc, m.Name)
+		d.RateLimit = effectiveRateLimit(s.RateLimit, defaultRate, m.Name)
+		d.Priority = cmpOrPtr(s.Priority, defaultPriority)
+		d.RunsOn = normalizeTags(s.RunsOn)
 		if q := cmp.Or(s.QueueTimeout, defaultQueue); q != nil {
 			v := *q
 			d.QueueTimeout, d.QueueTimeoutMS = &v, v.Std().Milliseconds()
-		}
-		if s.Timeout != nil {
-			d.Timeout = *s.Timeout
-		}
-		d.TimeoutMS = d.Timeout.Std().Milliseconds()
-		if s.Retry != nil {
-			d.Retry = effectiveRetry(*s.Retry, defaults)
-		}
-		with, werr := normalizeWith(s.With)
-		if werr != nil {
-			// Validate checked it; this cannot happen.
-			return nil, fieldError(s.Key, "with"+werr.at, "%s", werr.msg)
-		}
-		d.With = with
-		switch {
-		case normalizeWait(&s, &d):
-		case s.Exec != nil:
-			p, _ := execPath(s.Exec[0])
-			d.Kind = KindExec
-			d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
-			d.Network = s.Network
-		case s.HTTP != nil:
-			d.Kind = KindHTTP
-			h := &HTTPSpec{URL: s.HTTP.URL}
-			if len(s.HTTP.Headers) > 0 {
-				h.Headers = make(map[string]string, len(s.HTTP.Headers))
-				for k, v := range s.HTTP.Headers {
-					h.Headers[textproto.CanonicalMIMEHeaderKey(k)] = v
-				}
-			}
-			d.HTTP = h
-		case s.Lambda != nil:
-			d.Kind = KindLambda
-			l := *s.Lambda
-			d.Lambda = &l
-		default:
-			d.Kind = KindBuiltin
-			d.Builtin = s.Builtin
 		}
 		byKey[s.Key] = d
 	}
@@ -226,7 +200,67 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}
+	for _, s := range m.OnFailure {
+		d, err := normalizeStep(s, timeout, defaults)
+		if err != nil {
+			return nil, err
+		}
+		def.OnFailure = append(def.OnFailure, d)
+	}
 	return def, nil
+}
+
+// normalizeStep returns the definition of one step (of steps, on_failure, or a
+// compensate body) with the manifest's default timeout and retry policy applied.
+func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefinition, error) {
+	d := StepDefinition{
+		Key:     s.Key,
+		Needs:   dedupe(s.Needs),
+		Timeout: timeout,
+		Retry:   effectiveRetry(RetryPolicy{}, defaults),
+	}
+	if s.Timeout != nil {
+		d.Timeout = *s.Timeout
+	}
+	d.TimeoutMS = d.Timeout.Std().Milliseconds()
+	if s.Retry != nil {
+		d.Retry = effectiveRetry(*s.Retry, defaults)
+	}
+	with, werr := normalizeWith(s.With)
+	if werr != nil {
+		// Validate checked it; this cannot happen.
+		return d, fieldError(s.Key, "with"+werr.at, "%s", werr.msg)
+	}
+	d.With = with
+	switch {
+	case normalizeWait(&s, &d), normalizeApproval(&s, &d):
+	case s.Exec != nil:
+		p, _ := execPath(s.Exec[0])
+		d.Kind = KindExec
+		d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
+		d.Network = s.Network
+	case s.HTTP != nil:
+		d.Kind = KindHTTP
+		h := &HTTPSpec{URL: s.HTTP.URL}
+		if len(s.HTTP.Headers) > 0 {
+			h.Headers = make(map[string]string, len(s.HTTP.Headers))
+			for k, v := range s.HTTP.Headers {
+				h.Headers[textproto.CanonicalMIMEHeaderKey(k)] = v
+			}
+		}
+		d.HTTP = h
+	case s.Lambda != nil:
+		d.Kind = KindLambda
+		l := *s.Lambda
+		d.Lambda = &l
+	default:
+		d.Kind = KindBuiltin
+		d.Builtin = s.Builtin
+	}
+	if err := normalizeConditions(&s, &d, timeout, defaults); err != nil {
+		return d, err
+	}
+	return d, nil
 }
 
 // topoOrder returns the step keys in topological order (needs first), taking the

@@ -36,6 +36,9 @@ type Manifest struct {
 	Hooks []Hook `yaml:"hooks,omitempty" json:"hooks,omitempty"`
 	// Schedules start runs of the workflow's latest version on a clock (schedule.go).
 	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
+	// OnFailure are steps run once when a run fails, after its compensations, with
+	// "failure" in their envelope (condition.go).
+	OnFailure []Step `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
 }
 
 // Defaults are the timeout and retry policy of the steps that do not set their own.
@@ -76,6 +79,8 @@ type Step struct {
 	Sleep *SleepSpec `yaml:"sleep,omitempty" json:"sleep,omitempty"`
 	// Signal waits for a signal (wait.go).
 	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
+	// Approval waits for approvals (approval.go).
+	Approval *ApprovalSpec `yaml:"approval,omitempty" json:"approval,omitempty"`
 	// With holds static parameters, passed to the function as "params".
 	With map[string]any `yaml:"with,omitempty" json:"with,omitempty"`
 	// Timeout of one attempt: > 0 and <= 24h. Default: Defaults.Timeout, then 5m.
@@ -103,6 +108,17 @@ type Step struct {
 	// token or a dispatcher); past it the step fails, code queue_timeout. Default
 	// Defaults.QueueTimeout; unset: no bound.
 	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
+	// When is a CEL condition over the step's scope, evaluated when the step is
+	// ready: false skips the step (reason condition_false), without an attempt
+	// (condition.go).
+	When string `yaml:"when,omitempty" json:"when,omitempty"`
+	// After is the step's trigger rule: when it runs, given how its upstream
+	// steps ended; default all_succeeded (condition.go).
+	After TriggerRule `yaml:"after,omitempty" json:"after,omitempty"`
+	// Compensate is a step-like body (exec, http, lambda or builtin, with its
+	// with, timeout and retry) run when the run fails after this step succeeded,
+	// in reverse completion order (condition.go).
+	Compensate *Step `yaml:"compensate,omitempty" json:"compensate,omitempty"`
 }
 
 // NetworkNone is Step.Network's one value: no network at all.
@@ -280,6 +296,7 @@ var typeWords = map[string]string{
 	"[]bundle.Schedule":       "a list of schedules",
 	"bundle.Schedule":         "a schedule",
 	"bundle.Overlap":          "an overlap policy",
+	"bundle.TriggerRule":      "a trigger rule",
 	"map[string]interface {}": "a mapping",
 	"map[string]string":       "a mapping of strings",
 	"[]string":                "a list of strings",

@@ -79,6 +79,8 @@ func validateStepCount(m *Manifest, lim Limits) error {
 type validator struct {
 	files FileChecker
 	errs  []*ValidationError
+	// defaults is the manifest's default retry policy.
+	defaults RetryPolicy
 }
 
 func (v *validator) add(step, field, format string, args ...any) {
@@ -110,6 +112,7 @@ func (v *validator) manifest(m *Manifest) {
 		}
 		if m.Defaults.Retry != nil {
 			defaults = *m.Defaults.Retry
+			v.defaults = defaults
 			v.retry("", "defaults.retry", defaults, RetryPolicy{})
 		}
 		if m.Defaults.Concurrency != nil {
@@ -151,6 +154,13 @@ func (v *validator) manifest(m *Manifest) {
 		v.step(fmt.Sprintf("steps[%d]", i), s, first, defaults)
 	}
 	v.cycles(m.Steps, first)
+	compensations := map[string]string{}
+	for _, s := range m.Steps {
+		if s.Compensate != nil {
+			compensations[CompensateKey(s.Key)] = s.Key
+		}
+	}
+	v.onFailure(m.OnFailure, first, compensations)
 }
 
 // step checks one step but its place in the graph.
@@ -181,6 +191,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 		v.builtin(s.Key, f, s.Builtin, s.With)
 	}
 	kinds = append(kinds, v.waitKinds(f, s)...)
+	kinds = append(kinds, v.approvalKind(f, s)...)
 	switch {
 	case s.Network == "":
 	case s.Network != NetworkNone:
@@ -190,10 +201,10 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	switch len(kinds) {
 	case 0:
-		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal", s.Key)
+		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval", s.Key)
 	case 1:
 	default:
-		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal", s.Key, strings.Join(kinds, " and "))
+		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval", s.Key, strings.Join(kinds, " and "))
 	}
 	if s.With != nil {
 		if _, err := normalizeWith(s.With); err != nil {
@@ -226,6 +237,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 			v.add(s.Key, fmt.Sprintf("%s.runs_on[%d]", f, i), "tag %q must match %s", tag, reTag)
 		}
 	}
+	v.conditions(f, s, keys)
 }
 
 func (v *validator) exec(key, f string, argv []string) {

@@ -188,7 +188,7 @@ func normalizeWait(s *Step, d *StepDefinition) bool {
 }
 
 // Waits reports whether steps of kind k wait instead of running a function.
-func (k Kind) Waits() bool { return k == KindSleep || k == KindSignal }
+func (k Kind) Waits() bool { return k == KindSleep || k == KindSignal || k == KindApproval }
 
 // SignalNames returns the names of the signals the definition's steps wait for.
 func (d *Definition) SignalNames() []string {

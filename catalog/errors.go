@@ -38,6 +38,10 @@ var (
 	// Nothing was written. Callers should have checked their input; this is the last
 	// line of defence, the caller's fault rather than the database's.
 	ErrInvalidInput = errors.New("catalog: invalid input")
+	// ErrForbidden means the caller's role may not do this to this row (an approval
+	// step decided by a role not among its roles). Nothing was written; Reason says
+	// which roles may.
+	ErrForbidden = errors.New("catalog: forbidden")
 )
 
 // SQLSTATEs of the class CA, which the catalog's functions raise (migrations).
@@ -61,12 +65,20 @@ const (
 	// sqlstateNothingToRollBack: an alias has no earlier version to go back to
 	// (cairn_alias_rollback). The message says which version it names.
 	sqlstateNothingToRollBack pq.ErrorCode = "CAA09"
+	// sqlstateForbidden: the caller's role may not decide the step
+	// (cairn_step_decide). The message names the roles that may.
+	sqlstateForbidden pq.ErrorCode = "CA403"
 )
 
 // ErrRunState means the run is not in a state the action applies to (retrying a
 // run that has not ended, pausing one that has). It wraps ErrConflict; Reason
 // says which state.
 var ErrRunState = fmt.Errorf("%w: the run's state does not allow this", ErrConflict)
+
+// ErrCallbackNotWaiting means a callback's step no longer waits for the callback
+// of that attempt: it was completed already, timed out, canceled, or runs again.
+// It wraps ErrRunState.
+var ErrCallbackNotWaiting = fmt.Errorf("%w: the step no longer waits for this callback", ErrRunState)
 
 // ErrIncompatibleVersion means a run cannot move onto the version asked for: the
 // steps it keeps do not all exist there with the same key and needs. It wraps
@@ -113,6 +125,8 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrIncompatibleVersion, err)
 		case sqlstateNothingToRollBack:
 			return fmt.Errorf("%w: %w", ErrNothingToRollBack, err)
+		case sqlstateForbidden:
+			return fmt.Errorf("%w: %w", ErrForbidden, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text
@@ -130,7 +144,7 @@ func translateError(err error) error {
 }
 
 func isTranslated(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput} {
+	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput, ErrForbidden} {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -55,6 +55,7 @@ WITH c AS (
            s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
     FROM steps s
     WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND s.condition IS DISTINCT FROM 'pending'
       AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (

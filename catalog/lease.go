@@ -37,7 +37,8 @@ const (
 	// The steps ($2, $4: run ids and keys) were chosen and locked before, in the
 	// same transaction, by sqlClaimCandidates and admit (flow.go). Held steps (of a
 	// paused run) are not claimed: steps_claim_idx indexes only ready steps that are
-	// not held, so the claim never reads them.
+	// not held, so the claim never reads them. Nor are steps whose condition (when)
+	// is not decided yet (ConditionsDecide decides it first).
 	sqlClaim = `
 WITH c AS (
     SELECT c.run_id, c.key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)

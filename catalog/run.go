@@ -54,7 +54,8 @@ WITH w AS (
 ), v AS (
     SELECT v.workflow, v.version,
            v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes,
-           v.step_on_exhausted AS exhausted, v.run_timeout_ms
+           v.step_on_exhausted AS exhausted, v.step_after AS afters, v.step_when AS whens,
+           v.step_compensate AS comps, v.run_timeout_ms
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
@@ -71,19 +72,21 @@ WITH w AS (
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
+                       trigger_rule, condition, compensate_attempts,
                        conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on,
                        queue_timeout_s)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
            m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused,
+           coalesce(nullif(a, ''), 'all_succeeded'), CASE WHEN wh THEN 'pending' END, nullif(c, 0),
            $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer,
            $8::jsonb -> k ->> 'rn', $8::jsonb -> k ->> 'rk', ($8::jsonb -> k ->> 'rl')::integer,
            ($8::jsonb -> k ->> 'rp')::float8,
            coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5),
            CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
            ($8::jsonb -> k ->> 'q')::float8
-    FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted) AS s(k, n, m, o)
+    FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
     SELECT $1, n, s.k
@@ -186,6 +189,14 @@ type NewStep struct {
 	// OnExhausted is what happens when the step would fail: OnExhaustedFail (also
 	// when empty) or OnExhaustedPause.
 	OnExhausted OnExhausted
+	// After is the step's trigger rule; empty means TriggerAllSucceeded.
+	After TriggerRule
+	// When says the step has a condition: it is decided (StepDecide) before the
+	// step can be claimed.
+	When bool
+	// CompensateAttempts is the max_attempts of the step's compensation; 0 when it
+	// has none.
+	CompensateAttempts int
 }
 
 // RunCreateParams describe a run to create.
@@ -313,17 +324,30 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	return run, true, nil
 }
 
+// layoutArrays are the parallel arrays of a version's layout, as the statements
+// take them.
+type layoutArrays struct {
+	keys, needs, exhausted, afters []string
+	maxes, comps                   []int64
+	whens                          []bool
+}
+
 // stepArrays lays steps out as the parallel arrays the statements take.
-func stepArrays(steps []NewStep) (keys, needs []string, maxes []int64, exhausted []string) {
-	keys = make([]string, len(steps))
-	needs = make([]string, len(steps))
-	maxes = make([]int64, len(steps))
-	exhausted = make([]string, len(steps))
-	for i, st := range steps {
-		keys[i], needs[i], maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
-		exhausted[i] = string(cmp.Or(st.OnExhausted, OnExhaustedFail))
+func stepArrays(steps []NewStep) layoutArrays {
+	a := layoutArrays{
+		keys: make([]string, len(steps)), needs: make([]string, len(steps)), exhausted: make([]string, len(steps)),
+		afters: make([]string, len(steps)), maxes: make([]int64, len(steps)), comps: make([]int64, len(steps)),
+		whens: make([]bool, len(steps)),
 	}
-	return keys, needs, maxes, exhausted
+	for i, st := range steps {
+		a.keys[i], a.needs[i], a.maxes[i] = st.Key, strings.Join(st.Needs, ","), int64(st.MaxAttempts)
+		a.exhausted[i] = string(cmp.Or(st.OnExhausted, OnExhaustedFail))
+		if st.After != TriggerAllSucceeded {
+			a.afters[i] = string(st.After)
+		}
+		a.whens[i], a.comps[i] = st.When, int64(st.CompensateAttempts)
+	}
+	return a
 }
 
 // RunGet returns a run; ErrNotFound if none.

@@ -20,7 +20,14 @@ package catalog
 //     RetryIn whatever Retryable says (step.retrying).
 //
 // When no step of a run is left unfinished, the run ends: failed if a step failed,
-// else succeeded (run.failed, run.succeeded). RunCancel cancels a run that has not
+// else succeeded (run.failed, run.succeeded). A run that would fail and has
+// failure handlers (compensations of its succeeded steps, in reverse completion
+// order, then on_failure steps) is compensating first (run.compensating) and fails
+// when they end, a handler that failed named in its error.
+//
+// Conditions and trigger rules (condition.go): a ready step with a when waits for
+// StepDecide (skipped, reason condition_false, when false); a step's trigger rule
+// decides, when its upstream settles, whether it becomes ready or is skipped. RunCancel cancels a run that has not
 // ended, its unfinished steps and their running attempts (run.canceled).
 //
 // Pause (RunPause, WorkflowPause, or a step with on_exhausted: pause that would
@@ -62,6 +69,9 @@ const (
 	// attempt starts; running ones finish. Resume returns it to running (or pending
 	// when no step has started).
 	RunPaused RunStatus = "paused"
+	// RunCompensating: the run would have failed; its failure handlers
+	// (compensations, then on_failure steps) run, then it fails.
+	RunCompensating RunStatus = "compensating"
 )
 
 // Terminal reports whether a run in state s has ended: it changes no more.
@@ -190,6 +200,73 @@ const (
 	EventStepSuspended  EventType = "step.suspended"
 	EventStepResumed    EventType = "step.resumed"
 	EventSignalReceived EventType = "signal.received"
+	// Approvals (issue 14). step.approved: data actor, comment, approvals,
+	// required. step.rejected: data actor, comment (step.failed follows, code
+	// rejected).
+	EventStepApproved EventType = "step.approved"
+	EventStepRejected EventType = "step.rejected"
+	// Callbacks (issue 14). step.callback_received: data outcome; a callback that
+	// came while its attempt still ran, kept until the step suspends (then
+	// step.suspended and step.resumed, reason callback, follow at once).
+	EventStepCallbackReceived EventType = "step.callback_received"
+	// Failure handling (issue 15). run.compensating: data step (the failed step)
+	// and steps (the handlers, in the order they run). step.skipped gains reasons
+	// (step key → SkipReason) or, for one step, reason and because.
+	EventRunCompensating EventType = "run.compensating"
+)
+
+// TriggerRule says when a step runs, given how the steps it needs ended (after:
+// in the manifest). The catalog decides it in the transaction that settles the
+// last upstream step; a step whose rule can no longer hold is skipped.
+type TriggerRule string
+
+// Trigger rules.
+const (
+	// TriggerAllSucceeded (the default): every upstream step succeeded.
+	TriggerAllSucceeded TriggerRule = "all_succeeded"
+	// TriggerAllDone: every upstream step ended, however.
+	TriggerAllDone TriggerRule = "all_done"
+	// TriggerNoneFailed: every upstream step ended, none failed.
+	TriggerNoneFailed TriggerRule = "none_failed"
+	// TriggerAnyFailed: every upstream step ended, at least one failed.
+	TriggerAnyFailed TriggerRule = "any_failed"
+)
+
+// SkipReason says why a step was skipped (Step.SkipReason).
+type SkipReason string
+
+// Skip reasons.
+const (
+	// SkipConditionFalse: its when was false.
+	SkipConditionFalse SkipReason = "condition_false"
+	// SkipUpstreamFailed: a step it needs failed (all_succeeded, none_failed).
+	SkipUpstreamFailed SkipReason = "upstream_failed"
+	// SkipUpstreamSkipped: a step it needs was skipped (all_succeeded).
+	SkipUpstreamSkipped SkipReason = "upstream_skipped"
+	// SkipNoUpstreamFailed: every step it needs ended and none failed (any_failed).
+	SkipNoUpstreamFailed SkipReason = "no_upstream_failed"
+)
+
+// Condition is the state of a step's when (Step.Condition).
+type Condition string
+
+// Condition states.
+const (
+	ConditionPending Condition = "pending"
+	ConditionTrue    Condition = "true"
+	ConditionFalse   Condition = "false"
+	// ConditionError: the expression failed; the step failed (code expression).
+	ConditionError Condition = "error"
+)
+
+// Phase says what a step of a run is: a step of the DAG or a failure handler.
+type Phase string
+
+// Phases.
+const (
+	PhaseMain       Phase = "main"
+	PhaseCompensate Phase = "compensate"
+	PhaseOnFailure  Phase = "on_failure"
 )
 
 // ScheduleEventType is the type of an entry of a schedule's history (table

@@ -331,7 +331,8 @@ func TestStepFinishTransitions(t *testing.T) {
 				statuses(t, ctx, s, r.ID))
 			e := lastEvent(t, ctx, s, r.ID)
 			require.Equal(t, catalog.EventStepSkipped, e.Type)
-			require.JSONEq(t, `{"steps": ["b", "c", "d"], "because": "a"}`, string(e.Data))
+			require.JSONEq(t, `{"steps": ["b", "c", "d"], "because": "a",
+				"reasons": {"b": "upstream_failed", "c": "upstream_failed", "d": "upstream_skipped"}}`, string(e.Data))
 			run, err := s.RunGet(ctx, r.ID)
 			require.NoError(t, err)
 			require.Equal(t, catalog.RunRunning, run.Status, "e still runs")

@@ -13,7 +13,8 @@ const (
 	stepColumns = `run_id, key, status, needs, deps_remaining, attempts, counted_attempts,
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
 checkpoint, created_at, started_at, finished_at, held, on_exhausted, wait_kind, wait_until,
-wait_name, waiting_since, timeout_at, on_timeout, priority`
+wait_name, waiting_since, timeout_at, on_timeout, approval_required, approvals, trigger_rule, condition, skip_reason, phase, compensates,
+priority`
 
 	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 ORDER BY created_at, key`
 
@@ -70,6 +71,20 @@ type Step struct {
 	OnTimeout    *OnTimeout `db:"on_timeout"`
 	// Priority orders the claims of ready steps: 0..9, higher first.
 	Priority int `db:"priority"`
+	// An approval step's rule (set when it suspends) and the approvals in so far
+	// (approval.go).
+	ApprovalRequired *int `db:"approval_required"`
+	Approvals        int  `db:"approvals"`
+	// TriggerRule is when the step runs, given how its upstream ended.
+	TriggerRule TriggerRule `db:"trigger_rule"`
+	// Condition is the state of the step's when: nil when it has none.
+	Condition *Condition `db:"condition"`
+	// SkipReason says why a skipped step was skipped.
+	SkipReason *SkipReason `db:"skip_reason"`
+	// Phase is PhaseMain for a step of the DAG, else the failure handler it is.
+	Phase Phase `db:"phase"`
+	// Compensates is the step a compensation compensates; nil for other steps.
+	Compensates *string `db:"compensates"`
 }
 
 // Attempt is one try of a step.

@@ -17,7 +17,14 @@ import (
 // for whatever else completes a wait.
 
 const (
-	sqlStepSuspend = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlStepSuspend  = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlCallbackTake = `SELECT cairn_callback_take($1, $2)`
+	// The log of the attempt a suspend ended (the step's latest).
+	sqlAttemptSetLog = `
+UPDATE attempts a SET log_key = $3
+  FROM steps s
+ WHERE s.run_id = $1 AND s.key = $2
+   AND a.run_id = s.run_id AND a.step_key = s.key AND a.number = s.attempts`
 	sqlStepResolve = `SELECT cairn_step_resolve($1, $2, $3, $4, $5, $6)`
 	sqlWakeDue     = `SELECT cairn_wake_due($1)`
 	// The earliest due wait (the index steps_wake_idx answers it).
@@ -62,19 +69,36 @@ type Wait struct {
 	TimeoutAt time.Time
 	// OnTimeout is fail (the default) or continue.
 	OnTimeout OnTimeout
+	// LogKey is the blob key of the ending attempt's log (stderr), kept on its
+	// attempt; empty: none (a builtin wait has no log).
+	LogKey string
 }
 
 // StepSuspend ends a running attempt by suspending its step, fenced by the lease
 // token: the step gives up its lease and waits as w says (cairn_step_suspend: its
 // attempt ends succeeded; step.suspended). A signal step that finds a buffered
-// signal of its name takes it and succeeds at once; a wait already due is woken at
+// signal of its name takes it and succeeds at once, and so does a callback wait
+// whose callback came already (CallbackComplete); a wait already due is woken at
 // once. ErrLeaseLost when the token is not the step's lease (nothing is written);
 // ErrInvalidInput for a wait without its kind's fields.
 func (s *Store) StepSuspend(ctx context.Context, l Lease, w Wait) error {
 	var ok bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
-			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout)))
+		if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
+			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil || !ok {
+			return err
+		}
+		if w.LogKey != "" {
+			if _, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey); err != nil {
+				return err
+			}
+		}
+		if w.Kind == WaitCallback {
+			// A callback that came before the function's answer.
+			var took bool
+			return tx.GetContext(ctx, &took, sqlCallbackTake, l.RunID, l.Key)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, err)

@@ -33,8 +33,9 @@ RETURNING latest_version`
 
 	sqlVersionInsert = `
 INSERT INTO workflow_versions (workflow, version, bundle_digest, definition, fingerprint,
-                               step_keys, step_needs, step_max_attempts, step_on_exhausted)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`
+                               step_keys, step_needs, step_max_attempts, step_on_exhausted,
+                               step_after, step_when, step_compensate, on_failure_keys, on_failure_max_attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`
 
 	versionColumns = `
 v.workflow, v.version, v.bundle_digest, v.definition, v.fingerprint, v.created_at, b.size AS bundle_size`
@@ -128,6 +129,9 @@ type VersionRegisterParams struct {
 	Fingerprint string
 	// Steps are what a run of the version starts with.
 	Steps []NewStep
+	// OnFailure are the steps a failed run of the version runs once, after its
+	// compensations (Key and MaxAttempts are used).
+	OnFailure []NewStep
 	// NoPromote leaves the alias latest where it is. By default, latest is moved
 	// to the version (the new one, or the existing one of a digest registered
 	// before) in the same transaction.
@@ -174,9 +178,14 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		if err := tx.GetContext(ctx, &next, sqlWorkflowBumpVersion, p.Workflow, p.Description); err != nil {
 			return err
 		}
-		keys, needs, maxes, exhausted := stepArrays(p.Steps)
+		a := stepArrays(p.Steps)
+		onFailureKeys, onFailureMaxes := make([]string, len(p.OnFailure)), make([]int64, len(p.OnFailure))
+		for i, st := range p.OnFailure {
+			onFailureKeys[i], onFailureMaxes[i] = st.Key, int64(st.MaxAttempts)
+		}
 		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint,
-			pq.Array(keys), pq.Array(needs), pq.Array(maxes), pq.Array(exhausted)); err != nil {
+			pq.Array(a.keys), pq.Array(a.needs), pq.Array(a.maxes), pq.Array(a.exhausted),
+			pq.Array(a.afters), pq.Array(a.whens), pq.Array(a.comps), pq.Array(onFailureKeys), pq.Array(onFailureMaxes)); err != nil {
 			return err
 		}
 		created = true

@@ -117,6 +117,24 @@ func (e BulkBodyAction) Valid() bool {
 	}
 }
 
+// Defines values for DecisionResultDecision.
+const (
+	Approved DecisionResultDecision = "approved"
+	Rejected DecisionResultDecision = "rejected"
+)
+
+// Valid indicates whether the value is a known member of the DecisionResultDecision enum.
+func (e DecisionResultDecision) Valid() bool {
+	switch e {
+	case Approved:
+		return true
+	case Rejected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthOutputBodyStatus.
 const (
 	Ok          HealthOutputBodyStatus = "ok"
@@ -224,18 +242,21 @@ func (e RunPauseReason) Valid() bool {
 
 // Defines values for RunStatus.
 const (
-	RunStatusCanceled  RunStatus = "canceled"
-	RunStatusFailed    RunStatus = "failed"
-	RunStatusPaused    RunStatus = "paused"
-	RunStatusPending   RunStatus = "pending"
-	RunStatusRunning   RunStatus = "running"
-	RunStatusSucceeded RunStatus = "succeeded"
+	RunStatusCanceled     RunStatus = "canceled"
+	RunStatusCompensating RunStatus = "compensating"
+	RunStatusFailed       RunStatus = "failed"
+	RunStatusPaused       RunStatus = "paused"
+	RunStatusPending      RunStatus = "pending"
+	RunStatusRunning      RunStatus = "running"
+	RunStatusSucceeded    RunStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RunStatus enum.
 func (e RunStatus) Valid() bool {
 	switch e {
 	case RunStatusCanceled:
+		return true
+	case RunStatusCompensating:
 		return true
 	case RunStatusFailed:
 		return true
@@ -254,18 +275,21 @@ func (e RunStatus) Valid() bool {
 
 // Defines values for RunFilterParamsStatus.
 const (
-	RunFilterParamsStatusCanceled  RunFilterParamsStatus = "canceled"
-	RunFilterParamsStatusFailed    RunFilterParamsStatus = "failed"
-	RunFilterParamsStatusPaused    RunFilterParamsStatus = "paused"
-	RunFilterParamsStatusPending   RunFilterParamsStatus = "pending"
-	RunFilterParamsStatusRunning   RunFilterParamsStatus = "running"
-	RunFilterParamsStatusSucceeded RunFilterParamsStatus = "succeeded"
+	RunFilterParamsStatusCanceled     RunFilterParamsStatus = "canceled"
+	RunFilterParamsStatusCompensating RunFilterParamsStatus = "compensating"
+	RunFilterParamsStatusFailed       RunFilterParamsStatus = "failed"
+	RunFilterParamsStatusPaused       RunFilterParamsStatus = "paused"
+	RunFilterParamsStatusPending      RunFilterParamsStatus = "pending"
+	RunFilterParamsStatusRunning      RunFilterParamsStatus = "running"
+	RunFilterParamsStatusSucceeded    RunFilterParamsStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the RunFilterParamsStatus enum.
 func (e RunFilterParamsStatus) Valid() bool {
 	switch e {
 	case RunFilterParamsStatusCanceled:
+		return true
+	case RunFilterParamsStatusCompensating:
 		return true
 	case RunFilterParamsStatusFailed:
 		return true
@@ -306,6 +330,75 @@ func (e ScheduleOverlap) Valid() bool {
 	}
 }
 
+// Defines values for StepCondition.
+const (
+	StepConditionError   StepCondition = "error"
+	StepConditionFalse   StepCondition = "false"
+	StepConditionPending StepCondition = "pending"
+	StepConditionTrue    StepCondition = "true"
+)
+
+// Valid indicates whether the value is a known member of the StepCondition enum.
+func (e StepCondition) Valid() bool {
+	switch e {
+	case StepConditionError:
+		return true
+	case StepConditionFalse:
+		return true
+	case StepConditionPending:
+		return true
+	case StepConditionTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepPhase.
+const (
+	Compensate StepPhase = "compensate"
+	Main       StepPhase = "main"
+	OnFailure  StepPhase = "on_failure"
+)
+
+// Valid indicates whether the value is a known member of the StepPhase enum.
+func (e StepPhase) Valid() bool {
+	switch e {
+	case Compensate:
+		return true
+	case Main:
+		return true
+	case OnFailure:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepSkipReason.
+const (
+	ConditionFalse   StepSkipReason = "condition_false"
+	NoUpstreamFailed StepSkipReason = "no_upstream_failed"
+	UpstreamFailed   StepSkipReason = "upstream_failed"
+	UpstreamSkipped  StepSkipReason = "upstream_skipped"
+)
+
+// Valid indicates whether the value is a known member of the StepSkipReason enum.
+func (e StepSkipReason) Valid() bool {
+	switch e {
+	case ConditionFalse:
+		return true
+	case NoUpstreamFailed:
+		return true
+	case UpstreamFailed:
+		return true
+	case UpstreamSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StepStatus.
 const (
 	StepStatusCanceled  StepStatus = "canceled"
@@ -336,6 +429,30 @@ func (e StepStatus) Valid() bool {
 	case StepStatusSuspended:
 		return true
 	case StepStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for StepTriggerRule.
+const (
+	AllDone      StepTriggerRule = "all_done"
+	AllSucceeded StepTriggerRule = "all_succeeded"
+	AnyFailed    StepTriggerRule = "any_failed"
+	NoneFailed   StepTriggerRule = "none_failed"
+)
+
+// Valid indicates whether the value is a known member of the StepTriggerRule enum.
+func (e StepTriggerRule) Valid() bool {
+	switch e {
+	case AllDone:
+		return true
+	case AllSucceeded:
+		return true
+	case AnyFailed:
+		return true
+	case NoneFailed:
 		return true
 	default:
 		return false
@@ -387,20 +504,41 @@ func (e WaitingForOnTimeout) Valid() bool {
 	}
 }
 
+// Defines values for CompleteCallbackParamsOutcome.
+const (
+	CompleteCallbackParamsOutcomeFailed    CompleteCallbackParamsOutcome = "failed"
+	CompleteCallbackParamsOutcomeSucceeded CompleteCallbackParamsOutcome = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the CompleteCallbackParamsOutcome enum.
+func (e CompleteCallbackParamsOutcome) Valid() bool {
+	switch e {
+	case CompleteCallbackParamsOutcomeFailed:
+		return true
+	case CompleteCallbackParamsOutcomeSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListRunsParamsStatus.
 const (
-	ListRunsParamsStatusCanceled  ListRunsParamsStatus = "canceled"
-	ListRunsParamsStatusFailed    ListRunsParamsStatus = "failed"
-	ListRunsParamsStatusPaused    ListRunsParamsStatus = "paused"
-	ListRunsParamsStatusPending   ListRunsParamsStatus = "pending"
-	ListRunsParamsStatusRunning   ListRunsParamsStatus = "running"
-	ListRunsParamsStatusSucceeded ListRunsParamsStatus = "succeeded"
+	ListRunsParamsStatusCanceled     ListRunsParamsStatus = "canceled"
+	ListRunsParamsStatusCompensating ListRunsParamsStatus = "compensating"
+	ListRunsParamsStatusFailed       ListRunsParamsStatus = "failed"
+	ListRunsParamsStatusPaused       ListRunsParamsStatus = "paused"
+	ListRunsParamsStatusPending      ListRunsParamsStatus = "pending"
+	ListRunsParamsStatusRunning      ListRunsParamsStatus = "running"
+	ListRunsParamsStatusSucceeded    ListRunsParamsStatus = "succeeded"
 )
 
 // Valid indicates whether the value is a known member of the ListRunsParamsStatus enum.
 func (e ListRunsParamsStatus) Valid() bool {
 	switch e {
 	case ListRunsParamsStatusCanceled:
+		return true
+	case ListRunsParamsStatusCompensating:
 		return true
 	case ListRunsParamsStatusFailed:
 		return true
@@ -535,6 +673,16 @@ type BulkBody struct {
 // BulkBodyAction what to do to every run the filter matches
 type BulkBodyAction string
 
+// CallbackResult defines model for CallbackResult.
+type CallbackResult struct {
+	// Buffered the callback came before the function answered {"$suspend": …}: it is kept, and completes the step as soon as the step suspends
+	Buffered bool `json:"buffered"`
+
+	// RunId the step's run
+	RunId string `json:"run_id"`
+	Step  Step   `json:"step"`
+}
+
 // CancelRunRequest defines model for CancelRunRequest.
 type CancelRunRequest struct {
 	// Reason recorded on the run and its event
@@ -552,6 +700,28 @@ type ControlBody struct {
 	// Reason a note recorded in the events, with the token's name
 	Reason *string `json:"reason,omitempty"`
 }
+
+// DecisionBody defines model for DecisionBody.
+type DecisionBody struct {
+	// Comment why; recorded with the decision, in the step's output (approve) or error (reject)
+	Comment *string `json:"comment,omitempty"`
+
+	// Input any JSON value the approver adds; in the step's output under approved_by[].input
+	Input interface{} `json:"input,omitempty"`
+}
+
+// DecisionResult defines model for DecisionResult.
+type DecisionResult struct {
+	// Counted false when this approver had decided before: the same approver counts once, nothing was recorded
+	Counted bool `json:"counted"`
+
+	// Decision the approver's decision on the step: this one, or the first one when counted is false
+	Decision DecisionResultDecision `json:"decision"`
+	Step     Step                   `json:"step"`
+}
+
+// DecisionResultDecision the approver's decision on the step: this one, or the first one when counted is false
+type DecisionResultDecision string
 
 // ErrorDetail defines model for ErrorDetail.
 type ErrorDetail struct {
@@ -573,7 +743,7 @@ type Event struct {
 	Seq       int64       `json:"seq"`
 	Step      *string     `json:"step,omitempty"`
 
-	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled
+	// Type run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.compensating, run.succeeded, run.failed, run.canceled
 	Type string `json:"type"`
 }
 
@@ -1085,8 +1255,14 @@ type Step struct {
 
 	// Checkpoint newest checkpoint, inline or a $blob reference
 	Checkpoint interface{} `json:"checkpoint"`
-	FinishedAt *time.Time  `json:"finished_at"`
-	Key        string      `json:"key"`
+
+	// Compensates the step a compensate step undoes
+	Compensates *string `json:"compensates,omitempty"`
+
+	// Condition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+	Condition  *StepCondition `json:"condition,omitempty"`
+	FinishedAt *time.Time     `json:"finished_at"`
+	Key        string         `json:"key"`
 
 	// LastError error of the latest failed attempt
 	LastError      interface{} `json:"last_error"`
@@ -1100,18 +1276,39 @@ type Step struct {
 	// Output inline value, or a {"$blob": {...}} reference
 	Output interface{} `json:"output"`
 
+	// Phase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+	Phase StepPhase `json:"phase"`
+
 	// Priority 0..9, higher first: ready steps are claimed by priority, then age
 	Priority int64 `json:"priority"`
 
 	// ReadyAt when the step became (or becomes) claimable
-	ReadyAt    *time.Time  `json:"ready_at"`
-	StartedAt  *time.Time  `json:"started_at"`
-	Status     StepStatus  `json:"status"`
-	WaitingFor *WaitingFor `json:"waiting_for,omitempty"`
+	ReadyAt *time.Time `json:"ready_at"`
+
+	// SkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+	SkipReason *StepSkipReason `json:"skip_reason,omitempty"`
+	StartedAt  *time.Time      `json:"started_at"`
+	Status     StepStatus      `json:"status"`
+
+	// TriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+	TriggerRule StepTriggerRule `json:"trigger_rule"`
+	WaitingFor  *WaitingFor     `json:"waiting_for,omitempty"`
 }
+
+// StepCondition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+type StepCondition string
+
+// StepPhase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+type StepPhase string
+
+// StepSkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+type StepSkipReason string
 
 // StepStatus defines model for Step.Status.
 type StepStatus string
+
+// StepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+type StepTriggerRule string
 
 // UploadResult defines model for UploadResult.
 type UploadResult struct {
@@ -1159,6 +1356,9 @@ type Version struct {
 
 // WaitingFor defines model for WaitingFor.
 type WaitingFor struct {
+	// Approvals an approval: how many have approved so far
+	Approvals *int64 `json:"approvals,omitempty"`
+
 	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
 	Kind WaitingForKind `json:"kind"`
 
@@ -1167,6 +1367,9 @@ type WaitingFor struct {
 
 	// OnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
 	OnTimeout *WaitingForOnTimeout `json:"on_timeout,omitempty"`
+
+	// Required an approval: how many distinct approvers must approve
+	Required *int64 `json:"required,omitempty"`
 
 	// Since when the wait began
 	Since *time.Time `json:"since,omitempty"`
@@ -1219,6 +1422,21 @@ type UploadBundleParams struct {
 	// Promote when true (the default), the alias latest moves to the version (also to the existing version of a bundle uploaded before); false leaves latest where it is
 	Promote *bool `form:"promote,omitempty" json:"promote,omitempty"`
 }
+
+// CompleteCallbackJSONBody defines parameters for CompleteCallback.
+type CompleteCallbackJSONBody = interface{}
+
+// CompleteCallbackParams defines parameters for CompleteCallback.
+type CompleteCallbackParams struct {
+	// Outcome succeeded: the body is the step's output; failed: the body is {"message", "code"?} and the step fails with it, terminally
+	Outcome *CompleteCallbackParamsOutcome `form:"outcome,omitempty" json:"outcome,omitempty"`
+
+	// ContentType application/json for a JSON output (inline when small); anything else is stored as bytes in the blob store
+	ContentType *string `json:"Content-Type,omitempty"`
+}
+
+// CompleteCallbackParamsOutcome defines parameters for CompleteCallback.
+type CompleteCallbackParamsOutcome string
 
 // DeliverHookJSONBody defines parameters for DeliverHook.
 type DeliverHookJSONBody = interface{}
@@ -1388,6 +1606,9 @@ type ListVersionsParams struct {
 	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// CompleteCallbackJSONRequestBody defines body for CompleteCallback for application/json ContentType.
+type CompleteCallbackJSONRequestBody = CompleteCallbackJSONBody
+
 // DeliverHookJSONRequestBody defines body for DeliverHook for application/json ContentType.
 type DeliverHookJSONRequestBody = DeliverHookJSONBody
 
@@ -1412,8 +1633,14 @@ type RetryRunJSONRequestBody = RetryRunBody
 // SendSignalJSONRequestBody defines body for SendSignal for application/json ContentType.
 type SendSignalJSONRequestBody = SendSignalJSONBody
 
+// ApproveStepJSONRequestBody defines body for ApproveStep for application/json ContentType.
+type ApproveStepJSONRequestBody = DecisionBody
+
 // PutCheckpointJSONRequestBody defines body for PutCheckpoint for application/json ContentType.
 type PutCheckpointJSONRequestBody = PutCheckpointJSONBody
+
+// RejectStepJSONRequestBody defines body for RejectStep for application/json ContentType.
+type RejectStepJSONRequestBody = DecisionBody
 
 // BulkRunsJSONRequestBody defines body for BulkRuns for application/json ContentType.
 type BulkRunsJSONRequestBody = BulkBody
@@ -1543,6 +1770,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 	GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteCallbackWithBody Complete a step waiting for a callback
+	//
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+	CompleteCallbackWithBody(ctx context.Context, token string, params *CompleteCallbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CompleteCallback Complete a step waiting for a callback
+	//
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+	CompleteCallback(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeliverHookWithBody Start a run from a signed webhook delivery
 	//
@@ -1788,6 +2033,28 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/{id}/steps (the `ListSteps` operationId).
 	ListSteps(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ApproveStepWithBody Approve an approval step
+	//
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+	ApproveStepWithBody(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ApproveStep Approve an approval step
+	//
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+	ApproveStep(ctx context.Context, id openapi_types.UUID, key string, body ApproveStepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAttempts List a step's attempts
 	//
 	// Requires the `viewer` role.
@@ -1830,6 +2097,28 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/output (the `GetStepOutput` operationId).
 	GetStepOutput(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectStepWithBody Reject an approval step
+	//
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+	RejectStepWithBody(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RejectStep Reject an approval step
+	//
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+	RejectStep(ctx context.Context, id openapi_types.UUID, key string, body RejectStepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// BulkRunsWithBody Act on every run a filter matches
 	//
@@ -2161,6 +2450,44 @@ func (c *APIClient) UploadBundleWithBody(ctx context.Context, params *UploadBund
 // Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBundleRequest(c.Server, digest)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteCallbackWithBody Complete a step waiting for a callback
+//
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+func (c *APIClient) CompleteCallbackWithBody(ctx context.Context, token string, params *CompleteCallbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteCallbackRequestWithBody(c.Server, token, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CompleteCallback Complete a step waiting for a callback
+//
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+func (c *APIClient) CompleteCallback(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCompleteCallbackRequest(c.Server, token, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -2655,6 +2982,48 @@ func (c *APIClient) ListSteps(ctx context.Context, id openapi_types.UUID, reqEdi
 	return c.Client.Do(req)
 }
 
+// ApproveStepWithBody Approve an approval step
+//
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+func (c *APIClient) ApproveStepWithBody(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveStepRequestWithBody(c.Server, id, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ApproveStep Approve an approval step
+//
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+func (c *APIClient) ApproveStep(ctx context.Context, id openapi_types.UUID, key string, body ApproveStepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewApproveStepRequest(c.Server, id, key, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAttempts List a step's attempts
 //
 // Requires the `viewer` role.
@@ -2738,6 +3107,48 @@ func (c *APIClient) GetAttemptLog(ctx context.Context, id openapi_types.UUID, ke
 // Corresponds with GET /v1/runs/{id}/steps/{key}/output (the `GetStepOutput` operationId).
 func (c *APIClient) GetStepOutput(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetStepOutputRequest(c.Server, id, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectStepWithBody Reject an approval step
+//
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+func (c *APIClient) RejectStepWithBody(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectStepRequestWithBody(c.Server, id, key, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RejectStep Reject an approval step
+//
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+func (c *APIClient) RejectStep(ctx context.Context, id openapi_types.UUID, key string, body RejectStepJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRejectStepRequest(c.Server, id, key, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3422,6 +3833,95 @@ func NewGetBundleRequest(server string, digest string) (*http.Request, error) {
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCompleteCallbackRequest calls the generic CompleteCallback builder with application/json body
+func NewCompleteCallbackRequest(server string, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCompleteCallbackRequestWithBody(server, token, params, "application/json", bodyReader)
+}
+
+// NewCompleteCallbackRequestWithBody constructs an http.Request for the CompleteCallback method, with any body, and a specified content type
+func NewCompleteCallbackRequestWithBody(server string, token string, params *CompleteCallbackParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "token", token, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/callbacks/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Outcome != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "outcome", *params.Outcome, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		if params.ContentType != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Content-Type", *params.ContentType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Content-Type", headerParam0)
+		}
+
 	}
 
 	return req, nil
@@ -4413,6 +4913,60 @@ func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, e
 	return req, nil
 }
 
+// NewApproveStepRequest calls the generic ApproveStep builder with application/json body
+func NewApproveStepRequest(server string, id openapi_types.UUID, key string, body ApproveStepJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewApproveStepRequestWithBody(server, id, key, "application/json", bodyReader)
+}
+
+// NewApproveStepRequestWithBody constructs an http.Request for the ApproveStep method, with any body, and a specified content type
+func NewApproveStepRequestWithBody(server string, id openapi_types.UUID, key string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/approve", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListAttemptsRequest constructs an http.Request for the ListAttempts method
 func NewListAttemptsRequest(server string, id openapi_types.UUID, key string) (*http.Request, error) {
 	var err error
@@ -4639,6 +5193,60 @@ func NewGetStepOutputRequest(server string, id openapi_types.UUID, key string) (
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewRejectStepRequest calls the generic RejectStep builder with application/json body
+func NewRejectStepRequest(server string, id openapi_types.UUID, key string, body RejectStepJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRejectStepRequestWithBody(server, id, key, "application/json", bodyReader)
+}
+
+// NewRejectStepRequestWithBody constructs an http.Request for the RejectStep method, with any body, and a specified content type
+func NewRejectStepRequestWithBody(server string, id openapi_types.UUID, key string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/reject", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -5720,6 +6328,24 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/bundles/{digest} (the `GetBundle` operationId).
 	GetBundleWithResponse(ctx context.Context, digest string, reqEditors ...RequestEditorFn) (*GetBundleResponse, error)
 
+	// CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
+	//
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+	CompleteCallbackWithBodyWithResponse(ctx context.Context, token string, params *CompleteCallbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteCallbackResponse, error)
+
+	// CompleteCallbackWithResponse Complete a step waiting for a callback
+	//
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+	CompleteCallbackWithResponse(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteCallbackResponse, error)
+
 	// DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 	//
 	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
@@ -5980,6 +6606,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/runs/{id}/steps (the `ListSteps` operationId).
 	ListStepsWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepsResponse, error)
 
+	// ApproveStepWithBodyWithResponse Approve an approval step
+	//
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+	ApproveStepWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApproveStepResponse, error)
+
+	// ApproveStepWithResponse Approve an approval step
+	//
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+	ApproveStepWithResponse(ctx context.Context, id openapi_types.UUID, key string, body ApproveStepJSONRequestBody, reqEditors ...RequestEditorFn) (*ApproveStepResponse, error)
+
 	// ListAttemptsWithResponse List a step's attempts
 	//
 	// Requires the `viewer` role.
@@ -6028,6 +6676,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/output (the `GetStepOutput` operationId).
 	GetStepOutputWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepOutputResponse, error)
+
+	// RejectStepWithBodyWithResponse Reject an approval step
+	//
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+	RejectStepWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectStepResponse, error)
+
+	// RejectStepWithResponse Reject an approval step
+	//
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	//
+	// Requires the `operator` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+	RejectStepWithResponse(ctx context.Context, id openapi_types.UUID, key string, body RejectStepJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectStepResponse, error)
 
 	// BulkRunsWithBodyWithResponse Act on every run a filter matches
 	//
@@ -6640,6 +7310,124 @@ func (r GetBundleResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetBundleResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CompleteCallbackResponse503Headers the declared response headers of an HTTP 503 response for CompleteCallback
+type CompleteCallbackResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CompleteCallbackResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *CallbackResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CompleteCallbackResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CompleteCallbackResponse) GetJSON200() *CallbackResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r CompleteCallbackResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r CompleteCallbackResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CompleteCallbackResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CompleteCallbackResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CompleteCallbackResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -8478,6 +9266,138 @@ func (r ListStepsResponse) ContentType() string {
 	return ""
 }
 
+// ApproveStepResponse503Headers the declared response headers of an HTTP 503 response for ApproveStep
+type ApproveStepResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ApproveStepResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DecisionResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ApproveStepResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ApproveStepResponse) GetJSON200() *DecisionResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ApproveStepResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ApproveStepResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ApproveStepResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ApproveStepResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ApproveStepResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListAttemptsResponse503Headers the declared response headers of an HTTP 503 response for ListAttempts
 type ListAttemptsResponse503Headers struct {
 	RetryAfter *int
@@ -8888,6 +9808,138 @@ func (r GetStepOutputResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetStepOutputResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RejectStepResponse503Headers the declared response headers of an HTTP 503 response for RejectStep
+type RejectStepResponse503Headers struct {
+	RetryAfter *int
+}
+
+type RejectStepResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DecisionResult
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RejectStepResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RejectStepResponse) GetJSON200() *DecisionResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r RejectStepResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r RejectStepResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RejectStepResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RejectStepResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RejectStepResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -11129,6 +12181,36 @@ func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest 
 	return ParseGetBundleResponse(rsp)
 }
 
+// CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
+//
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+func (c *ClientWithResponses) CompleteCallbackWithBodyWithResponse(ctx context.Context, token string, params *CompleteCallbackParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CompleteCallbackResponse, error) {
+	rsp, err := c.CompleteCallbackWithBody(ctx, token, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteCallbackResponse(rsp)
+}
+
+// CompleteCallbackWithResponse Complete a step waiting for a callback
+//
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
+func (c *ClientWithResponses) CompleteCallbackWithResponse(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteCallbackResponse, error) {
+	rsp, err := c.CompleteCallback(ctx, token, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCompleteCallbackResponse(rsp)
+}
+
 // DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 //
 // Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
@@ -11533,6 +12615,40 @@ func (c *ClientWithResponses) ListStepsWithResponse(ctx context.Context, id open
 	return ParseListStepsResponse(rsp)
 }
 
+// ApproveStepWithBodyWithResponse Approve an approval step
+//
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+func (c *ClientWithResponses) ApproveStepWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ApproveStepResponse, error) {
+	rsp, err := c.ApproveStepWithBody(ctx, id, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveStepResponse(rsp)
+}
+
+// ApproveStepWithResponse Approve an approval step
+//
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/approve (the `ApproveStep` operationId).
+func (c *ClientWithResponses) ApproveStepWithResponse(ctx context.Context, id openapi_types.UUID, key string, body ApproveStepJSONRequestBody, reqEditors ...RequestEditorFn) (*ApproveStepResponse, error) {
+	rsp, err := c.ApproveStep(ctx, id, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseApproveStepResponse(rsp)
+}
+
 // ListAttemptsWithResponse List a step's attempts
 //
 // Requires the `viewer` role.
@@ -11610,6 +12726,40 @@ func (c *ClientWithResponses) GetStepOutputWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseGetStepOutputResponse(rsp)
+}
+
+// RejectStepWithBodyWithResponse Reject an approval step
+//
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+//
+// Requires the `operator` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+func (c *ClientWithResponses) RejectStepWithBodyWithResponse(ctx context.Context, id openapi_types.UUID, key string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RejectStepResponse, error) {
+	rsp, err := c.RejectStepWithBody(ctx, id, key, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectStepResponse(rsp)
+}
+
+// RejectStepWithResponse Reject an approval step
+//
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+//
+// Requires the `operator` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/runs/{id}/steps/{key}/reject (the `RejectStep` operationId).
+func (c *ClientWithResponses) RejectStepWithResponse(ctx context.Context, id openapi_types.UUID, key string, body RejectStepJSONRequestBody, reqEditors ...RequestEditorFn) (*RejectStepResponse, error) {
+	rsp, err := c.RejectStep(ctx, id, key, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRejectStepResponse(rsp)
 }
 
 // BulkRunsWithBodyWithResponse Act on every run a filter matches
@@ -12338,6 +13488,115 @@ func ParseGetBundleResponse(rsp *http.Response) (*GetBundleResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetBundleResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCompleteCallbackResponse parses an HTTP response from a CompleteCallbackWithResponse call
+func ParseCompleteCallbackResponse(rsp *http.Response) (*CompleteCallbackResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CompleteCallbackResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest CallbackResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CompleteCallbackResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -14045,6 +15304,129 @@ func ParseListStepsResponse(rsp *http.Response) (*ListStepsResponse, error) {
 	return response, nil
 }
 
+// ParseApproveStepResponse parses an HTTP response from a ApproveStepWithResponse call
+func ParseApproveStepResponse(rsp *http.Response) (*ApproveStepResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ApproveStepResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DecisionResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ApproveStepResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListAttemptsResponse parses an HTTP response from a ListAttemptsWithResponse call
 func ParseListAttemptsResponse(rsp *http.Response) (*ListAttemptsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -14415,6 +15797,129 @@ func ParseGetStepOutputResponse(rsp *http.Response) (*GetStepOutputResponse, err
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetStepOutputResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRejectStepResponse parses an HTTP response from a RejectStepWithResponse call
+func ParseRejectStepResponse(rsp *http.Response) (*RejectStepResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RejectStepResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DecisionResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers RejectStepResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -42,6 +42,14 @@ type Envelope struct {
 	LeaseToken string `json:"lease_token,omitempty"`
 	// CheckpointURL is where an http or lambda function may PUT checkpoints.
 	CheckpointURL string `json:"checkpoint_url,omitempty"`
+	// CallbackURL is where a third party POSTs the result of work this attempt
+	// started, after the function answered {"$suspend": …} (callback.go); empty
+	// when the server has no signing key.
+	CallbackURL string `json:"callback_url,omitempty"`
+	// Failure is set for a failure handler (a compensation or an on_failure
+	// step): the run's error, the steps that failed ({key, error}) and the
+	// compensations so far ({key, compensates, status, error}).
+	Failure json.RawMessage `json:"failure,omitempty"`
 }
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,

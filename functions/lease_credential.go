@@ -33,11 +33,15 @@ func ParseLeaseCredential(key []byte, runID, step, cred string) (int64, error) {
 	if err != nil || token <= 0 {
 		return 0, ErrBadCredential
 	}
-	want := leaseMAC(key, runID, step, t)
-	if !hmac.Equal([]byte(mac), []byte(want)) {
+	if !hmacEqual(mac, leaseMAC(key, runID, step, t)) {
 		return 0, ErrBadCredential
 	}
 	return token, nil
+}
+
+// hmacEqual compares a MAC given with the one computed, in constant time.
+func hmacEqual(given, want string) bool {
+	return hmac.Equal([]byte(given), []byte(want))
 }
 
 func leaseMAC(key []byte, runID, step, token string) string {

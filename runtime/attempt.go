@@ -157,6 +157,10 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		if err != nil {
 			a.logger.Warn("store output", "error", err)
 			out = infraOutcome(a, "store the output", err)
+		} else if failed, suspended := d.suspendOutcome(a, start, value, sink.storeLog); suspended {
+			return
+		} else if failed != nil {
+			out = *failed
 		} else {
 			out = outcome{status: catalog.OutcomeSucceeded, output: value}
 		}
@@ -296,6 +300,13 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		},
 		Timeout: step.Timeout.Std(),
 	}
+	if ver.handlers[c.Key] {
+		failure, err := d.store.RunFailure(ctx, c.RunID)
+		if err != nil {
+			return nil, err
+		}
+		inv.Envelope.Failure = failure
+	}
 	switch step.Kind {
 	case bundle.KindExec:
 		dir, err := d.cache.bundleDir(ctx, ver.digest)
@@ -318,12 +329,15 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
+		d.addCallbackURL(inv, c)
 	case bundle.KindHTTP:
 		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL, Headers: step.HTTP.Headers}
 		d.addCheckpointCredential(inv, c)
+		d.addCallbackURL(inv, c)
 	case bundle.KindLambda:
 		inv.Spec.Lambda = &functions.LambdaSpec{Function: step.Lambda.Function, Qualifier: step.Lambda.Qualifier}
 		d.addCheckpointCredential(inv, c)
+		d.addCallbackURL(inv, c)
 	case bundle.KindBuiltin:
 		inv.Spec.Builtin = step.Builtin
 	}

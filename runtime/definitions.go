@@ -22,7 +22,12 @@ const definitionLoadTimeout = time.Minute
 // forever.
 type compiledVersion struct {
 	digest string
-	steps  map[string]*bundle.StepDefinition
+	// steps holds the steps of the DAG, their compensations (by
+	// bundle.CompensateKey) and the on_failure steps, by key.
+	steps map[string]*bundle.StepDefinition
+	// handlers are the keys of the failure handlers: their envelope carries the
+	// run's failure.
+	handlers map[string]bool
 }
 
 // definitions caches compiled versions by workflow and number. Concurrent misses of
@@ -87,9 +92,20 @@ func (d *definitions) loadVersion(ctx context.Context, workflow string, v int) (
 	if err != nil {
 		return nil, fmt.Errorf("definition of %s@%d: %w", workflow, v, err)
 	}
-	out := &compiledVersion{digest: row.BundleDigest, steps: make(map[string]*bundle.StepDefinition, len(def.Steps))}
+	out := &compiledVersion{digest: row.BundleDigest, steps: make(map[string]*bundle.StepDefinition, len(def.Steps)),
+		handlers: map[string]bool{}}
 	for i := range def.Steps {
-		out.steps[def.Steps[i].Key] = &def.Steps[i]
+		st := &def.Steps[i]
+		out.steps[st.Key] = st
+		if c := st.Compensate; c != nil {
+			out.steps[c.Key] = c
+			out.handlers[c.Key] = true
+		}
+	}
+	for i := range def.OnFailure {
+		st := &def.OnFailure[i]
+		out.steps[st.Key] = st
+		out.handlers[st.Key] = true
 	}
 	return out, nil
 }

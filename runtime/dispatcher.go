@@ -263,6 +263,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		case <-d.wake:
 		case <-poll.C:
 		}
+		d.decideConditions(ctx)
 		for d.claiming() {
 			n, full, err := d.claimOnce(ctx)
 			if err != nil {

@@ -9,7 +9,9 @@ type metrics struct {
 	leaseLost *prometheus.CounterVec
 	swept     prometheus.Counter
 	woken     prometheus.Counter
-	running   prometheus.Gauge
+	// decided counts the conditions (when) this dispatcher decided.
+	decided prometheus.Counter
+	running prometheus.Gauge
 	// scheduleFires counts the fires of schedules this dispatcher's fire loop
 	// handled, by result (created, skipped).
 	scheduleFires *prometheus.CounterVec
@@ -32,6 +34,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		woken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_waits_woken_total", Help: "Suspended steps woken by this dispatcher's wake sweeper (sleeps ended, timeouts applied).",
 		}),
+		decided: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_conditions_decided_total", Help: "Step conditions (when) decided by this dispatcher.",
+		}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
 		}),
@@ -40,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.running, m.scheduleFires)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires)
 	}
 	return m
 }

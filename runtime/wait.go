@@ -26,6 +26,7 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 	c := a.claim
 	dbNow := c.LeaseExpiresAt.Add(-d.cfg.LeaseTTL)
 	var w catalog.Wait
+	var approval *catalog.Approval
 	switch step.Kind {
 	case bundle.KindSleep:
 		w.Kind = catalog.WaitSleep
@@ -52,6 +53,13 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		if step.Signal.Timeout != nil {
 			w.TimeoutAt = dbNow.Add(step.Signal.Timeout.Std())
 		}
+	case bundle.KindApproval:
+		w.Kind, w.OnTimeout = catalog.WaitApproval, catalog.OnTimeout(step.Approval.OnTimeout)
+		if step.Approval.Timeout != nil {
+			w.TimeoutAt = dbNow.Add(step.Approval.Timeout.Std())
+		}
+		approval = &catalog.Approval{Required: step.Approval.Required, Roles: step.Approval.Roles,
+			TimeoutAt: w.TimeoutAt, OnTimeout: w.OnTimeout}
 	default:
 		d.report(a, outcome{status: catalog.OutcomeFailed, err: functions.Terminalf("step %q of kind %s does not wait", c.Key, step.Kind)}, step)
 		return
@@ -59,7 +67,12 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 	a.reporting.Store(true)
 	backoff := 50 * time.Millisecond
 	for {
-		err := d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+		var err error
+		if approval != nil {
+			err = d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
+		} else {
+			err = d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+		}
 		switch {
 		case err == nil:
 			d.metrics.attempts.WithLabelValues("suspended").Inc()

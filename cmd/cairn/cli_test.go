@@ -33,6 +33,8 @@ import (
 // tokens it knows, and a way to run the CLI against it.
 type cliBundle struct {
 	server, viewer, operator, admin string
+	// alice and bob are named operator tokens (operator:alice:<token>).
+	alice, bob string
 }
 
 // setupCLI starts a real server in-process, as `cairn serve` runs it, on a fresh
@@ -53,11 +55,13 @@ func setupCLI(t *testing.T) *cliBundle {
 	require.NoError(t, err)
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
-	b := &cliBundle{viewer: newToken(), operator: newToken(), admin: newToken()}
+	b := &cliBundle{viewer: newToken(), operator: newToken(), admin: newToken(), alice: newToken(), bob: newToken()}
 	tokens := &api.Tokens{}
 	require.NoError(t, tokens.Add(api.RoleViewer, b.viewer))
 	require.NoError(t, tokens.Add(api.RoleOperator, b.operator))
 	require.NoError(t, tokens.AddNamed(api.RoleAdmin, "root", b.admin))
+	require.NoError(t, tokens.AddNamed(api.RoleOperator, "alice", b.alice))
+	require.NoError(t, tokens.AddNamed(api.RoleOperator, "bob", b.bob))
 
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)

@@ -133,11 +133,18 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			logger.Error("write credentials", "path", credPath, "error", err)
 		}
 		// The tokens stay in the credentials file (mode 0600): stdout often ends up
-		// in a log or a terminal recording.
+		// in a log or a terminal recording. The one exception is the operator
+		// token of the UI's one-click login (issue 17 asks for it): a local dev
+		// server's token, printed once.
 		fmt.Fprintf(stdout, "Cairn dev server ready at %s\n", creds.server)
 		fmt.Fprintf(stdout, "  credentials: %s (server URL and viewer, operator and admin tokens)\n", credPath)
 		fmt.Fprintf(stdout, "  in a shell:  set -a; . %s; set +a\n", shellQuote(credPath))
 		fmt.Fprintf(stdout, "  the CLI reads ./.cairn/credentials by default\n")
+		// The one-click login carries the operator token in the URL's fragment,
+		// which a browser never sends: it stays out of the server's logs and
+		// history (the login page moves it into a form, then drops it).
+		fmt.Fprintf(stdout, "  web UI:      %s/ui/\n", creds.server)
+		fmt.Fprintf(stdout, "  log in as operator: %s/ui/login#token=%s\n", creds.server, creds.operator)
 	})
 }
 

@@ -136,7 +136,8 @@ func TestServeLimits(t *testing.T) {
 }
 
 // TestDevBannerHidesTokens (audit W6): `cairn dev` prints where the credentials are
-// and how to load them, not the tokens themselves (stdout ends up in logs).
+// and how to load them, not the tokens themselves (stdout ends up in logs), but for
+// the operator token in the UI's one-click login link.
 func TestDevBannerHidesTokens(t *testing.T) {
 	t.Parallel()
 	dir, err := os.MkdirTemp("", "cairn-dev-banner-")
@@ -151,6 +152,11 @@ func TestDevBannerHidesTokens(t *testing.T) {
 	require.Contains(t, banner, "ready at "+p.creds["CAIRN_SERVER"])
 	require.Contains(t, banner, "credentials: "+credPath)
 	require.Contains(t, banner, ". "+credPath+"; set +a")
+	// The one exception (issue 17): the UI's one-click login link carries the
+	// operator token in its fragment, once, and nowhere else.
+	link := p.creds["CAIRN_SERVER"] + "/ui/login#token=" + p.creds["CAIRN_OPERATOR_TOKEN"]
+	require.Equal(t, 1, strings.Count(banner, link), "the one-click login link")
+	banner = strings.Replace(banner, link, "", 1)
 	for _, k := range []string{"CAIRN_VIEWER_TOKEN", "CAIRN_OPERATOR_TOKEN", "CAIRN_ADMIN_TOKEN", "CAIRN_TOKEN"} {
 		require.NotEmpty(t, p.creds[k], k)
 		require.NotContains(t, banner, p.creds[k], "%s printed", k)

@@ -40,6 +40,8 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunSignalCmd(),
 		c.newRunOutputCmd(),
 		c.newRunLogsCmd(),
+		c.newRunDecideCmd(true),
+		c.newRunDecideCmd(false),
 	)
 	return cmd
 }
@@ -323,6 +325,11 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 		}
 	case client.Signal:
 		out = "signal " + deref(w.Name)
+	case client.Approval:
+		out = "approval"
+		if w.Required != nil && w.Approvals != nil {
+			out += fmt.Sprintf(" %d/%d", *w.Approvals, *w.Required)
+		}
 	default:
 		out = string(w.Kind)
 	}
@@ -365,9 +372,28 @@ func dagOrder(steps []client.Step) []client.Step {
 		depth[key] = d
 		return d
 	}
+	// The failure handlers come after the workflow's steps, compensations first,
+	// each group in the order it runs (the compensations by when their steps
+	// finished, latest first).
+	phase := map[client.StepPhase]int{client.Main: 0, client.Compensate: 1, client.OnFailure: 2}
+	finished := func(s client.Step) time.Time {
+		if s.Compensates != nil {
+			if c, ok := byKey[*s.Compensates]; ok && c.FinishedAt != nil {
+				return *c.FinishedAt
+			}
+		}
+		return time.Time{}
+	}
 	out := slices.Clone(steps)
 	slices.SortStableFunc(out, func(a, b client.Step) int {
-		if c := cmp.Compare(depthOf(a.Key, 0), depthOf(b.Key, 0)); c != 0 {
+		if c := cmp.Compare(phase[a.Phase], phase[b.Phase]); c != 0 {
+			return c
+		}
+		if a.Phase == client.Compensate {
+			if c := finished(b).Compare(finished(a)); c != 0 {
+				return c
+			}
+		} else if c := cmp.Compare(depthOf(a.Key, 0), depthOf(b.Key, 0)); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Key, b.Key)
@@ -379,6 +405,21 @@ func dagOrder(steps []client.Step) []client.Step {
 // the error of its latest failed attempt.
 func stepInfo(s client.Step, now time.Time) string {
 	var parts []string
+	switch {
+	case s.Phase == client.Compensate && s.Compensates != nil:
+		parts = append(parts, "compensates "+*s.Compensates)
+	case s.Phase == client.OnFailure:
+		parts = append(parts, "on_failure")
+	}
+	if s.SkipReason != nil {
+		parts = append(parts, "skipped: "+string(*s.SkipReason))
+		if *s.SkipReason == client.ConditionFalse {
+			return strings.Join(parts, "; ")
+		}
+	}
+	if s.Condition != nil && *s.Condition == client.StepConditionPending && s.Status == client.StepStatusReady {
+		parts = append(parts, "condition pending")
+	}
 	if s.Status == client.StepStatusRunning && s.LeaseOwner != nil {
 		parts = append(parts, "on "+*s.LeaseOwner)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
+	"github.com/cairnrun/cairn/ui"
 )
 
 // shutdownGrace bounds how long in-flight HTTP requests may take to drain.
@@ -272,7 +273,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Errorf("open blob store: %w", err)
 			}
 			if rf.signingKey == "" {
-				logger.Warn("no CAIRN_SIGNING_KEY: http functions get requests signed with a random per-process key")
+				logger.Warn("no CAIRN_SIGNING_KEY: a random per-process key signs requests to http functions, lease credentials and callback URLs, which other servers and a restart of this one then refuse")
 				rf.signingKey = newToken()
 			}
 			if rf.secretKey == "" {
@@ -421,6 +422,10 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		Capabilities: capabilities,
 		SecretKeys:   secretKeys,
 	})
+	if err := mountUI(srv, p.tokens, p.logger); err != nil {
+		ln.Close()
+		return err
+	}
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {
 			ln.Close()
@@ -457,4 +462,17 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		}
 	}
 	return serveErr
+}
+
+// mountUI serves the web UI under /ui (and sends / there), calling the API in
+// process with each user's token.
+func mountUI(srv *api.Server, tokens *api.Tokens, logger *slog.Logger) error {
+	h, err := ui.New(srv.Handler(), tokens, &ui.Config{Logger: logger})
+	if err != nil {
+		return fmt.Errorf("web UI: %w", err)
+	}
+	srv.Mount(ui.Prefix+"/", h)
+	srv.Mount("GET "+ui.Prefix, h)
+	srv.Mount("GET /{$}", http.RedirectHandler(ui.Prefix+"/", http.StatusSeeOther))
+	return nil
 }

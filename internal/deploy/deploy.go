@@ -88,6 +88,7 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 	return store.VersionRegister(ctx, &catalog.VersionRegisterParams{
 		Workflow: b.Definition.Name, Description: b.Definition.Description, Digest: b.Digest,
 		Size: obj.Size, BlobKey: obj.Key, Definition: def, Fingerprint: b.Fingerprint, Steps: stepLayout(b.Definition),
+		OnFailure: onFailureLayout(b.Definition),
 		NoPromote: c.NoPromote, Actor: c.Actor,
 	})
 }
@@ -119,7 +120,20 @@ func stepLayout(def *bundle.Definition) []catalog.NewStep {
 	steps := make([]catalog.NewStep, len(def.Steps))
 	for i, st := range def.Steps {
 		steps[i] = catalog.NewStep{Key: st.Key, Needs: st.Needs, MaxAttempts: st.Retry.MaxAttempts,
-			OnExhausted: catalog.OnExhausted(st.Retry.OnExhausted)}
+			OnExhausted: catalog.OnExhausted(st.Retry.OnExhausted), After: catalog.TriggerRule(st.Rule()),
+			When: st.When != ""}
+		if st.Compensate != nil {
+			steps[i].CompensateAttempts = st.Compensate.Retry.MaxAttempts
+		}
+	}
+	return steps
+}
+
+// onFailureLayout is what a failed run of def runs once, after its compensations.
+func onFailureLayout(def *bundle.Definition) []catalog.NewStep {
+	steps := make([]catalog.NewStep, len(def.OnFailure))
+	for i, st := range def.OnFailure {
+		steps[i] = catalog.NewStep{Key: st.Key, MaxAttempts: st.Retry.MaxAttempts}
 	}
 	return steps
 }

@@ -88,6 +88,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/callbacks/{token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete a step waiting for a callback
+         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+         */
+        post: operations["completeCallback"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/hooks/{workflow}/{hook}": {
         parameters: {
             query?: never;
@@ -438,6 +458,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/steps/{key}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve an approval step
+         * @description Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+         *
+         *     Requires the `operator` role.
+         */
+        post: operations["approveStep"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps/{key}/attempts": {
         parameters: {
             query?: never;
@@ -516,6 +558,28 @@ export interface paths {
         get: operations["getStepOutput"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/steps/{key}/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject an approval step
+         * @description Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+         *
+         *     Requires the `operator` role.
+         */
+        post: operations["rejectStep"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1068,6 +1132,14 @@ export interface components {
             /** @description the runs, as GET /v1/runs filters them (label: a list of key=value); an empty filter matches every run */
             filter: components["schemas"]["RunFilterParams"];
         };
+        CallbackResult: {
+            /** @description the callback came before the function answered {"$suspend": …}: it is kept, and completes the step as soon as the step suspends */
+            buffered: boolean;
+            /** @description the step's run */
+            run_id: string;
+            /** @description the step now: succeeded with the output, or failed with the error (still running when buffered) */
+            step: components["schemas"]["Step"];
+        };
         CancelRunRequest: {
             /** @description recorded on the run and its event */
             reason?: string;
@@ -1079,6 +1151,23 @@ export interface components {
         ControlBody: {
             /** @description a note recorded in the events, with the token's name */
             reason?: string;
+        };
+        DecisionBody: {
+            /** @description why; recorded with the decision, in the step's output (approve) or error (reject) */
+            comment?: string;
+            /** @description any JSON value the approver adds; in the step's output under approved_by[].input */
+            input?: unknown;
+        };
+        DecisionResult: {
+            /** @description false when this approver had decided before: the same approver counts once, nothing was recorded */
+            counted: boolean;
+            /**
+             * @description the approver's decision on the step: this one, or the first one when counted is false
+             * @enum {string}
+             */
+            decision: "approved" | "rejected";
+            /** @description the step now: suspended (waiting_for says how many approvals are in), succeeded or failed */
+            step: components["schemas"]["Step"];
         };
         ErrorDetail: {
             /** @description Where the error occurred, e.g. 'body.items[3].tags' or 'path.thing-id' */
@@ -1097,7 +1186,7 @@ export interface components {
             /** Format: int64 */
             seq: number;
             step?: string;
-            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.succeeded, run.failed, run.canceled */
+            /** @description run.created, step.started, step.succeeded, step.retrying, step.failed, step.skipped, step.checkpointed, step.progress, step.handed_back, step.reused, step.suspended, step.resumed, signal.received, run.retried, run.paused, run.resumed, run.compensating, run.succeeded, run.failed, run.canceled */
             type: string;
         };
         HealthOutputBody: {
@@ -1407,7 +1496,7 @@ export interface components {
              */
             started_at: string | null;
             /** @enum {string} */
-            status: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+            status: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
             /**
              * Format: int64
              * @description steps not yet in a terminal state
@@ -1446,7 +1535,7 @@ export interface components {
              * @description only runs in this state
              * @enum {string}
              */
-            status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+            status?: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
             /**
              * Format: int64
              * @description only runs of this version of the workflow (needs workflow)
@@ -1590,6 +1679,13 @@ export interface components {
             blocked_by?: components["schemas"]["BlockedBy"];
             /** @description newest checkpoint, inline or a $blob reference */
             checkpoint: unknown;
+            /** @description the step a compensate step undoes */
+            compensates?: string;
+            /**
+             * @description the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+             * @enum {string}
+             */
+            condition?: "pending" | "true" | "false" | "error";
             /** Format: date-time */
             finished_at: string | null;
             key: string;
@@ -1605,6 +1701,11 @@ export interface components {
             /** @description inline value, or a {"$blob": {...}} reference */
             output: unknown;
             /**
+             * @description main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+             * @enum {string}
+             */
+            phase: "main" | "compensate" | "on_failure";
+            /**
              * Format: int64
              * @description 0..9, higher first: ready steps are claimed by priority, then age
              */
@@ -1614,10 +1715,20 @@ export interface components {
              * @description when the step became (or becomes) claimable
              */
             ready_at: string | null;
+            /**
+             * @description why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+             * @enum {string}
+             */
+            skip_reason?: "condition_false" | "upstream_failed" | "upstream_skipped" | "no_upstream_failed";
             /** Format: date-time */
             started_at: string | null;
             /** @enum {string} */
             status: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
+            /**
+             * @description when the step runs, given how the steps it needs ended (after: in the manifest)
+             * @enum {string}
+             */
+            trigger_rule: "all_succeeded" | "all_done" | "none_failed" | "any_failed";
             /** @description what a waiting or suspended step waits for; absent otherwise */
             waiting_for?: components["schemas"]["WaitingFor"];
         };
@@ -1666,6 +1777,11 @@ export interface components {
         };
         WaitingFor: {
             /**
+             * Format: int64
+             * @description an approval: how many have approved so far
+             */
+            approvals?: number;
+            /**
              * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait
              * @enum {string}
              */
@@ -1677,6 +1793,11 @@ export interface components {
              * @enum {string}
              */
             on_timeout?: "fail" | "continue";
+            /**
+             * Format: int64
+             * @description an approval: how many distinct approvers must approve
+             */
+            required?: number;
             /**
              * Format: date-time
              * @description when the wait began
@@ -1868,7 +1989,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -1881,7 +2002,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -1997,7 +2118,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2010,7 +2131,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2026,6 +2147,172 @@ export interface operations {
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    completeCallback: {
+        parameters: {
+            query?: {
+                /** @description succeeded: the body is the step's output; failed: the body is {"message", "code"?} and the step fails with it, terminally */
+                outcome?: "succeeded" | "failed";
+            };
+            header?: {
+                /** @description application/json for a JSON output (inline when small); anything else is stored as bytes in the blob store */
+                "Content-Type"?: string;
+            };
+            path: {
+                /** @description the token of the envelope's callback_url */
+                token: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": unknown;
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CallbackResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2122,7 +2409,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2252,7 +2539,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2265,7 +2552,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2372,7 +2659,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2385,7 +2672,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2527,7 +2814,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2540,7 +2827,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2662,7 +2949,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2675,7 +2962,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2760,7 +3047,7 @@ export interface operations {
                 /** @description only runs of this workflow */
                 workflow?: string;
                 /** @description only runs in this state */
-                status?: "pending" | "running" | "paused" | "succeeded" | "failed" | "canceled";
+                status?: "pending" | "running" | "paused" | "compensating" | "succeeded" | "failed" | "canceled";
                 /** @description only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match */
                 label?: string[] | null;
                 /** @description only runs of this version of the workflow (needs workflow) */
@@ -2809,7 +3096,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2822,7 +3109,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -2925,7 +3212,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -2938,7 +3225,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3058,7 +3345,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3071,7 +3358,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3245,7 +3532,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3258,7 +3545,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3380,7 +3667,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3393,7 +3680,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3513,7 +3800,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3526,7 +3813,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3565,7 +3852,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -3711,7 +3998,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3724,7 +4011,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3764,7 +4051,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -3898,7 +4185,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -3911,7 +4198,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -3950,7 +4237,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4086,7 +4373,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4099,7 +4386,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -4139,7 +4426,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one; `detail` says the run's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -4281,7 +4568,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4294,7 +4581,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -4449,7 +4736,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4462,7 +4749,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -4478,6 +4765,193 @@ export interface operations {
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    approveStep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DecisionBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DecisionResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4580,7 +5054,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4593,7 +5067,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -4721,7 +5195,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4868,7 +5342,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -4881,7 +5355,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5000,7 +5474,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5013,7 +5487,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5029,6 +5503,193 @@ export interface operations {
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rejectStep: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DecisionBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DecisionResult"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5131,7 +5792,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5144,7 +5805,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5290,7 +5951,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5303,7 +5964,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5393,7 +6054,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5406,7 +6067,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5526,7 +6187,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5539,7 +6200,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5681,7 +6342,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5694,7 +6355,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5797,7 +6458,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5810,7 +6471,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -5913,7 +6574,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -5926,7 +6587,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6057,7 +6718,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6070,7 +6731,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6177,7 +6838,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6190,7 +6851,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6335,7 +6996,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6348,7 +7009,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6438,7 +7099,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6451,7 +7112,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6572,7 +7233,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6585,7 +7246,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6690,7 +7351,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6703,7 +7364,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6825,7 +7486,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6838,7 +7499,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -6982,7 +7643,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -6995,7 +7656,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -7128,7 +7789,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -7141,7 +7802,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -7300,7 +7961,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -7313,7 +7974,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -7476,7 +8137,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -7489,7 +8150,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -7662,7 +8323,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -7675,7 +8336,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {
@@ -7780,7 +8441,7 @@ export interface operations {
             /**
              * @description Unauthorized:
              *
-             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
              */
             401: {
                 headers: {
@@ -7793,7 +8454,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
              */
             403: {
                 headers: {

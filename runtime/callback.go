@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
+)
+
+// Callbacks (issue 14): every exec, http and lambda attempt gets a callback_url in
+// its envelope. A function that started work outside Cairn answers
+// {"$suspend": {"timeout": …}}: its attempt ends, and the step is suspended
+// (wait_kind callback) until POST /v1/callbacks/<token> completes it or the timeout
+// passes.
+
+// addCallbackURL puts the attempt's callback URL in its envelope (none without a
+// signing key or a public URL).
+func (d *Dispatcher) addCallbackURL(inv *functions.Invocation, c catalog.Claimed) {
+	if len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "" {
+		return
+	}
+	inv.Envelope.CallbackURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/callbacks/" +
+		functions.CallbackToken(d.cfg.SigningKey, c.RunID.String(), c.Key, c.Attempt)
+}
+
+// suspendOutcome reads a successful attempt's output: when it is a $suspend, the
+// step is suspended for its callback and suspended is true; a malformed $suspend
+// (or one from an attempt that was given no callback URL) is a terminal failure.
+//
+// storeLog keeps the attempt's log (on its attempt) when the step suspends.
+func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, storeLog func() string) (failed *outcome, suspended bool) {
+	sp, ok, err := functions.ParseSuspend(output)
+	switch {
+	case !ok:
+		return nil, false
+	case err != nil:
+		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: functions.CodeProtocol}}, false
+	case len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "":
+		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{
+			Message: "the function answered $suspend, but this dispatcher gives no callback_url: callbacks need a signing key (CAIRN_SIGNING_KEY) and a public URL (CAIRN_PUBLIC_URL)",
+			Code:    functions.CodeProtocol}}, false
+	}
+	c := a.claim
+	w := catalog.Wait{Kind: catalog.WaitCallback, OnTimeout: catalog.OnTimeout(sp.OnTimeout)}
+	if sp.Timeout > 0 {
+		// By the database's clock, as a sleep: the claim's lease expiry less its TTL.
+		w.TimeoutAt = c.LeaseExpiresAt.Add(-d.cfg.LeaseTTL).Add(time.Since(start)).Add(sp.Timeout)
+	}
+	w.LogKey = storeLog()
+	a.reporting.Store(true)
+	backoff := 50 * time.Millisecond
+	for {
+		err := d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+		switch {
+		case err == nil:
+			d.metrics.attempts.WithLabelValues("suspended").Inc()
+			if !w.TimeoutAt.IsZero() {
+				d.wakeAt(w.TimeoutAt)
+			}
+			return nil, true
+		case errors.Is(err, catalog.ErrLeaseLost):
+			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
+			a.logger.Warn("suspend for a callback rejected: the lease is no longer ours")
+			return nil, true
+		case d.abandonCtx.Err() != nil:
+			a.logger.Error("could not suspend the step before shutdown; it will be swept and run again", "error", err)
+			return nil, true
+		}
+		d.noteDBError()
+		a.logger.Warn(fmt.Sprintf("suspend for a callback failed; retrying in %s", backoff), "error", err)
+		select {
+		case <-d.abandonCtx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}

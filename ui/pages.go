@@ -1,0 +1,865 @@
+package ui
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	openapi_types "github.com/oapi-codegen/runtime/types"
+
+	"github.com/cairnrun/cairn/client"
+)
+
+// view is what every page template gets.
+type view struct {
+	Title      string
+	Who        string
+	Role       string
+	CSRF       string
+	CanOperate bool
+	LoggedIn   bool
+	Data       any
+}
+
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"ts":       fmtTime,
+		"ago":      ago,
+		"dur":      duration,
+		"pretty":   pretty,
+		"deref":    func(s *string) string { return derefStr(s) },
+		"list":     func(p *[]string) []string { return deref(p) },
+		"derefInt": func(n *int64) int64 { return derefInt(n) },
+		"short":    func(id string) string { return shortID(id) },
+		"pathesc":  url.PathEscape,
+		"isBlob":   isBlob,
+		"json":     func(v any) string { b, _ := json.Marshal(v); return string(b) },
+	}
+	base, err := template.New("base").Funcs(funcs).ParseFS(templateFS, "templates/base.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error"} {
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	step, err := template.New("step.html").Funcs(funcs).ParseFS(templateFS, "templates/step.html")
+	if err != nil {
+		return nil, err
+	}
+	pages["step"] = step
+	return pages, nil
+}
+
+// render writes a page (or the step fragment) with the session's view.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, s *session, page string, data any) {
+	h.renderStatus(w, r, s, page, http.StatusOK, data)
+}
+
+func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *session, page string, status int, data any) {
+	v := view{Title: page, Data: data}
+	if s != nil {
+		v.LoggedIn, v.Who, v.Role, v.CSRF, v.CanOperate = true, s.who.Name, s.who.Role.String(), s.csrf, s.canOperate()
+	}
+	var buf bytes.Buffer
+	name := "base"
+	if page == "step" {
+		name = "step.html"
+	}
+	if err := h.pages[page].ExecuteTemplate(&buf, name, v); err != nil {
+		h.logger.ErrorContext(r.Context(), "render page", "page", page, "error", err)
+		http.Error(w, "the page failed to render", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// fail shows an API error as a page with the problem's status.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	status, msg := problemText(err)
+	if status < 400 || status > 599 {
+		status = http.StatusBadGateway
+	}
+	h.renderStatus(w, r, s, "error", status, map[string]any{"Status": status, "Message": msg})
+}
+
+func (h *Handler) workflowsPage(w http.ResponseWriter, r *http.Request, s *session) {
+	params := &client.ListWorkflowsParams{Limit: ptr(int64(100))}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		params.Cursor = &c
+	}
+	res, err := s.api.ListWorkflowsWithResponse(r.Context(), params)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.render(w, r, s, "workflows", map[string]any{"Items": deref(res.JSON200.Items), "Next": derefStr(res.JSON200.NextCursor)})
+}
+
+func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *session) {
+	name := r.PathValue("name")
+	ctx := r.Context()
+	wf, err := s.api.GetWorkflowWithResponse(ctx, name)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	vs, err := s.api.ListVersionsWithResponse(ctx, name, &client.ListVersionsParams{Limit: ptr(int64(100))})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	aliases, err := s.api.ListAliasesWithResponse(ctx, name, &client.ListAliasesParams{Limit: ptr(int64(100))})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	shown := wf.JSON200.LatestVersion
+	if v, err := strconv.ParseInt(r.URL.Query().Get("version"), 10, 64); err == nil && v > 0 {
+		shown = v
+	}
+	var def *client.Version
+	if shown > 0 {
+		got, err := s.api.GetVersionWithResponse(ctx, name, shown)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		def = got.JSON200
+	}
+	h.render(w, r, s, "workflow", map[string]any{
+		"Workflow": wf.JSON200, "Versions": deref(vs.JSON200.Items), "Aliases": deref(aliases.JSON200.Items),
+		"Shown": def,
+	})
+}
+
+func (h *Handler) pauseWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
+	name := r.PathValue("name")
+	_, err := s.api.PauseWorkflowWithResponse(r.Context(), name, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
+	h.after(w, r, s, err, "/ui/workflows/"+url.PathEscape(name))
+}
+
+func (h *Handler) resumeWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
+	name := r.PathValue("name")
+	_, err := s.api.ResumeWorkflowWithResponse(r.Context(), name, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
+	h.after(w, r, s, err, "/ui/workflows/"+url.PathEscape(name))
+}
+
+func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, s *session) {
+	name := r.PathValue("name")
+	body := client.StartRunBody{}
+	if in := strings.TrimSpace(r.PostFormValue("input")); in != "" {
+		var v any
+		if err := json.Unmarshal([]byte(in), &v); err != nil {
+			h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "input is not JSON: " + err.Error()})
+			return
+		}
+		body.Input = v
+	}
+	res, err := s.api.StartRunWithResponse(r.Context(), name, &client.StartRunParams{}, body)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.after(w, r, s, nil, "/ui/runs/"+res.JSON202.Id)
+}
+
+// after answers an action: the problem as a page, or back to the page it came from.
+func (h *Handler) after(w http.ResponseWriter, r *http.Request, s *session, err error, next string) {
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// runFilter is the runs list's filter as read from a URL query: the filters of
+// GET /v1/runs, under the same names, so a list's URL can be shared.
+type runFilter struct {
+	Workflow, Status, ErrorCode, Version, CreatedAfter, CreatedBefore, Parent string
+	Labels                                                                    []string
+}
+
+func filterOf(q url.Values) runFilter {
+	f := runFilter{
+		Workflow: q.Get("workflow"), Status: q.Get("status"), ErrorCode: q.Get("error_code"),
+		Version: q.Get("version"), CreatedAfter: q.Get("created_after"), CreatedBefore: q.Get("created_before"),
+		Parent: q.Get("parent"),
+	}
+	for _, l := range q["label"] {
+		if l = strings.TrimSpace(l); l != "" {
+			f.Labels = append(f.Labels, l)
+		}
+	}
+	return f
+}
+
+// query is the filter as URL query values (without the cursor).
+func (f runFilter) query() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"workflow": f.Workflow, "status": f.Status, "error_code": f.ErrorCode, "version": f.Version, "created_after": f.CreatedAfter, "created_before": f.CreatedBefore, "parent": f.Parent} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	for _, l := range f.Labels {
+		q.Add("label", l)
+	}
+	return q
+}
+
+// LabelText is the labels as one input's text: k=v pairs separated by spaces.
+func (f runFilter) LabelText() string { return strings.Join(f.Labels, " ") }
+
+// params converts the filter to the API's parameters; a malformed time or number is
+// refused here, naming the field.
+func (f runFilter) params() (*client.ListRunsParams, client.RunFilterParams, error) {
+	p := &client.ListRunsParams{}
+	var b client.RunFilterParams
+	if f.Workflow != "" {
+		p.Workflow, b.Workflow = &f.Workflow, &f.Workflow
+	}
+	if f.Status != "" {
+		st := client.ListRunsParamsStatus(f.Status)
+		bs := client.RunFilterParamsStatus(f.Status)
+		p.Status, b.Status = &st, &bs
+	}
+	if f.ErrorCode != "" {
+		p.ErrorCode, b.ErrorCode = &f.ErrorCode, &f.ErrorCode
+	}
+	if f.Version != "" {
+		v, err := strconv.ParseInt(f.Version, 10, 64)
+		if err != nil {
+			return nil, b, fmt.Errorf("version: want a number")
+		}
+		p.Version, b.Version = &v, &v
+	}
+	for _, t := range []struct {
+		name string
+		in   string
+		out  **time.Time
+		bout **time.Time
+	}{{"created_after", f.CreatedAfter, &p.CreatedAfter, &b.CreatedAfter}, {"created_before", f.CreatedBefore, &p.CreatedBefore, &b.CreatedBefore}} {
+		if t.in == "" {
+			continue
+		}
+		tm, err := parseTime(t.in)
+		if err != nil {
+			return nil, b, fmt.Errorf("%s: want a time such as 2026-12-01T10:00:00Z or 2026-12-01T10:00", t.name)
+		}
+		*t.out, *t.bout = &tm, &tm
+	}
+	if f.Parent != "" {
+		id, err := uuid.Parse(f.Parent)
+		if err != nil {
+			return nil, b, fmt.Errorf("parent: want a run ID")
+		}
+		pid := openapi_types.UUID(id)
+		p.Parent, b.Parent = &pid, &pid
+	}
+	if len(f.Labels) > 0 {
+		l := append([]string(nil), f.Labels...)
+		p.Label, b.Label = &l, &l
+	}
+	return p, b, nil
+}
+
+// parseTime reads RFC 3339, or a datetime-local input's value (taken as UTC).
+func parseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("bad time %q", s)
+}
+
+var runStatuses = []string{"pending", "running", "paused", "succeeded", "failed", "canceled"}
+
+func (h *Handler) runsPage(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	// The label input holds space-separated pairs; the URL keeps one label= each.
+	if len(q["label"]) == 1 && strings.Contains(strings.TrimSpace(q.Get("label")), " ") {
+		q["label"] = strings.Fields(q.Get("label"))
+	}
+	f := filterOf(q)
+	params, _, err := f.params()
+	data := map[string]any{"Filter": f, "Statuses": runStatuses, "Query": f.query().Encode()}
+	if err != nil {
+		data["Error"] = err.Error()
+		h.renderStatus(w, r, s, "runs", http.StatusBadRequest, data)
+		return
+	}
+	params.Limit = ptr(int64(h.cfg.PageSize))
+	if c := q.Get("cursor"); c != "" {
+		params.Cursor = &c
+		data["Paged"] = true
+	}
+	res, err := s.api.ListRunsWithResponse(r.Context(), params)
+	if err != nil {
+		_, msg := problemText(err)
+		data["Error"] = msg
+		h.renderStatus(w, r, s, "runs", http.StatusBadRequest, data)
+		return
+	}
+	data["Items"] = deref(res.JSON200.Items)
+	if next := derefStr(res.JSON200.NextCursor); next != "" {
+		nq := f.query()
+		nq.Set("cursor", next)
+		data["NextURL"] = "/ui/runs?" + nq.Encode()
+	}
+	h.render(w, r, s, "runs", data)
+}
+
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, s *session) {
+	f := filterOf(r.PostForm)
+	_, filter, err := f.params()
+	if err != nil {
+		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": err.Error()})
+		return
+	}
+	res, err := s.api.BulkRunsWithResponse(r.Context(), client.BulkBody{Action: client.BulkBodyAction(r.PostFormValue("action")), Filter: filter})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	op := res.JSON202
+	h.render(w, r, s, "error", map[string]any{"Status": 202, "Message": fmt.Sprintf("bulk %s accepted: operation %s (GET /v1/operations/%s)", op.Action, op.Id, op.Id), "Back": "/ui/runs?" + f.query().Encode()})
+}
+
+// runID reads the {id} of a path.
+func runID(r *http.Request) (openapi_types.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	return openapi_types.UUID(id), err == nil
+}
+
+func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	ctx := r.Context()
+	start := time.Now()
+	run, err := s.api.GetRunWithResponse(ctx, id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	steps, err := s.api.ListStepsWithResponse(ctx, id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	items := deref(steps.JSON200.Items)
+	g := layout(items)
+	data := map[string]any{
+		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": timeline(items),
+		"Input": pretty(run.JSON200.Input), "Terminal": terminalRun(run.JSON200.Status),
+	}
+	if key := r.URL.Query().Get("step"); key != "" {
+		if p, err := h.panel(r, s, id, key); err == nil {
+			var buf bytes.Buffer
+			v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: p}
+			if err := h.pages["step"].ExecuteTemplate(&buf, "step.html", v); err == nil {
+				data["Panel"] = template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
+				data["PanelKey"] = key
+			}
+		}
+	}
+	data["Elapsed"] = time.Since(start).Round(time.Millisecond).String()
+	h.render(w, r, s, "run", data)
+}
+
+func terminalRun(st client.RunStatus) bool {
+	return st == client.RunStatusSucceeded || st == client.RunStatusFailed || st == client.RunStatusCanceled
+}
+
+// runState is the JSON the run page polls after each event: the run's status and
+// each step's, to recolour the graph without a reload.
+func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	run, err := s.api.GetRunWithResponse(r.Context(), id)
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	out := struct {
+		Status    string            `json:"status"`
+		Remaining int64             `json:"steps_remaining"`
+		Total     int64             `json:"steps_total"`
+		Revision  int64             `json:"revision"`
+		Steps     map[string]string `json:"steps"`
+		Attempts  map[string]int64  `json:"attempts"`
+	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}}
+	for _, st := range deref(steps.JSON200.Items) {
+		out.Steps[st.Key] = string(st.Status)
+		out.Attempts[st.Key] = st.Attempts
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(out)
+}
+
+// runEvents relays the run's event stream (GET /v1/runs/{id}/events/stream) to the
+// browser, which cannot send the bearer token itself (the cookie is HttpOnly). The
+// event: lines are dropped, so every event reaches EventSource.onmessage whatever
+// its type (the type is in its data): types added later need no change here.
+func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	params := &client.StreamEventsParams{}
+	if last := r.Header.Get("Last-Event-ID"); last != "" {
+		params.LastEventID = &last
+	}
+	resp, err := s.api.StreamEvents(r.Context(), id, params)
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	defer resp.Body.Close()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "event:") {
+			continue
+		}
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
+			return
+		}
+		if line == "" {
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// stepView is the step panel's data.
+type stepView struct {
+	RunID      string
+	RunStatus  string
+	Step       client.Step
+	Attempts   []attemptView
+	Log        string
+	LogAttempt int64
+	LogCut     bool
+	Output     string
+	OutputBlob bool
+	Checkpoint string
+	CkptBlob   bool
+	LastError  string
+	RunInput   string
+}
+
+type attemptView struct {
+	client.Attempt
+	Duration string
+	Error    string
+}
+
+// logTail is how much of the end of an attempt's log the panel shows.
+const logTail = 16 << 10
+
+func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key string) (*stepView, error) {
+	ctx := r.Context()
+	steps, err := s.api.ListStepsWithResponse(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	run, err := s.api.GetRunWithResponse(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunInput: pretty(run.JSON200.Input)}
+	found := false
+	for _, st := range deref(steps.JSON200.Items) {
+		if st.Key == key {
+			v.Step, found = st, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no step %q", key)
+	}
+	at, err := s.api.ListAttemptsWithResponse(ctx, id, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range deref(at.JSON200.Items) {
+		av := attemptView{Attempt: a}
+		if a.FinishedAt != nil {
+			av.Duration = a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
+		} else {
+			av.Duration = time.Since(a.StartedAt).Round(time.Second).String() + " so far"
+		}
+		if a.Error != nil {
+			av.Error = pretty(a.Error)
+		}
+		v.Attempts = append(v.Attempts, av)
+		if a.HasLog {
+			v.LogAttempt = a.Number
+		}
+	}
+	if v.LogAttempt > 0 {
+		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LogAttempt})
+		if err == nil {
+			v.Log, v.LogCut = tail(resp.Body, logTail)
+			resp.Body.Close()
+		}
+	}
+	if v.Step.Output != nil {
+		v.Output, v.OutputBlob = pretty(v.Step.Output), isBlob(v.Step.Output)
+	}
+	if v.Step.Checkpoint != nil {
+		v.Checkpoint, v.CkptBlob = pretty(v.Step.Checkpoint), isBlob(v.Step.Checkpoint)
+	}
+	if v.Step.LastError != nil {
+		v.LastError = pretty(v.Step.LastError)
+	}
+	return v, nil
+}
+
+// tail keeps the last n bytes of r.
+func tail(r io.Reader, n int) (string, bool) {
+	buf := make([]byte, 0, n)
+	chunk := make([]byte, 32<<10)
+	cut := false
+	for {
+		k, err := r.Read(chunk)
+		buf = append(buf, chunk[:k]...)
+		if len(buf) > n {
+			buf = append(buf[:0], buf[len(buf)-n:]...)
+			cut = true
+		}
+		if err != nil {
+			break
+		}
+	}
+	return strings.ToValidUTF8(string(buf), "�"), cut
+}
+
+func (h *Handler) stepPanel(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	v, err := h.panel(r, s, id, r.PathValue("key"))
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	h.render(w, r, s, "step", v)
+}
+
+// stepOutput and stepLog stream the API's bytes to the browser as downloads.
+func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	resp, err := s.api.GetStepOutput(r.Context(), id, key)
+	relay(w, resp, err, key+"-output")
+}
+
+func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	p := &client.GetAttemptLogParams{}
+	if n, err := strconv.ParseInt(r.URL.Query().Get("attempt"), 10, 64); err == nil {
+		p.Attempt = &n
+	}
+	resp, err := s.api.GetAttemptLog(r.Context(), id, key, p)
+	relay(w, resp, err, key+".log")
+}
+
+func relay(w http.ResponseWriter, resp *http.Response, err error, name string) {
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	defer resp.Body.Close()
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" || strings.HasPrefix(ct, "text/html") {
+		ct = "application/octet-stream"
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Disposition", `attachment; filename="`+strings.NewReplacer(`"`, "", "/", "_").Replace(name)+`"`)
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, err := s.api.CancelRunWithResponse(r.Context(), id, client.CancelRunRequest{Reason: optional(r.PostFormValue("reason"))})
+	h.after(w, r, s, err, "/ui/runs/"+id.String())
+}
+
+func (h *Handler) retryRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, err := s.api.RetryRunWithResponse(r.Context(), id, &client.RetryRunParams{}, client.RetryRunBody{})
+	next := "/ui/runs/" + id.String()
+	if step := r.PostFormValue("step"); step != "" {
+		next += "?step=" + url.QueryEscape(step)
+	}
+	h.after(w, r, s, err, next)
+}
+
+func (h *Handler) pauseRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, err := s.api.PauseRunWithResponse(r.Context(), id, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
+	h.after(w, r, s, err, "/ui/runs/"+id.String())
+}
+
+func (h *Handler) resumeRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, err := s.api.ResumeRunWithResponse(r.Context(), id, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
+	h.after(w, r, s, err, "/ui/runs/"+id.String())
+}
+
+func (h *Handler) rerunRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	body := client.RerunRunBody{FromStep: r.PostFormValue("from_step")}
+	if in := strings.TrimSpace(r.PostFormValue("input")); in != "" {
+		var v any
+		if err := json.Unmarshal([]byte(in), &v); err != nil {
+			h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "input is not JSON: " + err.Error()})
+			return
+		}
+		body.Input = v
+	}
+	res, err := s.api.RerunRunWithResponse(r.Context(), id, &client.RerunRunParams{}, body)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	var rr *client.RerunResult
+	if res.JSON202 != nil {
+		rr = res.JSON202
+	} else {
+		rr = res.JSON200
+	}
+	if rr == nil || rr.Run == nil {
+		h.after(w, r, s, nil, "/ui/runs/"+id.String())
+		return
+	}
+	h.after(w, r, s, nil, "/ui/runs/"+rr.Run.Id)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref[T any](p *[]T) []T {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func derefStr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefInt(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
+}
+
+func optional(s string) *string {
+	if s = strings.TrimSpace(s); s == "" {
+		return nil
+	}
+	return &s
+}
+
+func shortID(id string) string {
+	if len(id) > 13 {
+		return id[len(id)-12:]
+	}
+	return id
+}
+
+func fmtTime(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		if v.IsZero() {
+			return ""
+		}
+		return v.UTC().Format("2006-01-02 15:04:05Z")
+	case *time.Time:
+		if v == nil {
+			return ""
+		}
+		return v.UTC().Format("2006-01-02 15:04:05Z")
+	}
+	return ""
+}
+
+func ago(t time.Time) string {
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func duration(a, b *time.Time) string {
+	if a == nil {
+		return ""
+	}
+	end := time.Now()
+	if b != nil {
+		end = *b
+	}
+	return end.Sub(*a).Round(time.Millisecond).String()
+}
+
+// pretty is v as indented JSON (the preview of an input, output or error).
+func pretty(v any) string {
+	if v == nil {
+		return ""
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	if len(b) > 64<<10 {
+		return string(b[:64<<10]) + "\n… (cut at 64 KiB: download it whole)"
+	}
+	return string(b)
+}
+
+// isBlob reports whether v is a {"$blob": …} reference (a large output kept in the
+// blob store: the panel offers it as a download).
+func isBlob(v any) bool {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = m["$blob"]
+	return ok && len(m) == 1
+}
+
+// timeline is a Gantt-like view of the steps: one bar per started step, from its
+// start to its end (or now), on a common scale.
+type timelineView struct {
+	Bars          []timelineBar
+	Span          string
+	Width, Height int
+}
+
+type timelineBar struct {
+	Key, Status, Label string
+	X, W, Y            float64
+}
+
+func timeline(steps []client.Step) *timelineView {
+	var first, last time.Time
+	started := make([]client.Step, 0, len(steps))
+	for _, st := range steps {
+		if st.StartedAt == nil {
+			continue
+		}
+		started = append(started, st)
+		end := time.Now()
+		if st.FinishedAt != nil {
+			end = *st.FinishedAt
+		}
+		if first.IsZero() || st.StartedAt.Before(first) {
+			first = *st.StartedAt
+		}
+		if end.After(last) {
+			last = end
+		}
+	}
+	if len(started) == 0 || len(started) > 500 {
+		return nil // nothing yet, or too many bars to read
+	}
+	sort.SliceStable(started, func(i, j int) bool { return started[i].StartedAt.Before(*started[j].StartedAt) })
+	span := last.Sub(first)
+	if span <= 0 {
+		span = time.Millisecond
+	}
+	const width = 600.0
+	tv := &timelineView{Span: span.Round(time.Millisecond).String(), Width: int(width) + 200, Height: len(started)*18 + 4}
+	for i, st := range started {
+		end := time.Now()
+		if st.FinishedAt != nil {
+			end = *st.FinishedAt
+		}
+		x := float64(st.StartedAt.Sub(first)) / float64(span) * width
+		w := max(2, float64(end.Sub(*st.StartedAt))/float64(span)*width)
+		tv.Bars = append(tv.Bars, timelineBar{Key: st.Key, Status: string(st.Status), X: x, W: w, Y: float64(i * 18),
+			Label: end.Sub(*st.StartedAt).Round(time.Millisecond).String()})
+	}
+	return tv
+}

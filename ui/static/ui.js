@@ -1,0 +1,132 @@
+// Cairn web UI: the little JavaScript it has. Pages work without it (links and
+// forms); with it, the run page follows the run's events live, the step panel opens
+// in place, and action buttons ask before acting.
+"use strict";
+
+(function () {
+  // Buttons that ask first.
+  document.addEventListener("click", function (e) {
+    var b = e.target.closest("[data-confirm]");
+    if (b && !window.confirm(b.getAttribute("data-confirm"))) e.preventDefault();
+  });
+
+  // The one-click login link of `cairn dev`: /ui/login#token=… (the fragment never
+  // reaches the server or its logs). Fill the form, drop the fragment, submit.
+  var form = document.getElementById("login-form");
+  if (form && location.hash.indexOf("#token=") === 0) {
+    document.getElementById("token").value = decodeURIComponent(location.hash.slice(7));
+    history.replaceState(null, "", location.pathname + location.search);
+    form.submit();
+  }
+
+  var run = document.getElementById("run");
+  if (!run) return;
+  var id = run.getAttribute("data-run");
+  var base = "/ui/runs/" + id;
+  var panel = document.getElementById("panel");
+  var terminal = { succeeded: 1, failed: 1, canceled: 1 };
+
+  // Show only the run actions its state allows.
+  function showActions(status) {
+    document.querySelectorAll("#run-actions [data-when]").forEach(function (b) {
+      b.hidden = b.getAttribute("data-when").split(" ").indexOf(status) < 0;
+    });
+  }
+  showActions(run.getAttribute("data-status"));
+
+  // classList, not className: an SVG element's className is no string.
+  function setStatus(el, status) {
+    Array.prototype.slice.call(el.classList).forEach(function (c) {
+      if (c.indexOf("st-") === 0) el.classList.remove(c);
+    });
+    el.classList.add("st-" + status);
+    el.setAttribute("data-status", status);
+  }
+
+  function loadPanel(key, push) {
+    fetch(base + "/steps/" + encodeURIComponent(key), { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        panel.innerHTML = html;
+        panel.setAttribute("data-step", key);
+        document.querySelectorAll("#dag .node").forEach(function (n) {
+          n.classList.toggle("selected", n.getAttribute("data-key") === key);
+        });
+        if (push) history.pushState({ step: key }, "", "?step=" + encodeURIComponent(key));
+      })
+      .catch(function () {});
+  }
+
+  // A click on a node opens its panel in place.
+  var dag = document.getElementById("dag");
+  if (dag) {
+    dag.addEventListener("click", function (e) {
+      var n = e.target.closest(".node");
+      if (!n) return;
+      e.preventDefault();
+      loadPanel(n.getAttribute("data-key"), true);
+    });
+  }
+  window.addEventListener("popstate", function () {
+    var key = new URLSearchParams(location.search).get("step");
+    if (key) loadPanel(key, false);
+  });
+
+  // After events, fetch the run's state once (coalesced) and recolour.
+  var pending = false, lastStatus = run.getAttribute("data-status"), openStep = panel.getAttribute("data-step");
+  var prevSteps = {};
+  function refresh() {
+    if (pending) return;
+    pending = true;
+    setTimeout(function () {
+      fetch(base + "/state", { credentials: "same-origin" })
+        .then(function (r) { return r.json(); })
+        .then(function (s) {
+          pending = false;
+          var changedOpen = false;
+          document.querySelectorAll("#dag .node").forEach(function (n) {
+            var key = n.getAttribute("data-key"), st = s.steps[key];
+            if (st && st !== n.getAttribute("data-status")) {
+              setStatus(n, st);
+              if (n.querySelector("title")) n.querySelector("title").textContent = key + ": " + st;
+              if (key === panel.getAttribute("data-step")) changedOpen = true;
+            }
+            var att = n.querySelector("text.att");
+            if (att && s.attempts[key] > 1) att.textContent = "×" + s.attempts[key];
+            if (key === panel.getAttribute("data-step") && prevSteps[key] !== undefined && prevSteps[key] !== s.attempts[key]) changedOpen = true;
+            prevSteps[key] = s.attempts[key];
+          });
+          var rs = document.getElementById("run-status");
+          rs.textContent = s.status;
+          setStatus(rs, s.status);
+          run.setAttribute("data-status", s.status);
+          document.getElementById("progress").textContent = s.steps_total + " steps, " + s.steps_remaining + " left";
+          showActions(s.status);
+          var key = panel.getAttribute("data-step");
+          if (key && (changedOpen || s.status !== lastStatus)) loadPanel(key, false);
+          lastStatus = s.status;
+        })
+        .catch(function () { pending = false; });
+    }, 150);
+  }
+
+  // The run's events, relayed by the UI (the token stays in its HttpOnly cookie).
+  var es = null;
+  function follow() {
+    es = new EventSource(base + "/events");
+    es.onmessage = function () { refresh(); };
+    es.onerror = function () {
+      // The stream ends with the run's final event: stop there; otherwise the
+      // browser reconnects with Last-Event-ID by itself.
+      refresh();
+      if (terminal[run.getAttribute("data-status")] && es.readyState !== EventSource.OPEN) {
+        es.close();
+        setTimeout(function () { if (!terminal[run.getAttribute("data-status")]) follow(); }, 3000);
+      }
+    };
+  }
+  follow();
+  if (openStep) document.querySelectorAll("#dag .node").forEach(function (n) {
+    n.classList.toggle("selected", n.getAttribute("data-key") === openStep);
+  });
+})();

@@ -1,0 +1,303 @@
+package ui
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/client"
+)
+
+// Prefix is the path the UI is served under.
+const Prefix = "/ui"
+
+// sessionCookie holds the bearer token of a logged-in browser: HttpOnly (no script
+// reads it), SameSite=Strict (no other site's page sends it), Path=/ui.
+const sessionCookie = "cairn_session"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config tunes a Handler. A nil *Config means all defaults.
+type Config struct {
+	// Logger receives the UI's own errors (the API logs its requests); default:
+	// discard.
+	Logger *slog.Logger
+	// PageSize is how many runs a page of the runs list shows; default 50.
+	PageSize int
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.PageSize <= 0 {
+		out.PageSize = 50
+	}
+	return out
+}
+
+// Handler serves the web UI. It reads and writes only through the Cairn API (the
+// handler given to New, called in this process with the logged-in user's token), so
+// the API stays the one place that decides what a token may see and do; the UI
+// only hides what the token's role may not do. It is safe for concurrent use.
+type Handler struct {
+	apiHandler http.Handler
+	tokens     *api.Tokens
+	cfg        Config
+	logger     *slog.Logger
+	mux        *http.ServeMux
+	pages      map[string]*template.Template
+	csrfKey    []byte
+}
+
+// New returns the UI. apiHandler is the API's handler (api.Server.Handler), which
+// the UI calls in process; tokens are the API's tokens, read only to show a user
+// their role and name and to hide what the role may not do.
+func New(apiHandler http.Handler, tokens *api.Tokens, cfg *Config) (*Handler, error) {
+	c := cfg.withDefaults()
+	h := &Handler{
+		apiHandler: apiHandler,
+		tokens:     tokens,
+		cfg:        c,
+		logger:     c.Logger.With("component", "ui"),
+		mux:        http.NewServeMux(),
+		csrfKey:    make([]byte, 32),
+	}
+	if tokens == nil {
+		h.tokens = &api.Tokens{}
+	}
+	if _, err := rand.Read(h.csrfKey); err != nil {
+		return nil, err
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	h.pages = pages
+	h.routes()
+	return h, nil
+}
+
+func (h *Handler) routes() {
+	static, _ := fs.Sub(staticFS, "static")
+	h.mux.Handle("GET /ui/static/", http.StripPrefix("/ui/static/", withCache(http.FileServerFS(static))))
+	h.mux.HandleFunc("GET /ui", redirectTo("/ui/runs"))
+	h.mux.HandleFunc("GET /ui/{$}", redirectTo("/ui/runs"))
+	h.mux.HandleFunc("GET /ui/login", h.loginPage)
+	h.mux.HandleFunc("POST /ui/login", h.login)
+	h.mux.HandleFunc("POST /ui/logout", h.write(h.logout))
+
+	h.mux.HandleFunc("GET /ui/workflows", h.read(h.workflowsPage))
+	h.mux.HandleFunc("GET /ui/workflows/{name}", h.read(h.workflowPage))
+	h.mux.HandleFunc("POST /ui/workflows/{name}/pause", h.write(h.pauseWorkflow))
+	h.mux.HandleFunc("POST /ui/workflows/{name}/resume", h.write(h.resumeWorkflow))
+	h.mux.HandleFunc("POST /ui/workflows/{name}/runs", h.write(h.startRun))
+
+	h.mux.HandleFunc("GET /ui/runs", h.read(h.runsPage))
+	h.mux.HandleFunc("POST /ui/runs/bulk", h.write(h.bulk))
+	h.mux.HandleFunc("GET /ui/runs/{id}", h.read(h.runPage))
+	h.mux.HandleFunc("GET /ui/runs/{id}/state", h.read(h.runState))
+	h.mux.HandleFunc("GET /ui/runs/{id}/events", h.read(h.runEvents))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}", h.read(h.stepPanel))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/output", h.read(h.stepOutput))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/logs", h.read(h.stepLog))
+	h.mux.HandleFunc("POST /ui/runs/{id}/cancel", h.write(h.cancelRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/retry", h.write(h.retryRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/pause", h.write(h.pauseRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/resume", h.write(h.resumeRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/rerun", h.write(h.rerunRun))
+}
+
+// ServeHTTP serves the UI's paths (Prefix and below). Every answer forbids framing
+// and sniffing, and allows scripts, styles and connections to this origin only.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "same-origin")
+	hd.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	h.mux.ServeHTTP(w, r)
+}
+
+func withCache(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func redirectTo(path string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, path, http.StatusSeeOther)
+	}
+}
+
+// session is a logged-in request: who it is and a client of the API with its token.
+type session struct {
+	who   api.Identity
+	csrf  string
+	api   *client.Client
+	token string
+}
+
+// canOperate reports whether the role may take operator actions (the buttons shown).
+func (s *session) canOperate() bool { return s.who.Role >= api.RoleOperator }
+
+// sessionOf returns the request's session, or nil when its cookie names no token.
+func (h *Handler) sessionOf(r *http.Request) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil
+	}
+	who := h.tokens.Identify(c.Value)
+	if who.Role == api.RoleNone {
+		return nil
+	}
+	cl, err := client.New("http://cairn.in-process", c.Value, client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler}}))
+	if err != nil {
+		return nil
+	}
+	return &session{who: who, csrf: h.csrfFor(c.Value), api: cl, token: c.Value}
+}
+
+// csrfFor is the CSRF token of a session: an HMAC of its bearer token under a key
+// of this process, so it needs no storage and changes with the token.
+func (h *Handler) csrfFor(token string) string {
+	m := hmac.New(sha256.New, h.csrfKey)
+	m.Write([]byte("csrf\x00" + token))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// read wraps a page: without a session, to the login page (coming back after).
+func (h *Handler) read(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := h.sessionOf(r)
+		if s == nil {
+			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.Contains(r.URL.Path, "/steps/") {
+				http.Error(w, "log in first", http.StatusUnauthorized)
+				return
+			}
+			http.Redirect(w, r, "/ui/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		next(w, r, s)
+	}
+}
+
+// write wraps an action (a POST): it needs a session, a same-origin request
+// (Origin and Sec-Fetch-Site, when the browser sends them) and the session's CSRF
+// token (form field csrf or header X-CSRF-Token). The SameSite=Strict cookie already
+// keeps other sites out; the token also covers a browser that ignores SameSite.
+// Roles are not checked here: the API refuses what the token may not do.
+func (h *Handler) write(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			http.Error(w, "cross-origin request refused", http.StatusForbidden)
+			return
+		}
+		s := h.sessionOf(r)
+		if s == nil {
+			http.Error(w, "log in first", http.StatusUnauthorized)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 4<<20)
+		got := r.Header.Get("X-CSRF-Token")
+		if got == "" {
+			got = r.PostFormValue("csrf")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) != 1 {
+			http.Error(w, "missing or wrong CSRF token: reload the page", http.StatusForbidden)
+			return
+		}
+		next(w, r, s)
+	}
+}
+
+// sameOrigin refuses requests a browser marks as coming from another site.
+func sameOrigin(r *http.Request) bool {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" || origin == "null" {
+		return origin == ""
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, r.Host)
+}
+
+func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	h.render(w, r, nil, "login", map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "Error": r.URL.Query().Get("error")})
+}
+
+// login checks the token against the API's tokens and sets the session cookie.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		http.Error(w, "cross-origin request refused", http.StatusForbidden)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	next := safeNext(r.PostFormValue("next"))
+	if h.tokens.Identify(token).Role == api.RoleNone {
+		http.Redirect(w, r, "/ui/login?error=unknown+token&next="+url.QueryEscape(next), http.StatusSeeOther)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: token, Path: Prefix,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+	http.SetCookie(w, &http.Cookie{
+		Name: sessionCookie, Value: "", Path: Prefix, MaxAge: -1,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect inside the UI.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/ui/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/ui/runs"
+	}
+	return next
+}
+
+// problemText is what the UI shows for an API error: its status, code and detail.
+func problemText(err error) (int, string) {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		msg := p.Title
+		if p.Detail != nil && *p.Detail != "" {
+			msg = *p.Detail
+		}
+		return int(p.Status), p.Code + ": " + msg
+	}
+	if errors.Is(err, context.Canceled) {
+		return 499, "canceled"
+	}
+	return http.StatusBadGateway, err.Error()
+}
