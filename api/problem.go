@@ -368,6 +368,13 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classUnsupportedMediaType.problem(detailOr(err, "the body's type is not one the operation takes"))
 	case errors.Is(err, errBadRequest):
 		return classBadRequest.problem(detailOr(err, "bad request"))
+	case errors.Is(err, catalog.ErrFlowKey):
+		msg := err.Error()
+		if i := strings.Index(msg, "limit key"); i >= 0 {
+			msg = msg[i:]
+		}
+		return classValidationFailed.problem("the run's input does not give a step its limit key",
+			&huma.ErrorDetail{Location: "body.input", Message: msg})
 	case errors.Is(err, catalog.ErrInvalidInput):
 		// The input checks (checkText, the schema's bounds) should have caught the
 		// value: the request is still at fault, but a check is missing.

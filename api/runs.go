@@ -91,10 +91,12 @@ func utc(t *time.Time) *time.Time {
 
 // StartRunBody is the body of POST /v1/workflows/{name}/runs.
 type StartRunBody struct {
-	Version int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; when absent or 0, the version alias names"`
-	Alias   string            `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version"`
-	Input   json.RawMessage   `json:"input,omitempty" doc:"the run's input, any JSON value"`
-	Labels  map[string]string `json:"labels,omitempty" maxProperties:"32" doc:"labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8"`
+	Version  int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; when absent or 0, the version alias names"`
+	Alias    string            `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version"`
+	Input    json.RawMessage   `json:"input,omitempty" doc:"the run's input, any JSON value"`
+	Labels   map[string]string `json:"labels,omitempty" maxProperties:"32" doc:"labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8"`
+	Deadline *time.Time        `json:"deadline,omitempty" doc:"when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any"`
+	Priority *int              `json:"priority,omitempty" minimum:"0" maximum:"9" doc:"the priority of every step of the run (0..9, higher first), in place of the steps' own (priority in cairn.yaml, default 5)"`
 }
 
 type runOutput struct {
@@ -158,7 +160,8 @@ func (s *Server) registerRuns() {
 		// One statement resolves the version (given, or the one the alias names:
 		// latest unless given) and creates the run from the steps the version
 		// recorded at upload.
-		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Alias: body.Alias, Input: body.Input, Labels: body.Labels}
+		p := &catalog.RunCreateParams{Workflow: in.Name, Version: body.Version, Alias: body.Alias, Input: body.Input, Labels: body.Labels,
+			Priority: body.Priority, Deadline: body.Deadline}
 		if in.IdempotencyKey != "" {
 			p.IdempotencyScope = "start_run:" + in.Name
 			p.IdempotencyKey = in.IdempotencyKey
@@ -392,12 +395,14 @@ func requestHash(name string, body *StartRunBody) string {
 		labels = nil
 	}
 	b, _ := json.Marshal(struct {
-		Name    string            `json:"name"`
-		Version int               `json:"version"`
-		Alias   string            `json:"alias,omitempty"`
-		Input   json.RawMessage   `json:"input"`
-		Labels  map[string]string `json:"labels,omitempty"`
-	}{name, body.Version, body.Alias, compactJSON(body.Input), labels})
+		Name     string            `json:"name"`
+		Version  int               `json:"version"`
+		Alias    string            `json:"alias,omitempty"`
+		Input    json.RawMessage   `json:"input"`
+		Labels   map[string]string `json:"labels,omitempty"`
+		Priority *int              `json:"priority,omitempty"`
+		Deadline *time.Time        `json:"deadline,omitempty"`
+	}{name, body.Version, body.Alias, compactJSON(body.Input), labels, body.Priority, body.Deadline})
 	h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
 }

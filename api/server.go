@@ -179,6 +179,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCallbacks()
 	s.registerEvents()
 	s.registerSecrets()
+	s.registerLimits()
 	s.registerHooks()
 	s.registerSchedules()
 	return s

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
@@ -29,6 +30,7 @@ type Step struct {
 	Checkpoint     json.RawMessage `json:"checkpoint" doc:"newest checkpoint, inline or a $blob reference"`
 	StartedAt      *time.Time      `json:"started_at"`
 	FinishedAt     *time.Time      `json:"finished_at"`
+	Priority       int             `json:"priority" doc:"0..9, higher first: ready steps are claimed by priority, then age"`
 	BlockedBy      *BlockedBy      `json:"blocked_by,omitempty" doc:"why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it"`
 	WaitingFor     *WaitingFor     `json:"waiting_for,omitempty" doc:"what a waiting or suspended step waits for; absent otherwise"`
 	TriggerRule    string          `json:"trigger_rule" enum:"all_succeeded,all_done,none_failed,any_failed" doc:"when the step runs, given how the steps it needs ended (after: in the manifest)"`
@@ -82,15 +84,42 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 	return nil
 }
 
-// BlockedBy says what keeps an unfinished step from starting. Only kind paused
-// exists now (the run is paused); concurrency, rate_limit and no_dispatcher come
-// with their features and fill name, key, in_use and limit.
+// BlockedBy says what keeps an unfinished step from starting: the run is paused, or
+// (a ready step) its concurrency key has no free slot or its rate limit no token
+// (name, key, in_use and limit say which). no_dispatcher comes with placement.
 type BlockedBy struct {
-	Kind  string `json:"kind" enum:"paused" doc:"paused: the run is paused (GET /v1/runs/{id} says why)"`
-	Name  string `json:"name,omitempty" doc:"the limit's name"`
-	Key   string `json:"key,omitempty" doc:"the limit's key"`
-	InUse *int   `json:"in_use,omitempty" doc:"slots or tokens in use"`
-	Limit *int   `json:"limit,omitempty" doc:"the limit"`
+	Kind   string   `json:"kind" enum:"paused,concurrency,rate_limit,no_dispatcher" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)"`
+	RunsOn []string `json:"runs_on,omitempty" doc:"no_dispatcher: the step's runs_on"`
+	Name   string   `json:"name,omitempty" doc:"the limit's name"`
+	Key    string   `json:"key,omitempty" doc:"the limit's key"`
+	InUse  *int     `json:"in_use,omitempty" doc:"slots or tokens in use"`
+	Limit  *int     `json:"limit,omitempty" doc:"the limit"`
+}
+
+// explainBlocked fills blocked_by of the ready steps (not held) whose concurrency
+// key has no free slot.
+func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalog.Step, items []Step) error {
+	ready := false
+	for i := range rows {
+		ready = ready || (rows[i].Status == catalog.StepReady && !rows[i].Held)
+	}
+	if !ready {
+		return nil
+	}
+	blocked, err := s.store.StepsBlocked(ctx, id)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if b, ok := blocked[items[i].Key]; ok && items[i].BlockedBy == nil {
+			inUse, limit := b.InUse, b.Limit
+			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, RunsOn: b.RunsOn}
+			if b.Kind != "no_dispatcher" {
+				items[i].BlockedBy.InUse, items[i].BlockedBy.Limit = &inUse, &limit
+			}
+		}
+	}
+	return nil
 }
 
 func stepOf(st *catalog.Step) Step {
@@ -99,7 +128,7 @@ func stepOf(st *catalog.Step) Step {
 		ReadyAt:        utc(st.ReadyAt),
 		LeaseExpiresAt: utc(st.LeaseExpiresAt),
 		LastError:      jsonOrNull(st.LastError), Output: jsonOrNull(st.Output), Checkpoint: jsonOrNull(st.Checkpoint),
-		StartedAt: utc(st.StartedAt), FinishedAt: utc(st.FinishedAt),
+		StartedAt: utc(st.StartedAt), FinishedAt: utc(st.FinishedAt), Priority: st.Priority,
 	}
 	if out.Needs == nil {
 		out.Needs = []string{}
@@ -194,6 +223,9 @@ func (s *Server) registerSteps() {
 			if m, ok := maps[out.Body.Items[i].Key]; ok {
 				out.Body.Items[i].Map = mapProgressOf(m)
 			}
+		}
+		if err := s.explainBlocked(ctx, id, rows, out.Body.Items); err != nil {
+			return nil, err
 		}
 		return out, nil
 	})

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -61,6 +62,9 @@ type Definition struct {
 	Hooks []Hook `json:"hooks,omitempty"`
 	// Schedules in manifest order; absent when there are none.
 	Schedules []ScheduleDefinition `json:"schedules,omitempty"`
+	// Timeout bounds a whole run (and in milliseconds); absent: no bound.
+	Timeout   *Duration `json:"timeout,omitempty"`
+	TimeoutMS int64     `json:"timeout_ms,omitempty"`
 	// OnFailure are the steps run once when a run fails, in manifest order;
 	// absent when there are none.
 	OnFailure []StepDefinition `json:"on_failure,omitempty"`
@@ -100,6 +104,20 @@ type StepDefinition struct {
 	Retry RetryDefinition `json:"retry"`
 	// Network is NetworkNone for an exec step without network; empty otherwise.
 	Network string `json:"network,omitempty"`
+	// Concurrency is the step's effective concurrency limit (flow.go); nil: none.
+	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
+	// RateLimit is the step's effective rate limit (flow.go); nil: none.
+	RateLimit *RateLimitDefinition `json:"rate_limit,omitempty"`
+	// Priority is the step's priority when set (its own or the defaults'); nil:
+	// DefaultPriority.
+	Priority *int `json:"priority,omitempty"`
+	// RunsOn is the tags a dispatcher needs to claim the step, sorted and
+	// duplicate-free; nil: any dispatcher.
+	RunsOn []string `json:"runs_on,omitempty"`
+	// QueueTimeout (and in milliseconds) bounds the wait of the ready step to
+	// start; nil: no bound.
+	QueueTimeout   *Duration `json:"queue_timeout,omitempty"`
+	QueueTimeoutMS int64     `json:"queue_timeout_ms,omitempty"`
 	// When is the step's condition (CEL), empty for none (condition.go).
 	When string `json:"when,omitempty"`
 	// After is the step's trigger rule; empty for the default, all_succeeded, so
@@ -146,7 +164,13 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	}
 	timeout := Duration(DefaultTimeout)
 	var defaults RetryPolicy
+	var defaultConc *ConcurrencySpec
+	var defaultRate *RateLimitSpec
+	var defaultPriority *int
+	var defaultQueue *Duration
 	if m.Defaults != nil {
+		defaultQueue = m.Defaults.QueueTimeout
+		defaultConc, defaultRate, defaultPriority = m.Defaults.Concurrency, m.Defaults.RateLimit, m.Defaults.Priority
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
 		}
@@ -160,10 +184,23 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Flow control (flow.go) applies to the steps of the DAG.
+		d.Concurrency = effectiveConcurrency(s.Concurrency, defaultConc, m.Name)
+		d.RateLimit = effectiveRateLimit(s.RateLimit, defaultRate, m.Name)
+		d.Priority = cmpOrPtr(s.Priority, defaultPriority)
+		d.RunsOn = normalizeTags(s.RunsOn)
+		if q := cmp.Or(s.QueueTimeout, defaultQueue); q != nil {
+			v := *q
+			d.QueueTimeout, d.QueueTimeoutMS = &v, v.Std().Milliseconds()
+		}
 		byKey[s.Key] = d
 	}
 	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description,
 		Hooks: normalizeHooks(m.Hooks), Schedules: normalizeSchedules(m.Schedules)}
+	if m.Timeout != nil {
+		t := *m.Timeout
+		def.Timeout, def.TimeoutMS = &t, t.Std().Milliseconds()
+	}
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

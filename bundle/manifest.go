@@ -26,6 +26,10 @@ type Manifest struct {
 	Description string `yaml:"description,omitempty" json:"description,omitempty"`
 	// Defaults apply to every step that does not set the field itself.
 	Defaults *Defaults `yaml:"defaults,omitempty" json:"defaults,omitempty"`
+	// Timeout bounds a whole run: a run not ended that long after it was created
+	// fails, code deadline_exceeded (flow.go). Unset: no bound. A run's start may
+	// give its own deadline.
+	Timeout *Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
 	// Steps are the nodes of the DAG; at least one.
 	Steps []Step `yaml:"steps" json:"steps"`
 	// Hooks are the webhooks that start runs of the workflow (hook.go).
@@ -44,6 +48,15 @@ type Defaults struct {
 	// Retry policy; each unset field falls back to the built-in default (see
 	// RetryPolicy).
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
+	// Concurrency applies to every step that sets none itself (flow.go).
+	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// RateLimit applies to every step that sets none itself (flow.go).
+	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
+	// Priority applies to every step that sets none itself: 0..9, higher first;
+	// unset, DefaultPriority.
+	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// QueueTimeout applies to every step that sets none itself (flow.go).
+	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep,
@@ -83,6 +96,22 @@ type Step struct {
 	// even loopback); unset, it shares the host's. Only servers that isolate
 	// handlers can honour it: the others refuse the step.
 	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	// Concurrency bounds the attempts of this step running at once, per key
+	// (flow.go); default Defaults.Concurrency.
+	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
+	// RateLimit bounds the starts of this step's attempts per window, per key
+	// (flow.go); default Defaults.RateLimit.
+	RateLimit *RateLimitSpec `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
+	// Priority orders the claims of ready steps: 0..9, higher first; default
+	// Defaults.Priority, then DefaultPriority. A run may override it at start.
+	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
+	// RunsOn lists the tags a dispatcher must have (cairn serve --tags) to claim
+	// the step: all of them. Unset: any dispatcher.
+	RunsOn []string `yaml:"runs_on,omitempty" json:"runs_on,omitempty"`
+	// QueueTimeout is the longest a ready step may wait to start (for a slot, a
+	// token or a dispatcher); past it the step fails, code queue_timeout. Default
+	// Defaults.QueueTimeout; unset: no bound.
+	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
 	// When is a CEL condition over the step's scope, evaluated when the step is
 	// ready: false skips the step (reason condition_false), without an attempt
 	// (condition.go).
@@ -265,6 +294,8 @@ var typeWords = map[string]string{
 	"bundle.HTTPSpec":         "an http spec",
 	"bundle.LambdaSpec":       "a lambda spec",
 	"bundle.RetryPolicy":      "a retry policy",
+	"bundle.ConcurrencySpec":  "a concurrency limit",
+	"bundle.RateLimitSpec":    "a rate limit",
 	"bundle.Backoff":          "a backoff",
 	"[]bundle.Schedule":       "a list of schedules",
 	"bundle.Schedule":         "a schedule",

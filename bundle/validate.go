@@ -102,6 +102,9 @@ func (v *validator) manifest(m *Manifest) {
 	case strings.IndexByte(m.Description, 0) >= 0:
 		v.add("", "description", "contains a NUL character")
 	}
+	if m.Timeout != nil && (m.Timeout.Std() <= 0 || m.Timeout.Std() > MaxSleep) {
+		v.add("", "timeout", "timeout %s: must be > 0 and at most %s (a year)", *m.Timeout, Duration(MaxSleep))
+	}
 	var defaults RetryPolicy
 	if m.Defaults != nil {
 		if m.Defaults.Timeout != nil {
@@ -111,6 +114,18 @@ func (v *validator) manifest(m *Manifest) {
 			defaults = *m.Defaults.Retry
 			v.defaults = defaults
 			v.retry("", "defaults.retry", defaults, RetryPolicy{})
+		}
+		if m.Defaults.Concurrency != nil {
+			v.concurrency("", "defaults.concurrency", m.Defaults.Concurrency)
+		}
+		if m.Defaults.RateLimit != nil {
+			v.rateLimit("", "defaults.rate_limit", m.Defaults.RateLimit)
+		}
+		if q := m.Defaults.QueueTimeout; q != nil {
+			v.queueTimeout("", "defaults.queue_timeout", *q)
+		}
+		if p := m.Defaults.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
+			v.add("", "defaults.priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
 		}
 	}
 	v.hooks(m.Hooks)
@@ -203,6 +218,26 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	}
 	if s.Retry != nil {
 		v.retry(s.Key, f+".retry", *s.Retry, defaults)
+	}
+	if s.Concurrency != nil {
+		v.concurrency(s.Key, f+".concurrency", s.Concurrency)
+	}
+	if s.RateLimit != nil {
+		v.rateLimit(s.Key, f+".rate_limit", s.RateLimit)
+	}
+	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
+		v.add(s.Key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
+	}
+	if s.QueueTimeout != nil {
+		v.queueTimeout(s.Key, f+".queue_timeout", *s.QueueTimeout)
+	}
+	if s.RunsOn != nil && len(s.RunsOn) == 0 {
+		v.add(s.Key, f+".runs_on", "runs_on is empty: list the tags a dispatcher needs, or leave it out")
+	}
+	for i, tag := range s.RunsOn {
+		if !ValidTag(tag) {
+			v.add(s.Key, fmt.Sprintf("%s.runs_on[%d]", f, i), "tag %q must match %s", tag, reTag)
+		}
 	}
 	v.conditions(f, s, keys)
 }

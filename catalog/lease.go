@@ -34,17 +34,14 @@ const (
 	// cairn_step_finish. So attempts ≥ counted_attempts, and the difference is the
 	// number of uncounted attempts.
 	//
-	// Held steps (of a paused run) are not claimed: steps_claim_idx indexes only
-	// ready steps that are not held, so the claim never reads them. Nor are steps
-	// whose condition (when) is not decided yet (ConditionsDecide decides it first).
+	// The steps ($2, $4: run ids and keys) were chosen and locked before, in the
+	// same transaction, by sqlClaimCandidates and admit (flow.go). Held steps (of a
+	// paused run) are not claimed: steps_claim_idx indexes only ready steps that are
+	// not held, so the claim never reads them. Nor are steps whose condition (when)
+	// is not decided yet (ConditionsDecide decides it first).
 	sqlClaim = `
 WITH c AS (
-    SELECT s.run_id, s.key FROM steps s
-    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
-      AND s.condition IS DISTINCT FROM 'pending'
-    ORDER BY s.ready_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    SELECT c.run_id, c.key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
 ), upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
         counted_attempts = s.counted_attempts + 1, lease_owner = $1,
@@ -137,17 +134,58 @@ type Claimed struct {
 
 // StepClaim leases up to limit ready steps (ready_at reached) to owner for ttl, each
 // with a fresh fencing token, in one transaction. Steps locked by another claimer are
-// skipped, never waited for.
+// skipped, never waited for; a step whose concurrency key has no free slot is not
+// claimed (it stays ready), and claimers of one key take turns (flow.go).
 func (s *Store) StepClaim(ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
+	out, _, err := s.StepClaimNext(ctx, owner, nil, limit, ttl)
+	return out, err
+}
+
+// StepClaimNext is StepClaim for a dispatcher with tags (cairn serve --tags: it
+// claims the steps whose runs_on it has all of, and those without), and also says
+// when to look again for steps that wait for a rate limit's token: next is how long
+// until the first token of an empty bucket that ready steps wait for; 0 when none
+// does.
+func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration) ([]Claimed, time.Duration, error) {
+	if tags == nil {
+		tags = []string{}
+	}
 	var out []Claimed
+	var next time.Duration
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		out = out[:0]
-		return tx.SelectContext(ctx, &out, sqlClaim, owner, limit, ttl.Seconds())
+		out, next = out[:0], 0
+		var rows []claimCandidate
+		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit, pq.StringArray(tags)); err != nil {
+			return err
+		}
+		cands := rows[:0:0]
+		for _, c := range rows {
+			if c.RunID == nil {
+				if c.NextIn != nil {
+					next = time.Duration(*c.NextIn * float64(time.Second))
+				}
+				continue
+			}
+			cands = append(cands, c)
+		}
+		cands, refused, err := admit(ctx, tx, cands)
+		if refused > 0 && (next == 0 || refused < next) {
+			next = refused
+		}
+		if err != nil || len(cands) == 0 {
+			return err
+		}
+		ids := make([]string, len(cands))
+		keys := make([]string, len(cands))
+		for i, c := range cands {
+			ids[i], keys[i] = c.RunID.String(), *c.Key
+		}
+		return tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("claim steps: %w", err)
+		return nil, 0, fmt.Errorf("claim steps: %w", err)
 	}
-	return out, nil
+	return out, next, nil
 }
 
 // StepFinishParams is the end of an attempt.

@@ -192,7 +192,17 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 		}
 		created = true
 		run = &Run{}
-		return tx.GetContext(ctx, run, sqlRunGet, id)
+		if err := tx.GetContext(ctx, run, sqlRunGet, id); err != nil {
+			return err
+		}
+		// The new run's steps get their concurrency keys as a run's do when it is
+		// created; they are not visible to a claim before this transaction commits.
+		_, flow, err := flowKeys(ctx, tx, id, run.Workflow, run.Version, "", json.RawMessage(run.Input), run.Labels)
+		if err != nil || flow == nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlFlowApply, id, string(flow))
+		return err
 	})
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("rerun run %s from %s: %w", p.Source, p.FromStep, err)

@@ -39,7 +39,8 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// sqlRunCreate makes a run in one statement (atomic on its own): it resolves the
 	// version ($3; when 0, the one alias $7 names, latest when $7 is ''), then
 	// inserts the run (input $4, labels $5, parent $6), its steps (the version's
-	// layout: parallel arrays, needs comma-joined, keys cannot hold commas), the
+	// layout: parallel arrays, needs comma-joined, keys cannot hold commas; their
+	// concurrency limits and keys from $8, see flowKeys), the
 	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers. Foreign keys are checked at the end of the statement,
 	// when all rows exist. No row back means no such version.
 	//
@@ -54,7 +55,7 @@ WITH w AS (
     SELECT v.workflow, v.version,
            v.step_keys AS keys, v.step_needs AS needs, v.step_max_attempts AS maxes,
            v.step_on_exhausted AS exhausted, v.step_after AS afters, v.step_when AS whens,
-           v.step_compensate AS comps
+           v.step_compensate AS comps, v.run_timeout_ms
     FROM workflow_versions v
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
@@ -62,20 +63,29 @@ WITH w AS (
                            ELSE $3::integer END
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
-                      labels, parent_id)
+                      labels, parent_id, deadline_at)
     SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1,
            CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END,
-           $5, $6
+           $5, $6,
+           coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0))
     FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
-                       trigger_rule, condition, compensate_attempts)
+                       trigger_rule, condition, compensate_attempts,
+                       conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on,
+                       queue_timeout_s)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
            m, CASE WHEN n = '' THEN now() END, coalesce(o, 'fail'), w.paused,
-           coalesce(nullif(a, ''), 'all_succeeded'), CASE WHEN wh THEN 'pending' END, nullif(c, 0)
+           coalesce(nullif(a, ''), 'all_succeeded'), CASE WHEN wh THEN 'pending' END, nullif(c, 0),
+           $8::jsonb -> k ->> 'n', $8::jsonb -> k ->> 'k', ($8::jsonb -> k ->> 'l')::integer,
+           $8::jsonb -> k ->> 'rn', $8::jsonb -> k ->> 'rk', ($8::jsonb -> k ->> 'rl')::integer,
+           ($8::jsonb -> k ->> 'rp')::float8,
+           coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5),
+           CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
+           ($8::jsonb -> k ->> 'q')::float8
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
@@ -205,6 +215,12 @@ type RunCreateParams struct {
 	// Labels of the run: at most MaxLabels, each as LabelProblem says; none when
 	// nil.
 	Labels Labels
+	// Deadline, when set, is when the run fails (code deadline_exceeded) if it has
+	// not ended; else its creation plus the manifest's timeout, if any.
+	Deadline *time.Time
+	// Priority, when set (0..9), is the priority of every step of the run, in
+	// place of the steps' own (default 5).
+	Priority *int
 	// Parent, when not uuid.Nil, is the run that starts this one.
 	Parent uuid.UUID
 	// IdempotencyKey, when set, makes the create idempotent within
@@ -223,6 +239,9 @@ type RunCreateParams struct {
 func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error) {
 	if err := p.Labels.check(); err != nil {
 		return nil, false, fmt.Errorf("create run of %s: %w", p.Workflow, err)
+	}
+	if p.Priority != nil && (*p.Priority < 0 || *p.Priority > 9) {
+		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
 	if p.IdempotencyKey == "" {
 		run, _, err = runCreateTx(ctx, s.db, p)
@@ -262,7 +281,22 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	if p.Parent != uuid.Nil {
 		parent = p.Parent
 	}
-	args := []any{id, p.Workflow, p.Version, nullJSON(p.Input), p.Labels, parent, p.Alias}
+	version, flow, err := flowKeys(ctx, q, id, p.Workflow, p.Version, p.Alias, p.Input, p.Labels)
+	if err != nil {
+		return nil, false, err
+	}
+	if version == 0 {
+		version = p.Version // none found: sqlRunCreate reports it
+	}
+	var priority any
+	if p.Priority != nil {
+		priority = *p.Priority
+	}
+	var deadline any
+	if p.Deadline != nil {
+		deadline = *p.Deadline
+	}
+	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline}
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
 		if err != nil {

@@ -41,6 +41,11 @@ package catalog
 // readied as above, or failed, terminal (step.resumed, then step.succeeded or
 // step.failed). Pause holds suspended steps too (the sweeper skips them); cancel
 // cancels them.
+//
+// Flow control (flow.go): a ready step waiting for a concurrency slot, a rate
+// token or a dispatcher with its tags stays ready (no attempt is used). Past its
+// queue_timeout the queue sweeper (QueueTimeouts) fails it, terminal, code
+// queue_timeout (step.failed), its dependents skipped as for any failure.
 
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,

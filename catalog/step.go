@@ -14,7 +14,7 @@ const (
 max_attempts, ready_at, lease_owner, lease_token, lease_expires_at, last_error, output,
 checkpoint, created_at, started_at, finished_at, held, on_exhausted, wait_kind, wait_until,
 wait_name, waiting_since, timeout_at, on_timeout, approval_required, approvals, trigger_rule, condition, skip_reason, phase, compensates,
-child_run, map_parent, map_index, map_item`
+child_run, map_parent, map_index, map_item, priority`
 
 	// A map's instances are not listed with the steps (MapItemList pages them).
 	sqlStepList = `SELECT ` + stepColumns + ` FROM steps WHERE run_id = $1 AND map_parent IS NULL ORDER BY created_at, key`
@@ -70,6 +70,8 @@ type Step struct {
 	WaitingSince *time.Time `db:"waiting_since"`
 	TimeoutAt    *time.Time `db:"timeout_at"`
 	OnTimeout    *OnTimeout `db:"on_timeout"`
+	// Priority orders the claims of ready steps: 0..9, higher first.
+	Priority int `db:"priority"`
 	// An approval step's rule (set when it suspends) and the approvals in so far
 	// (approval.go).
 	ApprovalRequired *int `db:"approval_required"`

@@ -71,13 +71,22 @@ func (e AttemptStatus) Valid() bool {
 
 // Defines values for BlockedByKind.
 const (
-	BlockedByKindPaused BlockedByKind = "paused"
+	BlockedByKindConcurrency  BlockedByKind = "concurrency"
+	BlockedByKindNoDispatcher BlockedByKind = "no_dispatcher"
+	BlockedByKindPaused       BlockedByKind = "paused"
+	BlockedByKindRateLimit    BlockedByKind = "rate_limit"
 )
 
 // Valid indicates whether the value is a known member of the BlockedByKind enum.
 func (e BlockedByKind) Valid() bool {
 	switch e {
+	case BlockedByKindConcurrency:
+		return true
+	case BlockedByKindNoDispatcher:
+		return true
 	case BlockedByKindPaused:
+		return true
+	case BlockedByKindRateLimit:
 		return true
 	default:
 		return false
@@ -716,7 +725,7 @@ type BlockedBy struct {
 	// Key the limit's key
 	Key *string `json:"key,omitempty"`
 
-	// Kind paused: the run is paused (GET /v1/runs/{id} says why)
+	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 	Kind BlockedByKind `json:"kind"`
 
 	// Limit the limit
@@ -724,9 +733,12 @@ type BlockedBy struct {
 
 	// Name the limit's name
 	Name *string `json:"name,omitempty"`
+
+	// RunsOn no_dispatcher: the step's runs_on
+	RunsOn *[]string `json:"runs_on,omitempty"`
 }
 
-// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why)
+// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 type BlockedByKind string
 
 // BulkBody defines model for BulkBody.
@@ -878,6 +890,47 @@ type ItemsOutputAttemptBody struct {
 // ItemsOutputStepBody defines model for ItemsOutputStepBody.
 type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
+}
+
+// LimitKey defines model for LimitKey.
+type LimitKey struct {
+	// Key the key, the value of concurrency.key for the step's run (empty: one key for the whole limit)
+	Key string `json:"key"`
+
+	// Limit the limit in force: the one set by PUT /v1/limits/{name} if any, else the steps' own
+	Limit int64 `json:"limit"`
+
+	// Name the limit's name (concurrency.name; default the workflow's name)
+	Name string `json:"name"`
+
+	// Ready steps of the key ready to start: waiting for a slot, or about to be claimed
+	Ready int64 `json:"ready"`
+
+	// Running slots in use: the steps of the key running now
+	Running int64 `json:"running"`
+}
+
+// LimitOverride defines model for LimitOverride.
+type LimitOverride struct {
+	// Concurrency slots per key, for every step whose concurrency names the limit
+	Concurrency int64     `json:"concurrency"`
+	Name        string    `json:"name"`
+	UpdatedAt   time.Time `json:"updated_at"`
+
+	// UpdatedBy the name of the token that set it
+	UpdatedBy string `json:"updated_by"`
+}
+
+// Limits defines model for Limits.
+type Limits struct {
+	// Keys every concurrency key with a step running or ready, by name and key (at most 1000)
+	Keys *[]LimitKey `json:"keys"`
+
+	// Overrides the concurrency limits set at run time
+	Overrides *[]LimitOverride `json:"overrides"`
+
+	// Rates every rate limit bucket, by name and key (at most 1000): one per key a step has started under
+	Rates *[]RateKey `json:"rates"`
 }
 
 // ListAlias defines model for ListAlias.
@@ -1047,10 +1100,37 @@ type Problem struct {
 	Type string `json:"type"`
 }
 
+// PutLimitBody defines model for PutLimitBody.
+type PutLimitBody struct {
+	// Concurrency slots per key
+	Concurrency int64 `json:"concurrency"`
+}
+
 // PutSecretBody defines model for PutSecretBody.
 type PutSecretBody struct {
 	// Value the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again
 	Value string `json:"value"`
+}
+
+// RateKey defines model for RateKey.
+type RateKey struct {
+	// Key the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)
+	Key string `json:"key"`
+
+	// Limit tokens per window
+	Limit int64 `json:"limit"`
+
+	// Name the rate limit's name (rate_limit.name; default the workflow's name)
+	Name string `json:"name"`
+
+	// Per the window (Go duration)
+	Per string `json:"per"`
+
+	// Ready steps of the key ready to start
+	Ready int64 `json:"ready"`
+
+	// Tokens tokens left now: starts allowed at once
+	Tokens float64 `json:"tokens"`
 }
 
 // RerunPlan defines model for RerunPlan.
@@ -1278,11 +1358,17 @@ type StartRunBody struct {
 	// Alias alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version
 	Alias *string `json:"alias,omitempty"`
 
+	// Deadline when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any
+	Deadline *time.Time `json:"deadline,omitempty"`
+
 	// Input the run's input, any JSON value
 	Input interface{} `json:"input,omitempty"`
 
 	// Labels labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8
 	Labels *map[string]string `json:"labels,omitempty"`
+
+	// Priority the priority of every step of the run (0..9, higher first), in place of the steps' own (priority in cairn.yaml, default 5)
+	Priority *int64 `json:"priority,omitempty"`
 
 	// Version version to run; when absent or 0, the version alias names
 	Version *int64 `json:"version,omitempty"`
@@ -1320,6 +1406,9 @@ type Step struct {
 
 	// Phase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
 	Phase StepPhase `json:"phase"`
+
+	// Priority 0..9, higher first: ready steps are claimed by priority, then age
+	Priority int64 `json:"priority"`
 
 	// ReadyAt when the step became (or becomes) claimable
 	ReadyAt *time.Time `json:"ready_at"`
@@ -1482,6 +1571,12 @@ type CompleteCallbackParamsOutcome string
 
 // DeliverHookJSONBody defines parameters for DeliverHook.
 type DeliverHookJSONBody = interface{}
+
+// ListLimitsParams defines parameters for ListLimits.
+type ListLimitsParams struct {
+	// Name only this limit
+	Name *string `form:"name,omitempty" json:"name,omitempty"`
+}
 
 // ListOperationRunsParams defines parameters for ListOperationRuns.
 type ListOperationRunsParams struct {
@@ -1668,6 +1763,9 @@ type CompleteCallbackJSONRequestBody = CompleteCallbackJSONBody
 
 // DeliverHookJSONRequestBody defines body for DeliverHook for application/json ContentType.
 type DeliverHookJSONRequestBody = DeliverHookJSONBody
+
+// PutLimitJSONRequestBody defines body for PutLimit for application/json ContentType.
+type PutLimitJSONRequestBody = PutLimitBody
 
 // CancelRunJSONRequestBody defines body for CancelRun for application/json ContentType.
 type CancelRunJSONRequestBody = CancelRunRequest
@@ -1860,6 +1958,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
 	DeliverHook(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLimits Show concurrency limits in use
+	//
+	// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/limits (the `ListLimits` operationId).
+	ListLimits(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutLimitWithBody Change a concurrency limit
+	//
+	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+	PutLimitWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutLimit Change a concurrency limit
+	//
+	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+	PutLimit(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOperation Get a bulk operation
 	//
@@ -2583,6 +2712,67 @@ func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, ho
 // Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
 func (c *APIClient) DeliverHook(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeliverHookRequest(c.Server, workflow, hook, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLimits Show concurrency limits in use
+//
+// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/limits (the `ListLimits` operationId).
+func (c *APIClient) ListLimits(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLimitsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutLimitWithBody Change a concurrency limit
+//
+// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+func (c *APIClient) PutLimitWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutLimitRequestWithBody(c.Server, name, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutLimit Change a concurrency limit
+//
+// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+func (c *APIClient) PutLimit(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutLimitRequest(c.Server, name, body)
 	if err != nil {
 		return nil, err
 	}
@@ -4042,6 +4232,107 @@ func NewDeliverHookRequestWithBody(server string, workflow string, hook string, 
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListLimitsRequest constructs an http.Request for the ListLimits method
+func NewListLimitsRequest(server string, params *ListLimitsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/limits")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Name != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "name", *params.Name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutLimitRequest calls the generic PutLimit builder with application/json body
+func NewPutLimitRequest(server string, name string, body PutLimitJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutLimitRequestWithBody(server, name, "application/json", bodyReader)
+}
+
+// NewPutLimitRequestWithBody constructs an http.Request for the PutLimit method, with any body, and a specified content type
+func NewPutLimitRequestWithBody(server string, name string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/limits/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -6596,6 +6887,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
 	DeliverHookWithResponse(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
 
+	// ListLimitsWithResponse Show concurrency limits in use
+	//
+	// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/limits (the `ListLimits` operationId).
+	ListLimitsWithResponse(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*ListLimitsResponse, error)
+
+	// PutLimitWithBodyWithResponse Change a concurrency limit
+	//
+	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+	PutLimitWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+
+	// PutLimitWithResponse Change a concurrency limit
+	//
+	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+	PutLimitWithResponse(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+
 	// GetOperationWithResponse Get a bulk operation
 	//
 	// Its progress: total, processed (applied + skipped), status.
@@ -7780,6 +8104,214 @@ func (r DeliverHookResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeliverHookResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListLimitsResponse503Headers the declared response headers of an HTTP 503 response for ListLimits
+type ListLimitsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListLimitsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Limits
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListLimitsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLimitsResponse) GetJSON200() *Limits {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListLimitsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLimitsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLimitsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLimitsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLimitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutLimitResponse503Headers the declared response headers of an HTTP 503 response for PutLimit
+type PutLimitResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PutLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *LimitOverride
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutLimitResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutLimitResponse) GetJSON200() *LimitOverride {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r PutLimitResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r PutLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutLimitResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12683,6 +13215,57 @@ func (c *ClientWithResponses) DeliverHookWithResponse(ctx context.Context, workf
 	return ParseDeliverHookResponse(rsp)
 }
 
+// ListLimitsWithResponse Show concurrency limits in use
+//
+// The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/limits (the `ListLimits` operationId).
+func (c *ClientWithResponses) ListLimitsWithResponse(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*ListLimitsResponse, error) {
+	rsp, err := c.ListLimits(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLimitsResponse(rsp)
+}
+
+// PutLimitWithBodyWithResponse Change a concurrency limit
+//
+// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+	rsp, err := c.PutLimitWithBody(ctx, name, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutLimitResponse(rsp)
+}
+
+// PutLimitWithResponse Change a concurrency limit
+//
+// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
+func (c *ClientWithResponses) PutLimitWithResponse(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error) {
+	rsp, err := c.PutLimit(ctx, name, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutLimitResponse(rsp)
+}
+
 // GetOperationWithResponse Get a bulk operation
 //
 // Its progress: total, processed (applied + skipped), status.
@@ -14159,6 +14742,196 @@ func ParseDeliverHookResponse(rsp *http.Response) (*DeliverHookResponse, error) 
 		response.Headers202 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeliverHookResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListLimitsResponse parses an HTTP response from a ListLimitsWithResponse call
+func ParseListLimitsResponse(rsp *http.Response) (*ListLimitsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLimitsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Limits
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListLimitsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutLimitResponse parses an HTTP response from a PutLimitWithResponse call
+func ParsePutLimitResponse(rsp *http.Response) (*PutLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest LimitOverride
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PutLimitResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

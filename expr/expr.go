@@ -68,6 +68,9 @@ type Env struct {
 var (
 	// StepEnv is the scope of a step's expressions.
 	StepEnv = mustEnv(Input, Deps, Params, Labels, Run, Item, Index)
+	// CreateEnv is the scope of the expressions evaluated when a run's steps are
+	// created (a concurrency key): a step's, without deps, item and index.
+	CreateEnv = mustEnv(Input, Params, Labels, Run)
 	// HookEnv is the scope of a webhook's expressions: the delivery's JSON body and
 	// its headers (lower-case names → the first value).
 	HookEnv = mustEnv(Body, Headers)

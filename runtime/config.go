@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,6 +55,9 @@ type Config struct {
 	// (128). Short steps need a high value: claims and group commits batch what is
 	// free or finished at once.
 	Concurrency int
+	// Tags are this dispatcher's (cairn serve --tags): it claims the steps whose
+	// runs_on it has all of, and the steps without runs_on.
+	Tags []string
 	// ClaimBatch bounds the steps claimed per round trip; default DefaultClaimBatch
 	// (64).
 	ClaimBatch int
@@ -121,6 +125,12 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.Concurrency <= 0 {
 		out.Concurrency = DefaultConcurrency
 	}
+	for _, tag := range out.Tags {
+		if !bundle.ValidTag(tag) {
+			return out, fmt.Errorf("runtime config: tag %q: a tag is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
+		}
+	}
+	out.Tags = slices.Compact(slices.Sorted(slices.Values(out.Tags)))
 	if out.ClaimBatch <= 0 {
 		out.ClaimBatch = DefaultClaimBatch
 	}

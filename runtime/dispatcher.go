@@ -140,7 +140,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()
@@ -148,7 +148,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}()
 	}
 	caps := d.Capabilities()
-	d.logger.Info("dispatcher started", "concurrency", d.cfg.Concurrency, "lease_ttl", d.cfg.LeaseTTL, "exec", caps[string(bundle.KindExec)])
+	d.logger.Info("dispatcher started", "concurrency", d.cfg.Concurrency, "lease_ttl", d.cfg.LeaseTTL, "exec", caps[string(bundle.KindExec)],
+		"tags", d.cfg.Tags)
 	for what, state := range caps {
 		if strings.HasPrefix(state, "unavailable") && what != string(bundle.KindLambda) {
 			d.logger.Warn("this dispatcher cannot run some steps: they fail after their retries", "what", what, "state", state)
@@ -323,10 +324,14 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 			return 0, false, nil
 		}
 	}
-	claimed, err := d.store.StepClaim(ctx, d.cfg.ID, want, d.cfg.LeaseTTL)
+	claimed, next, err := d.store.StepClaimNext(ctx, d.cfg.ID, d.cfg.Tags, want, d.cfg.LeaseTTL)
 	if err != nil {
 		d.release(want)
 		return 0, false, err
+	}
+	if next > 0 {
+		// Steps wait for a rate limit's token: look again when the next one is in.
+		d.noteDue(time.Now().Add(next))
 	}
 	d.release(want - len(claimed))
 	d.metrics.claimed.Add(float64(len(claimed)))
@@ -340,6 +345,45 @@ func (d *Dispatcher) release(n int) {
 	for i := 0; i < n; i++ {
 		d.slots <- struct{}{}
 	}
+}
+
+// registryBeat is how often a dispatcher writes its row of the registry
+// (catalog.DispatcherBeat); catalog.DispatcherLive is three of them.
+const registryBeat = 5 * time.Second
+
+// registryLoop keeps this dispatcher's row in the catalog's registry of live
+// dispatchers (with its tags: a step whose runs_on no live dispatcher has shows
+// blocked_by no_dispatcher) until it stops claiming, then removes it.
+func (d *Dispatcher) registryLoop(ctx context.Context) {
+	t := time.NewTicker(registryBeat)
+	defer t.Stop()
+	for {
+		if err := d.store.DispatcherBeat(ctx, d.cfg.ID, d.cfg.Tags); err != nil && ctx.Err() == nil {
+			d.logger.Warn("dispatcher registry heartbeat failed", "error", err)
+		}
+		select {
+		case <-t.C:
+			continue
+		case <-ctx.Done():
+		case <-d.noClaim:
+		}
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := d.store.DispatcherGone(gctx, d.cfg.ID); err != nil {
+			d.logger.Debug("dispatcher registry removal failed", "error", err)
+		}
+		cancel()
+		return
+	}
+}
+
+// noteDue makes the claim loop's next look be at t at the latest, without waking it
+// now (it is the claim loop that learns of t).
+func (d *Dispatcher) noteDue(t time.Time) {
+	d.mu.Lock()
+	if d.nextDue.IsZero() || t.Before(d.nextDue) {
+		d.nextDue = t
+	}
+	d.mu.Unlock()
 }
 
 // scheduleWake makes the claim loop look again at t (a retry this dispatcher set).

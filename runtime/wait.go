@@ -199,5 +199,21 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 				break
 			}
 		}
+		// Runs past their deadline fail (issue 16).
+		if n, err := d.store.RunDeadlines(ctx, batch); err != nil {
+			if ctx.Err() == nil {
+				d.logger.Warn("run deadline sweep failed", "error", err)
+			}
+		} else if n > 0 {
+			d.logger.Info("failed runs past their deadline", "count", n)
+		}
+		// Ready steps that waited past their queue_timeout fail (issue 16).
+		if n, err := d.store.QueueTimeouts(ctx, batch); err != nil {
+			if ctx.Err() == nil {
+				d.logger.Warn("queue timeout sweep failed", "error", err)
+			}
+		} else if n > 0 {
+			d.logger.Debug("failed steps past their queue_timeout", "count", n)
+		}
 	}
 }

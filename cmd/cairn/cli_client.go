@@ -31,6 +31,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newVersionsCmd(e, stdout, stderr),
 		newRunCmd(e, stdout, stderr),
 		newSecretCmd(e, stdout, stderr),
+		newLimitCmd(e, stdout, stderr),
 		newScheduleCmd(e, stdout, stderr),
 	}
 }

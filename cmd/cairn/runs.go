@@ -96,6 +96,8 @@ func (c *cli) newRunStartCmd() *cobra.Command {
 		input, idemKey string
 		wait           bool
 		labels         []string
+		priority       int
+		deadline       string
 	)
 	cmd := &cobra.Command{
 		Use:   "start NAME",
@@ -112,7 +114,22 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 			if err != nil {
 				return err
 			}
-			return c.startRun(cmd.Context(), args[0], version, input, idemKey, l, wait)
+			body := client.StartRunBody{}
+			if cmd.Flags().Changed("priority") {
+				if priority < 0 || priority > 9 {
+					return fmt.Errorf("--priority %d: must be 0 to 9", priority)
+				}
+				p := int64(priority)
+				body.Priority = &p
+			}
+			if deadline != "" {
+				at, err := parseDeadline(deadline, time.Now())
+				if err != nil {
+					return err
+				}
+				body.Deadline = &at
+			}
+			return c.startRun(cmd.Context(), body, args[0], version, input, idemKey, l, wait)
 		},
 	}
 	f := cmd.Flags()
@@ -121,11 +138,12 @@ run until it ends, prints its steps, and fails unless the run succeeded.`,
 	f.StringVar(&idemKey, "idempotency-key", "", "makes the start safe to retry: the same key returns the first run")
 	f.BoolVar(&wait, "wait", false, "follow the run until it ends; fail unless it succeeded")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label the run: key=value (repeat for more)")
+	f.StringVar(&deadline, "deadline", "", "fail the run (deadline_exceeded) if it has not ended by then: a duration from now (2h) or an RFC 3339 time")
+	f.IntVar(&priority, "priority", 0, "the priority of every step of the run, 0..9 (higher first), in place of the steps' own")
 	return cmd
 }
 
-func (c *cli) startRun(ctx context.Context, name string, version string, input, idemKey string, labels map[string]string, wait bool) error {
-	body := client.StartRunBody{}
+func (c *cli) startRun(ctx context.Context, body client.StartRunBody, name string, version string, input, idemKey string, labels map[string]string, wait bool) error {
 	if len(labels) > 0 {
 		body.Labels = &labels
 	}
@@ -695,4 +713,19 @@ func (l *lastByteWriter) Write(p []byte) (int, error) {
 		l.last = p[n-1]
 	}
 	return n, err
+}
+
+// parseDeadline reads --deadline: a duration from now, or an RFC 3339 time.
+func parseDeadline(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("--deadline %s: must be in the future", s)
+		}
+		return now.Add(d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("--deadline %q: want a duration (2h) or an RFC 3339 time", s)
+	}
+	return t, nil
 }

@@ -34,6 +34,7 @@ const defaultListen = "127.0.0.1:8080"
 // runtimeFlags are the dispatcher settings shared by serve and dev.
 type runtimeFlags struct {
 	concurrency   int
+	tags          []string
 	leaseTTL      time.Duration
 	inlineLimit   int64
 	shutdownGrace time.Duration
@@ -68,6 +69,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	}
 	f.execIsolation = isolation
 	fs.IntVar(&f.concurrency, "concurrency", runtime.DefaultConcurrency, "attempts run at once by this process's dispatcher")
+	fs.StringSliceVar(&f.tags, "tags", nil, "this dispatcher's tags, comma-separated (gpu,billing): it also claims the steps whose runs_on it has all of")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", runtime.DefaultLeaseTTL, fmt.Sprintf("lease of a claimed step without heartbeat (at least %s)", runtime.MinLeaseTTL))
 	fs.Int64Var(&f.inlineLimit, "inline-limit", runtime.DefaultInlineLimit, "largest output or checkpoint kept in the catalog row, in bytes")
 	fs.DurationVar(&f.shutdownGrace, "shutdown-grace", runtime.DefaultShutdownGrace, "how long running attempts may finish at shutdown before their leases are handed back")
@@ -84,6 +86,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
 	bindEnv(fs, map[string]string{
 		"concurrency":      "CAIRN_CONCURRENCY",
+		"tags":             "CAIRN_TAGS",
 		"lease-ttl":        "CAIRN_LEASE_TTL",
 		"inline-limit":     "CAIRN_INLINE_LIMIT",
 		"shutdown-grace":   "CAIRN_SHUTDOWN_GRACE",
@@ -115,6 +118,11 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--max-child-depth (CAIRN_MAX_CHILD_DEPTH) must be at least 1")
 	case f.maxChildRuns < 1:
 		return errors.New("--max-child-runs (CAIRN_MAX_CHILD_RUNS) must be at least 1")
+	}
+	for _, tag := range f.tags {
+		if !bundle.ValidTag(tag) {
+			return fmt.Errorf("--tags (CAIRN_TAGS): tag %q must be 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
+		}
 	}
 	if _, err := secrets.ParseKeyring(f.secretKey, f.secretKeysOld); err != nil {
 		return err
@@ -392,6 +400,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		execInvoker := newExecInvoker(p.rt, p.logger)
 		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
 			Concurrency:   p.rt.concurrency,
+			Tags:          p.rt.tags,
 			LeaseTTL:      p.rt.leaseTTL,
 			InlineLimit:   p.rt.inlineLimit,
 			ShutdownGrace: p.rt.shutdownGrace,

@@ -9,6 +9,9 @@ import (
 const (
 	// WorkflowChain is ChainSteps noop steps in a line.
 	WorkflowChain = "bench-chain"
+	// WorkflowChainLimited is WorkflowChain with a concurrency limit on every
+	// step (key: the run's id, limit 1): every claim goes through the limit.
+	WorkflowChainLimited = "bench-chain-limited"
 	// WorkflowFanout is root → FanoutWidth parallel noops → join.
 	WorkflowFanout = "bench-fanout"
 	// WorkflowSleep is one `sleep` step of SleepDuration, retried on interruption.
@@ -28,9 +31,16 @@ const (
 func ChainKey(i int) string { return fmt.Sprintf("s%02d", i+1) }
 
 // ChainBundle is WorkflowChain.
-func ChainBundle() map[string]File {
+func ChainBundle() map[string]File { return chainBundle(WorkflowChain, "") }
+
+// ChainLimitedBundle is WorkflowChainLimited.
+func ChainLimitedBundle() map[string]File {
+	return chainBundle(WorkflowChainLimited, "defaults:\n  concurrency: {name: bench, key: \"run.id\", limit: 1}\n")
+}
+
+func chainBundle(name, defaults string) map[string]File {
 	var b strings.Builder
-	b.WriteString("name: " + WorkflowChain + "\ndescription: ten noop steps in a line\nsteps:\n")
+	b.WriteString("name: " + name + "\ndescription: ten noop steps in a line\n" + defaults + "steps:\n")
 	for i := 0; i < ChainSteps; i++ {
 		if i == 0 {
 			fmt.Fprintf(&b, "  - {key: %s, builtin: noop}\n", ChainKey(i))

@@ -55,6 +55,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	r.Settings["workflow"] = fmt.Sprintf("%d noop built-in steps in a chain", cairn.ChainSteps)
 	r.Settings["creation"] = fmt.Sprintf("every run is created before the dispatchers start, through the API of a `cairn serve --no-dispatcher` (%d concurrent clients); all runs are in flight at once", createClients)
 	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 8 × CPUs, claim batch 64)"
+	r.Settings["limited_round"] = "a round with 1 dispatcher over the same chain with `defaults: {concurrency: {key: \"run.id\", limit: 1}}` (every claim takes a slot under its key's lock): steps_per_s_1_dispatcher_limited, and ratio_limited_to_unlimited against steps_per_s_1_dispatcher (goal ≥ 0.8)"
 	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; steps_per_s is the better of the two rounds; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
 	if c := e.Scale.ThroughputConcurrency; c > 0 {
 		r.Settings["tuned_round"] = fmt.Sprintf("a third round, not in steps_per_s: 1 dispatcher with CAIRN_CONCURRENCY=%d (steps_per_s_1_dispatcher_c%d)", c, c)
@@ -63,12 +64,23 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 		if _, err := e.Client.Deploy(ctx, cairn.ChainBundle()); err != nil {
 			return err
 		}
-		rounds := []struct{ dispatchers, concurrency int }{{1, 0}, {2, 0}}
+		if _, err := e.Client.Deploy(ctx, cairn.ChainLimitedBundle()); err != nil {
+			return err
+		}
+		type roundConfig struct {
+			dispatchers, concurrency int
+			limited                  bool
+		}
+		rounds := []roundConfig{{1, 0, false}, {2, 0, false}, {1, 0, true}}
 		if c := e.Scale.ThroughputConcurrency; c > 0 {
-			rounds = append(rounds, struct{ dispatchers, concurrency int }{1, c})
+			rounds = append(rounds, roundConfig{1, c, false})
 		}
 		for _, rc := range rounds {
-			round, err := throughputRound(ctx, e, rc.dispatchers, rc.concurrency)
+			workflow := cairn.WorkflowChain
+			if rc.limited {
+				workflow = cairn.WorkflowChainLimited
+			}
+			round, err := throughputRound(ctx, e, workflow, rc.dispatchers, rc.concurrency)
 			if err != nil {
 				return err
 			}
@@ -77,6 +89,20 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 			if rc.concurrency > 0 {
 				suffix += fmt.Sprintf("_c%d", rc.concurrency)
 				name += fmt.Sprintf(", CAIRN_CONCURRENCY=%d", rc.concurrency)
+			}
+			if rc.limited {
+				// Not in steps_per_s: beside the unlimited figure of the same
+				// dispatcher count (ratio_limited_to_unlimited, goal ≥ 0.8).
+				suffix += "_limited"
+				name += ", a concurrency limit on every step"
+				e.AddProfile(name, &round)
+				r.Set("steps_per_s"+suffix, round.StepsPerS)
+				r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
+				r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
+				if u := r.Metrics["steps_per_s_1_dispatcher"]; u > 0 {
+					r.Set("ratio_limited_to_unlimited", round.StepsPerS/u)
+				}
+				continue
 			}
 			e.AddProfile(name, &round)
 			r.Set("steps_per_s"+suffix, round.StepsPerS)
@@ -92,6 +118,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 		return nil
 	}()
 	r.AtLeast("steps_per_s", 2000)
+	r.AtLeast("ratio_limited_to_unlimited", 0.8)
 	best := r.Metrics["steps_per_s"]
 	if peer != nil {
 		for _, k := range []string{"river_jobs_per_s", "river_jobs_per_s_default", "river_cpu_ms_per_job"} {
@@ -126,13 +153,13 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	return r
 }
 
-func throughputRound(ctx context.Context, e *Env, dispatchers, concurrency int) (Round, error) {
+func throughputRound(ctx context.Context, e *Env, workflow string, dispatchers, concurrency int) (Round, error) {
 	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
 	if err := e.ResetCatalog(ctx); err != nil {
 		return round, err
 	}
 	e.Logf("throughput: creating %d runs", e.Scale.ThroughputRuns)
-	if _, err := e.CreateRuns(ctx, cairn.WorkflowChain, e.Scale.ThroughputRuns, createClients); err != nil {
+	if _, err := e.CreateRuns(ctx, workflow, e.Scale.ThroughputRuns, createClients); err != nil {
 		return round, err
 	}
 	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {

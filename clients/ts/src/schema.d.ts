@@ -128,6 +128,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show concurrency limits in use
+         * @description The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/limits/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Change a concurrency limit
+         * @description Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+         *
+         *     Requires the `admin` role.
+         */
+        put: operations["putLimit"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations/{id}": {
         parameters: {
             query?: never;
@@ -1151,10 +1195,10 @@ export interface components {
             /** @description the limit's key */
             key?: string;
             /**
-             * @description paused: the run is paused (GET /v1/runs/{id} says why)
+             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
              * @enum {string}
              */
-            kind: "paused";
+            kind: "paused" | "concurrency" | "rate_limit" | "no_dispatcher";
             /**
              * Format: int64
              * @description the limit
@@ -1162,6 +1206,8 @@ export interface components {
             limit?: number;
             /** @description the limit's name */
             name?: string;
+            /** @description no_dispatcher: the step's runs_on */
+            runs_on?: string[] | null;
         };
         BulkBody: {
             /**
@@ -1290,6 +1336,47 @@ export interface components {
         };
         ItemsOutputStepBody: {
             items: components["schemas"]["Step"][] | null;
+        };
+        LimitKey: {
+            /** @description the key, the value of concurrency.key for the step's run (empty: one key for the whole limit) */
+            key: string;
+            /**
+             * Format: int64
+             * @description the limit in force: the one set by PUT /v1/limits/{name} if any, else the steps' own
+             */
+            limit: number;
+            /** @description the limit's name (concurrency.name; default the workflow's name) */
+            name: string;
+            /**
+             * Format: int64
+             * @description steps of the key ready to start: waiting for a slot, or about to be claimed
+             */
+            ready: number;
+            /**
+             * Format: int64
+             * @description slots in use: the steps of the key running now
+             */
+            running: number;
+        };
+        LimitOverride: {
+            /**
+             * Format: int64
+             * @description slots per key, for every step whose concurrency names the limit
+             */
+            concurrency: number;
+            name: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description the name of the token that set it */
+            updated_by: string;
+        };
+        Limits: {
+            /** @description every concurrency key with a step running or ready, by name and key (at most 1000) */
+            keys: components["schemas"]["LimitKey"][] | null;
+            /** @description the concurrency limits set at run time */
+            overrides: components["schemas"]["LimitOverride"][] | null;
+            /** @description every rate limit bucket, by name and key (at most 1000): one per key a step has started under */
+            rates: components["schemas"]["RateKey"][] | null;
         };
         ListAlias: {
             /** @description this page */
@@ -1435,9 +1522,39 @@ export interface components {
             /** @description URI of the error class, urn:cairn:problem:<code> */
             type: string;
         };
+        PutLimitBody: {
+            /**
+             * Format: int64
+             * @description slots per key
+             */
+            concurrency: number;
+        };
         PutSecretBody: {
             /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
             value: string;
+        };
+        RateKey: {
+            /** @description the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit) */
+            key: string;
+            /**
+             * Format: int64
+             * @description tokens per window
+             */
+            limit: number;
+            /** @description the rate limit's name (rate_limit.name; default the workflow's name) */
+            name: string;
+            /** @description the window (Go duration) */
+            per: string;
+            /**
+             * Format: int64
+             * @description steps of the key ready to start
+             */
+            ready: number;
+            /**
+             * Format: double
+             * @description tokens left now: starts allowed at once
+             */
+            tokens: number;
         };
         RerunPlan: {
             /** @description steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt */
@@ -1669,12 +1786,22 @@ export interface components {
         StartRunBody: {
             /** @description alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version */
             alias?: string;
+            /**
+             * Format: date-time
+             * @description when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any
+             */
+            deadline?: string;
             /** @description the run's input, any JSON value */
             input?: unknown;
             /** @description labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8 */
             labels?: {
                 [key: string]: string;
             };
+            /**
+             * Format: int64
+             * @description the priority of every step of the run (0..9, higher first), in place of the steps' own (priority in cairn.yaml, default 5)
+             */
+            priority?: number;
             /**
              * Format: int64
              * @description version to run; when absent or 0, the version alias names
@@ -1719,6 +1846,11 @@ export interface components {
              * @enum {string}
              */
             phase: "main" | "compensate" | "on_failure";
+            /**
+             * Format: int64
+             * @description 0..9, higher first: ready steps are claimed by priority, then age
+             */
+            priority: number;
             /**
              * Format: date-time
              * @description when the step became (or becomes) claimable
@@ -2502,6 +2634,268 @@ export interface operations {
              * @description Service Unavailable:
              *
              *     - `secret_key_missing`: The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart.
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listLimits: {
+        parameters: {
+            query?: {
+                /** @description only this limit */
+                name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Limits"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the limit's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutLimitBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LimitOverride"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
              *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {

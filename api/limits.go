@@ -1,0 +1,113 @@
+package api
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// LimitKey is the use of one key of a concurrency limit.
+type LimitKey struct {
+	Name    string `json:"name" doc:"the limit's name (concurrency.name; default the workflow's name)"`
+	Key     string `json:"key" doc:"the key, the value of concurrency.key for the step's run (empty: one key for the whole limit)"`
+	Running int    `json:"running" doc:"slots in use: the steps of the key running now"`
+	Ready   int    `json:"ready" doc:"steps of the key ready to start: waiting for a slot, or about to be claimed"`
+	Limit   int    `json:"limit" doc:"the limit in force: the one set by PUT /v1/limits/{name} if any, else the steps' own"`
+}
+
+// LimitOverride is a limit set at run time.
+type LimitOverride struct {
+	Name        string    `json:"name"`
+	Concurrency int       `json:"concurrency" doc:"slots per key, for every step whose concurrency names the limit"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	UpdatedBy   string    `json:"updated_by" doc:"the name of the token that set it"`
+}
+
+// RateKey is the token bucket of one key of a rate limit.
+type RateKey struct {
+	Name   string  `json:"name" doc:"the rate limit's name (rate_limit.name; default the workflow's name)"`
+	Key    string  `json:"key" doc:"the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)"`
+	Tokens float64 `json:"tokens" doc:"tokens left now: starts allowed at once"`
+	Limit  int     `json:"limit" doc:"tokens per window"`
+	Per    string  `json:"per" doc:"the window (Go duration)"`
+	Ready  int     `json:"ready" doc:"steps of the key ready to start"`
+}
+
+// Limits is the body of GET /v1/limits.
+type Limits struct {
+	Keys      []LimitKey      `json:"keys" doc:"every concurrency key with a step running or ready, by name and key (at most 1000)"`
+	Overrides []LimitOverride `json:"overrides" doc:"the concurrency limits set at run time"`
+	Rates     []RateKey       `json:"rates" doc:"every rate limit bucket, by name and key (at most 1000): one per key a step has started under"`
+}
+
+// PutLimitBody is the body of PUT /v1/limits/{name}.
+type PutLimitBody struct {
+	Concurrency int `json:"concurrency" minimum:"1" maximum:"100000" doc:"slots per key"`
+}
+
+// LimitNameParam is the {name} path parameter of a limit.
+type LimitNameParam struct {
+	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the limit's name"`
+}
+
+func overrideOf(o *catalog.LimitOverride) LimitOverride {
+	return LimitOverride{Name: o.Name, Concurrency: o.Concurrency, UpdatedAt: o.UpdatedAt.UTC(), UpdatedBy: o.UpdatedBy}
+}
+
+func (s *Server) registerLimits() {
+	register(s, huma.Operation{
+		OperationID: "listLimits",
+		Method:      http.MethodGet,
+		Path:        "/v1/limits",
+		Summary:     "Show concurrency limits in use",
+		Description: "The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).",
+		Tags:        []string{"limits"},
+	}, RoleViewer, nil, func(ctx context.Context, in *struct {
+		Name string `query:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"only this limit"`
+	}) (*struct{ Body Limits }, error) {
+		use, ovr, err := s.store.LimitList(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		rates, err := s.store.RateList(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		out := &struct{ Body Limits }{Body: Limits{Keys: make([]LimitKey, len(use)), Overrides: make([]LimitOverride, len(ovr)),
+			Rates: make([]RateKey, len(rates))}}
+		for i, r := range rates {
+			out.Body.Rates[i] = RateKey{Name: r.Name, Key: r.Key, Tokens: math.Floor(r.Tokens*1000) / 1000, Limit: r.Limit,
+				Per: time.Duration(r.PerS * float64(time.Second)).String(), Ready: r.Ready}
+		}
+		for i, u := range use {
+			out.Body.Keys[i] = LimitKey{Name: u.Name, Key: u.Key, Running: u.Running, Ready: u.Ready, Limit: u.Limit}
+		}
+		for i := range ovr {
+			out.Body.Overrides[i] = overrideOf(&ovr[i])
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "putLimit",
+		Method:      http.MethodPut,
+		Path:        "/v1/limits/{name}",
+		Summary:     "Change a concurrency limit",
+		Description: "Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.",
+		Tags:        []string{"limits"},
+	}, RoleAdmin, nil, func(ctx context.Context, in *struct {
+		LimitNameParam
+		Body PutLimitBody
+	}) (*struct{ Body LimitOverride }, error) {
+		o, err := s.store.LimitSet(ctx, in.Name, in.Body.Concurrency, actor(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body LimitOverride }{Body: overrideOf(o)}, nil
+	})
+}

@@ -1,0 +1,710 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+
+	"github.com/cairnrun/cairn/expr"
+)
+
+// Flow control (issue 16, migration 00016): concurrency and rate limits per key,
+// priority, placement (runs_on and the dispatchers' registry), queue timeouts and
+// run deadlines. A concurrency slot is a running step; see the migration for why
+// nothing can leak one.
+
+const (
+	// sqlFlowSteps reads the steps of a version that have flow settings (limits,
+	// priority, runs_on, queue_timeout) of version $2 of workflow $1 (when 0, the
+	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it.
+	sqlFlowSteps = `
+SELECT v.version, v.flow_steps FROM workflow_versions v
+WHERE v.workflow = $1
+  AND v.version = CASE WHEN $2::integer = 0
+                       THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
+                       ELSE $2::integer END`
+
+	// sqlFlowApply gives the steps of run $1 their flow settings ($2: step key →
+	// {n, k, l, rn, rk, rl, rp, p, t, q}, see flowKeys).
+	sqlFlowApply = `
+UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc_limit = (f.value ->> 'l')::integer,
+    rate_name = f.value ->> 'rn', rate_key = f.value ->> 'rk', rate_limit = (f.value ->> 'rl')::integer,
+    rate_per_s = (f.value ->> 'rp')::float8, priority = coalesce((f.value ->> 'p')::smallint, s.priority),
+    runs_on = CASE WHEN f.value ? 't' THEN ARRAY(SELECT jsonb_array_elements_text(f.value -> 't')) END,
+    queue_timeout_s = (f.value ->> 'q')::float8
+FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
+
+	// sqlClaimCandidates locks up to $1 claimable steps, by priority then age, of
+	// those the dispatcher's tags $2 allow (runs_on), skipping those locked by
+	// another claimer and those whose concurrency key was full or rate bucket
+	// empty when the statement began (a hint only: the claim counts
+	// again under the keys' locks). One more row, with no step, may come last:
+	// next_in, the seconds until the first token of an empty bucket that ready
+	// steps wait for (the claimer looks again then).
+	sqlClaimCandidates = `
+WITH c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
+    FROM steps s
+    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND s.condition IS DISTINCT FROM 'pending'
+      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
+      AND (s.conc_name IS NULL OR (
+          SELECT count(*) FROM (
+              SELECT 1 FROM steps r
+              WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key
+              LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
+          ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
+      AND (s.rate_name IS NULL OR coalesce((
+          SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), s.rate_limit) >= 1)
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM c
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
+FROM (
+    SELECT (1 - least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s))
+           * b.per_s / b.lim AS next_in
+    FROM rate_buckets b
+    WHERE EXISTS (SELECT 1 FROM steps s
+                  WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
+) w
+WHERE w.next_in > 0
+HAVING min(w.next_in) IS NOT NULL`
+
+	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
+	// yet, full; after the keys' locks.
+	sqlRateBuckets = `
+INSERT INTO rate_buckets (name, key, tokens, at, lim, per_s)
+SELECT n, k, lim, clock_timestamp(), lim, per_s FROM unnest($1::text[], $2::text[], $3::integer[], $4::float8[]) AS u(n, k, lim, per_s)
+ON CONFLICT (name, key) DO NOTHING`
+
+	// sqlRateTake takes up to want tokens of each bucket (name, key, limit, window,
+	// want): the bucket refills since its last take, to its limit at most; granted
+	// is what it gives. After the keys' locks, in a statement of its own.
+	sqlRateTake = `
+WITH w AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::float8[], $5::integer[]) AS u(n, k, lim, per_s, want)
+), cur AS (
+    SELECT w.n, w.k, w.lim, w.per_s, w.want, clock_timestamp() AS ts,
+           least(w.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * w.lim / w.per_s) AS avail
+    FROM w JOIN rate_buckets b ON b.name = w.n AND b.key = w.k
+), g AS (
+    SELECT cur.*, least(cur.want, floor(cur.avail))::integer AS granted FROM cur
+), u AS (
+    UPDATE rate_buckets b SET tokens = g.avail - g.granted, at = g.ts, lim = g.lim, per_s = g.per_s
+    FROM g WHERE b.name = g.n AND b.key = g.k
+)
+SELECT g.n, g.k, g.granted,
+       CASE WHEN g.granted < g.want THEN (1 - (g.avail - g.granted)) * g.per_s / g.lim END AS next_in
+FROM g`
+
+	// sqlClaimKeyLock takes the transaction-level advisory lock of each (name, key),
+	// in the order of the lock ids, so that two claimers never wait for each other
+	// in a circle.
+	// A rate limit's key is locked as ("rate" 0x1e name, key): apart from a
+	// concurrency limit of the same name.
+	sqlClaimKeyLock = `
+SELECT count(pg_advisory_xact_lock(x.id)) FROM (
+    SELECT DISTINCT hashtextextended(u.n || chr(31) || u.k, 16) AS id
+    FROM unnest($1::text[], $2::text[]) AS u(n, k)
+    ORDER BY 1
+) x`
+
+	// sqlClaimKeyUsage counts the running steps of each (name, key) and gives the
+	// limit set at run time, if any. Run after the key locks, in a statement of its
+	// own (a fresh snapshot), it sees every claim of the keys committed before.
+	sqlClaimKeyUsage = `
+SELECT u.n, u.k, (SELECT count(*) FROM steps r
+                  WHERE r.status = 'running' AND r.conc_name = u.n AND r.conc_key = u.k) AS running,
+       (SELECT l.concurrency FROM limits l WHERE l.name = u.n) AS override
+FROM unnest($1::text[], $2::text[]) AS u(n, k)`
+
+	sqlLimitUsage = `
+SELECT s.conc_name AS name, s.conc_key AS key,
+       count(*) FILTER (WHERE s.status = 'running') AS running,
+       count(*) FILTER (WHERE s.status = 'ready') AS ready,
+       max(s.conc_limit) AS step_limit,
+       (SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name) AS override
+FROM steps s
+WHERE s.conc_name IS NOT NULL AND s.status IN ('running', 'ready') AND ($1 = '' OR s.conc_name = $1)
+GROUP BY s.conc_name, s.conc_key
+ORDER BY s.conc_name, s.conc_key
+LIMIT $2`
+
+	sqlLimitOverrides = `
+SELECT name, concurrency, updated_at, updated_by FROM limits WHERE $1 = '' OR name = $1 ORDER BY name`
+
+	sqlLimitSet = `
+INSERT INTO limits (name, concurrency, updated_by) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, updated_at = now(),
+    updated_by = excluded.updated_by
+RETURNING name, concurrency, updated_at, updated_by`
+
+	// sqlStepBlocked reads the ready steps of run $1 that have a limit: the slots
+	// in use of the concurrency key, and the tokens left in the rate bucket.
+	sqlStepBlocked = `
+SELECT s.key, s.conc_name, s.conc_key,
+       coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
+       (SELECT count(*) FROM steps r
+        WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
+       s.rate_name, s.rate_key, s.rate_limit,
+       (SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+        FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
+       s.runs_on,
+       s.runs_on IS NULL OR EXISTS (SELECT 1 FROM dispatchers d
+                                    WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed
+FROM steps s
+WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
+  AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
+
+	sqlDispatcherBeat = `
+INSERT INTO dispatchers (id, tags) VALUES ($1, $2)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), tags = excluded.tags`
+
+	sqlDispatcherGone = `DELETE FROM dispatchers WHERE id = $1 OR heartbeat_at < now() - interval '1 day'`
+
+	sqlDispatcherList = `
+SELECT id, tags, started_at, heartbeat_at FROM dispatchers
+WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY id`
+)
+
+// ErrFlowKey means a step's concurrency or rate limit key could not be evaluated for a new run (the
+// input lacks a field the expression reads, …): the run is not created. It wraps
+// ErrInvalidInput.
+var ErrFlowKey = fmt.Errorf("%w: limit key", ErrInvalidInput)
+
+// flowStep is what sqlFlowSteps reads of a step definition.
+type flowStep struct {
+	Key         string          `json:"key"`
+	With        json.RawMessage `json:"with"`
+	Concurrency *struct {
+		Name  string `json:"name"`
+		Key   string `json:"key"`
+		Limit int    `json:"limit"`
+	} `json:"concurrency"`
+	Priority  *int     `json:"priority"`
+	RunsOn    []string `json:"runs_on"`
+	QueueMS   int64    `json:"queue_timeout_ms"`
+	RateLimit *struct {
+		Name  string `json:"name"`
+		Key   string `json:"key"`
+		Limit int    `json:"limit"`
+		PerMS int64  `json:"per_ms"`
+	} `json:"rate_limit"`
+}
+
+// flowKeys resolves the version a new run of workflow gets (as sqlRunCreate does)
+// and evaluates the limit keys of its steps: the version, and the JSON of the
+// steps' flow settings that sqlFlowApply and sqlRunCreate take (nil when no step
+// has any). ErrFlowKey when an expression fails. No version: version 0, nil, nil
+// (sqlRunCreate then reports it).
+func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, version int, alias string,
+	input json.RawMessage, labels Labels) (int, json.RawMessage, error) {
+	var row struct {
+		Version int  `db:"version"`
+		Steps   JSON `db:"flow_steps"`
+	}
+	if err := q.GetContext(ctx, &row, sqlFlowSteps, workflow, version, alias); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil, nil
+		}
+		return 0, nil, err
+	}
+	var steps []flowStep
+	if len(row.Steps) > 0 {
+		if err := json.Unmarshal(row.Steps, &steps); err != nil {
+			return 0, nil, fmt.Errorf("concurrency of %s v%d: %w", workflow, row.Version, err)
+		}
+	}
+	if len(steps) == 0 {
+		return row.Version, nil, nil
+	}
+	if labels == nil {
+		labels = Labels{}
+	}
+	var in any = json.RawMessage(input)
+	if len(input) == 0 {
+		in = nil
+	}
+	vars := expr.Vars{
+		expr.Input:  in,
+		expr.Labels: map[string]string(labels),
+		expr.Run:    map[string]any{"id": runID.String(), "workflow": workflow, "version": row.Version},
+	}
+	out := make(map[string]map[string]any, len(steps))
+	for _, st := range steps {
+		params := st.With
+		if len(params) == 0 {
+			params = json.RawMessage(`{}`)
+		}
+		vars[expr.Params] = params
+		f := map[string]any{}
+		if c := st.Concurrency; c != nil {
+			key, err := evalKey(ctx, c.Key, vars)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+			}
+			f["n"], f["k"], f["l"] = c.Name, key, c.Limit
+		}
+		if st.Priority != nil {
+			f["p"] = *st.Priority
+		}
+		if len(st.RunsOn) > 0 {
+			f["t"] = st.RunsOn
+		}
+		if st.QueueMS > 0 {
+			f["q"] = float64(st.QueueMS) / 1000
+		}
+		if r := st.RateLimit; r != nil {
+			key, err := evalKey(ctx, r.Key, vars)
+			if err != nil {
+				return 0, nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+			}
+			f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+		}
+		out[st.Key] = f
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return 0, nil, err
+	}
+	return row.Version, b, nil
+}
+
+// evalKey evaluates a limit's key expression: a string value as is, any other value
+// as its JSON text; "" for no expression.
+func evalKey(ctx context.Context, src string, vars expr.Vars) (string, error) {
+	if src == "" {
+		return "", nil
+	}
+	prog, err := expr.CreateEnv.Compile(src)
+	if err != nil {
+		return "", err
+	}
+	v, err := prog.Eval(ctx, vars)
+	if err != nil {
+		return "", err
+	}
+	var str string
+	if json.Unmarshal(v, &str) == nil {
+		return str, nil
+	}
+	return string(v), nil
+}
+
+// claimCandidate is a step sqlClaimCandidates locked (or, RunID nil, the row with
+// NextIn).
+type claimCandidate struct {
+	RunID     *uuid.UUID `db:"run_id"`
+	Key       *string    `db:"key"`
+	ConcName  *string    `db:"conc_name"`
+	ConcKey   *string    `db:"conc_key"`
+	ConcLimit *int       `db:"conc_limit"`
+	RateName  *string    `db:"rate_name"`
+	RateKey   *string    `db:"rate_key"`
+	RateLimit *int       `db:"rate_limit"`
+	RatePerS  *float64   `db:"rate_per_s"`
+	NextIn    *float64   `db:"next_in"`
+}
+
+type limitKey struct{ name, key string }
+
+// rateLockPrefix sets a rate limit's lock apart from a concurrency limit's of the
+// same name.
+const rateLockPrefix = "rate\x1e"
+
+// admit returns the candidates that may start: all those without a limit; of those
+// with a concurrency limit, as many per key as the key has free slots; of those
+// with a rate limit, as many per key as its bucket has tokens (which it takes) — in
+// candidate order. It takes the keys' locks, held until the transaction ends, all
+// in one statement in a fixed order.
+func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, time.Duration, error) {
+	var lockNames, lockKeys, names, keys []string
+	seen := map[limitKey]bool{}
+	lock := func(name, key string) bool {
+		k := limitKey{name, key}
+		if seen[k] {
+			return false
+		}
+		seen[k] = true
+		lockNames, lockKeys = append(lockNames, name), append(lockKeys, key)
+		return true
+	}
+	for _, c := range cands {
+		if c.ConcName != nil && lock(*c.ConcName, *c.ConcKey) {
+			names, keys = append(names, *c.ConcName), append(keys, *c.ConcKey)
+		}
+		if c.RateName != nil {
+			lock(rateLockPrefix+*c.RateName, *c.RateKey)
+		}
+	}
+	if len(lockNames) == 0 {
+		return cands, 0, nil
+	}
+	var n int
+	if err := tx.GetContext(ctx, &n, sqlClaimKeyLock, pq.StringArray(lockNames), pq.StringArray(lockKeys)); err != nil {
+		return nil, 0, fmt.Errorf("lock limit keys: %w", err)
+	}
+	if len(names) > 0 {
+		var err error
+		if cands, err = admitConcurrency(ctx, tx, cands, names, keys); err != nil {
+			return nil, 0, err
+		}
+	}
+	return admitRate(ctx, tx, cands)
+}
+
+// admitConcurrency keeps the candidates whose concurrency key has a free slot
+// (names and keys are the keys, locked).
+func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, names, keys []string) ([]claimCandidate, error) {
+	rows, err := tx.QueryxContext(ctx, sqlClaimKeyUsage, pq.StringArray(names), pq.StringArray(keys))
+	if err != nil {
+		return nil, fmt.Errorf("count limit slots: %w", err)
+	}
+	running := map[limitKey]int{}
+	override := map[limitKey]int{}
+	for rows.Next() {
+		var (
+			k   limitKey
+			r   int
+			ovr *int
+		)
+		if err := rows.Scan(&k.name, &k.key, &r, &ovr); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		running[k] = r
+		if ovr != nil {
+			override[k] = *ovr
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := cands[:0:0]
+	for _, c := range cands {
+		if c.ConcName == nil {
+			out = append(out, c)
+			continue
+		}
+		k := limitKey{*c.ConcName, *c.ConcKey}
+		lim := *c.ConcLimit
+		if o, ok := override[k]; ok {
+			lim = o
+		}
+		if running[k] < lim {
+			running[k]++
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// admitRate keeps the candidates whose rate bucket gives them a token, and takes
+// the tokens (the keys are locked). next is when a bucket that refused a candidate
+// has its next token (0: none refused).
+func admitRate(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) (_ []claimCandidate, next time.Duration, _ error) {
+	want := map[limitKey]int{}
+	var order []limitKey
+	var names, keys []string
+	var lims []int64
+	var pers []float64
+	for _, c := range cands {
+		if c.RateName == nil {
+			continue
+		}
+		k := limitKey{*c.RateName, *c.RateKey}
+		if _, ok := want[k]; !ok {
+			order = append(order, k)
+			names, keys = append(names, k.name), append(keys, k.key)
+			lims, pers = append(lims, int64(*c.RateLimit)), append(pers, *c.RatePerS)
+		}
+		want[k]++
+	}
+	if len(order) == 0 {
+		return cands, 0, nil
+	}
+	wants := make([]int64, len(order))
+	for i, k := range order {
+		wants[i] = int64(want[k])
+	}
+	if _, err := tx.ExecContext(ctx, sqlRateBuckets, pq.StringArray(names), pq.StringArray(keys),
+		pq.Int64Array(lims), pq.Float64Array(pers)); err != nil {
+		return nil, 0, fmt.Errorf("make rate buckets: %w", err)
+	}
+	rows, err := tx.QueryxContext(ctx, sqlRateTake, pq.StringArray(names), pq.StringArray(keys),
+		pq.Int64Array(lims), pq.Float64Array(pers), pq.Int64Array(wants))
+	if err != nil {
+		return nil, 0, fmt.Errorf("take rate tokens: %w", err)
+	}
+	granted := map[limitKey]int{}
+	for rows.Next() {
+		var k limitKey
+		var g int
+		var in *float64
+		if err := rows.Scan(&k.name, &k.key, &g, &in); err != nil {
+			rows.Close()
+			return nil, 0, err
+		}
+		granted[k] = g
+		if in != nil && *in > 0 {
+			if d := time.Duration(*in * float64(time.Second)); next == 0 || d < next {
+				next = d
+			}
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return nil, 0, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, err
+	}
+	out := cands[:0:0]
+	for _, c := range cands {
+		if c.RateName == nil {
+			out = append(out, c)
+			continue
+		}
+		k := limitKey{*c.RateName, *c.RateKey}
+		if granted[k] > 0 {
+			granted[k]--
+			out = append(out, c)
+		}
+	}
+	return out, next, nil
+}
+
+// LimitUsage is the use of one key of a concurrency limit.
+type LimitUsage struct {
+	Name string `db:"name"`
+	Key  string `db:"key"`
+	// Running is the number of slots in use; Ready the steps waiting for one (or
+	// about to be claimed).
+	Running int `db:"running"`
+	Ready   int `db:"ready"`
+	// Limit is the limit in force: Override when set, else the steps' own.
+	Limit     int  `db:"-"`
+	StepLimit int  `db:"step_limit"`
+	Override  *int `db:"override"`
+}
+
+// LimitOverride is a limit changed at run time.
+type LimitOverride struct {
+	Name        string    `db:"name"`
+	Concurrency int       `db:"concurrency"`
+	UpdatedAt   time.Time `db:"updated_at"`
+	UpdatedBy   string    `db:"updated_by"`
+}
+
+// MaxLimit is the largest concurrency limit (bundle.MaxConcurrencyLimit).
+const MaxLimit = 100_000
+
+// reLimitName is the syntax of a limit's name (bundle.ValidLimitName).
+var reLimitName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// MaxLimitKeys bounds the keys LimitList returns.
+const MaxLimitKeys = 1000
+
+// RateUsage is the bucket of one key of a rate limit.
+type RateUsage struct {
+	Name string `db:"name"`
+	Key  string `db:"key"`
+	// Tokens left now (refilled since the last take), of Limit per PerS seconds.
+	Tokens float64 `db:"tokens"`
+	Limit  int     `db:"lim"`
+	PerS   float64 `db:"per_s"`
+	// Ready is the number of steps of the key ready to start.
+	Ready int `db:"ready"`
+}
+
+const sqlRateUsage = `
+SELECT b.name, b.key, least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s) AS tokens,
+       b.lim, b.per_s,
+       (SELECT count(*) FROM steps s WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key) AS ready
+FROM rate_buckets b
+WHERE $1 = '' OR b.name = $1
+ORDER BY b.name, b.key
+LIMIT $2`
+
+// RateList returns the buckets of the rate limits (of name alone unless name is
+// ""), at most MaxLimitKeys: one per key a claim has taken a token of.
+func (s *Store) RateList(ctx context.Context, name string) ([]RateUsage, error) {
+	var out []RateUsage
+	if err := s.db.SelectContext(ctx, &out, sqlRateUsage, name, MaxLimitKeys); err != nil {
+		return nil, fmt.Errorf("list rate limits: %w", translateError(err))
+	}
+	return out, nil
+}
+
+// LimitList returns the keys of the concurrency limits in use (a step running or
+// ready) — of name alone unless name is "" — at most MaxLimitKeys, and the limits
+// changed at run time.
+func (s *Store) LimitList(ctx context.Context, name string) ([]LimitUsage, []LimitOverride, error) {
+	var use []LimitUsage
+	if err := s.db.SelectContext(ctx, &use, sqlLimitUsage, name, MaxLimitKeys); err != nil {
+		return nil, nil, fmt.Errorf("list limits: %w", translateError(err))
+	}
+	for i := range use {
+		use[i].Limit = use[i].StepLimit
+		if use[i].Override != nil {
+			use[i].Limit = *use[i].Override
+		}
+	}
+	var ovr []LimitOverride
+	if err := s.db.SelectContext(ctx, &ovr, sqlLimitOverrides, name); err != nil {
+		return nil, nil, fmt.Errorf("list limits: %w", translateError(err))
+	}
+	return use, ovr, nil
+}
+
+// LimitSet changes the concurrency limit name at run time, for every step that names
+// it; ErrInvalidInput for a bad name or a limit out of 1..100000. Steps already
+// running keep running: a lower limit only delays the next claims.
+func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, actor string) (*LimitOverride, error) {
+	if !reLimitName.MatchString(name) {
+		return nil, fmt.Errorf("set limit %q: %w: a name is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", name, ErrInvalidInput)
+	}
+	if concurrency < 1 || concurrency > MaxLimit {
+		return nil, fmt.Errorf("set limit %s: %w: %d is not within 1..%d", name, ErrInvalidInput, concurrency, MaxLimit)
+	}
+	var out LimitOverride
+	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, concurrency, actor); err != nil {
+		return nil, fmt.Errorf("set limit %s: %w", name, translateError(err))
+	}
+	return &out, nil
+}
+
+// QueueTimeouts fails up to limit ready steps whose queue_timeout has passed
+// (cairn_queue_timeouts): terminal, code queue_timeout; a paused run's steps wait
+// for its resume. Safe from every dispatcher at once. Returns how many it failed.
+func (s *Store) QueueTimeouts(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, `SELECT cairn_queue_timeouts($1)`, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("queue timeouts: %w", err)
+	}
+	return n, nil
+}
+
+// RunDeadlines fails up to limit unended runs whose deadline has passed
+// (cairn_run_deadlines): code deadline_exceeded, their unfinished steps and running
+// attempts canceled, dispatchers told. Safe from every dispatcher at once.
+func (s *Store) RunDeadlines(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &n, `SELECT cairn_run_deadlines($1)`, limit)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("run deadlines: %w", err)
+	}
+	return n, nil
+}
+
+// DispatcherLive is how recent a dispatcher's heartbeat (DispatcherBeat) must be
+// for it to count as live: three of its beats (runtime: every 5 s).
+const DispatcherLive = 15 * time.Second
+
+// DispatcherBeat records that dispatcher id, with tags, is alive (its row is made
+// on the first beat).
+func (s *Store) DispatcherBeat(ctx context.Context, id string, tags []string) error {
+	if tags == nil {
+		tags = []string{}
+	}
+	if _, err := s.db.ExecContext(ctx, sqlDispatcherBeat, id, pq.StringArray(tags)); err != nil {
+		return fmt.Errorf("dispatcher heartbeat: %w", translateError(err))
+	}
+	return nil
+}
+
+// DispatcherGone removes the row of a dispatcher that stops (and those silent for a
+// day).
+func (s *Store) DispatcherGone(ctx context.Context, id string) error {
+	if _, err := s.db.ExecContext(ctx, sqlDispatcherGone, id); err != nil {
+		return fmt.Errorf("dispatcher gone: %w", translateError(err))
+	}
+	return nil
+}
+
+// Dispatcher is a live dispatcher.
+type Dispatcher struct {
+	ID          string         `db:"id"`
+	Tags        pq.StringArray `db:"tags"`
+	StartedAt   time.Time      `db:"started_at"`
+	HeartbeatAt time.Time      `db:"heartbeat_at"`
+}
+
+// DispatcherList returns the live dispatchers (a heartbeat within DispatcherLive).
+func (s *Store) DispatcherList(ctx context.Context) ([]Dispatcher, error) {
+	var out []Dispatcher
+	if err := s.db.SelectContext(ctx, &out, sqlDispatcherList, DispatcherLive.Seconds()); err != nil {
+		return nil, fmt.Errorf("list dispatchers: %w", translateError(err))
+	}
+	return out, nil
+}
+
+// BlockedBy says what holds a ready step back from starting.
+type BlockedBy struct {
+	// Kind is "concurrency", "rate_limit" or "no_dispatcher".
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Key  string `json:"key"`
+	// RunsOn is the tags no live dispatcher has all of (no_dispatcher).
+	RunsOn []string `json:"runs_on,omitempty"`
+	// InUse is the slots in use (concurrency) or the tokens used in the window
+	// (rate_limit); Limit the limit.
+	InUse int `json:"in_use"`
+	Limit int `json:"limit"`
+}
+
+// StepsBlocked returns, by step key, the ready steps of a run (not held) that no
+// live dispatcher can claim (runs_on), whose concurrency key has no free slot, or
+// whose rate bucket has no token now.
+func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]BlockedBy, error) {
+	rows, err := s.db.QueryxContext(ctx, sqlStepBlocked, runID, DispatcherLive.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("blocked steps of %s: %w", runID, translateError(err))
+	}
+	defer rows.Close()
+	out := map[string]BlockedBy{}
+	for rows.Next() {
+		var (
+			key                         string
+			concName, concKey           *string
+			concLimit, inUse, rateLimit *int
+			rateName, rateKey           *string
+			tokens                      *float64
+			runsOn                      pq.StringArray
+			placed                      bool
+		)
+		if err := rows.Scan(&key, &concName, &concKey, &concLimit, &inUse, &rateName, &rateKey, &rateLimit, &tokens,
+			&runsOn, &placed); err != nil {
+			return nil, err
+		}
+		switch {
+		case !placed:
+			out[key] = BlockedBy{Kind: "no_dispatcher", RunsOn: []string(runsOn)}
+		case concName != nil && *inUse >= *concLimit:
+			out[key] = BlockedBy{Kind: "concurrency", Name: *concName, Key: *concKey, InUse: *inUse, Limit: *concLimit}
+		case rateName != nil && tokens != nil && *tokens < 1:
+			out[key] = BlockedBy{Kind: "rate_limit", Name: *rateName, Key: *rateKey, InUse: *rateLimit - int(*tokens), Limit: *rateLimit}
+		}
+	}
+	return out, rows.Err()
+}
