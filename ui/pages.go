@@ -144,10 +144,29 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *sessio
 		}
 		def = got.JSON200
 	}
-	h.render(w, r, s, "workflow", map[string]any{
+	data := map[string]any{
 		"Workflow": wf.JSON200, "Versions": deref(vs.JSON200.Items), "Aliases": deref(aliases.JSON200.Items),
 		"Shown": def,
-	})
+	}
+	// The diff of two versions' definitions: ?from=N&to=M.
+	from, errFrom := strconv.ParseInt(r.URL.Query().Get("from"), 10, 64)
+	to, errTo := strconv.ParseInt(r.URL.Query().Get("to"), 10, 64)
+	data["DiffFrom"], data["DiffTo"] = wf.JSON200.LatestVersion-1, wf.JSON200.LatestVersion
+	if errFrom == nil && errTo == nil && from > 0 && to > 0 {
+		a, err := s.api.GetVersionWithResponse(ctx, name, from)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		b, err := s.api.GetVersionWithResponse(ctx, name, to)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		data["DiffFrom"], data["DiffTo"] = from, to
+		data["Diff"] = lineDiff(prettyAll(a.JSON200.Definition), prettyAll(b.JSON200.Definition))
+	}
+	h.render(w, r, s, "workflow", data)
 }
 
 func (h *Handler) pauseWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
@@ -794,6 +813,15 @@ func pretty(v any) string {
 	}
 	if len(b) > 64<<10 {
 		return string(b[:64<<10]) + "\n… (cut at 64 KiB: download it whole)"
+	}
+	return string(b)
+}
+
+// prettyAll is v as indented JSON, whole (for a diff).
+func prettyAll(v any) string {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
 	}
 	return string(b)
 }
