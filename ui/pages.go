@@ -50,7 +50,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)
@@ -511,6 +511,8 @@ type stepView struct {
 	CkptBlob   bool
 	LastError  string
 	RunInput   string
+	// Approval: the step waits for approvals (the panel offers approve and reject).
+	Approval bool
 }
 
 type attemptView struct {
@@ -577,6 +579,7 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if v.Step.LastError != nil {
 		v.LastError = pretty(v.Step.LastError)
 	}
+	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.Approval && !terminalRun(run.JSON200.Status)
 	return v, nil
 }
 
@@ -890,4 +893,94 @@ func timeline(steps []client.Step) *timelineView {
 			Label: end.Sub(*st.StartedAt).Round(time.Millisecond).String()})
 	}
 	return tv
+}
+
+// badInput answers a form whose JSON field does not parse.
+func (h *Handler) badInput(w http.ResponseWriter, r *http.Request, s *session, field string, err error) {
+	h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": field + " is not JSON: " + err.Error()})
+}
+
+// signalRun sends a signal (a name and a JSON payload) to the run.
+func (h *Handler) signalRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	var payload any
+	if in := strings.TrimSpace(r.PostFormValue("payload")); in != "" {
+		if err := json.Unmarshal([]byte(in), &payload); err != nil {
+			h.badInput(w, r, s, "the payload", err)
+			return
+		}
+	}
+	_, err := s.api.SendSignalWithResponse(r.Context(), id, name, &client.SendSignalParams{}, payload)
+	h.after(w, r, s, err, "/ui/runs/"+id.String())
+}
+
+// decideStep approves or rejects an approval step, with a comment.
+func (h *Handler) decideStep(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	body := client.DecisionBody{Comment: optional(r.PostFormValue("comment"))}
+	var err error
+	switch r.PostFormValue("decision") {
+	case "approve":
+		_, err = s.api.ApproveStepWithResponse(r.Context(), id, key, body)
+	case "reject":
+		_, err = s.api.RejectStepWithResponse(r.Context(), id, key, body)
+	default:
+		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "decision: want approve or reject"})
+		return
+	}
+	h.after(w, r, s, err, "/ui/runs/"+id.String()+"?step="+url.QueryEscape(key))
+}
+
+func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request, s *session) {
+	params := &client.ListSchedulesParams{Limit: ptr(int64(100))}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		params.Cursor = &c
+	}
+	if wf := r.URL.Query().Get("workflow"); wf != "" {
+		params.Workflow = &wf
+	}
+	res, err := s.api.ListSchedulesWithResponse(r.Context(), params)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.render(w, r, s, "schedules", map[string]any{"Items": deref(res.JSON200.Items), "Next": derefStr(res.JSON200.NextCursor)})
+}
+
+// scheduleAction pauses, resumes or triggers a schedule; a trigger leads to its run.
+func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request, s *session) {
+	sid, err := strconv.ParseInt(r.PathValue("sid"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	ctx := r.Context()
+	switch r.PathValue("action") {
+	case "pause":
+		_, err = s.api.PauseScheduleWithResponse(ctx, sid)
+	case "resume":
+		_, err = s.api.ResumeScheduleWithResponse(ctx, sid)
+	case "trigger":
+		res, err := s.api.TriggerScheduleWithResponse(ctx, sid)
+		if err == nil && res.JSON202 != nil {
+			h.after(w, r, s, nil, "/ui/runs/"+res.JSON202.Id)
+			return
+		}
+		h.after(w, r, s, err, "/ui/schedules")
+		return
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	h.after(w, r, s, err, "/ui/schedules")
 }
