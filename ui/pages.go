@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,11 +58,13 @@ func parsePages() (map[string]*template.Template, error) {
 		}
 		pages[name] = t
 	}
-	step, err := template.New("step.html").Funcs(funcs).ParseFS(templateFS, "templates/step.html")
-	if err != nil {
-		return nil, err
+	for _, name := range []string{"step", "timeline"} {
+		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		pages[name] = t
 	}
-	pages["step"] = step
 	return pages, nil
 }
 
@@ -77,8 +80,8 @@ func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	var buf bytes.Buffer
 	name := "base"
-	if page == "step" {
-		name = "step.html"
+	if page == "step" || page == "timeline" {
+		name = page + ".html"
 	}
 	if err := h.pages[page].ExecuteTemplate(&buf, name, v); err != nil {
 		h.logger.ErrorContext(r.Context(), "render page", "page", page, "error", err)
@@ -393,21 +396,50 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 	items := deref(steps.JSON200.Items)
 	g := layout(items)
 	data := map[string]any{
-		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": timeline(items),
+		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timeline(items, time.Now())),
 		"Input": pretty(run.JSON200.Input), "Terminal": terminalRun(run.JSON200.Status),
 	}
 	if key := r.URL.Query().Get("step"); key != "" {
 		if p, err := h.panel(r, s, id, key); err == nil {
-			var buf bytes.Buffer
-			v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: p}
-			if err := h.pages["step"].ExecuteTemplate(&buf, "step.html", v); err == nil {
-				data["Panel"] = template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
-				data["PanelKey"] = key
-			}
+			data["Panel"], data["PanelKey"] = h.fragment("step", s, p), key
 		}
 	}
 	data["Elapsed"] = time.Since(start).Round(time.Millisecond).String()
 	h.render(w, r, s, "run", data)
+}
+
+// fragment renders a part of a page (step.html, timeline.html) for the page to
+// embed; empty when data is nil or the template fails (logged).
+func (h *Handler) fragment(name string, s *session, data any) template.HTML {
+	if v := reflect.ValueOf(data); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return ""
+	}
+	var buf bytes.Buffer
+	v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: data}
+	if err := h.pages[name].ExecuteTemplate(&buf, name+".html", v); err != nil {
+		h.logger.Error("render fragment", "fragment", name, "error", err)
+		return ""
+	}
+	return template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
+}
+
+// runTimeline is the run's timeline alone, which the run page fetches again as
+// the run's events come (its steps start and end).
+func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timeline(deref(steps.JSON200.Items), time.Now()))))
 }
 
 func terminalRun(st client.RunStatus) bool {
@@ -840,8 +872,10 @@ func isBlob(v any) bool {
 	return ok && len(m) == 1
 }
 
-// timeline is a Gantt-like view of the steps: one bar per started step, from its
-// start to its end (or now), on a common scale.
+// timeline is a Gantt-like view of the steps: one row per started step, from the
+// time it was ready (light: waiting for a worker, a limit or a lease) to its start
+// and from its start to its end (or now), on a common scale. Steps not started yet
+// have no row; the run page fetches the view again as the run's events come.
 type timelineView struct {
 	Bars          []timelineBar
 	Span          string
@@ -849,11 +883,14 @@ type timelineView struct {
 }
 
 type timelineBar struct {
-	Key, Status, Label string
-	X, W, Y            float64
+	Key, Name, Status, Label string
+	WaitX, WaitW, X, W, Y    float64
 }
 
-func timeline(steps []client.Step) *timelineView {
+// timelineMax is the most rows the timeline draws.
+const timelineMax = 500
+
+func timeline(steps []client.Step, now time.Time) *timelineView {
 	var first, last time.Time
 	started := make([]client.Step, 0, len(steps))
 	for _, st := range steps {
@@ -861,18 +898,22 @@ func timeline(steps []client.Step) *timelineView {
 			continue
 		}
 		started = append(started, st)
-		end := time.Now()
+		end := now
 		if st.FinishedAt != nil {
 			end = *st.FinishedAt
 		}
-		if first.IsZero() || st.StartedAt.Before(first) {
-			first = *st.StartedAt
+		begin := *st.StartedAt
+		if st.ReadyAt != nil && st.ReadyAt.Before(begin) {
+			begin = *st.ReadyAt
+		}
+		if first.IsZero() || begin.Before(first) {
+			first = begin
 		}
 		if end.After(last) {
 			last = end
 		}
 	}
-	if len(started) == 0 || len(started) > 500 {
+	if len(started) == 0 || len(started) > timelineMax {
 		return nil // nothing yet, or too many bars to read
 	}
 	sort.SliceStable(started, func(i, j int) bool { return started[i].StartedAt.Before(*started[j].StartedAt) })
@@ -881,16 +922,27 @@ func timeline(steps []client.Step) *timelineView {
 		span = time.Millisecond
 	}
 	const width = 600.0
+	scale := func(d time.Duration) float64 { return float64(d) / float64(span) * width }
 	tv := &timelineView{Span: span.Round(time.Millisecond).String(), Width: int(width) + 200, Height: len(started)*18 + 4}
 	for i, st := range started {
-		end := time.Now()
+		end := now
 		if st.FinishedAt != nil {
 			end = *st.FinishedAt
 		}
-		x := float64(st.StartedAt.Sub(first)) / float64(span) * width
-		w := max(2, float64(end.Sub(*st.StartedAt))/float64(span)*width)
-		tv.Bars = append(tv.Bars, timelineBar{Key: st.Key, Status: string(st.Status), X: x, W: w, Y: float64(i * 18),
-			Label: end.Sub(*st.StartedAt).Round(time.Millisecond).String()})
+		b := timelineBar{Key: st.Key, Name: st.Key, Status: string(st.Status), Y: float64(i * 18),
+			X: scale(st.StartedAt.Sub(first)), W: max(2, scale(end.Sub(*st.StartedAt)))}
+		if len([]rune(b.Name)) > 28 {
+			b.Name = string([]rune(b.Name)[:27]) + "…"
+		}
+		b.Label = "ran " + end.Sub(*st.StartedAt).Round(time.Millisecond).String()
+		if st.ReadyAt != nil && st.ReadyAt.Before(*st.StartedAt) {
+			b.WaitX, b.WaitW = scale(st.ReadyAt.Sub(first)), scale(st.StartedAt.Sub(*st.ReadyAt))
+			b.Label = "waited " + st.StartedAt.Sub(*st.ReadyAt).Round(time.Millisecond).String() + ", " + b.Label
+		}
+		if st.Attempts > 1 {
+			b.Label += fmt.Sprintf(" (%d attempts)", st.Attempts)
+		}
+		tv.Bars = append(tv.Bars, b)
 	}
 	return tv
 }

@@ -72,6 +72,16 @@
     if (key) loadPanel(key, false);
   });
 
+  // The timeline is drawn by the server: fetch it again when a step changed.
+  var timelineWrap = document.getElementById("timeline-wrap"), lastTimeline = "";
+  function loadTimeline() {
+    if (!timelineWrap) return;
+    fetch(base + "/timeline", { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) { timelineWrap.innerHTML = html; })
+      .catch(function () {});
+  }
+
   // After events, fetch the run's state once (coalesced) and recolour.
   var pending = false, lastStatus = run.getAttribute("data-status"), openStep = panel.getAttribute("data-step");
   var prevSteps = {};
@@ -104,6 +114,8 @@
           showActions(s.status);
           var key = panel.getAttribute("data-step");
           if (key && (changedOpen || s.status !== lastStatus)) loadPanel(key, false);
+          var sig = JSON.stringify(s.steps) + JSON.stringify(s.attempts) + s.status;
+          if (sig !== lastTimeline) { lastTimeline = sig; loadTimeline(); }
           lastStatus = s.status;
         })
         .catch(function () { pending = false; });

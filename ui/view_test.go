@@ -1,0 +1,45 @@
+package ui
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/client"
+)
+
+func TestLineDiff(t *testing.T) {
+	got := lineDiff("a\nb\nc\nd", "a\nc\nx\nd")
+	require.Equal(t, []diffLine{{" ", "a"}, {"-", "b"}, {" ", "c"}, {"+", "x"}, {" ", "d"}}, got)
+	require.Equal(t, []diffLine{{" ", "same"}}, lineDiff("same", "same"))
+	require.Equal(t, []diffLine{{"-", "a"}, {"+", "b"}}, lineDiff("a", "b"))
+}
+
+func TestTimeline(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) *time.Time { v := t0.Add(time.Duration(ms) * time.Millisecond); return &v }
+	steps := []client.Step{
+		{Key: "split", Status: "succeeded", ReadyAt: at(0), StartedAt: at(0), FinishedAt: at(100)},
+		{Key: "join", Status: "running", ReadyAt: at(400), StartedAt: at(500)},
+		{Key: "later", Status: "waiting"},
+	}
+	for i := 1; i <= 8; i++ {
+		steps = append(steps, client.Step{Key: fmt.Sprintf("part-%d", i), Status: "succeeded", ReadyAt: at(100), StartedAt: at(100 + i), FinishedAt: at(300 + i)})
+	}
+	tv := timeline(steps, *at(1000))
+	require.Len(t, tv.Bars, 10, "one bar per started step")
+	require.Equal(t, "split", tv.Bars[0].Key)
+	require.Equal(t, "join", tv.Bars[9].Key, "ordered by start")
+	require.Equal(t, "1s", tv.Span)
+	require.InDelta(t, 300.0, tv.Bars[9].X, 0.01)
+	require.InDelta(t, 300.0, tv.Bars[9].W, 0.01, "a running step's bar ends now")
+	require.InDelta(t, 240.0, tv.Bars[9].WaitX, 0.01)
+	require.InDelta(t, 60.0, tv.Bars[9].WaitW, 0.01, "waited from ready to start")
+	require.Zero(t, tv.Bars[0].WaitW)
+	for i, b := range tv.Bars {
+		require.Equal(t, float64(i*18), b.Y, "a row each")
+	}
+	require.Nil(t, timeline(steps[2:3], *at(0)), "nothing started: no timeline")
+}
