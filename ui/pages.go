@@ -396,7 +396,7 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 	items := deref(steps.JSON200.Items)
 	g := layout(items)
 	data := map[string]any{
-		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timeline(items, time.Now())),
+		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timelineOf(r, s, id, items)),
 		"Input": pretty(run.JSON200.Input), "Terminal": terminalRun(run.JSON200.Status),
 	}
 	if key := r.URL.Query().Get("step"); key != "" {
@@ -439,7 +439,7 @@ func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timeline(deref(steps.JSON200.Items), time.Now()))))
+	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timelineOf(r, s, id, deref(steps.JSON200.Items)))))
 }
 
 func terminalRun(st client.RunStatus) bool {
@@ -885,12 +885,40 @@ type timelineView struct {
 type timelineBar struct {
 	Key, Name, Status, Label string
 	WaitX, WaitW, X, W, Y    float64
+	// Attempts: a step with more than one attempt is drawn as one segment per
+	// attempt (the gaps between them are backoff), instead of X and W.
+	Attempts []timelineSeg
+}
+
+type timelineSeg struct {
+	Number int64
+	Status string
+	X, W   float64
+}
+
+// timelineAttemptSteps is the most steps of more than one attempt whose attempts
+// the timeline fetches (one request each).
+const timelineAttemptSteps = 50
+
+// timelineOf fetches what the timeline draws: the steps, and the attempts of the
+// steps that had more than one.
+func timelineOf(r *http.Request, s *session, id openapi_types.UUID, steps []client.Step) *timelineView {
+	attempts := map[string][]client.Attempt{}
+	for _, st := range steps {
+		if st.Attempts <= 1 || st.StartedAt == nil || len(attempts) >= timelineAttemptSteps {
+			continue
+		}
+		if at, err := s.api.ListAttemptsWithResponse(r.Context(), id, st.Key); err == nil {
+			attempts[st.Key] = deref(at.JSON200.Items)
+		}
+	}
+	return timeline(steps, attempts, time.Now())
 }
 
 // timelineMax is the most rows the timeline draws.
 const timelineMax = 500
 
-func timeline(steps []client.Step, now time.Time) *timelineView {
+func timeline(steps []client.Step, attempts map[string][]client.Attempt, now time.Time) *timelineView {
 	var first, last time.Time
 	started := make([]client.Step, 0, len(steps))
 	for _, st := range steps {
@@ -941,6 +969,17 @@ func timeline(steps []client.Step, now time.Time) *timelineView {
 		}
 		if st.Attempts > 1 {
 			b.Label += fmt.Sprintf(" (%d attempts)", st.Attempts)
+		}
+		for _, a := range attempts[st.Key] {
+			if a.StartedAt.Before(first) {
+				continue // an attempt of before a retry: off this scale
+			}
+			aend := now
+			if a.FinishedAt != nil {
+				aend = *a.FinishedAt
+			}
+			b.Attempts = append(b.Attempts, timelineSeg{Number: a.Number, Status: string(a.Status),
+				X: scale(a.StartedAt.Sub(first)), W: max(2, scale(aend.Sub(a.StartedAt)))})
 		}
 		tv.Bars = append(tv.Bars, b)
 	}

@@ -28,7 +28,7 @@ func TestTimeline(t *testing.T) {
 	for i := 1; i <= 8; i++ {
 		steps = append(steps, client.Step{Key: fmt.Sprintf("part-%d", i), Status: "succeeded", ReadyAt: at(100), StartedAt: at(100 + i), FinishedAt: at(300 + i)})
 	}
-	tv := timeline(steps, *at(1000))
+	tv := timeline(steps, nil, *at(1000))
 	require.Len(t, tv.Bars, 10, "one bar per started step")
 	require.Equal(t, "split", tv.Bars[0].Key)
 	require.Equal(t, "join", tv.Bars[9].Key, "ordered by start")
@@ -41,5 +41,16 @@ func TestTimeline(t *testing.T) {
 	for i, b := range tv.Bars {
 		require.Equal(t, float64(i*18), b.Y, "a row each")
 	}
-	require.Nil(t, timeline(steps[2:3], *at(0)), "nothing started: no timeline")
+	require.Nil(t, timeline(steps[2:3], nil, *at(0)), "nothing started: no timeline")
+
+	// A step of two attempts: a segment each, the backoff between them empty.
+	steps[0].Attempts = 2
+	tv = timeline(steps, map[string][]client.Attempt{"split": {
+		{Number: 1, Status: "failed", StartedAt: *at(0), FinishedAt: at(20)},
+		{Number: 2, Status: "succeeded", StartedAt: *at(50), FinishedAt: at(100)},
+	}}, *at(1000))
+	require.Len(t, tv.Bars[0].Attempts, 2)
+	require.InDelta(t, 30.0, tv.Bars[0].Attempts[1].X, 0.01)
+	require.InDelta(t, 30.0, tv.Bars[0].Attempts[1].W, 0.01)
+	require.Contains(t, tv.Bars[0].Label, "2 attempts")
 }

@@ -37,6 +37,10 @@ func TestUIActionsInBrowser(t *testing.T) {
 	e.dev.deploy(t, write("mirror", "name: mirror\nsteps:\n  - {key: a, builtin: echo, with: {value: 1}}\n  - {key: b, needs: [a], builtin: echo}\n"))
 	// sign: an approval by one operator, then a step after it.
 	e.dev.deploy(t, write("sign", "name: sign\nsteps:\n  - {key: sign-off, approval: {required: 1, roles: [operator]}}\n  - {key: after, needs: [sign-off], builtin: echo, with: {value: {done: true}}}\n"))
+	// twice: its first attempt fails, the second (right after) succeeds.
+	twice := write("twice", "name: twice\nsteps:\n  - {key: twice, exec: [\"./twice\"], retry: {max_attempts: 2, delay: 0s}}\n")
+	require.NoError(t, os.WriteFile(filepath.Join(twice, "twice"), []byte("#!/bin/sh\ncat >/dev/null\n[ \"$CAIRN_ATTEMPT\" = 1 ] && exit 1\necho '{\"ok\": true}'\n"), 0o755))
+	e.dev.deploy(t, twice)
 	// clocked: a schedule that fires once a year, triggered by hand here.
 	e.dev.deploy(t, write("clocked", "name: clocked\nschedules:\n  - {name: yearly, cron: \"0 0 1 1 *\"}\nsteps:\n  - {key: tick, builtin: echo, with: {value: tick}}\n"))
 
@@ -74,6 +78,16 @@ func TestUIActionsInBrowser(t *testing.T) {
 		require.Equal(t, "split", keys[0], "bars in start order")
 		require.Equal(t, "join", keys[9])
 		b.shoot("run-fanout-timeline.png")
+	})
+
+	t.Run("timeline_attempts", func(t *testing.T) {
+		// A step of two attempts: a segment each on its timeline row.
+		run := e.startRun(t, "twice", "--wait")
+		b := e.operator(t)
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run), chromedp.WaitVisible(chromedp.ID("timeline")))
+		require.Equal(t, 2, b.eval(`document.querySelectorAll('#timeline .bar[data-key=twice] rect.attempt').length`))
+		require.Equal(t, 1, b.eval(`document.querySelectorAll('#timeline rect.attempt[data-attempt="1"].st-failed').length`))
+		require.Equal(t, 1, b.eval(`document.querySelectorAll('#timeline rect.attempt[data-attempt="2"].st-succeeded').length`))
 	})
 
 	t.Run("rerun_edited_input", func(t *testing.T) {
