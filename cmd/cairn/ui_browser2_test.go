@@ -41,6 +41,8 @@ func TestUIActionsInBrowser(t *testing.T) {
 	twice := write("twice", "name: twice\nsteps:\n  - {key: twice, exec: [\"./twice\"], retry: {max_attempts: 2, delay: 0s}}\n")
 	require.NoError(t, os.WriteFile(filepath.Join(twice, "twice"), []byte("#!/bin/sh\ncat >/dev/null\n[ \"$CAIRN_ATTEMPT\" = 1 ] && exit 1\necho '{\"ok\": true}'\n"), 0o755))
 	e.dev.deploy(t, twice)
+	// paid: waits for the signal paid, whose payload is its output.
+	e.dev.deploy(t, write("paid", "name: paid\nsteps:\n  - {key: paid, signal: {name: paid}}\n  - {key: after, needs: [paid], builtin: echo, with: {value: {done: true}}}\n"))
 	// clocked: a schedule that fires once a year, triggered by hand here.
 	e.dev.deploy(t, write("clocked", "name: clocked\nschedules:\n  - {name: yearly, cron: \"0 0 1 1 *\"}\nsteps:\n  - {key: tick, builtin: echo, with: {value: tick}}\n"))
 
@@ -131,6 +133,43 @@ func TestUIActionsInBrowser(t *testing.T) {
 		require.Contains(t, b.text("#output"), "approved_by")
 		require.Zero(t, b.eval(`document.querySelectorAll('#approve').length`), "nothing left to approve")
 		require.Equal(t, "succeeded", e.runStatus(t, run))
+	})
+
+	t.Run("reject", func(t *testing.T) {
+		run := e.startRun(t, "sign")
+		b := e.operator(t)
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=sign-off"),
+			b.poll(`document.getElementById('reject') !== null`),
+			chromedp.SendKeys(chromedp.ID("decide-comment"), "not today"))
+		dialog := b.acceptDialogs()
+		b.submit(chromedp.Click(chromedp.ID("reject")))
+		select {
+		case msg := <-dialog:
+			require.Contains(t, msg, "Reject this step?")
+		case <-time.After(5 * time.Second):
+			t.Fatal("reject did not ask first")
+		}
+		b.do(b.poll(`document.getElementById('run-status').textContent === 'failed'`), chromedp.WaitVisible(chromedp.ID("last-error")))
+		require.Contains(t, b.text("#last-error"), "rejected")
+		require.Contains(t, b.text("#last-error"), "not today")
+		require.Equal(t, "failed", e.runStatus(t, run))
+	})
+
+	t.Run("signal", func(t *testing.T) {
+		run := e.startRun(t, "paid")
+		b := e.operator(t)
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=paid"),
+			b.poll(`document.getElementById('waiting-for') !== null && document.getElementById('waiting-for').textContent.includes('signal')`),
+			chromedp.Click(chromedp.CSS(`#signal-box summary`)),
+			chromedp.WaitVisible(chromedp.ID("signal-name")),
+			chromedp.SendKeys(chromedp.ID("signal-name"), "paid"),
+			chromedp.SetValue(chromedp.ID("signal-payload"), `{"amount": 5}`))
+		b.submit(chromedp.Click(chromedp.ID("send-signal")))
+		b.do(b.poll(`document.getElementById('run-status').textContent === 'succeeded'`))
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=paid"), chromedp.WaitVisible(chromedp.ID("output")))
+		require.Contains(t, b.text("#output"), `"amount": 5`)
+		require.Equal(t, 1, b.eval(`document.getElementById('signal-box') === null || document.getElementById('signal-box').hidden ? 1 : 0`),
+			"no signal to a run that has ended")
 	})
 
 	t.Run("pause_resume", func(t *testing.T) {
