@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	openapi_types "github.com/oapi-codegen/runtime/types"
 
+	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -611,8 +613,43 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if v.Step.LastError != nil {
 		v.LastError = pretty(v.Step.LastError)
 	}
-	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.Approval && !terminalRun(run.JSON200.Status)
+	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.Approval && !terminalRun(run.JSON200.Status) &&
+		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
 	return v, nil
+}
+
+// mayDecide reports whether the session's role is among the roles of the approval
+// step key (admin always is), as its run's version defines them; when the
+// definition cannot be read, the buttons are shown and the API decides.
+func (h *Handler) mayDecide(r *http.Request, s *session, run *client.Run, key string) bool {
+	if s.who.Role >= api.RoleAdmin {
+		return true
+	}
+	ver, err := s.api.GetVersionWithResponse(r.Context(), run.Workflow, run.Version)
+	if err != nil {
+		return true
+	}
+	raw, err := json.Marshal(ver.JSON200.Definition)
+	if err != nil {
+		return true
+	}
+	var def struct {
+		Steps []struct {
+			Key      string `json:"key"`
+			Approval *struct {
+				Roles []string `json:"roles"`
+			} `json:"approval"`
+		} `json:"steps"`
+	}
+	if json.Unmarshal(raw, &def) != nil {
+		return true
+	}
+	for _, st := range def.Steps {
+		if st.Key == key && st.Approval != nil {
+			return slices.Contains(st.Approval.Roles, s.who.Role.String())
+		}
+	}
+	return true
 }
 
 // tail keeps the last n bytes of r.

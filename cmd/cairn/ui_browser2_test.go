@@ -41,6 +41,8 @@ func TestUIActionsInBrowser(t *testing.T) {
 	twice := write("twice", "name: twice\nsteps:\n  - {key: twice, exec: [\"./twice\"], retry: {max_attempts: 2, delay: 0s}}\n")
 	require.NoError(t, os.WriteFile(filepath.Join(twice, "twice"), []byte("#!/bin/sh\ncat >/dev/null\n[ \"$CAIRN_ATTEMPT\" = 1 ] && exit 1\necho '{\"ok\": true}'\n"), 0o755))
 	e.dev.deploy(t, twice)
+	// boss: an approval by an admin only.
+	e.dev.deploy(t, write("boss", "name: boss\nsteps:\n  - {key: sign-off, approval: {roles: [admin]}}\n"))
 	// paid: waits for the signal paid, whose payload is its output.
 	e.dev.deploy(t, write("paid", "name: paid\nsteps:\n  - {key: paid, signal: {name: paid}}\n  - {key: after, needs: [paid], builtin: echo, with: {value: {done: true}}}\n"))
 	// clocked: a schedule that fires once a year, triggered by hand here.
@@ -133,6 +135,20 @@ func TestUIActionsInBrowser(t *testing.T) {
 		require.Contains(t, b.text("#output"), "approved_by")
 		require.Zero(t, b.eval(`document.querySelectorAll('#approve').length`), "nothing left to approve")
 		require.Equal(t, "succeeded", e.runStatus(t, run))
+	})
+
+	t.Run("approve_roles", func(t *testing.T) {
+		// An approval of admins only: an operator sees no button, an admin does.
+		run := e.startRun(t, "boss")
+		b := e.operator(t)
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=sign-off"),
+			b.poll(`document.getElementById('waiting-for') !== null`))
+		require.Zero(t, b.eval(`document.querySelectorAll('#approve, #reject').length`))
+		a := e.login(t, e.dev.creds["CAIRN_ADMIN_TOKEN"])
+		a.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=sign-off"),
+			a.poll(`document.getElementById('approve') !== null`))
+		a.submit(chromedp.Click(chromedp.ID("approve")))
+		a.do(a.poll(`document.getElementById('run-status').textContent === 'succeeded'`))
 	})
 
 	t.Run("reject", func(t *testing.T) {
