@@ -53,7 +53,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)
@@ -367,8 +367,30 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, err)
 		return
 	}
-	op := res.JSON202
-	h.render(w, r, s, "error", map[string]any{"Status": 202, "Message": fmt.Sprintf("bulk %s accepted: operation %s (GET /v1/operations/%s)", op.Action, op.Id, op.Id), "Back": "/ui/runs?" + f.query().Encode()})
+	back := "/ui/runs?" + f.query().Encode()
+	h.after(w, r, s, nil, "/ui/operations/"+res.JSON202.Id+"?back="+url.QueryEscape(back))
+}
+
+// operationPage shows a bulk operation's progress; the page reloads itself while
+// the operation runs.
+func (h *Handler) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	res, err := s.api.GetOperationWithResponse(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	op := res.JSON200
+	pct := 100
+	if op.Total > 0 {
+		pct = int(op.Processed * 100 / op.Total)
+	}
+	h.render(w, r, s, "operation", map[string]any{"Op": op, "Percent": pct, "Filter": pretty(op.Filter),
+		"Error": pretty(op.Error), "Back": safeNext(r.URL.Query().Get("back"))})
 }
 
 // runID reads the {id} of a path.

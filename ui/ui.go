@@ -115,6 +115,7 @@ func (h *Handler) routes() {
 
 	h.mux.HandleFunc("GET /ui/runs", h.read(h.runsPage))
 	h.mux.HandleFunc("POST /ui/runs/bulk", h.write(h.bulk))
+	h.mux.HandleFunc("GET /ui/operations/{id}", h.read(h.operationPage))
 	h.mux.HandleFunc("GET /ui/runs/{id}", h.read(h.runPage))
 	h.mux.HandleFunc("GET /ui/runs/{id}/state", h.read(h.runState))
 	h.mux.HandleFunc("GET /ui/runs/{id}/events", h.read(h.runEvents))

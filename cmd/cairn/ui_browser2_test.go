@@ -231,9 +231,13 @@ func TestUIActionsInBrowser(t *testing.T) {
 		case <-time.After(5 * time.Second): // it opened before the click returned, if at all
 			t.Fatal("the bulk action did not ask first")
 		}
-		b.do(chromedp.WaitVisible(chromedp.ID("message")))
-		require.Contains(t, b.text("#message"), "bulk cancel accepted")
-		// Back to the filtered list: every run of the batch ends canceled, the other runs on.
+		// The operation's page follows it to its end: the three runs canceled.
+		b.do(chromedp.WaitVisible(chromedp.ID("operation")),
+			b.poll(`document.getElementById('operation') && document.getElementById('operation').dataset.status === 'succeeded'`))
+		require.Contains(t, b.text("h1"), "Bulk cancel")
+		require.Equal(t, "3", b.attr("#operation", "data-total"))
+		require.Equal(t, "3", b.attr("#operation", "data-applied"))
+		// Back to the filtered list: every run of the batch canceled, the other runs on.
 		b.submit(chromedp.Click(chromedp.CSS(`[data-back]`)))
 		b.do(chromedp.WaitVisible(chromedp.ID("runs")))
 		require.ElementsMatch(t, mine, b.listedRuns())

@@ -19,6 +19,24 @@
     form.submit();
   }
 
+  // A bulk operation's page follows it until it is done: the page is fetched again
+  // each second and its operation part replaced.
+  function followOperation() {
+    var op = document.getElementById("operation");
+    if (!op || op.getAttribute("data-status") !== "running") return;
+    setTimeout(function () {
+      fetch(location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (html) {
+          var next = new DOMParser().parseFromString(html, "text/html").getElementById("operation");
+          if (next) op.replaceWith(document.adoptNode(next));
+          followOperation();
+        })
+        .catch(function (e) { if (typeof e !== "number") followOperation(); });
+    }, 1000);
+  }
+  followOperation();
+
   var run = document.getElementById("run");
   if (!run) return;
   var id = run.getAttribute("data-run");
