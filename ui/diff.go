@@ -1,6 +1,9 @@
 package ui
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // diffLine is one line of a line diff: Op is " " (in both), "-" (only in the old
 // text) or "+" (only in the new).
@@ -60,6 +63,42 @@ func lineDiff(a, b string) []diffLine {
 	}
 	for ; j < len(y); j++ {
 		out = append(out, diffLine{"+", y[j]})
+	}
+	return out
+}
+
+// diffContext is how many unchanged lines a shown diff keeps around each change.
+const diffContext = 3
+
+// collapse replaces each run of unchanged lines longer than twice diffContext,
+// beyond diffContext lines of each change, by one line "@" saying how many it hides.
+func collapse(d []diffLine) []diffLine {
+	var out []diffLine
+	for i := 0; i < len(d); {
+		if d[i].Op != " " {
+			out = append(out, d[i])
+			i++
+			continue
+		}
+		j := i
+		for j < len(d) && d[j].Op == " " {
+			j++
+		}
+		keepHead, keepTail := diffContext, diffContext
+		if i == 0 {
+			keepHead = 0
+		}
+		if j == len(d) {
+			keepTail = 0
+		}
+		if j-i <= keepHead+keepTail+1 {
+			out = append(out, d[i:j]...)
+		} else {
+			out = append(out, d[i:i+keepHead]...)
+			out = append(out, diffLine{"@", fmt.Sprintf("… %d unchanged lines", j-i-keepHead-keepTail)})
+			out = append(out, d[j-keepTail:j]...)
+		}
+		i = j
 	}
 	return out
 }

@@ -169,7 +169,7 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *sessio
 			return
 		}
 		data["DiffFrom"], data["DiffTo"] = from, to
-		data["Diff"] = lineDiff(prettyAll(a.JSON200.Definition), prettyAll(b.JSON200.Definition))
+		data["Diff"] = collapse(lineDiff(prettyAll(a.JSON200.Definition), prettyAll(b.JSON200.Definition)))
 	}
 	h.render(w, r, s, "workflow", data)
 }

@@ -54,3 +54,15 @@ func TestTimeline(t *testing.T) {
 	require.InDelta(t, 30.0, tv.Bars[0].Attempts[1].W, 0.01)
 	require.Contains(t, tv.Bars[0].Label, "2 attempts")
 }
+
+func TestCollapse(t *testing.T) {
+	var d []diffLine
+	for i := range 20 {
+		d = append(d, diffLine{" ", fmt.Sprint(i)})
+	}
+	d[10] = diffLine{"+", "x"}
+	got := collapse(d)
+	require.Equal(t, []diffLine{{"@", "… 7 unchanged lines"}, {" ", "7"}, {" ", "8"}, {" ", "9"}, {"+", "x"},
+		{" ", "11"}, {" ", "12"}, {" ", "13"}, {"@", "… 6 unchanged lines"}}, got)
+	require.Equal(t, []diffLine{{"@", "… 2 unchanged lines"}}, collapse(d[:2]), "no change at all")
+}

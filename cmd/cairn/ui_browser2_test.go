@@ -64,6 +64,7 @@ func TestUIActionsInBrowser(t *testing.T) {
 		require.Contains(t, strings.Join(added, "\n"), `"value": 2`)
 		require.Contains(t, strings.Join(added, "\n"), `"key": "b"`)
 		require.NotContains(t, strings.Join(removed, "\n"), `"key": "a"`, "a line in both is no change")
+		b.shoot("workflow-diff.png")
 	})
 
 	t.Run("timeline", func(t *testing.T) {
@@ -127,6 +128,7 @@ func TestUIActionsInBrowser(t *testing.T) {
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=sign-off"),
 			b.poll(`document.getElementById('approve') !== null`),
 			chromedp.SendKeys(chromedp.ID("decide-comment"), "looks good"))
+		b.shoot("step-approval.png")
 		b.submit(chromedp.Click(chromedp.ID("approve")))
 		b.do(b.poll(`document.getElementById('run-status').textContent === 'succeeded'`))
 		require.Contains(t, b.location(), "step=sign-off", "back on the step's panel")
