@@ -428,6 +428,8 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 			data["Panel"], data["PanelKey"] = h.fragment("step", s, p), key
 		}
 	}
+	// A run of more steps than the timeline draws is not fetched again either.
+	data["TimelineDrawn"] = len(items) <= timelineMax
 	data["Elapsed"] = time.Since(start).Round(time.Millisecond).String()
 	h.render(w, r, s, "run", data)
 }

@@ -93,7 +93,7 @@
   // The timeline is drawn by the server: fetch it again when a step changed.
   var timelineWrap = document.getElementById("timeline-wrap"), lastTimeline = "";
   function loadTimeline() {
-    if (!timelineWrap) return;
+    if (!timelineWrap || timelineWrap.getAttribute("data-drawn") !== "true") return;
     fetch(base + "/timeline", { credentials: "same-origin" })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) { timelineWrap.innerHTML = html; })
