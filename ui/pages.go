@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	openapi_types "github.com/oapi-codegen/runtime/types"
 
+	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -50,18 +53,20 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)
 		}
 		pages[name] = t
 	}
-	step, err := template.New("step.html").Funcs(funcs).ParseFS(templateFS, "templates/step.html")
-	if err != nil {
-		return nil, err
+	for _, name := range []string{"step", "timeline"} {
+		t, err := template.New(name+".html").Funcs(funcs).ParseFS(templateFS, "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		pages[name] = t
 	}
-	pages["step"] = step
 	return pages, nil
 }
 
@@ -77,8 +82,8 @@ func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	var buf bytes.Buffer
 	name := "base"
-	if page == "step" {
-		name = "step.html"
+	if page == "step" || page == "timeline" {
+		name = page + ".html"
 	}
 	if err := h.pages[page].ExecuteTemplate(&buf, name, v); err != nil {
 		h.logger.ErrorContext(r.Context(), "render page", "page", page, "error", err)
@@ -144,10 +149,29 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *sessio
 		}
 		def = got.JSON200
 	}
-	h.render(w, r, s, "workflow", map[string]any{
+	data := map[string]any{
 		"Workflow": wf.JSON200, "Versions": deref(vs.JSON200.Items), "Aliases": deref(aliases.JSON200.Items),
 		"Shown": def,
-	})
+	}
+	// The diff of two versions' definitions: ?from=N&to=M.
+	from, errFrom := strconv.ParseInt(r.URL.Query().Get("from"), 10, 64)
+	to, errTo := strconv.ParseInt(r.URL.Query().Get("to"), 10, 64)
+	data["DiffFrom"], data["DiffTo"] = wf.JSON200.LatestVersion-1, wf.JSON200.LatestVersion
+	if errFrom == nil && errTo == nil && from > 0 && to > 0 {
+		a, err := s.api.GetVersionWithResponse(ctx, name, from)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		b, err := s.api.GetVersionWithResponse(ctx, name, to)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		data["DiffFrom"], data["DiffTo"] = from, to
+		data["Diff"] = collapse(lineDiff(prettyAll(a.JSON200.Definition), prettyAll(b.JSON200.Definition)))
+	}
+	h.render(w, r, s, "workflow", data)
 }
 
 func (h *Handler) pauseWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
@@ -343,8 +367,30 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, err)
 		return
 	}
-	op := res.JSON202
-	h.render(w, r, s, "error", map[string]any{"Status": 202, "Message": fmt.Sprintf("bulk %s accepted: operation %s (GET /v1/operations/%s)", op.Action, op.Id, op.Id), "Back": "/ui/runs?" + f.query().Encode()})
+	back := "/ui/runs?" + f.query().Encode()
+	h.after(w, r, s, nil, "/ui/operations/"+res.JSON202.Id+"?back="+url.QueryEscape(back))
+}
+
+// operationPage shows a bulk operation's progress; the page reloads itself while
+// the operation runs.
+func (h *Handler) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	res, err := s.api.GetOperationWithResponse(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	op := res.JSON200
+	pct := 100
+	if op.Total > 0 {
+		pct = int(op.Processed * 100 / op.Total)
+	}
+	h.render(w, r, s, "operation", map[string]any{"Op": op, "Percent": pct, "Filter": pretty(op.Filter),
+		"Error": pretty(op.Error), "Back": safeNext(r.URL.Query().Get("back"))})
 }
 
 // runID reads the {id} of a path.
@@ -374,21 +420,52 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 	items := deref(steps.JSON200.Items)
 	g := layout(items)
 	data := map[string]any{
-		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": timeline(items),
+		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timelineOf(r, s, id, items)),
 		"Input": pretty(run.JSON200.Input), "Terminal": terminalRun(run.JSON200.Status),
 	}
 	if key := r.URL.Query().Get("step"); key != "" {
 		if p, err := h.panel(r, s, id, key); err == nil {
-			var buf bytes.Buffer
-			v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: p}
-			if err := h.pages["step"].ExecuteTemplate(&buf, "step.html", v); err == nil {
-				data["Panel"] = template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
-				data["PanelKey"] = key
-			}
+			data["Panel"], data["PanelKey"] = h.fragment("step", s, p), key
 		}
 	}
+	// A run of more steps than the timeline draws is not fetched again either.
+	data["TimelineDrawn"] = len(items) <= timelineMax
 	data["Elapsed"] = time.Since(start).Round(time.Millisecond).String()
 	h.render(w, r, s, "run", data)
+}
+
+// fragment renders a part of a page (step.html, timeline.html) for the page to
+// embed; empty when data is nil or the template fails (logged).
+func (h *Handler) fragment(name string, s *session, data any) template.HTML {
+	if v := reflect.ValueOf(data); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return ""
+	}
+	var buf bytes.Buffer
+	v := view{CSRF: s.csrf, CanOperate: s.canOperate(), LoggedIn: true, Data: data}
+	if err := h.pages[name].ExecuteTemplate(&buf, name+".html", v); err != nil {
+		h.logger.Error("render fragment", "fragment", name, "error", err)
+		return ""
+	}
+	return template.HTML(buf.String()) //nolint:gosec // our own template's output, escaped by it
+}
+
+// runTimeline is the run's timeline alone, which the run page fetches again as
+// the run's events come (its steps start and end).
+func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
+	if err != nil {
+		status, msg := problemText(err)
+		http.Error(w, msg, status)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timelineOf(r, s, id, deref(steps.JSON200.Items)))))
 }
 
 func terminalRun(st client.RunStatus) bool {
@@ -492,6 +569,8 @@ type stepView struct {
 	CkptBlob   bool
 	LastError  string
 	RunInput   string
+	// Approval: the step waits for approvals (the panel offers approve and reject).
+	Approval bool
 }
 
 type attemptView struct {
@@ -558,7 +637,43 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if v.Step.LastError != nil {
 		v.LastError = pretty(v.Step.LastError)
 	}
+	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.Approval && !terminalRun(run.JSON200.Status) &&
+		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
 	return v, nil
+}
+
+// mayDecide reports whether the session's role is among the roles of the approval
+// step key (admin always is), as its run's version defines them; when the
+// definition cannot be read, the buttons are shown and the API decides.
+func (h *Handler) mayDecide(r *http.Request, s *session, run *client.Run, key string) bool {
+	if s.who.Role >= api.RoleAdmin {
+		return true
+	}
+	ver, err := s.api.GetVersionWithResponse(r.Context(), run.Workflow, run.Version)
+	if err != nil {
+		return true
+	}
+	raw, err := json.Marshal(ver.JSON200.Definition)
+	if err != nil {
+		return true
+	}
+	var def struct {
+		Steps []struct {
+			Key      string `json:"key"`
+			Approval *struct {
+				Roles []string `json:"roles"`
+			} `json:"approval"`
+		} `json:"steps"`
+	}
+	if json.Unmarshal(raw, &def) != nil {
+		return true
+	}
+	for _, st := range def.Steps {
+		if st.Key == key && st.Approval != nil {
+			return slices.Contains(st.Approval.Roles, s.who.Role.String())
+		}
+	}
+	return true
 }
 
 // tail keeps the last n bytes of r.
@@ -798,6 +913,15 @@ func pretty(v any) string {
 	return string(b)
 }
 
+// prettyAll is v as indented JSON, whole (for a diff).
+func prettyAll(v any) string {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
 // isBlob reports whether v is a {"$blob": …} reference (a large output kept in the
 // blob store: the panel offers it as a download).
 func isBlob(v any) bool {
@@ -809,8 +933,10 @@ func isBlob(v any) bool {
 	return ok && len(m) == 1
 }
 
-// timeline is a Gantt-like view of the steps: one bar per started step, from its
-// start to its end (or now), on a common scale.
+// timeline is a Gantt-like view of the steps: one row per started step, from the
+// time it was ready (light: waiting for a worker, a limit or a lease) to its start
+// and from its start to its end (or now), on a common scale. Steps not started yet
+// have no row; the run page fetches the view again as the run's events come.
 type timelineView struct {
 	Bars          []timelineBar
 	Span          string
@@ -818,11 +944,42 @@ type timelineView struct {
 }
 
 type timelineBar struct {
-	Key, Status, Label string
-	X, W, Y            float64
+	Key, Name, Status, Label string
+	WaitX, WaitW, X, W, Y    float64
+	// Attempts: a step with more than one attempt is drawn as one segment per
+	// attempt (the gaps between them are backoff), instead of X and W.
+	Attempts []timelineSeg
 }
 
-func timeline(steps []client.Step) *timelineView {
+type timelineSeg struct {
+	Number int64
+	Status string
+	X, W   float64
+}
+
+// timelineAttemptSteps is the most steps of more than one attempt whose attempts
+// the timeline fetches (one request each).
+const timelineAttemptSteps = 50
+
+// timelineOf fetches what the timeline draws: the steps, and the attempts of the
+// steps that had more than one.
+func timelineOf(r *http.Request, s *session, id openapi_types.UUID, steps []client.Step) *timelineView {
+	attempts := map[string][]client.Attempt{}
+	for _, st := range steps {
+		if st.Attempts <= 1 || st.StartedAt == nil || len(attempts) >= timelineAttemptSteps {
+			continue
+		}
+		if at, err := s.api.ListAttemptsWithResponse(r.Context(), id, st.Key); err == nil {
+			attempts[st.Key] = deref(at.JSON200.Items)
+		}
+	}
+	return timeline(steps, attempts, time.Now())
+}
+
+// timelineMax is the most rows the timeline draws.
+const timelineMax = 500
+
+func timeline(steps []client.Step, attempts map[string][]client.Attempt, now time.Time) *timelineView {
 	var first, last time.Time
 	started := make([]client.Step, 0, len(steps))
 	for _, st := range steps {
@@ -830,18 +987,22 @@ func timeline(steps []client.Step) *timelineView {
 			continue
 		}
 		started = append(started, st)
-		end := time.Now()
+		end := now
 		if st.FinishedAt != nil {
 			end = *st.FinishedAt
 		}
-		if first.IsZero() || st.StartedAt.Before(first) {
-			first = *st.StartedAt
+		begin := *st.StartedAt
+		if st.ReadyAt != nil && st.ReadyAt.Before(begin) {
+			begin = *st.ReadyAt
+		}
+		if first.IsZero() || begin.Before(first) {
+			first = begin
 		}
 		if end.After(last) {
 			last = end
 		}
 	}
-	if len(started) == 0 || len(started) > 500 {
+	if len(started) == 0 || len(started) > timelineMax {
 		return nil // nothing yet, or too many bars to read
 	}
 	sort.SliceStable(started, func(i, j int) bool { return started[i].StartedAt.Before(*started[j].StartedAt) })
@@ -850,16 +1011,128 @@ func timeline(steps []client.Step) *timelineView {
 		span = time.Millisecond
 	}
 	const width = 600.0
+	scale := func(d time.Duration) float64 { return float64(d) / float64(span) * width }
 	tv := &timelineView{Span: span.Round(time.Millisecond).String(), Width: int(width) + 200, Height: len(started)*18 + 4}
 	for i, st := range started {
-		end := time.Now()
+		end := now
 		if st.FinishedAt != nil {
 			end = *st.FinishedAt
 		}
-		x := float64(st.StartedAt.Sub(first)) / float64(span) * width
-		w := max(2, float64(end.Sub(*st.StartedAt))/float64(span)*width)
-		tv.Bars = append(tv.Bars, timelineBar{Key: st.Key, Status: string(st.Status), X: x, W: w, Y: float64(i * 18),
-			Label: end.Sub(*st.StartedAt).Round(time.Millisecond).String()})
+		b := timelineBar{Key: st.Key, Name: st.Key, Status: string(st.Status), Y: float64(i * 18),
+			X: scale(st.StartedAt.Sub(first)), W: max(2, scale(end.Sub(*st.StartedAt)))}
+		if len([]rune(b.Name)) > 28 {
+			b.Name = string([]rune(b.Name)[:27]) + "…"
+		}
+		b.Label = "ran " + end.Sub(*st.StartedAt).Round(time.Millisecond).String()
+		if st.ReadyAt != nil && st.ReadyAt.Before(*st.StartedAt) {
+			b.WaitX, b.WaitW = scale(st.ReadyAt.Sub(first)), scale(st.StartedAt.Sub(*st.ReadyAt))
+			b.Label = "waited " + st.StartedAt.Sub(*st.ReadyAt).Round(time.Millisecond).String() + ", " + b.Label
+		}
+		if st.Attempts > 1 {
+			b.Label += fmt.Sprintf(" (%d attempts)", st.Attempts)
+		}
+		for _, a := range attempts[st.Key] {
+			if a.StartedAt.Before(first) {
+				continue // an attempt of before a retry: off this scale
+			}
+			aend := now
+			if a.FinishedAt != nil {
+				aend = *a.FinishedAt
+			}
+			b.Attempts = append(b.Attempts, timelineSeg{Number: a.Number, Status: string(a.Status),
+				X: scale(a.StartedAt.Sub(first)), W: max(2, scale(aend.Sub(a.StartedAt)))})
+		}
+		tv.Bars = append(tv.Bars, b)
 	}
 	return tv
+}
+
+// badInput answers a form whose JSON field does not parse.
+func (h *Handler) badInput(w http.ResponseWriter, r *http.Request, s *session, field string, err error) {
+	h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": field + " is not JSON: " + err.Error()})
+}
+
+// signalRun sends a signal (a name and a JSON payload) to the run.
+func (h *Handler) signalRun(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	name := strings.TrimSpace(r.PostFormValue("name"))
+	var payload any
+	if in := strings.TrimSpace(r.PostFormValue("payload")); in != "" {
+		if err := json.Unmarshal([]byte(in), &payload); err != nil {
+			h.badInput(w, r, s, "the payload", err)
+			return
+		}
+	}
+	_, err := s.api.SendSignalWithResponse(r.Context(), id, name, &client.SendSignalParams{}, payload)
+	h.after(w, r, s, err, "/ui/runs/"+id.String())
+}
+
+// decideStep approves or rejects an approval step, with a comment.
+func (h *Handler) decideStep(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	body := client.DecisionBody{Comment: optional(r.PostFormValue("comment"))}
+	var err error
+	switch r.PostFormValue("decision") {
+	case "approve":
+		_, err = s.api.ApproveStepWithResponse(r.Context(), id, key, body)
+	case "reject":
+		_, err = s.api.RejectStepWithResponse(r.Context(), id, key, body)
+	default:
+		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "decision: want approve or reject"})
+		return
+	}
+	h.after(w, r, s, err, "/ui/runs/"+id.String()+"?step="+url.QueryEscape(key))
+}
+
+func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request, s *session) {
+	params := &client.ListSchedulesParams{Limit: ptr(int64(100))}
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		params.Cursor = &c
+	}
+	if wf := r.URL.Query().Get("workflow"); wf != "" {
+		params.Workflow = &wf
+	}
+	res, err := s.api.ListSchedulesWithResponse(r.Context(), params)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.render(w, r, s, "schedules", map[string]any{"Items": deref(res.JSON200.Items), "Next": derefStr(res.JSON200.NextCursor)})
+}
+
+// scheduleAction pauses, resumes or triggers a schedule; a trigger leads to its run.
+func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request, s *session) {
+	sid, err := strconv.ParseInt(r.PathValue("sid"), 10, 64)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	ctx := r.Context()
+	switch r.PathValue("action") {
+	case "pause":
+		_, err = s.api.PauseScheduleWithResponse(ctx, sid)
+	case "resume":
+		_, err = s.api.ResumeScheduleWithResponse(ctx, sid)
+	case "trigger":
+		res, err := s.api.TriggerScheduleWithResponse(ctx, sid)
+		if err == nil && res.JSON202 != nil {
+			h.after(w, r, s, nil, "/ui/runs/"+res.JSON202.Id)
+			return
+		}
+		h.after(w, r, s, err, "/ui/schedules")
+		return
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	h.after(w, r, s, err, "/ui/schedules")
 }

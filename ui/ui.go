@@ -115,9 +115,11 @@ func (h *Handler) routes() {
 
 	h.mux.HandleFunc("GET /ui/runs", h.read(h.runsPage))
 	h.mux.HandleFunc("POST /ui/runs/bulk", h.write(h.bulk))
+	h.mux.HandleFunc("GET /ui/operations/{id}", h.read(h.operationPage))
 	h.mux.HandleFunc("GET /ui/runs/{id}", h.read(h.runPage))
 	h.mux.HandleFunc("GET /ui/runs/{id}/state", h.read(h.runState))
 	h.mux.HandleFunc("GET /ui/runs/{id}/events", h.read(h.runEvents))
+	h.mux.HandleFunc("GET /ui/runs/{id}/timeline", h.read(h.runTimeline))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}", h.read(h.stepPanel))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/output", h.read(h.stepOutput))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/logs", h.read(h.stepLog))
@@ -126,6 +128,11 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/runs/{id}/pause", h.write(h.pauseRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/resume", h.write(h.resumeRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/rerun", h.write(h.rerunRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/signal", h.write(h.signalRun))
+	h.mux.HandleFunc("POST /ui/runs/{id}/steps/{key}/decide", h.write(h.decideStep))
+
+	h.mux.HandleFunc("GET /ui/schedules", h.read(h.schedulesPage))
+	h.mux.HandleFunc("POST /ui/schedules/{sid}/{action}", h.write(h.scheduleAction))
 }
 
 // ServeHTTP serves the UI's paths (Prefix and below). Every answer forbids framing
@@ -193,7 +200,7 @@ func (h *Handler) read(next func(http.ResponseWriter, *http.Request, *session)) 
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := h.sessionOf(r)
 		if s == nil {
-			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.Contains(r.URL.Path, "/steps/") {
+			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.HasSuffix(r.URL.Path, "/timeline") || strings.Contains(r.URL.Path, "/steps/") {
 				http.Error(w, "log in first", http.StatusUnauthorized)
 				return
 			}

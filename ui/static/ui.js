@@ -19,6 +19,24 @@
     form.submit();
   }
 
+  // A bulk operation's page follows it until it is done: the page is fetched again
+  // each second and its operation part replaced.
+  function followOperation() {
+    var op = document.getElementById("operation");
+    if (!op || op.getAttribute("data-status") !== "running") return;
+    setTimeout(function () {
+      fetch(location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+        .then(function (html) {
+          var next = new DOMParser().parseFromString(html, "text/html").getElementById("operation");
+          if (next) op.replaceWith(document.adoptNode(next));
+          followOperation();
+        })
+        .catch(function (e) { if (typeof e !== "number") followOperation(); });
+    }, 1000);
+  }
+  followOperation();
+
   var run = document.getElementById("run");
   if (!run) return;
   var id = run.getAttribute("data-run");
@@ -72,6 +90,16 @@
     if (key) loadPanel(key, false);
   });
 
+  // The timeline is drawn by the server: fetch it again when a step changed.
+  var timelineWrap = document.getElementById("timeline-wrap"), lastTimeline = "";
+  function loadTimeline() {
+    if (!timelineWrap || timelineWrap.getAttribute("data-drawn") !== "true") return;
+    fetch(base + "/timeline", { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) { timelineWrap.innerHTML = html; })
+      .catch(function () {});
+  }
+
   // After events, fetch the run's state once (coalesced) and recolour.
   var pending = false, lastStatus = run.getAttribute("data-status"), openStep = panel.getAttribute("data-step");
   var prevSteps = {};
@@ -104,6 +132,8 @@
           showActions(s.status);
           var key = panel.getAttribute("data-step");
           if (key && (changedOpen || s.status !== lastStatus)) loadPanel(key, false);
+          var sig = JSON.stringify(s.steps) + JSON.stringify(s.attempts) + s.status;
+          if (sig !== lastTimeline) { lastTimeline = sig; loadTimeline(); }
           lastStatus = s.status;
         })
         .catch(function () { pending = false; });
