@@ -51,7 +51,7 @@ WITH c AS (
         lease_token = nextval('lease_token_seq'), lease_expires_at = now() + make_interval(secs => $3),
         started_at = coalesce(s.started_at, now())
     FROM c WHERE s.run_id = c.run_id AND s.key = c.key
-    RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs
+    RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs, s.ready_at
 ), att AS (
     INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
     SELECT run_id, key, attempts, $1, lease_token FROM upd
@@ -71,7 +71,7 @@ WITH c AS (
     FROM upd u JOIN r ON r.id = u.run_id
 )
 SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
-       r.workflow, r.version, r.input,
+       r.workflow, r.version, r.input, greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
         FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
@@ -130,6 +130,9 @@ type Claimed struct {
 	Input          JSON      `db:"input"`
 	// Deps maps each upstream key to its stored output (inline or a $blob reference).
 	Deps JSON `db:"deps"`
+	// QueueWait is how long the step was ready before this claim, in seconds (by the
+	// database's clock: ready_at to the claim).
+	QueueWait float64 `db:"queue_wait"`
 }
 
 // StepClaim leases up to limit ready steps (ready_at reached) to owner for ttl, each

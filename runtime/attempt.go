@@ -22,6 +22,7 @@ import (
 // attempt is one running attempt of a claimed step.
 type attempt struct {
 	claim  catalog.Claimed
+	start  time.Time
 	cancel context.CancelCauseFunc
 	// done is closed when the attempt's context ends (lease lost, run canceled,
 	// timeout, shutdown).
@@ -54,6 +55,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	a := &attempt{
 		claim:  c,
+		start:  time.Now(),
 		cancel: cancel,
 		done:   ctx.Done(),
 		logger: d.logger.With("run_id", c.RunID, "step", c.Key, "attempt", c.Attempt, "lease_token", c.LeaseToken),
@@ -63,6 +65,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed) {
 	d.mu.Unlock()
 	d.work.Add(1)
 	d.metrics.running.Inc()
+	d.metrics.queueWait.WithLabelValues(c.Workflow).Observe(c.QueueWait)
 	go func() {
 		defer func() {
 			d.mu.Lock()
@@ -144,6 +147,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		sink.output.abort(cause)
 		a.logger.Info("attempt abandoned", "reason", context.Cause(ctx))
 		d.metrics.attempts.WithLabelValues("abandoned").Inc()
+		d.metrics.attemptDuration.WithLabelValues(c.Workflow, "abandoned").Observe(time.Since(a.start).Seconds())
 		return
 	case errors.Is(cause, errShutdown):
 		sink.output.abort(cause)
@@ -229,6 +233,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		switch {
 		case err == nil:
 			d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
+			d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())
 			if p.RetryIn > 0 {
 				d.scheduleWake(time.Now().Add(p.RetryIn))
 			}

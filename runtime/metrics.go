@@ -15,7 +15,15 @@ type metrics struct {
 	// scheduleFires counts the fires of schedules this dispatcher's fire loop
 	// handled, by result (created, skipped).
 	scheduleFires *prometheus.CounterVec
+	// queueWait is how long claimed steps had been ready (ready → started), by workflow.
+	queueWait *prometheus.HistogramVec
+	// attemptDuration is how long attempts took (claim → outcome recorded), by
+	// workflow and outcome.
+	attemptDuration *prometheus.HistogramVec
 }
+
+// durationBuckets spans a builtin's milliseconds to a long batch job's hour.
+var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -43,9 +51,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scheduleFires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_schedule_fires_total", Help: "Schedule fires handled by this dispatcher's fire loop, by result: created (a run) or skipped (overlap, or older than the catchup window).",
 		}, []string{"result"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_queue_wait_seconds", Help: "Time steps claimed by this dispatcher had been ready (ready → started), by workflow.",
+			Buckets: durationBuckets,
+		}, []string{"workflow"}),
+		attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_attempt_duration_seconds", Help: "Duration of the attempts this dispatcher ran (claim → outcome recorded), by workflow and outcome.",
+			Buckets: durationBuckets,
+		}, []string{"workflow", "outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
+			m.queueWait, m.attemptDuration)
 	}
 	return m
 }

@@ -359,7 +359,8 @@ func newHTTPServer(h http.Handler, lim limitFlags, logger *slog.Logger) *http.Se
 // address once the listener is open.
 func runServer(ctx context.Context, p serverParts, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		runtime.NewCatalogGauges(p.store, p.logger))
 
 	ln, err := net.Listen("tcp", p.listen)
 	if err != nil {
