@@ -50,6 +50,10 @@ type Envelope struct {
 	// step): the run's error, the steps that failed ({key, error}) and the
 	// compensations so far ({key, compensates, status, error}).
 	Failure json.RawMessage `json:"failure,omitempty"`
+	// Traceparent is the W3C trace context of the attempt's invoke span when the
+	// server traces (OTEL_* set): a function that traces joins the run's trace.
+	// Also sent as the traceparent header (http) and the TRACEPARENT variable (exec).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,
