@@ -52,7 +52,7 @@ func (d *Dispatcher) traceEnd(a *attempt, out outcome) {
 		a.logger.Warn("read the step's end for its span", "error", err)
 		return
 	}
-	if e.FinishedAt == nil {
+	if e.FinishedAt == nil || !e.Status.Terminal() {
 		return // retried: the step goes on
 	}
 	failed := ""
