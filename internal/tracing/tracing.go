@@ -100,12 +100,18 @@ func New(ctx context.Context, getenv func(string) string) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exporter),
-		sdktrace.WithResource(res),
-		sdktrace.WithIDGenerator(idGenerator{}),
-	)
-	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/cairnrun/cairn")}, nil
+	return newTracer(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)), nil
+}
+
+// NewSyncer returns a Tracer that hands each span to exp as it ends (no batching):
+// for tests, with an in-memory exporter.
+func NewSyncer(exp sdktrace.SpanExporter) *Tracer {
+	return newTracer(sdktrace.WithSyncer(exp))
+}
+
+func newTracer(opts ...sdktrace.TracerProviderOption) *Tracer {
+	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithIDGenerator(idGenerator{}))...)
+	return &Tracer{provider: tp, tracer: tp.Tracer("github.com/cairnrun/cairn")}
 }
 
 // Shutdown flushes the spans not yet exported and stops the exporter. Safe on nil.
