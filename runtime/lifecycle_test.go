@@ -233,6 +233,22 @@ steps:
 	require.NotNil(t, dur, "no attempt duration series for the workflow")
 	assert.EqualValues(t, 2, dur.GetSampleCount())
 	assert.GreaterOrEqual(t, dur.GetSampleSum(), 0.04, "two sleeps of 30ms and 10ms")
+
+	// A step that runs and one in a durable wait are counted as such.
+	w := deploy(t, tb, map[string]string{"cairn.yaml": `name: waiting
+steps:
+  - {key: busy, builtin: sleep, with: {duration: 10m}}
+  - {key: nap, sleep: 1h}
+`})
+	id = startRun(t, tb, w, "")
+	t.Cleanup(func() { _ = tb.store.RunCancel(context.Background(), id, "test over") })
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		g := gaugeValues(c, reg)
+		assert.Equal(c, 1.0, g["cairn_steps_running"])
+		assert.Equal(c, 1.0, g["cairn_steps_suspended"])
+		assert.Zero(c, g["cairn_steps_ready"])
+		assert.Zero(c, g["cairn_steps_oldest_ready_seconds"])
+	}, 30*time.Second, 500*time.Millisecond)
 }
 
 // gaugeValues reads every gauge of reg by name (the last series of each).
