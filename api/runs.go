@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/tracing"
 )
 
 // Run is a run of a pinned workflow version.
@@ -168,6 +169,9 @@ func (s *Server) registerRuns() {
 			p.RequestHash = requestHash(in.Name, &body)
 		}
 		run, _, err := s.store.RunCreate(ctx, p)
+		if err == nil {
+			tracing.LinkRun(ctx, run.ID)
+		}
 		switch {
 		case errors.Is(err, catalog.ErrNotFound) && body.Version > 0:
 			return nil, withDetail(err, "workflow %q has no version %d", in.Name, body.Version)

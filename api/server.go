@@ -18,6 +18,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/tracing"
 	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
 )
@@ -44,6 +45,8 @@ type Config struct {
 	// dispatcher's: runtime.Config.Registerer takes the same registry). Default none:
 	// no /metrics, and the series are counted nowhere.
 	Registry *prometheus.Registry
+	// Tracer records a span per request (internal/tracing); default nil, none.
+	Tracer *tracing.Tracer
 	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign
 	// them with the same key); default none, so that operation answers 401.
 	SigningKey []byte
@@ -236,7 +239,7 @@ func (s *Server) API() huma.API { return s.api }
 // through http.ResponseController, so Handler must get the server's own
 // ResponseWriter (or one that unwraps to it).
 func (s *Server) Handler() http.Handler {
-	return s.withRequestID(s.withBodyGuard(s.withRecovery(s.withLogging(s.mux))))
+	return s.withRequestID(s.withBodyGuard(s.withRecovery(s.withLogging(s.withTracing(s.mux)))))
 }
 
 // register adds an operation whose parameters and body are checked for text the

@@ -48,7 +48,7 @@ WITH c AS (
         lease_token = nextval('lease_token_seq'), lease_expires_at = now() + make_interval(secs => $3),
         started_at = coalesce(s.started_at, now())
     FROM c WHERE s.run_id = c.run_id AND s.key = c.key
-    RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs, s.map_index, s.map_item
+    RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs, s.map_index, s.map_item, s.ready_at
 ), att AS (
     INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
     SELECT run_id, key, attempts, $1, lease_token FROM upd
@@ -69,6 +69,7 @@ WITH c AS (
 )
 SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
        r.workflow, r.version, r.input, u.map_index, u.map_item,
+       greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
         FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
@@ -130,6 +131,9 @@ type Claimed struct {
 	// MapIndex and MapItem are a map instance's index and item; nil otherwise.
 	MapIndex *int64 `db:"map_index"`
 	MapItem  JSON   `db:"map_item"`
+	// QueueWait is how long the step was ready before this claim, in seconds (by the
+	// database's clock: ready_at to the claim).
+	QueueWait float64 `db:"queue_wait"`
 }
 
 // StepClaim leases up to limit ready steps (ready_at reached) to owner for ttl, each

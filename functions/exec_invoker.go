@@ -311,6 +311,9 @@ func (e *Exec) environ(env *Envelope, home, tmp string) []string {
 	out = append(out, e.baseEnv...)
 	out = append(out, "HOME="+home, "TMPDIR="+tmp)
 	out = append(out, e.extraEnv...)
+	if env.Traceparent != "" {
+		out = append(out, "TRACEPARENT="+env.Traceparent)
+	}
 	return append(out,
 		"CAIRN_RUN_ID="+env.RunID,
 		"CAIRN_STEP="+env.Step,

@@ -198,7 +198,9 @@ func TestExecEnvironment(t *testing.T) {
 	b := setupExec(t, &ExecConfig{ExtraEnv: []string{"FOO=bar", "LANG=xx_XX.UTF-8", "CAIRN_STEP=forged"}})
 	b.script(t, "bin/env", `echo "CWD=$(pwd -P)"; test -d "$HOME" && test -d "$TMPDIR" && echo dirs=ok; exec env`)
 	sink := &testSink{}
-	require.NoError(t, b.exec.Invoke(context.Background(), b.invocation("bin/env"), sink))
+	inv := b.invocation("bin/env")
+	inv.Envelope.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	require.NoError(t, b.exec.Invoke(context.Background(), inv, sink))
 
 	env := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(sink.Out()), "\n") {
@@ -216,6 +218,7 @@ func TestExecEnvironment(t *testing.T) {
 	require.Equal(t, "doc-pipeline", env["CAIRN_WORKFLOW"])
 	require.Equal(t, "3", env["CAIRN_VERSION"])
 	require.Equal(t, "3", env["CAIRN_CONTROL_FD"])
+	require.Equal(t, inv.Envelope.Traceparent, env["TRACEPARENT"])
 	require.Equal(t, "bar", env["FOO"])
 	require.Equal(t, "xx_XX.UTF-8", env["LANG"])
 	require.NotEmpty(t, env["PATH"])
@@ -224,7 +227,7 @@ func TestExecEnvironment(t *testing.T) {
 	// Nothing else of the test process's environment leaks in; the shell may add
 	// a few variables of its own.
 	allowed := map[string]bool{"CWD": true, "dirs": true, "PATH": true, "HOME": true, "LANG": true,
-		"TMPDIR": true, "FOO": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true}
+		"TMPDIR": true, "FOO": true, "TRACEPARENT": true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true}
 	for k := range env {
 		require.True(t, allowed[k] || strings.HasPrefix(k, "CAIRN_"), "unexpected variable %s", k)
 	}

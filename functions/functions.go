@@ -54,6 +54,10 @@ type Envelope struct {
 	// index in the list, from 0; absent for other steps.
 	Item  json.RawMessage `json:"item,omitempty"`
 	Index *int64          `json:"index,omitempty"`
+	// Traceparent is the W3C trace context of the attempt's invoke span when the
+	// server traces (OTEL_* set): a function that traces joins the run's trace.
+	// Also sent as the traceparent header (http) and the TRACEPARENT variable (exec).
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,

@@ -212,6 +212,9 @@ func (h *HTTP) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	req.Header.Set(HeaderAttempt, strconv.Itoa(env.Attempt))
 	req.Header.Set(HeaderIdempotencyKey, env.RunID+"/"+env.Step)
 	req.Header.Set(HeaderSignature, signatureHeader(h.key, time.Now(), body))
+	if env.Traceparent != "" {
+		req.Header.Set("Traceparent", env.Traceparent)
+	}
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := time.Until(deadline).Milliseconds(); left > 0 {
 			req.Header.Set(HeaderTimeoutMs, strconv.FormatInt(left, 10))

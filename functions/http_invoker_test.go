@@ -84,6 +84,7 @@ func TestHTTPSuccess(t *testing.T) {
 		HeaderRunID:     "forged",
 		"Content-Type":  "text/plain",
 	})
+	inv.Envelope.Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sink := &testSink{hashOutput: true}
@@ -101,6 +102,8 @@ func TestHTTPSuccess(t *testing.T) {
 	require.Equal(t, "run-123", h.Get(HeaderRunID))
 	require.Equal(t, "summarize", h.Get(HeaderStep))
 	require.Equal(t, "2", h.Get(HeaderAttempt))
+	require.Equal(t, inv.Envelope.Traceparent, h.Get("Traceparent"))
+	require.Contains(t, string(got.body), `"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"`)
 	require.Equal(t, "run-123/summarize", h.Get(HeaderIdempotencyKey))
 	require.Equal(t, "Bearer fn-token", h.Get("Authorization"))
 	require.Equal(t, "cairn-test", h.Get("User-Agent"))

@@ -14,15 +14,24 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/internal/tracing"
 )
 
 // attempt is one running attempt of a claimed step.
 type attempt struct {
-	claim  catalog.Claimed
+	claim catalog.Claimed
+	start time.Time
+	// claimStart is when the claim that leased this step was asked for (its span).
+	claimStart time.Time
+	// span is the attempt's span; nil without Config.Tracer.
+	span   trace.Span
 	cancel context.CancelCauseFunc
 	// done is closed when the attempt's context ends (lease lost, run canceled,
 	// timeout, shutdown).
@@ -51,19 +60,22 @@ func (a *attempt) lease() catalog.Lease {
 	return catalog.Lease{RunID: a.claim.RunID, Key: a.claim.Key, Token: a.claim.LeaseToken}
 }
 
-func (d *Dispatcher) startAttempt(c catalog.Claimed) {
+func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	a := &attempt{
-		claim:  c,
-		cancel: cancel,
-		done:   ctx.Done(),
-		logger: d.logger.With("run_id", c.RunID, "step", c.Key, "attempt", c.Attempt, "lease_token", c.LeaseToken),
+		claim:      c,
+		start:      time.Now(),
+		claimStart: claimStart,
+		cancel:     cancel,
+		done:       ctx.Done(),
+		logger:     d.logger.With("run_id", c.RunID, "step", c.Key, "attempt", c.Attempt, "lease_token", c.LeaseToken),
 	}
 	d.mu.Lock()
 	d.active[c.LeaseToken] = a
 	d.mu.Unlock()
 	d.work.Add(1)
 	d.metrics.running.Inc()
+	d.metrics.queueWait.WithLabelValues(c.Workflow).Observe(c.QueueWait)
 	go func() {
 		defer func() {
 			d.mu.Lock()
@@ -94,6 +106,10 @@ type outcome struct {
 func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	c := a.claim
 	start := time.Now()
+	if d.cfg.Tracer != nil {
+		ctx = d.traceAttempt(ctx, a)
+		defer a.span.End()
+	}
 	ver, err := d.versions.get(ctx, c.Workflow, c.Version)
 	if err != nil {
 		a.logger.Error("load definition", "error", err)
@@ -145,8 +161,16 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	}
 
 	runCtx, cancelTimeout := context.WithTimeoutCause(ctx, step.Timeout.Std(), errTimeout)
+	var invokeSpan trace.Span
+	if d.cfg.Tracer != nil {
+		runCtx, invokeSpan = d.cfg.Tracer.Start(runCtx, "invoke", trace.WithAttributes(attribute.String("cairn.kind", string(step.Kind))))
+		inv.Envelope.Traceparent = tracing.Traceparent(runCtx)
+	}
 	invErr := invoker.Invoke(runCtx, inv, sink)
 	cancelTimeout()
+	if invokeSpan != nil {
+		endSpan(invokeSpan, invErr)
+	}
 	cause := context.Cause(runCtx)
 
 	var out outcome
@@ -157,6 +181,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		sink.output.abort(cause)
 		a.logger.Info("attempt abandoned", "reason", context.Cause(ctx))
 		d.metrics.attempts.WithLabelValues("abandoned").Inc()
+		d.metrics.attemptDuration.WithLabelValues(c.Workflow, "abandoned").Observe(time.Since(a.start).Seconds())
 		return
 	case errors.Is(cause, errShutdown):
 		sink.output.abort(cause)
@@ -166,7 +191,14 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		out = outcome{status: catalog.OutcomeTimedOut, retryable: true,
 			err: &functions.Error{Message: fmt.Sprintf("timed out after %s", step.Timeout.Std()), Retryable: true, Code: "timeout"}}
 	case invErr == nil:
+		var storeSpan trace.Span
+		if d.cfg.Tracer != nil {
+			_, storeSpan = d.cfg.Tracer.Start(ctx, "store output")
+		}
 		value, err := sink.output.finish()
+		if storeSpan != nil {
+			endSpan(storeSpan, err)
+		}
 		if err != nil {
 			a.logger.Warn("store output", "error", err)
 			out = infraOutcome(a, "store the output", err)
@@ -244,6 +276,10 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 			d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
 			if a.claim.MapIndex != nil {
 				d.mapNudge() // room for the map's next instances
+			}
+			d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())
+			if a.span != nil {
+				d.traceEnd(a, out)
 			}
 			if p.RetryIn > 0 {
 				d.scheduleWake(time.Now().Add(p.RetryIn))

@@ -17,6 +17,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/internal/tracing"
 )
 
 // Blobs is what the runtime needs of the blob store.
@@ -109,6 +110,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the dispatcher's Prometheus metrics; default none.
 	Registerer prometheus.Registerer
+	// Tracer records spans of attempts, steps and runs (internal/tracing); default
+	// nil, no tracing, at the cost of a nil check per attempt.
+	Tracer *tracing.Tracer
 }
 
 func (c *Config) withDefaults() (Config, error) {

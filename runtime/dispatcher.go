@@ -324,6 +324,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 			return 0, false, nil
 		}
 	}
+	claimStart := time.Now()
 	claimed, next, err := d.store.StepClaimNext(ctx, d.cfg.ID, d.cfg.Tags, want, d.cfg.LeaseTTL)
 	if err != nil {
 		d.release(want)
@@ -336,7 +337,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 	d.release(want - len(claimed))
 	d.metrics.claimed.Add(float64(len(claimed)))
 	for i := range claimed {
-		d.startAttempt(claimed[i])
+		d.startAttempt(claimed[i], claimStart)
 	}
 	return len(claimed), len(claimed) == want, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -164,7 +165,7 @@ func TestHeartbeatCountsOnlyRealLeaseLosses(t *testing.T) {
 	}
 	for _, id := range ids {
 		run := waitRun(t, tb, id, time.Minute)
-		require.Equal(t, catalog.RunSucceeded, run.Status)
+		require.Equal(t, catalog.RunSucceeded, run.Status, "run error: %s", run.Error)
 	}
 	require.Zero(t, counterSum(t, reg, "cairn_lease_lost_total"), "leases counted lost although every attempt finished normally")
 }
@@ -184,4 +185,83 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestQueueMetrics: after runs, the histograms of queue wait and attempt duration
+// have a sample per attempt under the workflow's name, and the catalog's gauges
+// count the steps left ready, running and suspended.
+func TestQueueMetrics(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(runtime.NewCatalogGauges(tb.store, nil)))
+	v := deploy(t, tb, map[string]string{"cairn.yaml": `name: metered
+steps:
+  - {key: a, builtin: sleep, with: {duration: 30ms}}
+  - {key: b, builtin: sleep, with: {duration: 10ms}, needs: [a]}
+`})
+	// Before any dispatcher: the run's first step waits in the queue.
+	id := startRun(t, tb, v, "")
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		g := gaugeValues(c, reg)
+		assert.GreaterOrEqual(c, g["cairn_steps_ready"], 1.0)
+		assert.Greater(c, g["cairn_steps_oldest_ready_seconds"], 0.0)
+	}, 30*time.Second, 200*time.Millisecond)
+	startDispatcher(t, tb, runtime.Config{Registerer: reg})
+	require.Equal(t, catalog.RunSucceeded, waitRun(t, tb, id, time.Minute).Status)
+
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	hist := map[string]*dto.Histogram{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetHistogram() == nil {
+				continue
+			}
+			name := f.GetName()
+			for _, l := range m.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			hist[name] = m.GetHistogram()
+		}
+	}
+	wait := hist["cairn_queue_wait_seconds,workflow=metered"]
+	require.NotNil(t, wait, "no queue wait series for the workflow")
+	assert.EqualValues(t, 2, wait.GetSampleCount())
+	assert.Greater(t, wait.GetSampleSum(), 0.0, "the first step waited for a dispatcher")
+	dur := hist["cairn_attempt_duration_seconds,outcome=succeeded,workflow=metered"]
+	require.NotNil(t, dur, "no attempt duration series for the workflow")
+	assert.EqualValues(t, 2, dur.GetSampleCount())
+	assert.GreaterOrEqual(t, dur.GetSampleSum(), 0.04, "two sleeps of 30ms and 10ms")
+
+	// A step that runs and one in a durable wait are counted as such.
+	w := deploy(t, tb, map[string]string{"cairn.yaml": `name: waiting
+steps:
+  - {key: busy, builtin: sleep, with: {duration: 10m}}
+  - {key: nap, sleep: 1h}
+`})
+	id = startRun(t, tb, w, "")
+	t.Cleanup(func() { _ = tb.store.RunCancel(context.Background(), id, "test over") })
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		g := gaugeValues(c, reg)
+		assert.Equal(c, 1.0, g["cairn_steps_running"])
+		assert.Equal(c, 1.0, g["cairn_steps_suspended"])
+		assert.Zero(c, g["cairn_steps_ready"])
+		assert.Zero(c, g["cairn_steps_oldest_ready_seconds"])
+	}, 30*time.Second, 500*time.Millisecond)
+}
+
+// gaugeValues reads every gauge of reg by name (the last series of each).
+func gaugeValues(t assert.TestingT, reg *prometheus.Registry) map[string]float64 {
+	families, err := reg.Gather()
+	assert.NoError(t, err)
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if m.GetGauge() != nil {
+				out[f.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }

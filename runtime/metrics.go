@@ -17,7 +17,15 @@ type metrics struct {
 	scheduleFires *prometheus.CounterVec
 	// mapInstances counts the map instances this dispatcher's map loop created.
 	mapInstances prometheus.Counter
+	// queueWait is how long claimed steps had been ready (ready → started), by workflow.
+	queueWait *prometheus.HistogramVec
+	// attemptDuration is how long attempts took (claim → outcome recorded), by
+	// workflow and outcome.
+	attemptDuration *prometheus.HistogramVec
 }
+
+// durationBuckets spans a builtin's milliseconds to a long batch job's hour.
+var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -48,9 +56,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		mapInstances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_map_instances_created_total", Help: "Map instances created by this dispatcher's map loop.",
 		}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_queue_wait_seconds", Help: "Time steps claimed by this dispatcher had been ready (ready → started), by workflow.",
+			Buckets: durationBuckets,
+		}, []string{"workflow"}),
+		attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_attempt_duration_seconds", Help: "Duration of the attempts this dispatcher ran (claim → outcome recorded), by workflow and outcome.",
+			Buckets: durationBuckets,
+		}, []string{"workflow", "outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires, m.mapInstances)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
+			m.mapInstances, m.queueWait, m.attemptDuration)
 	}
 	return m
 }

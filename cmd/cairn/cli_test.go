@@ -41,6 +41,12 @@ type cliBundle struct {
 // migrated database and a file blob store, and stops it when the test ends.
 func setupCLI(t *testing.T) *cliBundle {
 	t.Helper()
+	return setupCLIWith(t, nil)
+}
+
+// setupCLIWith is setupCLI with the server's parts changed by edit (when not nil).
+func setupCLIWith(t *testing.T, edit func(*serverParts)) *cliBundle {
+	t.Helper()
 	dbURL := testenv.DatabaseURL(t)
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -65,12 +71,16 @@ func setupCLI(t *testing.T) *cliBundle {
 
 	addrc := make(chan string, 1)
 	done := make(chan error, 1)
+	parts := serverParts{
+		listen: "127.0.0.1:0", dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger,
+		rt: runtimeFlags{concurrency: 8, leaseTTL: 30 * time.Second, inlineLimit: 256 << 10,
+			shutdownGrace: 5 * time.Second, signingKey: newToken(), cacheDir: t.TempDir(), secretKey: newToken()},
+	}
+	if edit != nil {
+		edit(&parts)
+	}
 	go func() {
-		done <- runServer(ctx, serverParts{
-			listen: "127.0.0.1:0", dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger,
-			rt: runtimeFlags{concurrency: 8, leaseTTL: 30 * time.Second, inlineLimit: 256 << 10,
-				shutdownGrace: 5 * time.Second, signingKey: newToken(), cacheDir: t.TempDir(), secretKey: newToken()},
-		}, func(addr string) { addrc <- addr })
+		done <- runServer(ctx, parts, func(addr string) { addrc <- addr })
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -126,7 +126,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if err != nil {
 		return err
 	}
-	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf}
+	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, getenv: e}
 	return runServer(ctx, parts, func(addr string) {
 		creds.server = "http://" + addr
 		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
+	"github.com/cairnrun/cairn/internal/tracing"
 	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
 	"github.com/cairnrun/cairn/ui"
@@ -294,7 +295,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker}, nil)
+			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker, getenv: e}, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -350,6 +351,8 @@ type serverParts struct {
 	rt     runtimeFlags
 	limits limitFlags
 	lambda functions.Invoker // nil: no lambda steps here (see newLambdaInvoker)
+	// getenv reads the OTEL_* variables (traces); nil: none.
+	getenv func(string) string
 }
 
 // newHTTPServer returns the API's http.Server with its timeouts:
@@ -378,7 +381,27 @@ func newHTTPServer(h http.Handler, lim limitFlags, logger *slog.Logger) *http.Se
 // address once the listener is open.
 func runServer(ctx context.Context, p serverParts, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		runtime.NewCatalogGauges(p.store, p.logger))
+
+	getenv := p.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	tracer, err := tracing.New(ctx, getenv)
+	if err != nil {
+		return err
+	}
+	if tracer != nil {
+		p.logger.Info("tracing: exporting spans over OTLP/HTTP")
+		defer func() {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tracer.Shutdown(tctx); err != nil {
+				p.logger.Warn("tracing shutdown", "error", err)
+			}
+		}()
+	}
 
 	ln, err := net.Listen("tcp", p.listen)
 	if err != nil {
@@ -412,6 +435,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			PublicURL:     publicURL,
 			Logger:        p.logger,
 			Registerer:    reg,
+			Tracer:        tracer,
 			Invokers: map[bundle.Kind]functions.Invoker{
 				bundle.KindExec:   execInvoker,
 				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: p.rt.httpAllowLocal}),
@@ -427,7 +451,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 
 	lim := p.limits
 	srv := api.New(p.store, p.blobs, &api.Config{
-		Logger: p.logger, Tokens: p.tokens, Registry: reg,
+		Logger: p.logger, Tokens: p.tokens, Registry: reg, Tracer: tracer,
 		SigningKey: []byte(p.rt.signingKey), InlineLimit: p.rt.inlineLimit,
 		MetricsToken: lim.metricsToken, MaxCheckpointSize: lim.maxCheckpointSize, MaxStreams: lim.maxStreams,
 		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
