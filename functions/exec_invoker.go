@@ -104,8 +104,8 @@ type ExecConfig struct {
 // The environment is not inherited: the handler gets PATH and LANG (from the
 // dispatcher's environment when NewExec ran), HOME and TMPDIR (a private
 // directory per attempt, removed afterwards), CAIRN_RUN_ID, CAIRN_STEP,
-// CAIRN_ATTEMPT, CAIRN_WORKFLOW, CAIRN_VERSION, CAIRN_CONTROL_FD=3 and
-// ExecConfig.ExtraEnv.
+// CAIRN_ATTEMPT, CAIRN_WORKFLOW, CAIRN_VERSION, CAIRN_CONTROL_FD=3,
+// ExecConfig.ExtraEnv and Spec.Env (the step's env).
 //
 // Exit status 0 is success, unless an error control message was sent: then that
 // error. Any other exit or a signal is a retryable *Error (CodeExitStatus,
@@ -263,7 +263,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		drained:   make(chan struct{}),
 		aborted:   make(chan struct{}),
 	}
-	env := e.environ(&inv.Envelope, home, tmp)
+	env := e.environ(&inv.Envelope, inv.Spec.Env, home, tmp)
 	path, args := program, append([]string(nil), inv.Spec.Exec...)
 	if e.sandbox != nil {
 		args = e.sandbox.command(sandboxSpec{
@@ -305,12 +305,14 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 }
 
 // environ builds a handler's environment. Later entries win (os/exec keeps the
-// last value of a duplicate key), so ExtraEnv overrides the base but not CAIRN_*.
-func (e *Exec) environ(env *Envelope, home, tmp string) []string {
-	out := make([]string, 0, len(e.baseEnv)+len(e.extraEnv)+8)
+// last value of a duplicate key), so ExtraEnv and then the step's env override
+// the base but not CAIRN_*.
+func (e *Exec) environ(env *Envelope, stepEnv []string, home, tmp string) []string {
+	out := make([]string, 0, len(e.baseEnv)+len(e.extraEnv)+len(stepEnv)+8)
 	out = append(out, e.baseEnv...)
 	out = append(out, "HOME="+home, "TMPDIR="+tmp)
 	out = append(out, e.extraEnv...)
+	out = append(out, stepEnv...)
 	return append(out,
 		"CAIRN_RUN_ID="+env.RunID,
 		"CAIRN_STEP="+env.Step,

@@ -288,7 +288,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				rf.signingKey = newToken()
 			}
 			if rf.secretKey == "" {
-				logger.Warn("no CAIRN_SECRET_KEY: PUT /v1/secrets and webhook deliveries will answer 503 secret_key_missing")
+				logger.Warn("no CAIRN_SECRET_KEY: PUT /v1/secrets and webhook deliveries will answer 503 secret_key_missing, and steps that reference secrets fail with code secret_not_found")
 			}
 			lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
 			if err != nil {
@@ -409,6 +409,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
 			SigningKey:    []byte(p.rt.signingKey),
+			Secrets:       secrets.NewVault(p.store, secretKeys),
 			PublicURL:     publicURL,
 			Logger:        p.logger,
 			Registerer:    reg,
