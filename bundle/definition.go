@@ -107,6 +107,8 @@ type StepDefinition struct {
 	// Env is an exec step's environment (the defaults' env under its own):
 	// plain values and secret references, never secret values; nil when empty.
 	Env map[string]Value `json:"env,omitempty"`
+	// Resources bounds an exec step's handler; nil: unbounded.
+	Resources *ResourcesDefinition `json:"resources,omitempty"`
 	// Concurrency is the step's effective concurrency limit (flow.go); nil: none.
 	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
 	// RateLimit is the step's effective rate limit (flow.go); nil: none.
@@ -251,6 +253,7 @@ func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefiniti
 		d.Kind = KindExec
 		d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
 		d.Network = s.Network
+		normalizeResources(&s, &d)
 	case s.HTTP != nil:
 		d.Kind = KindHTTP
 		h := &HTTPSpec{URL: s.HTTP.URL}

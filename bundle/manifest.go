@@ -102,6 +102,8 @@ type Step struct {
 	// Env is an exec step's environment variables: plain values or secret
 	// references ({secret: name}), resolved when each attempt starts (env.go).
 	Env map[string]Value `yaml:"env,omitempty" json:"env,omitempty"`
+	// Resources bounds an exec step's memory, CPU and processes (resources.go).
+	Resources *ResourcesSpec `yaml:"resources,omitempty" json:"resources,omitempty"`
 	// Concurrency bounds the attempts of this step running at once, per key
 	// (flow.go); default Defaults.Concurrency.
 	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`

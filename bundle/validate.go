@@ -205,6 +205,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 		v.add(s.Key, f+".network", "network applies to exec steps only")
 	}
 	v.stepEnv(s.Key, f, s)
+	v.resources(s.Key, f, s)
 	switch len(kinds) {
 	case 0:
 		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key)

@@ -137,6 +137,9 @@ type Exec struct {
 	baseEnv []string
 	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
 	sandbox *sandbox
+	// prlimit is util-linux's prlimit, which applies Spec.Resources; "" when
+	// it is not installed.
+	prlimit string
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
@@ -176,6 +179,7 @@ func NewExec(cfg *ExecConfig) *Exec {
 		lang = "C.UTF-8"
 	}
 	e.baseEnv = []string{"PATH=" + path, "LANG=" + lang}
+	e.prlimit = findPrlimit()
 	if cfg.Isolation == IsolationBwrap {
 		uid := cfg.SandboxUID
 		if uid <= 0 {
@@ -275,6 +279,13 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		})
 		path = args[0]
 	}
+	if path, args, err = e.limitCommand(inv.Spec.Resources, path, args); err != nil {
+		return err
+	}
+	if res := inv.Spec.Resources; res != nil && res.CPU > 0 {
+		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
+	}
+	r.resources = inv.Spec.Resources
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
 			Path:        path,
@@ -386,6 +397,8 @@ type execRun struct {
 	logW      *lockedLog
 	tail      *tailBuffer
 	cmd       *exec.Cmd
+	// resources are the handler's limits (nil: none).
+	resources *Resources
 
 	// Parent ends of the pipes.
 	stdinW                  *os.File
@@ -817,10 +830,11 @@ func (r *execRun) result(waitErr error) error {
 	} else {
 		failure.Message = fmt.Sprintf("exit status %d", exitErr.ExitCode())
 	}
-	if tail := r.tail.String(); tail != "" {
+	tail := r.tail.String()
+	if tail != "" {
 		failure.Message += "; stderr: " + tail
 	}
-	return failure
+	return resourceFailure(r.resources, failure, tail)
 }
 
 // inputFiles lists the local files of the $blob references in an envelope: the

@@ -77,6 +77,8 @@ type Spec struct {
 	// step's env, secrets resolved). They override PATH, HOME, LANG, TMPDIR and
 	// ExecConfig.ExtraEnv but never the CAIRN_* variables. Other kinds ignore it.
 	Env []string `json:"-"`
+	// Resources bounds an exec handler (see Resources); nil: unbounded.
+	Resources *Resources `json:"resources,omitempty"`
 }
 
 // HTTPSpec is the http kind's target.
@@ -196,6 +198,10 @@ const (
 	// does not exist, or that cannot be opened (no CAIRN_SECRET_KEY on this
 	// server, a key it does not have). Always terminal.
 	CodeSecretNotFound = "secret_not_found"
+	// CodeResourceExhausted is an exec handler that ran out of the memory its
+	// step's resources allow. Terminal: the same input under the same limit
+	// would run out again.
+	CodeResourceExhausted = "resource_exhausted"
 )
 
 // Error returns the message and whether the failure is retryable or terminal.

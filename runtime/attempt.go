@@ -359,6 +359,9 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
+		if r := step.Resources; r != nil {
+			inv.Spec.Resources = &functions.Resources{MemoryBytes: r.MemoryBytes, CPU: r.CPU, Pids: r.Pids}
+		}
 		for _, name := range slices.Sorted(maps.Keys(step.Env)) {
 			v, err := d.resolveValue(ctx, inv, step.Env[name])
 			if err != nil {
