@@ -101,6 +101,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
 	})
+	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
+	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
 }
 
 // check refuses values that parse but cannot work.
