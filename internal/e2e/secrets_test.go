@@ -211,3 +211,28 @@ steps:
 	find("the server log", log)
 	t.Logf("searched %d tables (%d rows) and %d files", len(tables), totalRows, files)
 }
+
+// TestSecretWithoutKey: on a server without CAIRN_SECRET_KEY a step referencing
+// a secret fails at once with code secret_not_found, saying why.
+func TestSecretWithoutKey(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, stackOptions{})
+	s := st.start(serverOptions{})
+	c := s.api()
+	c.deploy(map[string]string{
+		"cairn.yaml": `name: no-key
+steps:
+  - key: call
+    http: {url: "http://127.0.0.1:1/never", headers: {Authorization: {secret: api-token}}}
+    retry: {max_attempts: 3, delay: 10ms}
+`,
+	})
+	id := c.startRun("no-key", 0, nil)
+	require.Equal(t, client.RunStatus("failed"), c.waitRun(id, time.Minute).Status)
+	as := c.mustAttempts(id, "call")
+	require.Len(t, as, 1)
+	e := errorOf(as[0].Error)
+	require.Equal(t, "secret_not_found", e.Code)
+	require.Contains(t, e.Message, `"api-token"`)
+	require.Contains(t, e.Message, "CAIRN_SECRET_KEY")
+}
