@@ -207,6 +207,11 @@ func TestBadBundleStrings(t *testing.T) {
 		{name: "binary description", manifest: "name: wf\ndescription: !!binary /w==\nsteps:\n  - {key: a, builtin: noop}\n", field: "description"},
 		{name: "http url", manifest: "name: wf\nsteps:\n  - {key: a, http: {url: \"http://x/\\0\"}}\n", field: "steps[0].http.url"},
 		{name: "lambda qualifier", manifest: "name: wf\nsteps:\n  - {key: a, lambda: {function: f, qualifier: \"\\0\"}}\n", field: "steps[0].lambda.qualifier"},
+		{name: "env value", manifest: "name: wf\nsteps:\n  - {key: a, exec: [\"./a\"], env: {A: \"a\\0\"}}\n", field: "steps[0].env.A"},
+		{name: "env on http", manifest: "name: wf\nsteps:\n  - {key: a, http: {url: \"https://x\"}, env: {A: b}}\n", field: "steps[0].env"},
+		{name: "env secret name", manifest: "name: wf\nsteps:\n  - {key: a, exec: [\"./a\"], env: {A: {secret: \"No Good\"}}}\n", field: "steps[0].env.A.secret"},
+		{name: "header secret name", manifest: "name: wf\nsteps:\n  - {key: a, http: {url: \"https://x\", headers: {Authorization: {secret: UP}}}}\n", field: "steps[0].http.headers[\"Authorization\"].secret"},
+		{name: "resources", manifest: "name: wf\nsteps:\n  - {key: a, exec: [\"./a\"], resources: {memory: lots}}\n", field: "steps[0].resources.memory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

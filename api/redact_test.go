@@ -35,8 +35,12 @@ func TestHTTPHeadersHiddenFromViewers(t *testing.T) {
 	status, up := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: `name: secret-headers
 steps:
   - key: call
-    http: {url: "https://example.com/fn", headers: {Authorization: "` + secret + `", X-Plain: visible-name}}
-`})))
+    http: {url: "https://example.com/fn", headers: {Authorization: "` + secret + `", X-Plain: visible-name, X-Key: {secret: api-key}}}
+    compensate: {http: {url: "https://example.com/undo", headers: {Authorization: "` + secret + `"}}}
+  - key: run
+    exec: ["./bin/run"]
+    env: {TOKEN: "` + secret + `", REF: {secret: api-key}}
+`}, entry{name: "bin/run", body: "#!/bin/sh\n", mode: 0o755})))
 	require.Equal(t, http.StatusCreated, status, "%v", up)
 
 	get := func(token, path string) (int, string) {
@@ -56,6 +60,9 @@ steps:
 		require.NotContains(t, body, "TARGET-SERVICE-SECRET")
 		require.NotContains(t, body, "visible-name")
 		require.Contains(t, body, `"Authorization":"[redacted]"`)
+		require.Contains(t, body, `"TOKEN":"[redacted]"`)
+		require.Contains(t, body, `"X-Key":{"secret":"api-key"}`, "a secret reference holds a name only")
+		require.Contains(t, body, `"REF":{"secret":"api-key"}`)
 	}
 	digest := up["digest"].(string)
 	status, body := get(viewer, "/v1/bundles/"+digest)

@@ -58,25 +58,41 @@ func versionOf(v *catalog.Version, withDefinition bool) Version {
 // redacted stands for a value the API never shows.
 const redacted = "[redacted]"
 
-// redactDefinition hides the values of http steps' headers, the manifest's place for
-// a function's credentials (audit W4): viewers see that a header is sent, not what.
+// redactDefinition hides the plain values of http steps' headers and exec steps'
+// env, the manifest's places for a function's credentials (audit W4): viewers see
+// that a header or variable is set, not to what. Secret references ({"secret":
+// name}) stay: they hold a name, never a value. Compensations count as steps.
 func redactDefinition(def json.RawMessage) json.RawMessage {
-	if !bytes.Contains(def, []byte(`"headers"`)) {
+	if !bytes.Contains(def, []byte(`"headers"`)) && !bytes.Contains(def, []byte(`"env"`)) {
 		return def
 	}
 	var d map[string]any
 	if err := json.Unmarshal(def, &d); err != nil {
 		return nil // a stored definition always decodes; never show what did not
 	}
+	redactValues := func(m map[string]any) {
+		for k, v := range m {
+			if _, ref := v.(map[string]any); !ref {
+				m[k] = redacted
+			}
+		}
+	}
+	var redactStep func(step map[string]any)
+	redactStep = func(step map[string]any) {
+		h, _ := step["http"].(map[string]any)
+		headers, _ := h["headers"].(map[string]any)
+		redactValues(headers)
+		env, _ := step["env"].(map[string]any)
+		redactValues(env)
+		if c, ok := step["compensate"].(map[string]any); ok {
+			redactStep(c)
+		}
+	}
 	for _, list := range []string{"steps", "on_failure"} {
 		steps, _ := d[list].([]any)
 		for _, st := range steps {
 			step, _ := st.(map[string]any)
-			h, _ := step["http"].(map[string]any)
-			headers, _ := h["headers"].(map[string]any)
-			for k := range headers {
-				headers[k] = redacted
-			}
+			redactStep(step)
 		}
 	}
 	b, err := json.Marshal(d)

@@ -162,6 +162,8 @@ func (v *validator) handler(key, f string, h Step, what string) {
 	case h.Exec == nil:
 		v.add(key, f+".network", "network applies to exec steps only")
 	}
+	v.stepEnv(key, f, h)
+	v.resources(key, f, h)
 	if h.With != nil {
 		if _, err := normalizeWith(h.With); err != nil {
 			v.add(key, f+".with"+err.at, "%s", err.msg)

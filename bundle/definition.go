@@ -104,6 +104,11 @@ type StepDefinition struct {
 	Retry RetryDefinition `json:"retry"`
 	// Network is NetworkNone for an exec step without network; empty otherwise.
 	Network string `json:"network,omitempty"`
+	// Env is an exec step's environment (the defaults' env under its own):
+	// plain values and secret references, never secret values; nil when empty.
+	Env map[string]Value `json:"env,omitempty"`
+	// Resources bounds an exec step's handler; nil: unbounded.
+	Resources *ResourcesDefinition `json:"resources,omitempty"`
 	// Concurrency is the step's effective concurrency limit (flow.go); nil: none.
 	Concurrency *ConcurrencyDefinition `json:"concurrency,omitempty"`
 	// RateLimit is the step's effective rate limit (flow.go); nil: none.
@@ -168,8 +173,10 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	var defaultRate *RateLimitSpec
 	var defaultPriority *int
 	var defaultQueue *Duration
+	var defaultEnv map[string]Value
 	if m.Defaults != nil {
 		defaultQueue = m.Defaults.QueueTimeout
+		defaultEnv = m.Defaults.Env
 		defaultConc, defaultRate, defaultPriority = m.Defaults.Concurrency, m.Defaults.RateLimit, m.Defaults.Priority
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
@@ -184,6 +191,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		if err != nil {
 			return nil, err
 		}
+		applyEnv(&d, &s, defaultEnv)
 		// Flow control (flow.go) applies to the steps of the DAG.
 		d.Concurrency = effectiveConcurrency(s.Concurrency, defaultConc, m.Name)
 		d.RateLimit = effectiveRateLimit(s.RateLimit, defaultRate, m.Name)
@@ -209,6 +217,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		if err != nil {
 			return nil, err
 		}
+		applyEnv(&d, &s, defaultEnv)
 		def.OnFailure = append(def.OnFailure, d)
 	}
 	return def, nil
@@ -244,11 +253,12 @@ func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefiniti
 		d.Kind = KindExec
 		d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
 		d.Network = s.Network
+		normalizeResources(&s, &d)
 	case s.HTTP != nil:
 		d.Kind = KindHTTP
 		h := &HTTPSpec{URL: s.HTTP.URL}
 		if len(s.HTTP.Headers) > 0 {
-			h.Headers = make(map[string]string, len(s.HTTP.Headers))
+			h.Headers = make(map[string]Value, len(s.HTTP.Headers))
 			for k, v := range s.HTTP.Headers {
 				h.Headers[textproto.CanonicalMIMEHeaderKey(k)] = v
 			}

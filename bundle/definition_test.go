@@ -129,7 +129,7 @@ steps:
 	m, _ := def.Step("m")
 	require.Equal(t, &ExecDefinition{Path: "bin/run", Args: []string{"x"}}, m.Exec)
 	a, _ := def.Step("a")
-	require.Equal(t, map[string]string{"X-Api-Key": "k"}, a.HTTP.Headers)
+	require.Equal(t, map[string]Value{"X-Api-Key": {Plain: "k"}}, a.HTTP.Headers)
 	b, _ := def.Step("b")
 	require.Equal(t, map[string]any{
 		"n": int64(1), "f": 1.5, "list": []any{"a", map[string]any{"k": "v"}},

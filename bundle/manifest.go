@@ -57,6 +57,9 @@ type Defaults struct {
 	Priority *int `yaml:"priority,omitempty" json:"priority,omitempty"`
 	// QueueTimeout applies to every step that sets none itself (flow.go).
 	QueueTimeout *Duration `yaml:"queue_timeout,omitempty" json:"queue_timeout,omitempty"`
+	// Env applies to every exec step, name by name under the step's own env
+	// (env.go); the other kinds ignore it.
+	Env map[string]Value `yaml:"env,omitempty" json:"env,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep,
@@ -96,6 +99,11 @@ type Step struct {
 	// even loopback); unset, it shares the host's. Only servers that isolate
 	// handlers can honour it: the others refuse the step.
 	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	// Env is an exec step's environment variables: plain values or secret
+	// references ({secret: name}), resolved when each attempt starts (env.go).
+	Env map[string]Value `yaml:"env,omitempty" json:"env,omitempty"`
+	// Resources bounds an exec step's memory, CPU and processes (resources.go).
+	Resources *ResourcesSpec `yaml:"resources,omitempty" json:"resources,omitempty"`
 	// Concurrency bounds the attempts of this step running at once, per key
 	// (flow.go); default Defaults.Concurrency.
 	Concurrency *ConcurrencySpec `yaml:"concurrency,omitempty" json:"concurrency,omitempty"`
@@ -132,10 +140,12 @@ const NetworkNone = "none"
 type HTTPSpec struct {
 	// URL is absolute, http or https.
 	URL string `yaml:"url" json:"url"`
-	// Headers are added to the request. Names are canonicalized in the Definition;
-	// the headers Cairn sets itself (Cairn-*, Idempotency-Key, Content-Type,
-	// Content-Length, Host, Transfer-Encoding) are refused.
-	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
+	// Headers are added to the request: plain values or secret references
+	// ({secret: name}, resolved when each attempt starts; env.go). Names are
+	// canonicalized in the Definition; the headers Cairn sets itself (Cairn-*,
+	// Idempotency-Key, Content-Type, Content-Length, Host, Transfer-Encoding) are
+	// refused.
+	Headers map[string]Value `yaml:"headers,omitempty" json:"headers,omitempty"`
 }
 
 // LambdaSpec is the function of a lambda step.

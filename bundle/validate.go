@@ -124,6 +124,9 @@ func (v *validator) manifest(m *Manifest) {
 		if q := m.Defaults.QueueTimeout; q != nil {
 			v.queueTimeout("", "defaults.queue_timeout", *q)
 		}
+		if m.Defaults.Env != nil {
+			v.env("", "defaults.env", m.Defaults.Env)
+		}
 		if p := m.Defaults.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
 			v.add("", "defaults.priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
 		}
@@ -201,6 +204,8 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	case s.Exec == nil:
 		v.add(s.Key, f+".network", "network applies to exec steps only")
 	}
+	v.stepEnv(s.Key, f, s)
+	v.resources(s.Key, f, s)
 	switch len(kinds) {
 	case 0:
 		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key)
@@ -311,7 +316,9 @@ func (v *validator) http(key, f string, h *HTTPSpec) {
 			v.add(key, hf, "invalid header name %q", name)
 		case strings.HasPrefix(canon, "Cairn-") || slices.Contains(reservedHeaders, canon):
 			v.add(key, hf, "header %q is set by Cairn and cannot be overridden", canon)
-		case strings.ContainsAny(value, "\r\n\x00"):
+		case value.IsSecret():
+			v.valueRef(key, hf, value)
+		case strings.ContainsAny(value.Plain, "\r\n\x00"):
 			v.add(key, hf, "header value contains a line break or NUL")
 		case seen[canon] != "":
 			v.add(key, hf, "header %q is also given as %q", name, seen[canon])

@@ -104,8 +104,8 @@ type ExecConfig struct {
 // The environment is not inherited: the handler gets PATH and LANG (from the
 // dispatcher's environment when NewExec ran), HOME and TMPDIR (a private
 // directory per attempt, removed afterwards), CAIRN_RUN_ID, CAIRN_STEP,
-// CAIRN_ATTEMPT, CAIRN_WORKFLOW, CAIRN_VERSION, CAIRN_CONTROL_FD=3 and
-// ExecConfig.ExtraEnv.
+// CAIRN_ATTEMPT, CAIRN_WORKFLOW, CAIRN_VERSION, CAIRN_CONTROL_FD=3,
+// ExecConfig.ExtraEnv and Spec.Env (the step's env).
 //
 // Exit status 0 is success, unless an error control message was sent: then that
 // error. Any other exit or a signal is a retryable *Error (CodeExitStatus,
@@ -137,6 +137,9 @@ type Exec struct {
 	baseEnv []string
 	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
 	sandbox *sandbox
+	// prlimit is util-linux's prlimit, which applies Spec.Resources; "" when
+	// it is not installed.
+	prlimit string
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
@@ -176,6 +179,7 @@ func NewExec(cfg *ExecConfig) *Exec {
 		lang = "C.UTF-8"
 	}
 	e.baseEnv = []string{"PATH=" + path, "LANG=" + lang}
+	e.prlimit = findPrlimit()
 	if cfg.Isolation == IsolationBwrap {
 		uid := cfg.SandboxUID
 		if uid <= 0 {
@@ -263,7 +267,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		drained:   make(chan struct{}),
 		aborted:   make(chan struct{}),
 	}
-	env := e.environ(&inv.Envelope, home, tmp)
+	env := e.environ(&inv.Envelope, inv.Spec.Env, home, tmp)
 	path, args := program, append([]string(nil), inv.Spec.Exec...)
 	if e.sandbox != nil {
 		args = e.sandbox.command(sandboxSpec{
@@ -275,6 +279,13 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		})
 		path = args[0]
 	}
+	if path, args, err = e.limitCommand(inv.Spec.Resources, path, args); err != nil {
+		return err
+	}
+	if res := inv.Spec.Resources; res != nil && res.CPU > 0 {
+		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
+	}
+	r.resources = inv.Spec.Resources
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
 			Path:        path,
@@ -305,15 +316,17 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 }
 
 // environ builds a handler's environment. Later entries win (os/exec keeps the
-// last value of a duplicate key), so ExtraEnv overrides the base but not CAIRN_*.
-func (e *Exec) environ(env *Envelope, home, tmp string) []string {
-	out := make([]string, 0, len(e.baseEnv)+len(e.extraEnv)+8)
+// last value of a duplicate key), so ExtraEnv and then the step's env override
+// the base but not CAIRN_*.
+func (e *Exec) environ(env *Envelope, stepEnv []string, home, tmp string) []string {
+	out := make([]string, 0, len(e.baseEnv)+len(e.extraEnv)+len(stepEnv)+8)
 	out = append(out, e.baseEnv...)
 	out = append(out, "HOME="+home, "TMPDIR="+tmp)
 	out = append(out, e.extraEnv...)
 	if env.Traceparent != "" {
 		out = append(out, "TRACEPARENT="+env.Traceparent)
 	}
+	out = append(out, stepEnv...)
 	return append(out,
 		"CAIRN_RUN_ID="+env.RunID,
 		"CAIRN_STEP="+env.Step,
@@ -387,6 +400,8 @@ type execRun struct {
 	logW      *lockedLog
 	tail      *tailBuffer
 	cmd       *exec.Cmd
+	// resources are the handler's limits (nil: none).
+	resources *Resources
 
 	// Parent ends of the pipes.
 	stdinW                  *os.File
@@ -818,10 +833,11 @@ func (r *execRun) result(waitErr error) error {
 	} else {
 		failure.Message = fmt.Sprintf("exit status %d", exitErr.ExitCode())
 	}
-	if tail := r.tail.String(); tail != "" {
+	tail := r.tail.String()
+	if tail != "" {
 		failure.Message += "; stderr: " + tail
 	}
-	return failure
+	return resourceFailure(r.resources, failure, tail)
 }
 
 // inputFiles lists the local files of the $blob references in an envelope: the

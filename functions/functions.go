@@ -77,6 +77,12 @@ type Spec struct {
 	Builtin string `json:"builtin,omitempty"`
 	// NoNetwork runs an exec handler without any network (manifest: network: none).
 	NoNetwork bool `json:"no_network,omitempty"`
+	// Env holds "NAME=value" entries added to an exec handler's environment (the
+	// step's env, secrets resolved). They override PATH, HOME, LANG, TMPDIR and
+	// ExecConfig.ExtraEnv but never the CAIRN_* variables. Other kinds ignore it.
+	Env []string `json:"-"`
+	// Resources bounds an exec handler (see Resources); nil: unbounded.
+	Resources *Resources `json:"resources,omitempty"`
 }
 
 // HTTPSpec is the http kind's target.
@@ -100,6 +106,9 @@ type Invocation struct {
 	// Timeout is the step's timeout; the caller also puts it on ctx. Informational
 	// for invokers that pass deadlines on (HTTP headers, Lambda).
 	Timeout time.Duration
+	// Secrets are the secret values in Spec (Env, HTTP headers). Invokers do not
+	// read it: the caller masks them in what the handler produces (NewMasker).
+	Secrets []string
 }
 
 // Sink receives what a handler produces. The dispatcher implements it; invokers call
@@ -189,6 +198,14 @@ const (
 	// directory (no permission, read-only file system). Retryable and bounded like
 	// CodeKindUnavailable; the server's log and /readyz say more.
 	CodeBundleInstall = "bundle_install"
+	// CodeSecretNotFound is a step whose env or headers reference a secret that
+	// does not exist, or that cannot be opened (no CAIRN_SECRET_KEY on this
+	// server, a key it does not have). Always terminal.
+	CodeSecretNotFound = "secret_not_found"
+	// CodeResourceExhausted is an exec handler that ran out of the memory its
+	// step's resources allow. Terminal: the same input under the same limit
+	// would run out again.
+	CodeResourceExhausted = "resource_exhausted"
 )
 
 // Error returns the message and whether the failure is retryable or terminal.

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -22,6 +24,7 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/tracing"
+	"github.com/cairnrun/cairn/secrets"
 )
 
 // attempt is one running attempt of a claimed step.
@@ -160,16 +163,26 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		return
 	}
 
+	// Secret values never reach the output, the log, checkpoints, progress or the
+	// error: they are masked on the way.
+	masker := functions.NewMasker(inv.Secrets)
+	masked := functions.NewMaskSink(sink, masker)
 	runCtx, cancelTimeout := context.WithTimeoutCause(ctx, step.Timeout.Std(), errTimeout)
 	var invokeSpan trace.Span
 	if d.cfg.Tracer != nil {
 		runCtx, invokeSpan = d.cfg.Tracer.Start(runCtx, "invoke", trace.WithAttributes(attribute.String("cairn.kind", string(step.Kind))))
 		inv.Envelope.Traceparent = tracing.Traceparent(runCtx)
 	}
-	invErr := invoker.Invoke(runCtx, inv, sink)
+	invErr := invoker.Invoke(runCtx, inv, masked)
 	cancelTimeout()
+	if ferr := masked.Flush(); ferr != nil && invErr == nil {
+		invErr = ferr
+	}
 	if invokeSpan != nil {
 		endSpan(invokeSpan, invErr)
+	}
+	if fe := (*functions.Error)(nil); masker != nil && errors.As(invErr, &fe) {
+		fe.Message = masker.String(fe.Message)
 	}
 	cause := context.Cause(runCtx)
 
@@ -382,9 +395,29 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
+		if r := step.Resources; r != nil {
+			inv.Spec.Resources = &functions.Resources{MemoryBytes: r.MemoryBytes, CPU: r.CPU, Pids: r.Pids}
+		}
+		for _, name := range slices.Sorted(maps.Keys(step.Env)) {
+			v, err := d.resolveValue(ctx, inv, step.Env[name])
+			if err != nil {
+				return nil, err
+			}
+			inv.Spec.Env = append(inv.Spec.Env, name+"="+v)
+		}
 		d.addCallbackURL(inv, c)
 	case bundle.KindHTTP:
-		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL, Headers: step.HTTP.Headers}
+		inv.Spec.HTTP = &functions.HTTPSpec{URL: step.HTTP.URL}
+		if len(step.HTTP.Headers) > 0 {
+			inv.Spec.HTTP.Headers = make(map[string]string, len(step.HTTP.Headers))
+		}
+		for name, hv := range step.HTTP.Headers {
+			v, err := d.resolveValue(ctx, inv, hv)
+			if err != nil {
+				return nil, err
+			}
+			inv.Spec.HTTP.Headers[name] = v
+		}
 		d.addCheckpointCredential(inv, c)
 		d.addCallbackURL(inv, c)
 	case bundle.KindLambda:
@@ -395,6 +428,35 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.Spec.Builtin = step.Builtin
 	}
 	return inv, nil
+}
+
+// resolveValue returns a plain value, or the newest value of the secret v
+// references (remembered in inv.Secrets for masking). A secret that is missing or
+// cannot be opened is a terminal failure, code secret_not_found, whose message
+// names the secret and never holds a value.
+func (d *Dispatcher) resolveValue(ctx context.Context, inv *functions.Invocation, v bundle.Value) (string, error) {
+	if !v.IsSecret() {
+		return v.Plain, nil
+	}
+	notFound := func(why string) error {
+		return &functions.Error{Message: fmt.Sprintf("secret %q %s", v.Secret, why), Code: functions.CodeSecretNotFound}
+	}
+	if d.cfg.Secrets == nil {
+		return "", notFound("cannot be read: this server has no secret store configured")
+	}
+	value, _, err := d.cfg.Secrets.Reveal(ctx, v.Secret)
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return "", notFound("does not exist: set it with `cairn secret set " + v.Secret + "`")
+	case errors.Is(err, secrets.ErrNoKey):
+		return "", notFound("cannot be read: this server has no CAIRN_SECRET_KEY")
+	case errors.Is(err, secrets.ErrUnknownKey), errors.Is(err, secrets.ErrDecrypt):
+		return "", notFound("cannot be opened with this server's keys (CAIRN_SECRET_KEY, CAIRN_SECRET_KEYS_OLD)")
+	case err != nil:
+		return "", fmt.Errorf("reveal secret %s: %w", v.Secret, err)
+	}
+	inv.Secrets = append(inv.Secrets, string(value))
+	return string(value), nil
 }
 
 // addCheckpointCredential lets a remote handler PUT checkpoints: the signed lease

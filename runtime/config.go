@@ -90,6 +90,9 @@ type Config struct {
 	// PUT …/checkpoint (see functions.LeaseCredential); the API verifies them with the
 	// same key. Default none: such handlers then get no credential.
 	SigningKey []byte
+	// Secrets reveals the secrets that steps reference in env and http headers
+	// (secrets.Vault); nil: such steps fail with code secret_not_found.
+	Secrets SecretSource
 	// PublicURL is the API's address as handlers reach it ("http://host:8080"), for
 	// the envelope's checkpoint_url; default none.
 	PublicURL string
@@ -178,4 +181,9 @@ func (c *Config) withDefaults() (Config, error) {
 		out.Invokers = map[bundle.Kind]functions.Invoker{}
 	}
 	return out, nil
+}
+
+// SecretSource reveals a secret's newest value (secrets.Vault implements it).
+type SecretSource interface {
+	Reveal(ctx context.Context, name string) (value []byte, version int, err error)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -33,11 +34,26 @@ func bindEnv(fs *pflag.FlagSet, vars map[string]string) {
 func applyEnv(fs *pflag.FlagSet, e env) error {
 	var errs []error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if keys := f.Annotations[envAnnotation]; len(keys) > 0 {
-			errs = append(errs, fromEnv(f, e, keys[0]))
+		// The first variable set wins; the others are aliases (envAlias).
+		for _, key := range f.Annotations[envAnnotation] {
+			if err := fromEnv(f, e, key); err != nil || f.Changed {
+				errs = append(errs, err)
+				return
+			}
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// envAlias adds alias, read when the flag's own variable is unset, to the flag
+// name of fs (bound with bindEnv first).
+func envAlias(fs *pflag.FlagSet, name, alias string) {
+	f := fs.Lookup(name)
+	if f == nil || len(f.Annotations[envAnnotation]) == 0 {
+		panic("envAlias: no bound flag --" + name) // a programming error
+	}
+	f.Usage = strings.TrimSuffix(f.Usage, ")") + ", or its alias " + alias + ")"
+	_ = fs.SetAnnotation(name, envAnnotation, append(f.Annotations[envAnnotation], alias))
 }
 
 // fromEnv sets f from the variable key unless f was given on the command line.

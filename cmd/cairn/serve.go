@@ -102,6 +102,8 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
 	})
+	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
+	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
 }
 
 // check refuses values that parse but cannot work.
@@ -289,7 +291,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				rf.signingKey = newToken()
 			}
 			if rf.secretKey == "" {
-				logger.Warn("no CAIRN_SECRET_KEY: PUT /v1/secrets and webhook deliveries will answer 503 secret_key_missing")
+				logger.Warn("no CAIRN_SECRET_KEY: PUT /v1/secrets and webhook deliveries will answer 503 secret_key_missing, and steps that reference secrets fail with code secret_not_found")
 			}
 			lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
 			if err != nil {
@@ -432,6 +434,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
 			SigningKey:    []byte(p.rt.signingKey),
+			Secrets:       secrets.NewVault(p.store, secretKeys),
 			PublicURL:     publicURL,
 			Logger:        p.logger,
 			Registerer:    reg,
