@@ -61,13 +61,26 @@ LIMIT $5`
 	// pass). Their steps, edges, attempts, events, signals, approvals and map rows
 	// go by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep a
 	// NULL.
+	//
+	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
+	// archived_runs row in the same statement.
 	sqlRunsDelete = `
 WITH doomed AS (
     SELECT r.id FROM ` + retentionFrom + `
     WHERE r.id = ANY ($4::uuid[]) AND ` + retentionExpired + `
-    FOR UPDATE OF r SKIP LOCKED)
-DELETE FROM runs d USING doomed WHERE d.id = doomed.id
-RETURNING d.id`
+    FOR UPDATE OF r SKIP LOCKED),
+gone AS (
+    DELETE FROM runs d USING doomed WHERE d.id = doomed.id
+    RETURNING d.id, d.workflow, d.status, d.finished_at),
+archived AS (
+    INSERT INTO archived_runs (run_id, workflow, status, finished_at, blob_key)
+    SELECT g.id, g.workflow, g.status, g.finished_at, a.key
+    FROM gone g JOIN unnest($5::uuid[], $6::text[]) AS a (id, key) ON a.id = g.id
+    ON CONFLICT (run_id) DO UPDATE SET blob_key = EXCLUDED.blob_key, archived_at = now())
+SELECT id FROM gone`
+
+	sqlArchivedRunGet = `
+SELECT run_id, workflow, status, finished_at, blob_key, archived_at FROM archived_runs WHERE run_id = $1`
 
 	// sqlIdempotencyExpire deletes up to $2 keys older than $1 seconds, oldest
 	// first, but a schedule's fire keys.
@@ -127,15 +140,21 @@ func (s *Store) RunsExpired(ctx context.Context, d RetentionDefaults, limit int)
 
 // RunsDelete deletes, in one transaction, those of ids that are still past
 // their retention and not locked by another transaction, with all their rows,
-// and returns the ids it deleted.
-func (s *Store) RunsDelete(ctx context.Context, d RetentionDefaults, ids []uuid.UUID) ([]uuid.UUID, error) {
+// and returns the ids it deleted. archives maps the ids archived before to
+// their archive's blob key: their deletion records it (ArchivedRunGet).
+func (s *Store) RunsDelete(ctx context.Context, d RetentionDefaults, ids []uuid.UUID,
+	archives map[uuid.UUID]string) ([]uuid.UUID, error) {
 	if len(ids) == 0 {
 		return nil, nil
+	}
+	archIDs, archKeys := make([]string, 0, len(archives)), make([]string, 0, len(archives))
+	for id, key := range archives {
+		archIDs, archKeys = append(archIDs, id.String()), append(archKeys, key)
 	}
 	var out []uuid.UUID
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out = out[:0]
-		args := append(d.args(), pq.Array(uuidStrings(ids)))
+		args := append(d.args(), pq.Array(uuidStrings(ids)), pq.Array(archIDs), pq.Array(archKeys))
 		return tx.SelectContext(ctx, &out, sqlRunsDelete, args...)
 	})
 	if err != nil {
@@ -182,4 +201,26 @@ func uuidStrings(ids []uuid.UUID) []string {
 		out[i] = id.String()
 	}
 	return out
+}
+
+// ArchivedRun is a run deleted by retention after its archive was written.
+type ArchivedRun struct {
+	RunID      uuid.UUID `db:"run_id"`
+	Workflow   string    `db:"workflow"`
+	Status     string    `db:"status"`
+	FinishedAt time.Time `db:"finished_at"`
+	// BlobKey names the archive: JSON Lines of the run, its steps, attempts and
+	// events.
+	BlobKey    string    `db:"blob_key"`
+	ArchivedAt time.Time `db:"archived_at"`
+}
+
+// ArchivedRunGet returns the archive record of run id; ErrNotFound when the run
+// was not archived (it may still be in the catalog, or deleted without archive).
+func (s *Store) ArchivedRunGet(ctx context.Context, id uuid.UUID) (*ArchivedRun, error) {
+	var a ArchivedRun
+	if err := s.db.GetContext(ctx, &a, sqlArchivedRunGet, id); err != nil {
+		return nil, fmt.Errorf("archived run %s: %w", id, translateError(err))
+	}
+	return &a, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func reapAll(t *testing.T, ctx context.Context, s *catalog.Store, d catalog.Rete
 		for i, e := range exp {
 			ids[i] = e.ID
 		}
-		del, err := s.RunsDelete(ctx, d, ids)
+		del, err := s.RunsDelete(ctx, d, ids, nil)
 		require.NoError(t, err)
 		require.NotEmpty(t, del)
 		all = append(all, del...)
@@ -175,10 +176,15 @@ func TestRetentionSkipsLocked(t *testing.T) {
 	defer tx.Rollback() //nolint:errcheck
 	_, err = tx.ExecContext(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, a)
 	require.NoError(t, err)
-	del, err := s.RunsDelete(ctx, d, []uuid.UUID{a, b})
+	del, err := s.RunsDelete(ctx, d, []uuid.UUID{a, b}, map[uuid.UUID]string{b: "archives/sha256/" + strings.Repeat("0", 64)})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{b}, del)
 	require.NoError(t, tx.Rollback())
+	arch, err := s.ArchivedRunGet(ctx, b)
+	require.NoError(t, err)
+	require.Equal(t, "succeeded", arch.Status)
+	_, err = s.ArchivedRunGet(ctx, a)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
 
 	// A deletion left uncommitted (its run's row, steps, attempts and events
 	// locked) while a new run's step is claimed and finished.

@@ -22,7 +22,20 @@ CREATE INDEX runs_finished_at_idx ON runs (finished_at) WHERE finished_at IS NOT
 -- oldest first.
 CREATE INDEX idempotency_keys_created_at_idx ON idempotency_keys (created_at);
 
+-- Runs archived before their deletion: the archive (the run, its steps,
+-- attempts and events as JSON Lines) is a blob of kind archives; this row finds it
+-- by the run's id, and names it for the blob collector.
+CREATE TABLE archived_runs (
+    run_id      uuid        PRIMARY KEY,
+    workflow    text        NOT NULL,
+    status      text        NOT NULL,
+    finished_at timestamptz NOT NULL,
+    blob_key    text        NOT NULL,
+    archived_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- +goose Down
+DROP TABLE archived_runs;
 DROP INDEX idempotency_keys_created_at_idx;
 DROP INDEX runs_finished_at_idx;
 ALTER TABLE workflow_versions
