@@ -17,6 +17,11 @@ type metrics struct {
 	scheduleFires *prometheus.CounterVec
 	// mapInstances counts the map instances this dispatcher's map loop created.
 	mapInstances prometheus.Counter
+	// runsReaped, runsArchived and keysExpired count what this dispatcher's
+	// reaper deleted (retention.go).
+	runsReaped   prometheus.Counter
+	runsArchived prometheus.Counter
+	keysExpired  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,9 +53,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		mapInstances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_map_instances_created_total", Help: "Map instances created by this dispatcher's map loop.",
 		}),
+		runsReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_runs_reaped_total", Help: "Finished runs deleted by this dispatcher's reaper, past their retention.",
+		}),
+		runsArchived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_runs_archived_total", Help: "Runs archived to the blob store by this dispatcher's reaper before their deletion.",
+		}),
+		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_idempotency_keys_expired_total", Help: "Expired idempotency keys deleted by this dispatcher's reaper.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires, m.mapInstances)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires, m.mapInstances,
+			m.runsReaped, m.runsArchived, m.keysExpired)
 	}
 	return m
 }
