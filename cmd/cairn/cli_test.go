@@ -51,7 +51,7 @@ func setupCLI(t *testing.T) *cliBundle {
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := openStore(ctx, dbURL, logger)
+	store, err := openStore(ctx, dbURL, logger, 0)
 	require.NoError(t, err)
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
