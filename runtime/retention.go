@@ -31,9 +31,18 @@ func (d *Dispatcher) reapLoop(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		d.reapRuns(ctx)
-		d.expireKeys(ctx)
+		d.Reap(ctx)
 	}
+}
+
+// Reap runs one pass of the reaper now: it deletes the runs past their
+// retention (archiving those configured so) and the expired idempotency keys, and
+// returns how many runs it deleted. The dispatcher's loop calls it every
+// ReapInterval; tests and tools may call it on a dispatcher not started.
+func (d *Dispatcher) Reap(ctx context.Context) int {
+	n := d.reapRuns(ctx)
+	d.expireKeys(ctx)
+	return n
 }
 
 // reapRuns is one pass over the expired runs; it returns how many it deleted.
