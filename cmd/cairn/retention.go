@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/spf13/pflag"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/client"
 )
 
 // retentionFlag is --retention: the server's retention of finished runs, for the
@@ -90,4 +94,22 @@ func (f *runtimeFlags) retentionDefaults() catalog.RetentionDefaults {
 	d := f.retention.d
 	d.Archive = f.archiveRuns
 	return d
+}
+
+// showArchivedRun prints a run read from its archive (GET /v1/archived-runs/{id})
+// as run get prints a run, or, as JSON, the API's answer (run, steps, attempts,
+// events).
+func (c *cli) showArchivedRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJSON bool) error {
+	resp, err := cl.GetArchivedRunWithResponse(ctx, id)
+	if err != nil {
+		return fmt.Errorf("get archived run %s: %w", id, err)
+	}
+	if resp.JSON200 == nil {
+		return unexpected("get archived run", resp.StatusCode())
+	}
+	if asJSON {
+		return writeJSON(c.stdout, json.RawMessage(resp.Body))
+	}
+	fmt.Fprintf(c.stdout, "archived %s (%s)\n", formatTime(resp.JSON200.ArchivedAt), resp.JSON200.BlobKey)
+	return c.writeRun(&resp.JSON200.Run, deref(resp.JSON200.Steps))
 }
