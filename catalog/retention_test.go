@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/testenv"
@@ -246,4 +247,100 @@ VALUES ('runs', 'old', 'h', $1, now() - interval '2 hours'), ('schedule', 'sched
 	var keys []string
 	require.NoError(t, s.DB().SelectContext(ctx, &keys, `SELECT key FROM idempotency_keys ORDER BY key`))
 	require.Equal(t, []string{"k", "schedule:1:x"}, keys)
+}
+
+// TestRetentionUnderLoad: while runs are created, claimed and finished, a reaper
+// loops over the expired runs: every claim and finish goes through, every new run
+// ends and stays, and every expired run goes with all its rows.
+func TestRetentionUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	retentionVersion(t, s, "w", `{"succeeded_s":60,"failed_s":60}`)
+	const old, fresh, workers = 60, 120, 4
+	var expired []uuid.UUID
+	for i := 0; i < old; i++ {
+		expired = append(expired, endedRun(t, ctx, s, "w", uuid.Nil, catalog.OutcomeSucceeded, time.Hour))
+	}
+	d := catalog.RetentionDefaults{}
+
+	stop := make(chan struct{})
+	var g, reaper errgroup.Group
+	reaper.Go(func() error {
+		for {
+			select {
+			case <-stop:
+				return nil
+			default:
+			}
+			exp, err := s.RunsExpired(ctx, d, 5)
+			if err != nil {
+				return err
+			}
+			if len(exp) == 0 {
+				time.Sleep(5 * time.Millisecond) // not a timing: only not to spin
+				continue
+			}
+			ids := make([]uuid.UUID, len(exp))
+			for i, e := range exp {
+				ids[i] = e.ID
+			}
+			if _, err := s.RunsDelete(ctx, d, ids, nil); err != nil {
+				return err
+			}
+		}
+	})
+	created := make(chan uuid.UUID, fresh)
+	for w := 0; w < workers; w++ {
+		g.Go(func() error {
+			for i := 0; i < fresh/workers; i++ {
+				r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "w", Input: json.RawMessage(`{}`)})
+				if err != nil {
+					return err
+				}
+				created <- r.ID
+				claimed, err := s.StepClaim(ctx, "load", 3, time.Minute)
+				if err != nil {
+					return err
+				}
+				for _, c := range claimed {
+					if err := s.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken,
+						Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`1`)}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	// What the workers left ready.
+	for {
+		claimed, err := s.StepClaim(ctx, "load", 50, time.Minute)
+		require.NoError(t, err)
+		if len(claimed) == 0 {
+			break
+		}
+		for _, c := range claimed {
+			require.NoError(t, s.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key,
+				LeaseToken: c.LeaseToken, Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`1`)}))
+		}
+	}
+	close(stop)
+	require.NoError(t, reaper.Wait())
+	reapAll(t, ctx, s, d)
+	close(created)
+	n := 0
+	for id := range created {
+		r, err := s.RunGet(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, "succeeded", string(r.Status))
+		n++
+	}
+	require.Equal(t, fresh, n)
+	for _, id := range expired {
+		for table, c := range rowsOf(t, ctx, s, id) {
+			require.Zero(t, c, "%s of %s", table, id)
+		}
+	}
 }
