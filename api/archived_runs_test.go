@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -128,4 +129,35 @@ func TestArchivedRun(t *testing.T) {
 
 	status, _ = get("/v1/archived-runs/" + "0190d5c2-0000-7000-8000-000000000000")
 	require.Equal(t, http.StatusNotFound, status)
+}
+
+// TestRetentionAtDeploy: a bad retention is refused at deploy naming the field; a
+// good one reaches the version's retention columns, which the reaper reads.
+func TestRetentionAtDeploy(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	deploy := func(m string) (int, map[string]any) {
+		return tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: m})))
+	}
+	status, out := deploy("name: orders\nretention: {succeeded: 7d, failed: 10s}\nsteps:\n  - {key: a, builtin: noop}\n")
+	require.Equal(t, http.StatusBadRequest, status, "%v", out)
+	require.Equal(t, "invalid_bundle", out["code"])
+	errs := out["errors"].([]any)
+	require.Len(t, errs, 1)
+	require.Equal(t, "cairn.yaml#retention.failed", errs[0].(map[string]any)["location"])
+
+	status, out = deploy("name: orders\nretention: {succeeded: 7d, canceled: forever, archive: true}\nsteps:\n  - {key: a, builtin: noop}\n")
+	require.Equal(t, http.StatusCreated, status, "%v", out)
+	var cols struct {
+		Succeeded *int64 `db:"retain_succeeded_s"`
+		Failed    *int64 `db:"retain_failed_s"`
+		Canceled  *int64 `db:"retain_canceled_s"`
+		Archive   *bool  `db:"retain_archive"`
+	}
+	require.NoError(t, tb.store.DB().GetContext(t.Context(), &cols,
+		`SELECT retain_succeeded_s, retain_failed_s, retain_canceled_s, retain_archive FROM workflow_versions WHERE workflow = 'orders'`))
+	require.EqualValues(t, 7*24*3600, *cols.Succeeded)
+	require.Nil(t, cols.Failed)
+	require.EqualValues(t, -1, *cols.Canceled)
+	require.True(t, *cols.Archive)
 }
