@@ -29,6 +29,8 @@ func (d *Dispatcher) reapLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-d.noClaim: // shutting down
+			return
 		case <-time.After(wait):
 		}
 		d.Reap(ctx)
