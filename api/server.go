@@ -177,6 +177,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerBundles()
 	s.registerCheckpoint()
 	s.registerSteps()
+	s.registerArchivedRuns()
 	s.registerSignals()
 	s.registerApprovals()
 	s.registerCallbacks()

@@ -24,6 +24,9 @@ const (
 	KindPayloads = "payloads"
 	// KindLogs holds attempts' logs (an exec handler's stderr).
 	KindLogs = "logs"
+	// KindArchives holds archives of runs deleted by retention (JSON Lines of the
+	// run, its steps, attempts and events), named in archived_runs.
+	KindArchives = "archives"
 )
 
 // KeyFor returns the key "<kind>/sha256/<hex>" of digest ("sha256:<hex>") in kind.

@@ -65,6 +65,8 @@ type Definition struct {
 	// Timeout bounds a whole run (and in milliseconds); absent: no bound.
 	Timeout   *Duration `json:"timeout,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms,omitempty"`
+	// Retention of the finished runs (retention.go); absent: the server's default.
+	Retention *RetentionDefinition `json:"retention,omitempty"`
 	// OnFailure are the steps run once when a run fails, in manifest order;
 	// absent when there are none.
 	OnFailure []StepDefinition `json:"on_failure,omitempty"`
@@ -209,6 +211,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		t := *m.Timeout
 		def.Timeout, def.TimeoutMS = &t, t.Std().Milliseconds()
 	}
+	def.Retention = normalizeRetention(m.Retention)
 	for _, key := range topoOrder(byKey) {
 		def.Steps = append(def.Steps, byKey[key])
 	}

@@ -30,6 +30,9 @@ type Manifest struct {
 	// fails, code deadline_exceeded (flow.go). Unset: no bound. A run's start may
 	// give its own deadline.
 	Timeout *Duration `yaml:"timeout,omitempty" json:"timeout,omitempty"`
+	// Retention is how long finished runs are kept (retention.go); unset: the
+	// server's default.
+	Retention *Retention `yaml:"retention,omitempty" json:"retention,omitempty"`
 	// Steps are the nodes of the DAG; at least one.
 	Steps []Step `yaml:"steps" json:"steps"`
 	// Hooks are the webhooks that start runs of the workflow (hook.go).

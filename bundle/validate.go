@@ -105,6 +105,7 @@ func (v *validator) manifest(m *Manifest) {
 	if m.Timeout != nil && (m.Timeout.Std() <= 0 || m.Timeout.Std() > MaxSleep) {
 		v.add("", "timeout", "timeout %s: must be > 0 and at most %s (a year)", *m.Timeout, Duration(MaxSleep))
 	}
+	v.retention(m.Retention)
 	var defaults RetryPolicy
 	if m.Defaults != nil {
 		if m.Defaults.Timeout != nil {

@@ -108,7 +108,7 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 				return err
 			}
 			run, _, err := runCreateTx(ctx, tx, &RunCreateParams{Workflow: p.Workflow, Version: p.Version, Alias: p.Alias,
-				Input: p.Input, Parent: l.RunID})
+				Input: p.Input, Parent: l.RunID}, 0)
 			if err != nil {
 				if errors.Is(translateError(err), ErrNotFound) {
 					return ErrChildNotFound

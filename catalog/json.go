@@ -39,3 +39,13 @@ func (j JSON) MarshalJSON() ([]byte, error) {
 	}
 	return j, nil
 }
+
+// UnmarshalJSON keeps the document as it is (a copy); null is nil.
+func (j *JSON) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*j = nil
+		return nil
+	}
+	*j = append(JSON(nil), b...)
+	return nil
+}

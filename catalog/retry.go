@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
@@ -66,7 +67,8 @@ type RunRetryParams struct {
 func (s *Store) RunRetry(ctx context.Context, p *RunRetryParams) (run *Run, retried bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if p.IdempotencyKey != "" {
-			first, err := claimIdempotencyKey(ctx, tx, "retry:"+p.RunID.String(), p.IdempotencyKey, p.RequestHash, p.RunID.String())
+			first, err := claimIdempotencyKey(ctx, tx, "retry:"+p.RunID.String(), p.IdempotencyKey, p.RequestHash, p.RunID.String(),
+				s.cfg.IdempotencyTTL)
 			if err != nil {
 				return err
 			}
@@ -96,9 +98,10 @@ func (s *Store) RunRetry(ctx context.Context, p *RunRetryParams) (run *Run, retr
 // claimIdempotencyKey records key in scope for resource, or returns the resource
 // an earlier request recorded under it ("" when this request is the first). The
 // insert waits for a concurrent holder of the key to commit. ErrIdempotencyMismatch
-// when the earlier request had another hash.
-func claimIdempotencyKey(ctx context.Context, tx *sqlx.Tx, scope, key, hash, resource string) (string, error) {
-	res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, scope, key, hash, resource)
+// when the earlier request had another hash. A key older than ttl is taken over
+// as if it were new.
+func claimIdempotencyKey(ctx context.Context, tx *sqlx.Tx, scope, key, hash, resource string, ttl time.Duration) (string, error) {
+	res, err := tx.ExecContext(ctx, sqlIdempotencyInsert, scope, key, hash, resource, ttl.Seconds())
 	if err != nil {
 		return "", err
 	}
@@ -163,7 +166,8 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		run, plan, created = nil, &RerunPlan{}, false
 		if p.IdempotencyKey != "" && !p.DryRun {
-			first, err := claimIdempotencyKey(ctx, tx, "rerun:"+p.Source.String(), p.IdempotencyKey, p.RequestHash, id.String())
+			first, err := claimIdempotencyKey(ctx, tx, "rerun:"+p.Source.String(), p.IdempotencyKey, p.RequestHash, id.String(),
+				s.cfg.IdempotencyTTL)
 			if err != nil {
 				return err
 			}

@@ -3,8 +3,10 @@ package catalog
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -29,9 +31,13 @@ const (
 steps_remaining, created_at, started_at, finished_at, rerun_of, rerun_from_step, pause_reason,
 labels, parent_id, parent_step`
 
+	// An expired key ($5: the TTL in seconds; 0: keys never expire) is taken over
+	// as if it were new.
 	sqlIdempotencyInsert = `
 INSERT INTO idempotency_keys (scope, key, request_hash, resource_id) VALUES ($1, $2, $3, $4)
-ON CONFLICT (scope, key) DO NOTHING`
+ON CONFLICT (scope, key) DO UPDATE
+SET request_hash = EXCLUDED.request_hash, resource_id = EXCLUDED.resource_id, created_at = now()
+WHERE $5 > 0 AND idempotency_keys.created_at <= now() - make_interval(secs => $5)`
 
 	sqlIdempotencyGet = `
 SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key = $2`
@@ -244,14 +250,14 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
 	if p.IdempotencyKey == "" {
-		run, _, err = runCreateTx(ctx, s.db, p)
+		run, _, err = runCreateTx(ctx, s.db, p, s.cfg.IdempotencyTTL)
 		if err != nil {
 			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
 		}
 		return run, true, nil
 	}
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		run, created, err = runCreateTx(ctx, tx, p)
+		run, created, err = runCreateTx(ctx, tx, p, s.cfg.IdempotencyTTL)
 		return err
 	})
 	if err != nil {
@@ -272,7 +278,7 @@ type queryer interface {
 // ErrIdempotencyMismatch), then sqlRunCreate. It is RunCreate's body, shared with the
 // callers that create runs inside a transaction of their own (schedule fires). The
 // labels are not checked here.
-func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, created bool, err error) {
+func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Duration) (run *Run, created bool, err error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
@@ -298,7 +304,8 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 	}
 	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline}
 	if p.IdempotencyKey != "" {
-		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String())
+		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String(),
+			ttl.Seconds())
 		if err != nil {
 			return nil, false, err
 		}
@@ -317,7 +324,13 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams) (run *Run, 
 				return nil, false, fmt.Errorf("idempotency record: %w", err)
 			}
 			run = &Run{}
-			return run, false, q.GetContext(ctx, run, sqlRunGet, runID)
+			err = q.GetContext(ctx, run, sqlRunGet, runID)
+			if errors.Is(err, sql.ErrNoRows) {
+				// The key's run was deleted by retention before the key expired:
+				// the key is free again (retention.go).
+				return idempotencyTakeOver(ctx, q, p, ttl, resource, id, args)
+			}
+			return run, false, err
 		}
 	}
 	run = &Run{}

@@ -24,6 +24,10 @@ type Config struct {
 	// TxRetries is how many times inTx re-runs a transaction that failed with
 	// ErrRetryable; default 5.
 	TxRetries int
+	// IdempotencyTTL is how long an idempotency key of a run's creation holds:
+	// past it, the key starts a new run (retention.go); default
+	// DefaultIdempotencyTTL. A schedule's fire keys never expire.
+	IdempotencyTTL time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -42,6 +46,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.ConnMaxLifetime <= 0 {
 		out.ConnMaxLifetime = 30 * time.Minute
+	}
+	if out.IdempotencyTTL <= 0 {
+		out.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if out.TxRetries <= 0 {
 		out.TxRetries = 5

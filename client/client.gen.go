@@ -673,6 +673,19 @@ type AliasChange struct {
 // AliasChangeKind deploy: a deploy moved latest; promote: PUT …/aliases/{alias}; rollback: POST …/aliases/{alias}/rollback
 type AliasChangeKind string
 
+// ArchivedRun defines model for ArchivedRun.
+type ArchivedRun struct {
+	// ArchivedAt when retention archived and deleted the run
+	ArchivedAt time.Time  `json:"archived_at"`
+	Attempts   *[]Attempt `json:"attempts"`
+
+	// BlobKey the archive in the blob store: JSON Lines of the run, its steps, attempts and events
+	BlobKey string   `json:"blob_key"`
+	Events  *[]Event `json:"events"`
+	Run     Run      `json:"run"`
+	Steps   *[]Step  `json:"steps"`
+}
+
 // Attempt defines model for Attempt.
 type Attempt struct {
 	// Counted false for attempts handed back at shutdown: they do not use up max_attempts
@@ -1903,6 +1916,15 @@ type ClientInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetArchivedRun Get an archived run
+	//
+	// A run that retention deleted after archiving it (cairn.yaml retention: {archive: true}, or cairn serve --archive-runs): the run, its steps, attempts and events, read from its archive in the blob store. 404 for a run that is still in the catalog (GET /v1/runs/{id}) or was deleted without an archive.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/archived-runs/{id} (the `GetArchivedRun` operationId).
+	GetArchivedRun(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// UploadBundleWithBody Upload a bundle
 	//
 	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
@@ -2596,6 +2618,25 @@ func (c *APIClient) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) 
 // Corresponds with GET /readyz (the `Readyz` operationId).
 func (c *APIClient) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetArchivedRun Get an archived run
+//
+// A run that retention deleted after archiving it (cairn.yaml retention: {archive: true}, or cairn serve --archive-runs): the run, its steps, attempts and events, read from its archive in the blob store. 404 for a run that is still in the catalog (GET /v1/runs/{id}) or was deleted without an archive.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/archived-runs/{id} (the `GetArchivedRun` operationId).
+func (c *APIClient) GetArchivedRun(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetArchivedRunRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3991,6 +4032,40 @@ func NewReadyzRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetArchivedRunRequest constructs an http.Request for the GetArchivedRun method
+func NewGetArchivedRunRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/archived-runs/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -6829,6 +6904,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /readyz (the `Readyz` operationId).
 	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
 
+	// GetArchivedRunWithResponse Get an archived run
+	//
+	// A run that retention deleted after archiving it (cairn.yaml retention: {archive: true}, or cairn serve --archive-runs): the run, its steps, attempts and events, read from its archive in the blob store. 404 for a run that is still in the catalog (GET /v1/runs/{id}) or was deleted without an archive.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/archived-runs/{id} (the `GetArchivedRun` operationId).
+	GetArchivedRunWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error)
+
 	// UploadBundleWithBodyWithResponse Upload a bundle
 	//
 	// The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
@@ -7660,6 +7746,110 @@ func (r ReadyzResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetArchivedRunResponse503Headers the declared response headers of an HTTP 503 response for GetArchivedRun
+type GetArchivedRunResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetArchivedRunResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ArchivedRun
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetArchivedRunResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetArchivedRunResponse) GetJSON200() *ArchivedRun {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetArchivedRunResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetArchivedRunResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetArchivedRunResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetArchivedRunResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetArchivedRunResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13121,6 +13311,23 @@ func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors
 	return ParseReadyzResponse(rsp)
 }
 
+// GetArchivedRunWithResponse Get an archived run
+//
+// A run that retention deleted after archiving it (cairn.yaml retention: {archive: true}, or cairn serve --archive-runs): the run, its steps, attempts and events, read from its archive in the blob store. 404 for a run that is still in the catalog (GET /v1/runs/{id}) or was deleted without an archive.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/archived-runs/{id} (the `GetArchivedRun` operationId).
+func (c *ClientWithResponses) GetArchivedRunWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*GetArchivedRunResponse, error) {
+	rsp, err := c.GetArchivedRun(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetArchivedRunResponse(rsp)
+}
+
 // UploadBundleWithBodyWithResponse Upload a bundle
 //
 // The body is a gzip-compressed tar archive with cairn.yaml at its root, streamed. The bundle is validated before anything is stored; its canonical archive is stored, then the next version of its workflow is registered and (unless ?promote=false) the alias latest moved to it, in one transaction. 201 for a new version, 200 with the existing version for a bundle uploaded before.
@@ -14328,6 +14535,101 @@ func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetArchivedRunResponse parses an HTTP response from a GetArchivedRunWithResponse call
+func ParseGetArchivedRunResponse(rsp *http.Response) (*GetArchivedRunResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetArchivedRunResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ArchivedRun
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetArchivedRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/tracing"
 )
@@ -109,6 +110,15 @@ type Config struct {
 	// MaxChildRuns bounds how many child runs the workflow steps of one run may
 	// start in all (code child_limit past it). Default DefaultMaxChildRuns (10000).
 	MaxChildRuns int
+	// Retention is the server's retention of finished runs, for the versions that
+	// set none (cairn serve --retention); default: runs are kept forever.
+	Retention catalog.RetentionDefaults
+	// ReapInterval is how often the reaper looks for runs past their retention
+	// and expired idempotency keys; default DefaultReapInterval (1m).
+	ReapInterval time.Duration
+	// ReapBatch is how many runs one reaper transaction deletes at most; default
+	// DefaultReapBatch (100).
+	ReapBatch int
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Registerer receives the dispatcher's Prometheus metrics; default none.
@@ -173,6 +183,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxChildRuns <= 0 {
 		out.MaxChildRuns = DefaultMaxChildRuns
+	}
+	if out.ReapInterval <= 0 {
+		out.ReapInterval = DefaultReapInterval
+	}
+	if out.ReapBatch <= 0 {
+		out.ReapBatch = DefaultReapBatch
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)

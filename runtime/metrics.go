@@ -22,6 +22,11 @@ type metrics struct {
 	// attemptDuration is how long attempts took (claim → outcome recorded), by
 	// workflow and outcome.
 	attemptDuration *prometheus.HistogramVec
+	// runsReaped, runsArchived and keysExpired count what this dispatcher's
+	// reaper deleted (retention.go).
+	runsReaped   prometheus.Counter
+	runsArchived prometheus.Counter
+	keysExpired  prometheus.Counter
 }
 
 // durationBuckets spans a builtin's milliseconds to a long batch job's hour.
@@ -64,10 +69,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cairn_attempt_duration_seconds", Help: "Duration of the attempts this dispatcher ran (claim → outcome recorded), by workflow and outcome.",
 			Buckets: durationBuckets,
 		}, []string{"workflow", "outcome"}),
+		runsReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_runs_reaped_total", Help: "Finished runs deleted by this dispatcher's reaper, past their retention.",
+		}),
+		runsArchived: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_runs_archived_total", Help: "Runs archived to the blob store by this dispatcher's reaper before their deletion.",
+		}),
+		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_idempotency_keys_expired_total", Help: "Expired idempotency keys deleted by this dispatcher's reaper.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
-			m.mapInstances, m.queueWait, m.attemptDuration)
+			m.mapInstances, m.queueWait, m.attemptDuration, m.runsReaped, m.runsArchived, m.keysExpired)
 	}
 	return m
 }

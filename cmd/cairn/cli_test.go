@@ -35,6 +35,9 @@ type cliBundle struct {
 	server, viewer, operator, admin string
 	// alice and bob are named operator tokens (operator:alice:<token>).
 	alice, bob string
+	// dbURL and blobs are the server's database and blob store.
+	dbURL string
+	blobs blobstore.Store
 }
 
 // setupCLI starts a real server in-process, as `cairn serve` runs it, on a fresh
@@ -57,11 +60,12 @@ func setupCLIWith(t *testing.T, edit func(*serverParts)) *cliBundle {
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := openStore(ctx, dbURL, logger)
+	store, err := openStore(ctx, dbURL, logger, 0)
 	require.NoError(t, err)
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
-	b := &cliBundle{viewer: newToken(), operator: newToken(), admin: newToken(), alice: newToken(), bob: newToken()}
+	b := &cliBundle{viewer: newToken(), operator: newToken(), admin: newToken(), alice: newToken(), bob: newToken(),
+		dbURL: dbURL, blobs: blobs}
 	tokens := &api.Tokens{}
 	require.NoError(t, tokens.Add(api.RoleViewer, b.viewer))
 	require.NoError(t, tokens.Add(api.RoleOperator, b.operator))

@@ -84,7 +84,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if err := cluster.CreateDatabase(ctx, devDatabase); err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
-	store, err := openStore(ctx, cluster.URL(devDatabase), logger)
+	store, err := openStore(ctx, cluster.URL(devDatabase), logger, rf.idempotencyTTL)
 	if err != nil {
 		return err
 	}

@@ -205,6 +205,7 @@ func readInput(s string) (json.RawMessage, error) {
 
 func (c *cli) newRunGetCmd() *cobra.Command {
 	var out outputFormat
+	var archived bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
 		Short: "Show a run and its steps",
@@ -214,9 +215,13 @@ func (c *cli) newRunGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if archived {
+				return c.showArchivedRun(cmd.Context(), cl, id, out.json())
+			}
 			return c.showRun(cmd.Context(), cl, id, out.json())
 		},
 	}
+	cmd.Flags().BoolVar(&archived, "archived", false, "read the run from its archive: a run that retention archived and deleted")
 	out.register(cmd)
 	return cmd
 }
@@ -251,7 +256,12 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 		}
 		return writeJSON(c.stdout, map[string]any{"run": json.RawMessage(runResp.Body), "steps": steps.Items})
 	}
-	run := runResp.JSON200
+	return c.writeRun(runResp.JSON200, deref(stepsResp.JSON200.Items))
+}
+
+// writeRun prints a run and its step table, and returns runResult for a finished
+// run.
+func (c *cli) writeRun(run *client.Run, steps []client.Step) error {
 	tw := newTable(c.stdout)
 	fmt.Fprintf(tw, "run\t%s\n", run.Id)
 	fmt.Fprintf(tw, "workflow\t%s (version %d)\n", run.Workflow, run.Version)
@@ -279,7 +289,7 @@ func (c *cli) showRun(ctx context.Context, cl *client.Client, id uuid.UUID, asJS
 		return err
 	}
 	fmt.Fprintln(c.stdout)
-	if err := writeSteps(c.stdout, deref(stepsResp.JSON200.Items), time.Now()); err != nil {
+	if err := writeSteps(c.stdout, steps, time.Now()); err != nil {
 		return err
 	}
 	if !run.Status.Terminal() {

@@ -55,6 +55,10 @@ type runtimeFlags struct {
 	// maxChildDepth and maxChildRuns bound child runs (workflow steps).
 	maxChildDepth int
 	maxChildRuns  int
+	// retention, archiveRuns and idempotencyTTL: retention.go.
+	retention      retentionFlag
+	archiveRuns    bool
+	idempotencyTTL time.Duration
 }
 
 // register adds the flags to fs with their defaults: serve's, or cairn dev's (a
@@ -104,6 +108,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	})
 	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
 	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
+	f.registerRetention(fs)
 }
 
 // check refuses values that parse but cannot work.
@@ -119,6 +124,8 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
 	case f.maxChildDepth < 1:
 		return errors.New("--max-child-depth (CAIRN_MAX_CHILD_DEPTH) must be at least 1")
+	case f.idempotencyTTL < time.Minute:
+		return errors.New("--idempotency-ttl (CAIRN_IDEMPOTENCY_TTL) must be at least 1m")
 	case f.maxChildRuns < 1:
 		return errors.New("--max-child-runs (CAIRN_MAX_CHILD_RUNS) must be at least 1")
 	}
@@ -274,7 +281,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if lf.metricsToken == "" {
 				logger.Warn("no CAIRN_METRICS_TOKEN: /metrics is open to anyone who reaches the server")
 			}
-			store, err := openStore(ctx, dbURL, logger)
+			store, err := openStore(ctx, dbURL, logger, rf.idempotencyTTL)
 			if err != nil {
 				return err
 			}
@@ -333,13 +340,14 @@ func loadTokens(spec, file string) (*api.Tokens, error) {
 	return tokens, nil
 }
 
-func openStore(ctx context.Context, url string, logger *slog.Logger) (*catalog.Store, error) {
+// openStore opens the catalog at url; idempotencyTTL 0 is the default.
+func openStore(ctx context.Context, url string, logger *slog.Logger, idempotencyTTL time.Duration) (*catalog.Store, error) {
 	if url == "" {
 		return nil, errors.New("no database: set --database-url or CAIRN_DATABASE_URL")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return catalog.Open(ctx, url, &catalog.Config{Logger: logger})
+	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL})
 }
 
 // serverParts is what runServer runs.
@@ -431,6 +439,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ShutdownGrace: p.rt.shutdownGrace,
 			MaxChildDepth: p.rt.maxChildDepth,
 			MaxChildRuns:  p.rt.maxChildRuns,
+			Retention:     p.rt.retentionDefaults(),
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
 			SigningKey:    []byte(p.rt.signingKey),

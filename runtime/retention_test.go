@@ -1,0 +1,51 @@
+package runtime_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/runtime"
+)
+
+// TestReapLoop: a started dispatcher's reaper deletes a run past its retention
+// (here the server's default), keeps one within it, and counts what it deleted.
+func TestReapLoop(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	reg := prometheus.NewRegistry()
+	startDispatcher(t, tb, runtime.Config{ReapInterval: 20 * time.Millisecond, Registerer: reg,
+		Retention: catalog.RetentionDefaults{Succeeded: time.Hour}})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: quick\nsteps:\n  - {key: a, builtin: noop}\n"})
+	old, kept := startRun(t, tb, v, ""), startRun(t, tb, v, "")
+	waitRun(t, tb, old, 30*time.Second)
+	waitRun(t, tb, kept, 30*time.Second)
+	_, err := tb.store.DB().ExecContext(ctx, `UPDATE runs SET finished_at = now() - interval '2 hours' WHERE id = $1`, old)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := tb.store.RunGet(ctx, old)
+		return err != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	_, err = tb.store.RunGet(ctx, old)
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+	_, err = tb.store.RunGet(ctx, kept)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, counter(t, reg, "cairn_runs_reaped_total"))
+}
+
+// counter reads a registered counter by name.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
