@@ -471,12 +471,7 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 	// copying goroutines of its own, and Wait never waits for the pipes.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{controlW}
-	// The parent-death signal (Linux) is tied to the OS thread that forks: hold the
-	// thread for the fork. Go does not end idle threads, only those a goroutine
-	// leaves while locked, so after Unlock the signal fires only when the process dies.
-	runtime.LockOSThread()
-	startErr := cmd.Start()
-	runtime.UnlockOSThread()
+	startErr := startOnForkThread(cmd)
 	// The child holds its own copies; ours must go or EOF never comes.
 	closeAll(childEnds)
 	if startErr != nil {
@@ -855,4 +850,29 @@ func inputFiles(env *Envelope) []string {
 	add(env.Checkpoint)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// forkThread runs the function it is sent on one OS thread that is locked to its
+// goroutine for the life of the process. The parent-death signal (Linux) is tied
+// to the thread that forks, not to the process: Go ends a thread when a goroutine
+// that locked it returns without unlocking (as some libraries and test helpers
+// do, to tie their own children to that goroutine), and any thread may be the one
+// such a goroutine locks. A handler forked on an ordinary thread could thus be
+// SIGKILLed in mid-attempt; one forked on this thread dies only with the process.
+var forkThread = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the goroutine never returns
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+// startOnForkThread starts cmd on the fork thread.
+func startOnForkThread(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	forkThread() <- func() { done <- cmd.Start() }
+	return <-done
 }
