@@ -260,8 +260,8 @@ func infraError(what string, err error) *functions.Error {
 // of a URL), without the punctuation that follows it.
 var serverPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s"'()]*[^\s"'():,;.]`)
 
-// report commits an outcome, fenced by the lease. Transient database errors are
-// retried until the lease would have expired: after that the sweeper owns the step.
+// report commits an outcome, fenced by the lease; transient database errors are
+// retried (untilWritten).
 func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition) {
 	p := &catalog.StepFinishParams{
 		RunID: a.claim.RunID, Key: a.claim.Key, LeaseToken: a.claim.LeaseToken,
@@ -277,44 +277,20 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		delay := retryDelay(step.Retry, a.claim.Attempt, jitterRand())
 		p.RetryIn = max(delay, out.retryIn)
 	}
-	// Transient database errors are retried until the outcome is written or the
-	// lease is known lost: after an outage the sweepers wait two lease TTLs, so an
-	// outcome written late still counts. Only a stopping dispatcher gives up.
 	a.reporting.Store(true)
-	backoff := 50 * time.Millisecond
-	for {
-		err := d.finish(p)
-		switch {
-		case err == nil:
-			d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
-			if a.claim.MapIndex != nil {
-				d.mapNudge() // room for the map's next instances
-			}
-			d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())
-			if a.span != nil {
-				d.traceEnd(a, out)
-			}
-			if p.RetryIn > 0 {
-				d.scheduleWake(time.Now().Add(p.RetryIn))
-			}
-			return
-		case errors.Is(err, catalog.ErrLeaseLost):
-			d.metrics.leaseLost.WithLabelValues("finish").Inc()
-			a.logger.Warn("completion rejected: the lease is no longer ours", "outcome", out.status)
-			return
-		case errors.Is(err, errAbandoned):
-			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status)
-			return
-		}
-		d.noteDBError()
-		a.logger.Warn("record outcome failed; retrying", "error", err, "in", backoff)
-		select {
-		case <-d.abandonCtx.Done():
-			a.logger.Error("could not record the outcome before shutdown; the step will be swept and retried", "outcome", out.status, "error", err)
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+	if d.untilWritten(a, "finish", "record the outcome", nil, func() error { return d.finish(p) }) != nil {
+		return
+	}
+	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
+	if a.claim.MapIndex != nil {
+		d.mapNudge() // room for the map's next instances
+	}
+	d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())
+	if a.span != nil {
+		d.traceEnd(a, out)
+	}
+	if p.RetryIn > 0 {
+		d.scheduleWake(time.Now().Add(p.RetryIn))
 	}
 }
 

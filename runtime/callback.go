@@ -1,8 +1,6 @@
 package runtime
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -51,30 +49,12 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 	}
 	w.LogKey = storeLog()
 	a.reporting.Store(true)
-	backoff := 50 * time.Millisecond
-	for {
-		err := d.store.StepSuspend(d.abandonCtx, a.lease(), w)
-		switch {
-		case err == nil:
-			d.metrics.attempts.WithLabelValues("suspended").Inc()
-			if !w.TimeoutAt.IsZero() {
-				d.wakeAt(w.TimeoutAt)
-			}
-			return nil, true
-		case errors.Is(err, catalog.ErrLeaseLost):
-			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
-			a.logger.Warn("suspend for a callback rejected: the lease is no longer ours")
-			return nil, true
-		case d.abandonCtx.Err() != nil:
-			a.logger.Error("could not suspend the step before shutdown; it will be swept and run again", "error", err)
-			return nil, true
-		}
-		d.noteDBError()
-		a.logger.Warn(fmt.Sprintf("suspend for a callback failed; retrying in %s", backoff), "error", err)
-		select {
-		case <-d.abandonCtx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+	if d.untilWritten(a, "suspend", "suspend for a callback", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
+		return nil, true
 	}
+	d.metrics.attempts.WithLabelValues("suspended").Inc()
+	if !w.TimeoutAt.IsZero() {
+		d.wakeAt(w.TimeoutAt)
+	}
+	return nil, true
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
@@ -51,42 +50,29 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 		p.Input = input
 	}
 	a.reporting.Store(true)
-	backoff := 50 * time.Millisecond
-	for {
-		res, err := d.store.ChildStart(d.abandonCtx, a.lease(), p)
-		switch {
-		case err == nil:
-			d.metrics.attempts.WithLabelValues("suspended").Inc()
-			a.logger.Debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
-			return
-		case errors.Is(err, catalog.ErrLeaseLost):
-			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
-			a.logger.Warn("child start rejected: the lease is no longer ours")
-			return
-		case errors.Is(err, catalog.ErrChildLimit):
-			d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: CodeChildLimit}}, step)
-			return
-		case errors.Is(err, catalog.ErrChildNotFound):
-			version := "latest"
-			if w.Version > 0 {
-				version = fmt.Sprintf("version %d", w.Version)
-			} else if w.Alias != "" {
-				version = "alias " + w.Alias
-			}
-			d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{
-				Message: fmt.Sprintf("child workflow %s (%s) does not exist", w.Name, version), Code: CodeChildNotFound}}, step)
-			return
-		case d.abandonCtx.Err() != nil:
-			a.logger.Error("could not start the child run before shutdown; the step will be swept and claimed again", "error", err)
-			return
+	var res *catalog.ChildStartResult
+	childError := func(err error) bool {
+		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound)
+	}
+	err := d.untilWritten(a, "suspend", "start the child run", childError, func() (err error) {
+		res, err = d.store.ChildStart(d.abandonCtx, a.lease(), p)
+		return err
+	})
+	switch {
+	case err == nil:
+		d.metrics.attempts.WithLabelValues("suspended").Inc()
+		a.logger.Debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
+	case errors.Is(err, catalog.ErrChildLimit):
+		d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: CodeChildLimit}}, step)
+	case errors.Is(err, catalog.ErrChildNotFound):
+		version := "latest"
+		if w.Version > 0 {
+			version = fmt.Sprintf("version %d", w.Version)
+		} else if w.Alias != "" {
+			version = "alias " + w.Alias
 		}
-		d.noteDBError()
-		a.logger.Warn("start child run failed; retrying", "error", err, "in", backoff)
-		select {
-		case <-d.abandonCtx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+		d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{
+			Message: fmt.Sprintf("child workflow %s (%s) does not exist", w.Name, version), Code: CodeChildNotFound}}, step)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -83,30 +82,11 @@ func (d *Dispatcher) startMap(ctx context.Context, a *attempt, step *bundle.Step
 		return
 	}
 	a.reporting.Store(true)
-	backoff := 50 * time.Millisecond
-	for {
-		err := d.store.MapStart(d.abandonCtx, a.lease(), p)
-		switch {
-		case err == nil:
-			d.metrics.attempts.WithLabelValues("suspended").Inc()
-			d.mapNudge()
-			return
-		case errors.Is(err, catalog.ErrLeaseLost):
-			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
-			a.logger.Warn("map start rejected: the lease is no longer ours")
-			return
-		case d.abandonCtx.Err() != nil:
-			a.logger.Error("could not start the map before shutdown; the step will be swept and claimed again", "error", err)
-			return
-		}
-		d.noteDBError()
-		a.logger.Warn("start map failed; retrying", "error", err, "in", backoff)
-		select {
-		case <-d.abandonCtx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+	if d.untilWritten(a, "suspend", "start the map", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
+		return
 	}
+	d.metrics.attempts.WithLabelValues("suspended").Inc()
+	d.mapNudge()
 }
 
 func shortJSON(v json.RawMessage) string {

@@ -3,7 +3,6 @@ package runtime
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -65,38 +64,20 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		return
 	}
 	a.reporting.Store(true)
-	backoff := 50 * time.Millisecond
-	for {
-		var err error
+	err := d.untilWritten(a, "suspend", "suspend the step", nil, func() error {
 		if approval != nil {
-			err = d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
-		} else {
-			err = d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+			return d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
 		}
-		switch {
-		case err == nil:
-			d.metrics.attempts.WithLabelValues("suspended").Inc()
-			if due := w.Until; !due.IsZero() {
-				d.wakeAt(due)
-			} else if !w.TimeoutAt.IsZero() {
-				d.wakeAt(w.TimeoutAt)
-			}
-			return
-		case errors.Is(err, catalog.ErrLeaseLost):
-			d.metrics.leaseLost.WithLabelValues("suspend").Inc()
-			a.logger.Warn("suspend rejected: the lease is no longer ours")
-			return
-		case d.abandonCtx.Err() != nil:
-			a.logger.Error("could not suspend the step before shutdown; it will be swept and claimed again", "error", err)
-			return
-		}
-		d.noteDBError()
-		a.logger.Warn("suspend failed; retrying", "error", err, "in", backoff)
-		select {
-		case <-d.abandonCtx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, 500*time.Millisecond)
+		return d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+	})
+	if err != nil {
+		return
+	}
+	d.metrics.attempts.WithLabelValues("suspended").Inc()
+	if due := w.Until; !due.IsZero() {
+		d.wakeAt(due)
+	} else if !w.TimeoutAt.IsZero() {
+		d.wakeAt(w.TimeoutAt)
 	}
 }
 
