@@ -38,7 +38,10 @@ const (
 	// same transaction, by sqlClaimCandidates and admit (flow.go). Held steps (of a
 	// paused run) are not claimed: steps_claim_idx indexes only ready steps that are
 	// not held, so the claim never reads them. Nor are steps whose condition (when)
-	// is not decided yet (ConditionsDecide decides it first).
+	// is not decided yet (ConditionsDecide decides it first). An attempt's
+	// started_at is the clock's time at the claim, not the transaction's start: a
+	// claim may wait for a limit key's lock, and its rate tokens are taken by the
+	// clock after that wait.
 	sqlClaim = `
 WITH c AS (
     SELECT c.run_id, c.key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
@@ -50,8 +53,8 @@ WITH c AS (
     FROM c WHERE s.run_id = c.run_id AND s.key = c.key
     RETURNING s.run_id, s.key, s.attempts, s.lease_token, s.lease_expires_at, s.checkpoint, s.needs, s.map_index, s.map_item, s.ready_at
 ), att AS (
-    INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token)
-    SELECT run_id, key, attempts, $1, lease_token FROM upd
+    INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token, started_at)
+    SELECT run_id, key, attempts, $1, lease_token, clock_timestamp() FROM upd
 ), per_run AS (
     SELECT run_id, count(*) AS n FROM upd GROUP BY run_id
 ), r AS (

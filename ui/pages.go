@@ -480,13 +480,16 @@ func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
 		http.NotFound(w, r)
 		return
 	}
-	run, err := s.api.GetRunWithResponse(r.Context(), id)
+	// The steps first, then the run: a claim writes a step's running and its run's
+	// running in one transaction, so the run read second is never behind the steps
+	// (the other order showed a step running in a run still pending).
+	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
 	if err != nil {
 		status, msg := problemText(err)
 		http.Error(w, msg, status)
 		return
 	}
-	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
+	run, err := s.api.GetRunWithResponse(r.Context(), id)
 	if err != nil {
 		status, msg := problemText(err)
 		http.Error(w, msg, status)
