@@ -3,6 +3,7 @@ package blobstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -65,6 +66,26 @@ type PutOptions struct {
 	// unless r is empty). Backends use it to pick an upload strategy; it is checked:
 	// a positive Size that differs from the content's length is ErrSizeMismatch.
 	Size int64
+	// Claim, when set, is called with the object's key once the key is known (at
+	// once when Digest fixes it, else when the content has been read and hashed)
+	// and before Put looks whether the object is already stored. An error stops
+	// the Put: nothing is stored and the error is returned. Writers of objects
+	// that a catalog row will name pass the catalog's claim
+	// (catalog.Store.BlobClaim), so that the garbage collector cannot delete an
+	// object between the moment Put finds it stored and the moment the row that
+	// names it commits (see runtime.Collector). Default nil.
+	Claim func(ctx context.Context, key string) error
+}
+
+// claim calls opts.Claim, if any, with key.
+func (opts PutOptions) claim(ctx context.Context, key string) error {
+	if opts.Claim == nil {
+		return nil
+	}
+	if err := opts.Claim(ctx, key); err != nil {
+		return fmt.Errorf("claim %s: %w", key, err)
+	}
+	return nil
 }
 
 // GetOptions select a byte range. The zero value reads the whole object.

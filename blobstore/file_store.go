@@ -145,6 +145,9 @@ func (s *FileStore) put(ctx context.Context, kind string, r io.Reader, opts PutO
 		return Object{}, err
 	}
 	obj = Object{Key: key, Digest: digest, SHA256: sum, Size: hr.n, ContentType: contentType(opts.ContentType)}
+	if err := opts.claim(ctx, key); err != nil {
+		return Object{}, err
+	}
 
 	final := s.path(key)
 	if _, err := os.Lstat(final); err == nil {

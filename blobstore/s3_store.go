@@ -92,8 +92,9 @@ func (c S3Config) withDefaults() S3Config {
 // uploaded part by part (one part in memory) to a temporary key under ".tmp/",
 // since its address is only known at the end, then copied server-side to its
 // final key and the temporary object deleted. A crash between the two leaves a
-// temporary object or an incomplete multipart upload behind: give the bucket a
-// lifecycle rule that expires ".tmp/" and aborts incomplete uploads after a day.
+// temporary object or an incomplete multipart upload behind: CleanTemp (run by
+// the garbage collector, runtime.Collector) removes them once they are older
+// than the longest upload.
 type S3Store struct {
 	client   *minio.Client
 	core     minio.Core
@@ -241,6 +242,9 @@ func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, 
 	if err != nil {
 		return Object{}, err
 	}
+	if err := opts.claim(ctx, key); err != nil {
+		return Object{}, err
+	}
 	if obj, err := s.stat(ctx, key); err == nil {
 		return obj, nil
 	} else if !errors.Is(err, ErrNotFound) {
@@ -307,6 +311,9 @@ func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, 
 
 	sum, digest, key, err := hr.identify(kind, opts)
 	if err != nil {
+		return Object{}, err
+	}
+	if err := opts.claim(ctx, key); err != nil {
 		return Object{}, err
 	}
 	if obj, err := s.stat(ctx, key); err == nil {

@@ -135,6 +135,13 @@ func putOnce(ctx context.Context, kind string, r io.Reader, opts PutOptions,
 	if err != nil {
 		return Object{}, fmt.Errorf("put %s: %w", kind, err)
 	}
+	if fixedKey != "" {
+		// The address is known before the content: claim it before looking.
+		if err := opts.claim(ctx, fixedKey); err != nil {
+			return Object{}, fmt.Errorf("put %s: %w", kind, err)
+		}
+		opts.Claim = nil
+	}
 	if fixedKey != "" && !opts.VerifyDigest {
 		obj, err := stat(ctx, fixedKey)
 		if err == nil {
