@@ -56,29 +56,6 @@ WHERE r.finished_at < now() - make_interval(secs => (SELECT s FROM bound))
 ORDER BY r.finished_at
 LIMIT $5`
 
-	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
-	// (SKIP LOCKED: a run being retried or read for update is left for a later
-	// pass). Their steps, edges, attempts, events, signals, approvals and map rows
-	// go by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep a
-	// NULL.
-	//
-	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
-	// archived_runs row in the same statement.
-	sqlRunsDelete = `
-WITH doomed AS (
-    SELECT r.id FROM ` + retentionFrom + `
-    WHERE r.id = ANY ($4::uuid[]) AND ` + retentionExpired + `
-    FOR UPDATE OF r SKIP LOCKED),
-gone AS (
-    DELETE FROM runs d USING doomed WHERE d.id = doomed.id
-    RETURNING d.id, d.workflow, d.status, d.finished_at),
-archived AS (
-    INSERT INTO archived_runs (run_id, workflow, status, finished_at, blob_key)
-    SELECT g.id, g.workflow, g.status, g.finished_at, a.key
-    FROM gone g JOIN unnest($5::uuid[], $6::text[]) AS a (id, key) ON a.id = g.id
-    ON CONFLICT (run_id) DO UPDATE SET blob_key = EXCLUDED.blob_key, archived_at = now())
-SELECT id FROM gone`
-
 	sqlArchivedRunGet = `
 SELECT run_id, workflow, status, finished_at, blob_key, archived_at FROM archived_runs WHERE run_id = $1`
 
@@ -96,6 +73,32 @@ WHERE i.scope = old.scope AND i.key = old.key`
 	sqlIdempotencyTakeOver = `
 UPDATE idempotency_keys SET request_hash = $3, resource_id = $4, created_at = now()
 WHERE scope = $1 AND key = $2 AND resource_id = $5`
+)
+
+var (
+	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
+	// (SKIP LOCKED: a run being retried or read for update is left for a later
+	// pass). Their steps, edges, attempts, events, signals, approvals and map rows
+	// go by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep a
+	// NULL.
+	//
+	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
+	// archived_runs row in the same statement, and archived_blobs rows for the
+	// objects they name (sqlArchivedBlobs): the blob collector keeps those.
+	sqlRunsDelete = `
+WITH doomed AS (
+    SELECT r.id FROM ` + retentionFrom + `
+    WHERE r.id = ANY ($4::uuid[]) AND ` + retentionExpired + `
+    FOR UPDATE OF r SKIP LOCKED),
+gone AS (
+    DELETE FROM runs d USING doomed WHERE d.id = doomed.id
+    RETURNING d.id, d.workflow, d.status, d.finished_at),
+archived AS (
+    INSERT INTO archived_runs (run_id, workflow, status, finished_at, blob_key)
+    SELECT g.id, g.workflow, g.status, g.finished_at, a.key
+    FROM gone g JOIN unnest($5::uuid[], $6::text[]) AS a (id, key) ON a.id = g.id
+    ON CONFLICT (run_id) DO UPDATE SET blob_key = EXCLUDED.blob_key, archived_at = now()),` + sqlArchivedBlobs + `
+SELECT id FROM gone`
 )
 
 // RetentionDefaults are the server's retention of finished runs, for the

@@ -1,0 +1,269 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Blob garbage collection: what the catalog knows of the blob store's objects.
+//
+// A blob is written before the row that names it, and content addressing lets
+// a writer find its content already stored (same key) and name it without
+// writing anything. So "no row names the object" is not enough to delete it: a
+// writer may have just found it and be about to commit a row naming it. The
+// protocol that closes this race:
+//
+//   - A writer claims the key (BlobClaim) before its Put looks whether the
+//     object is stored (blobstore.PutOptions.Claim), and commits the row that
+//     names it within the grace period. The claim takes the key's advisory lock
+//     in shared mode, so writers never wait for each other.
+//   - The collector only considers objects older than the grace period, and
+//     deletes a batch of them in one transaction (BlobSweep) that first takes
+//     every key's advisory lock in exclusive mode, then, in a later statement
+//     (so that it sees every claim committed before the locks were granted),
+//     keeps the keys that a row names or that were claimed within the grace
+//     period, deletes the other objects while it still holds the locks, and
+//     commits.
+//
+// A claim that commits before the collector's check keeps the object. A claim
+// that comes after the check waits for the collector's locks, so the writer's
+// Put runs after the object's deletion, finds it missing and stores it again.
+// Rows that copy a reference from another row in SQL (a rerun's reused outputs,
+// a child run's output) need no claim: the row they copy from is locked by
+// their foreign key (rerun_of, parent_id) and so cannot be reaped meanwhile.
+// The archive of an archived run is never collected, and the objects it names
+// are recorded in archived_blobs in the transaction that deletes the run.
+const (
+	// blobLockPrefix namespaces the advisory locks of blob keys.
+	blobLockPrefix = "cairn_blob:"
+
+	// sqlBlobClaim takes key $1's advisory lock in shared mode (waiting while
+	// a collector holds it) and records or refreshes its claim, in one
+	// statement: the lock is held until it commits.
+	sqlBlobClaim = `
+WITH l AS (SELECT pg_advisory_xact_lock_shared(hashtextextended('` + blobLockPrefix + `' || $1, 0)))
+INSERT INTO blob_claims (blob_key, claimed_at) SELECT $1, now() FROM l
+ON CONFLICT (blob_key) DO UPDATE SET claimed_at = now()`
+
+	// sqlBlobLock takes the advisory locks of keys $1 in exclusive mode, in
+	// the order of their lock ids so that two collectors cannot deadlock.
+	sqlBlobLock = `
+SELECT count(pg_advisory_xact_lock(l.id)) FROM (
+    SELECT DISTINCT hashtextextended('` + blobLockPrefix + `' || k, 0) AS id FROM unnest($1::text[]) AS k ORDER BY 1) l`
+
+	sqlBlobClaimsDelete = `DELETE FROM blob_claims WHERE blob_key = ANY ($1::text[])`
+
+	// sqlBlobClaimsExpire deletes up to $2 claims older than $1 seconds.
+	sqlBlobClaimsExpire = `
+DELETE FROM blob_claims c USING (
+    SELECT blob_key FROM blob_claims WHERE claimed_at < now() - make_interval(secs => $1)
+    ORDER BY claimed_at LIMIT $2 FOR UPDATE SKIP LOCKED) old
+WHERE c.blob_key = old.blob_key`
+
+	// sqlBlobGCTake takes the collector's lease for owner $1 for $2 seconds,
+	// unless another holds it or the last pass ended less than $3 seconds ago.
+	sqlBlobGCTake = `
+UPDATE blob_gc SET owner = $1, expires_at = now() + make_interval(secs => $2)
+WHERE (expires_at < now() OR owner = $1) AND finished_at <= now() - make_interval(secs => $3)
+RETURNING true`
+
+	sqlBlobGCRenew = `UPDATE blob_gc SET expires_at = now() + make_interval(secs => $2) WHERE owner = $1`
+
+	// sqlBlobGCRelease ends owner $1's lease; $2: the pass counts as one for
+	// the interval (it was not a dry run).
+	sqlBlobGCRelease = `
+UPDATE blob_gc SET owner = NULL, expires_at = '-infinity',
+    finished_at = CASE WHEN $2 THEN now() ELSE finished_at END
+WHERE owner = $1`
+)
+
+// blobPath finds the digests of every {"$blob": …} reference at any depth of
+// a jsonb value (lax mode skips what is not an object; duplicates are fine).
+const blobPath = `'lax $.**."$blob".digest'`
+
+// runBlobRefs returns a query of (run_id, key) for every object the rows of a
+// run name: payload references in its input, steps, events, signals,
+// approvals and maps, its attempts' logs and its maps' item blobs. cond
+// returns the filter on a table's run id column, given its name.
+func runBlobRefs(cond func(col string) string) string {
+	payloads := []string{
+		`SELECT id AS run_id, jsonb_path_query(jsonb_build_array(input, error), ` + blobPath + `) AS d FROM runs WHERE ` + cond("id"),
+		`SELECT run_id, jsonb_path_query(jsonb_build_array(output, checkpoint, callback_output, map_item), ` + blobPath + `) FROM steps WHERE ` + cond("run_id"),
+		`SELECT run_id, jsonb_path_query(data, ` + blobPath + `) FROM events WHERE ` + cond("run_id"),
+		`SELECT run_id, jsonb_path_query(payload, ` + blobPath + `) FROM signals WHERE ` + cond("run_id"),
+		`SELECT run_id, jsonb_path_query(input, ` + blobPath + `) FROM approvals WHERE input IS NOT NULL AND ` + cond("run_id"),
+		`SELECT run_id, jsonb_path_query(items, ` + blobPath + `) FROM step_maps WHERE items IS NOT NULL AND ` + cond("run_id"),
+	}
+	return `
+SELECT p.run_id, 'payloads/sha256/' || substr(p.d #>> '{}', 8) AS key FROM (
+    ` + strings.Join(payloads, "\n    UNION ALL ") + `) p
+UNION ALL SELECT run_id, log_key FROM attempts WHERE log_key IS NOT NULL AND ` + cond("run_id") + `
+UNION ALL SELECT run_id, blob_key FROM step_maps WHERE blob_key IS NOT NULL AND ` + cond("run_id")
+}
+
+// sqlBlobRefs lists the key of every object a catalog row names, with
+// repeats: the runs' rows, the bundles of versions, schedules' inputs,
+// archives and what they name, and keys claimed less than $1 seconds ago.
+var sqlBlobRefs = `
+SELECT r.key FROM (` + runBlobRefs(func(string) string { return "true" }) + `) r
+UNION ALL SELECT b.blob_key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest
+UNION ALL SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) FROM (
+    SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) s
+UNION ALL SELECT blob_key FROM archived_runs
+UNION ALL SELECT blob_key FROM archived_blobs
+UNION ALL SELECT blob_key FROM blob_claims WHERE claimed_at > now() - make_interval(secs => $1)`
+
+// sqlBlobReferenced returns those of keys $2 that sqlBlobRefs lists.
+var sqlBlobReferenced = `SELECT DISTINCT a.key FROM (` + sqlBlobRefs + `) a (key) WHERE a.key = ANY ($2::text[])`
+
+// sqlArchivedBlobs records what the runs of $5 (being archived) that are in
+// gone name; it is a CTE of sqlRunsDelete.
+var sqlArchivedBlobs = `
+archived_refs AS (
+    INSERT INTO archived_blobs (blob_key, run_id)
+    SELECT DISTINCT x.key, x.run_id FROM (` + runBlobRefs(func(col string) string { return col + " = ANY ($5::uuid[])" }) + `) x
+    WHERE x.run_id IN (SELECT id FROM gone)
+    ON CONFLICT DO NOTHING)`
+
+// BlobClaim claims key for a writer about to name it in a row: the collector
+// keeps the object for the grace period from now, and if it is deleting the
+// object right now, BlobClaim waits until it is gone (so that the writer's Put
+// stores it again). It is blobstore.PutOptions.Claim for writers of payloads,
+// logs and bundles. Safe for concurrent use.
+func (s *Store) BlobClaim(ctx context.Context, key string) error {
+	if _, err := s.db.ExecContext(ctx, sqlBlobClaim, key); err != nil {
+		return fmt.Errorf("claim blob %s: %w", key, translateError(err))
+	}
+	return nil
+}
+
+// BlobRefs calls fn with the key of every object a catalog row names (with
+// repeats), and of every key claimed within grace. It reads one snapshot but
+// locks nothing: BlobSweep checks again.
+func (s *Store) BlobRefs(ctx context.Context, grace time.Duration, fn func(key string)) error {
+	rows, err := s.db.QueryContext(ctx, sqlBlobRefs, grace.Seconds())
+	if err != nil {
+		return fmt.Errorf("blob references: %w", translateError(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return fmt.Errorf("blob references: %w", translateError(err))
+		}
+		fn(key)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("blob references: %w", translateError(err))
+	}
+	return nil
+}
+
+// BlobsReferenced returns those of keys that a row names or that were claimed
+// within grace, without locking (a dry run's check).
+func (s *Store) BlobsReferenced(ctx context.Context, keys []string, grace time.Duration) (map[string]bool, error) {
+	var refs []string
+	if err := s.db.SelectContext(ctx, &refs, sqlBlobReferenced, grace.Seconds(), pq.Array(keys)); err != nil {
+		return nil, fmt.Errorf("blobs referenced: %w", translateError(err))
+	}
+	out := make(map[string]bool, len(refs))
+	for _, k := range refs {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// BlobSweep is the collector's delete of keys, in one transaction: it locks
+// the keys against claims, keeps those a row names or that were claimed
+// within grace, calls del with the others while it holds the locks, drops the
+// claims of what del returns as deleted, and returns it. An error of del
+// (returned as is) ends the transaction; what del deleted before is gone all
+// the same, which is fine: it was unreferenced. See the protocol above.
+func (s *Store) BlobSweep(ctx context.Context, keys []string, grace time.Duration,
+	del func(ctx context.Context, unreferenced []string) ([]string, error)) ([]string, error) {
+	var deleted []string
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		deleted = nil
+		if _, err := tx.ExecContext(ctx, sqlBlobLock, pq.Array(keys)); err != nil {
+			return fmt.Errorf("lock blobs: %w", err)
+		}
+		// A new statement: its snapshot holds every claim committed before the
+		// locks were granted.
+		var refs []string
+		if err := tx.SelectContext(ctx, &refs, sqlBlobReferenced, grace.Seconds(), pq.Array(keys)); err != nil {
+			return fmt.Errorf("check blobs: %w", err)
+		}
+		referenced := make(map[string]bool, len(refs))
+		for _, k := range refs {
+			referenced[k] = true
+		}
+		var unref []string
+		for _, k := range keys {
+			if !referenced[k] {
+				unref = append(unref, k)
+			}
+		}
+		if len(unref) == 0 {
+			return nil
+		}
+		var err error
+		deleted, err = del(ctx, unref)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlBlobClaimsDelete, pq.Array(deleted)); err != nil {
+			return fmt.Errorf("drop claims: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return deleted, fmt.Errorf("sweep blobs: %w", err)
+	}
+	return deleted, nil
+}
+
+// BlobClaimsExpire deletes up to limit claims older than grace (they protect
+// nothing any more) and returns how many.
+func (s *Store) BlobClaimsExpire(ctx context.Context, grace time.Duration, limit int) (int, error) {
+	res, err := s.db.ExecContext(ctx, sqlBlobClaimsExpire, grace.Seconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("expire blob claims: %w", translateError(err))
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// BlobGCTake takes the collector's lease for owner, for ttl: false when
+// another owner holds it, or when the last pass that was not a dry run ended
+// less than interval ago (0: whenever). Passes of every server share the
+// lease, so one runs at a time and the servers share one interval.
+func (s *Store) BlobGCTake(ctx context.Context, owner string, ttl, interval time.Duration) (bool, error) {
+	var ok []bool
+	if err := s.db.SelectContext(ctx, &ok, sqlBlobGCTake, owner, ttl.Seconds(), interval.Seconds()); err != nil {
+		return false, fmt.Errorf("take the collector's lease: %w", translateError(err))
+	}
+	return len(ok) == 1, nil
+}
+
+// BlobGCRenew extends owner's lease to ttl from now (a no-op when owner does
+// not hold it).
+func (s *Store) BlobGCRenew(ctx context.Context, owner string, ttl time.Duration) error {
+	if _, err := s.db.ExecContext(ctx, sqlBlobGCRenew, owner, ttl.Seconds()); err != nil {
+		return fmt.Errorf("renew the collector's lease: %w", translateError(err))
+	}
+	return nil
+}
+
+// BlobGCRelease ends owner's lease; finished records the end of a pass that
+// counts for the interval (not a dry run).
+func (s *Store) BlobGCRelease(ctx context.Context, owner string, finished bool) error {
+	if _, err := s.db.ExecContext(ctx, sqlBlobGCRelease, owner, finished); err != nil {
+		return fmt.Errorf("release the collector's lease: %w", translateError(err))
+	}
+	return nil
+}
