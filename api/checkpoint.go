@@ -168,7 +168,7 @@ func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentTyp
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	obj, err := s.blobs.Put(ctx, blobstore.KindPayloads, io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1})
+	obj, err := s.blobs.Put(ctx, blobstore.KindPayloads, io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1, Claim: s.store.BlobClaim})
 	if err != nil {
 		return nil, err // a *http.MaxBytesError for a body over the limit: a 413
 	}

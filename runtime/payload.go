@@ -18,6 +18,9 @@ type payloadWriter struct {
 	blobs       Blobs
 	limit       int64
 	contentType string
+	// claim protects the object from the blob collector until the row naming
+	// it commits (catalog.Store.BlobClaim).
+	claim func(context.Context, string) error
 
 	buf     bytes.Buffer
 	pw      *io.PipeWriter
@@ -32,8 +35,8 @@ type putResult struct {
 	err error
 }
 
-func newPayloadWriter(ctx context.Context, blobs Blobs, limit int64) *payloadWriter {
-	return &payloadWriter{ctx: ctx, blobs: blobs, limit: limit}
+func newPayloadWriter(ctx context.Context, blobs Blobs, limit int64, claim func(context.Context, string) error) *payloadWriter {
+	return &payloadWriter{ctx: ctx, blobs: blobs, limit: limit, claim: claim}
 }
 
 func (w *payloadWriter) Write(p []byte) (int, error) {
@@ -65,7 +68,7 @@ func (w *payloadWriter) spill() {
 	w.done = make(chan putResult, 1)
 	ct := w.contentTypeOr("application/octet-stream")
 	go func() {
-		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1})
+		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1, Claim: w.claim})
 		pr.CloseWithError(err) // unblock a writer if Put stopped early
 		w.done <- putResult{obj, err}
 	}()
@@ -116,7 +119,7 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 		ct = "application/json"
 	}
 	ct = w.contentTypeOr(ct)
-	obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len())})
+	obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len()), Claim: w.claim})
 	if err != nil {
 		return nil, fmt.Errorf("store payload in the blob store: %w", err)
 	}

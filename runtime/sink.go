@@ -33,7 +33,7 @@ type attemptSink struct {
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
-	return &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit)}
+	return &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim)}
 }
 
 func (s *attemptSink) Output() io.Writer { return s.output }
@@ -91,7 +91,7 @@ func (s *attemptSink) storeLog() string {
 	// until Stop gives up on writing what is left.
 	ctx, cancel := context.WithTimeout(s.d.abandonCtx, time.Minute)
 	defer cancel()
-	obj, err := s.d.blobs.Put(ctx, blobstore.KindLogs, s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindLogs, s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1, Claim: s.d.store.BlobClaim})
 	if err != nil {
 		s.a.logger.Warn("store attempt log", "error", err)
 		return ""
@@ -116,7 +116,7 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 	}
 	stored := value
 	if int64(len(value)) > s.d.cfg.InlineLimit || blobstore.MentionsRef(value) {
-		obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value))})
+		obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value)), Claim: s.d.store.BlobClaim})
 		if err != nil {
 			return fmt.Errorf("store checkpoint: %w", err)
 		}
@@ -127,7 +127,7 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 
 // CheckpointFile stores a file's bytes as the checkpoint (always a blob).
 func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
-	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim})
 	if err != nil {
 		return fmt.Errorf("store checkpoint file: %w", err)
 	}

@@ -84,7 +84,7 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 	} else if !errors.Is(err, catalog.ErrNotFound) {
 		return nil, false, err
 	}
-	obj, err := storeCanonical(ctx, blobs, tree, b)
+	obj, err := storeCanonical(ctx, store, blobs, tree, b)
 	if err != nil {
 		return nil, false, err
 	}
@@ -128,14 +128,17 @@ func checkChildren(ctx context.Context, store *catalog.Store, b *bundle.Bundle) 
 
 // storeCanonical streams the canonical archive of the bundle extracted in dir into
 // blobs, through a pipe, under the tree digest.
-func storeCanonical(ctx context.Context, blobs Blobs, dir string, b *bundle.Bundle) (blobstore.Object, error) {
+func storeCanonical(ctx context.Context, store *catalog.Store, blobs Blobs, dir string, b *bundle.Bundle) (blobstore.Object, error) {
 	pr, pw := io.Pipe()
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
 		pw.CloseWithError(bundle.WriteCanonical(ctx, dir, b.Tree, pw))
 	}()
-	obj, err := blobs.Put(ctx, blobstore.KindBundles, pr, blobstore.PutOptions{ContentType: "application/gzip", Digest: b.Digest, Size: -1})
+	obj, err := blobs.Put(ctx, blobstore.KindBundles, pr, blobstore.PutOptions{ContentType: "application/gzip", Digest: b.Digest, Size: -1,
+		// The version row naming it commits after the Put: the claim keeps the blob
+		// collector from deleting an archive stored before (and no longer named).
+		Claim: store.BlobClaim})
 	// Put may return before reading to the end (an error, or an archive stored
 	// before): closing the reader ends the writer, which is waited for so that
 	// nothing reads dir once Register has removed it.
