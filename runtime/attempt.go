@@ -151,7 +151,11 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 
 	sink := newAttemptSink(ctx, d, a)
 	defer sink.cleanup()
-	inv, err := d.invocation(ctx, c, ver, step)
+	// The cache entries the attempt uses (its bundle, its inputs' files) are not
+	// evicted before it ends.
+	use := d.cache.newUse()
+	defer use.release()
+	inv, err := d.invocation(ctx, c, ver, step, use)
 	if err != nil {
 		var fe *functions.Error
 		if errors.As(err, &fe) {
@@ -297,7 +301,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 // invocation builds the envelope and spec of an attempt: deps and checkpoint in the
 // form the kind needs ($blob references become local files for exec and presigned
 // URLs for http and lambda).
-func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *compiledVersion, step *bundle.StepDefinition) (*functions.Invocation, error) {
+func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *compiledVersion, step *bundle.StepDefinition, use *cacheUse) (*functions.Invocation, error) {
 	var deps map[string]json.RawMessage
 	if len(c.Deps) > 0 {
 		if err := json.Unmarshal(c.Deps, &deps); err != nil {
@@ -305,7 +309,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		}
 	}
 	for k, v := range deps {
-		nv, err := d.resolvePayload(ctx, v, step.Kind)
+		nv, err := d.resolvePayload(ctx, v, step.Kind, use)
 		var fe *functions.Error
 		if errors.As(err, &fe) {
 			fe.Message = fmt.Sprintf("input from %s: %s", k, fe.Message)
@@ -320,7 +324,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 	}
 	checkpoint := json.RawMessage("null")
 	if len(c.Checkpoint) > 0 {
-		cp, err := d.resolvePayload(ctx, json.RawMessage(c.Checkpoint), step.Kind)
+		cp, err := d.resolvePayload(ctx, json.RawMessage(c.Checkpoint), step.Kind, use)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
@@ -351,7 +355,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 	}
 	switch step.Kind {
 	case bundle.KindExec:
-		dir, err := d.cache.bundleDir(ctx, ver.digest)
+		dir, err := d.cache.bundleDir(ctx, ver.digest, use)
 		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
 			// This server's cache cannot take it, and retrying here will not
 			// change that: a counted failure, bounded by the retry policy, that
@@ -450,7 +454,7 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 // resolvePayload turns a stored $blob reference into what a handler of kind can read.
 // A reference to an object the blob store does not have fails the step
 // (blob_missing): retrying cannot bring the object back.
-func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind bundle.Kind) (json.RawMessage, error) {
+func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind bundle.Kind, use *cacheUse) (json.RawMessage, error) {
 	ref, ok := blobstore.ParseRef(v)
 	if !ok {
 		return v, nil
@@ -461,7 +465,7 @@ func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind
 	}
 	switch kind {
 	case bundle.KindExec:
-		path, err := d.cache.blobFile(ctx, ref.Digest)
+		path, err := d.cache.blobFile(ctx, ref.Digest, use)
 		if errors.Is(err, blobstore.ErrNotFound) {
 			return nil, &functions.Error{Message: fmt.Sprintf("the blob %s is not in the blob store", ref.Digest), Code: functions.CodeBlobMissing}
 		}

@@ -119,6 +119,25 @@ type Config struct {
 	// ReapBatch is how many runs one reaper transaction deletes at most; default
 	// DefaultReapBatch (100).
 	ReapBatch int
+	// GCInterval is how often the blob garbage collector (Collector) runs a
+	// pass, across all servers: each dispatcher tries every quarter of it, and
+	// a lease in the catalog lets one pass run at a time and no sooner than
+	// GCInterval after the last one ended. Default DefaultGCInterval (1h);
+	// negative: this dispatcher runs no collector. The collector needs a blob
+	// store with CollectorBlobs (both of blobstore's have it); with another,
+	// it is off.
+	GCInterval time.Duration
+	// GCGrace is the collector's CollectorConfig.Grace; default
+	// DefaultGCGrace (24h).
+	GCGrace time.Duration
+	// GCDryRun makes the collector delete nothing: its passes log what they
+	// would delete. Default false.
+	GCDryRun bool
+	// CacheMaxBytes caps the size of CacheDir (extracted bundles and
+	// downloaded blobs): past it, the entries used least recently and not in
+	// use by an attempt are removed. Default DefaultCacheMaxBytes (10 GiB);
+	// negative: no cap.
+	CacheMaxBytes int64
 	// Logger; default discard.
 	Logger *slog.Logger
 	// Registerer receives the dispatcher's Prometheus metrics; default none.
@@ -189,6 +208,18 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.ReapBatch <= 0 {
 		out.ReapBatch = DefaultReapBatch
+	}
+	if out.GCInterval == 0 {
+		out.GCInterval = DefaultGCInterval
+	}
+	if out.GCGrace < 0 {
+		return out, fmt.Errorf("runtime config: negative GC grace %s", out.GCGrace)
+	}
+	if out.GCGrace == 0 {
+		out.GCGrace = DefaultGCGrace
+	}
+	if out.CacheMaxBytes == 0 {
+		out.CacheMaxBytes = DefaultCacheMaxBytes
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)

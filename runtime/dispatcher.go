@@ -41,6 +41,8 @@ type Dispatcher struct {
 	metrics  *metrics
 	versions *definitions // compiled versions, cached
 	cache    *fileCache
+	// collector is the blob garbage collector; nil when off.
+	collector *Collector
 
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
@@ -94,7 +96,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		invokers[bundle.KindExec] = functions.NewExec(&functions.ExecConfig{Logger: c.Logger})
 	}
 	c.Invokers = invokers
-	cache, err := newFileCache(c.CacheDir, blobs)
+	cache, err := newFileCache(c.CacheDir, blobs, c.CacheMaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +117,13 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		active:      map[int64]*attempt{},
 		noClaim:     make(chan struct{}),
 		stopDone:    make(chan struct{}),
+	}
+	if cb, ok := blobs.(CollectorBlobs); ok && c.GCInterval > 0 {
+		d.collector, err = NewCollector(store, cb, &CollectorConfig{Grace: c.GCGrace, Interval: c.GCInterval,
+			DryRun: c.GCDryRun, Owner: c.ID, Logger: c.Logger, Registerer: c.Registerer})
+		if err != nil {
+			return nil, err
+		}
 	}
 	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
@@ -140,7 +149,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop, d.gcLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/singleflight"
 
@@ -16,23 +19,231 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 )
 
+// DefaultCacheMaxBytes is the default cap of a dispatcher's cache directory
+// (Config.CacheMaxBytes): 10 GiB.
+const DefaultCacheMaxBytes = 10 << 30
+
 // fileCache keeps extracted bundles and downloaded blobs on local disk, by digest:
 // content addressing makes every entry immutable, so an entry once renamed into
-// place is valid forever. Concurrent requests for one digest share one download.
-// Nothing is evicted yet.
+// place is valid until evicted. Concurrent requests for one digest share one
+// download.
+//
+// The cache holds at most max bytes (negative: no cap) but for the entries in
+// use: past it, the entries least recently used and not in use by an attempt
+// (a cacheUse holds them) are removed, oldest use first. An entry in use is
+// never removed, so the cache may exceed max while its attempts run. Entries
+// left by an earlier process are found at start, ordered by modification time.
 type fileCache struct {
 	dir   string
 	blobs Blobs
 	group singleflight.Group
+	max   int64
+
+	mu      sync.Mutex
+	entries map[string]*cacheEntry // by "bundles/<hex>" or "blobs/<hex>"
+	total   int64
+	tick    uint64 // the clock of last uses
 }
 
-func newFileCache(dir string, blobs Blobs) (*fileCache, error) {
+// cacheEntry is one installed bundle tree or blob file.
+type cacheEntry struct {
+	name string // "bundles/<hex>" or "blobs/<hex>"
+	size int64
+	used uint64 // fileCache.tick at the last use
+	refs int    // attempts using it
+}
+
+// cacheUse is the entries one attempt uses; release gives them back.
+type cacheUse struct {
+	c     *fileCache
+	mu    sync.Mutex
+	names []string
+}
+
+func newFileCache(dir string, blobs Blobs, max int64) (*fileCache, error) {
 	for _, sub := range []string{"bundles", "blobs", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("cache dir: %w", err)
 		}
 	}
-	return &fileCache{dir: dir, blobs: blobs}, nil
+	c := &fileCache{dir: dir, blobs: blobs, max: max, entries: map[string]*cacheEntry{}}
+	if err := c.load(); err != nil {
+		return nil, fmt.Errorf("cache dir: %w", err)
+	}
+	c.mu.Lock()
+	victims := c.evictLocked()
+	c.mu.Unlock()
+	c.remove(victims)
+	return c, nil
+}
+
+// load registers the entries an earlier process left, oldest modification first.
+func (c *fileCache) load() error {
+	type found struct {
+		name string
+		size int64
+		mod  int64
+	}
+	var all []found
+	for _, sub := range []string{"bundles", "blobs"} {
+		des, err := os.ReadDir(filepath.Join(c.dir, sub))
+		if err != nil {
+			return err
+		}
+		for _, de := range des {
+			if _, err := digestHex("sha256:" + de.Name()); err != nil {
+				continue
+			}
+			info, err := de.Info()
+			if err != nil {
+				continue
+			}
+			size := info.Size()
+			if de.IsDir() {
+				size = treeSize(filepath.Join(c.dir, sub, de.Name()))
+			}
+			all = append(all, found{sub + "/" + de.Name(), size, info.ModTime().UnixNano()})
+		}
+	}
+	slices.SortFunc(all, func(a, b found) int { return cmp.Compare(a.mod, b.mod) })
+	for _, f := range all {
+		c.tick++
+		c.entries[f.name] = &cacheEntry{name: f.name, size: f.size, used: c.tick}
+		c.total += f.size
+	}
+	return nil
+}
+
+// treeSize is the bytes of the regular files under root.
+func treeSize(root string) int64 {
+	var n int64
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// newUse starts the uses of an attempt.
+func (c *fileCache) newUse() *cacheUse { return &cacheUse{c: c} }
+
+// release gives back every entry u holds, and evicts what the cap asks.
+func (u *cacheUse) release() {
+	u.mu.Lock()
+	names := u.names
+	u.names = nil
+	u.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	c := u.c
+	c.mu.Lock()
+	for _, n := range names {
+		if e := c.entries[n]; e != nil && e.refs > 0 {
+			e.refs--
+		}
+	}
+	victims := c.evictLocked()
+	c.mu.Unlock()
+	c.remove(victims)
+}
+
+// pin marks entry name used by u (nil: a use without holder) and reports
+// whether it is installed.
+func (c *fileCache) pin(name string, u *cacheUse) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[name]
+	if e == nil {
+		return false
+	}
+	c.tick++
+	e.used = c.tick
+	if u != nil {
+		e.refs++
+		u.mu.Lock()
+		u.names = append(u.names, name)
+		u.mu.Unlock()
+	}
+	return true
+}
+
+// installed registers a new entry (not in use) and evicts what the cap asks;
+// the caller then pins it.
+func (c *fileCache) installed(name string, size int64) {
+	c.mu.Lock()
+	if c.entries[name] == nil {
+		c.tick++
+		c.entries[name] = &cacheEntry{name: name, size: size, used: c.tick}
+		c.total += size
+	}
+	c.mu.Unlock()
+}
+
+// evictLocked takes entries out of the cache, least recently used first and
+// never one in use, until it holds at most max bytes; it moves them to tmp
+// (so that a new install of the same digest does not meet them) and returns
+// their new paths for remove. c.mu is held.
+func (c *fileCache) evictLocked() []string {
+	if c.max < 0 || c.total <= c.max {
+		return nil
+	}
+	idle := make([]*cacheEntry, 0, len(c.entries))
+	for _, e := range c.entries {
+		if e.refs == 0 {
+			idle = append(idle, e)
+		}
+	}
+	slices.SortFunc(idle, func(a, b *cacheEntry) int { return cmp.Compare(a.used, b.used) })
+	var victims []string
+	for _, e := range idle {
+		if c.total <= c.max {
+			break
+		}
+		final := filepath.Join(c.dir, filepath.FromSlash(e.name))
+		if strings.HasPrefix(e.name, "bundles/") {
+			// Moving a directory to another parent rewrites its "..": the root
+			// needs write permission back first.
+			_ = os.Chmod(final, 0o755)
+		}
+		doomed, err := os.MkdirTemp(filepath.Join(c.dir, "tmp"), "evict-")
+		if err != nil {
+			break
+		}
+		if err := os.Rename(final, filepath.Join(doomed, "x")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			_ = os.Remove(doomed)
+			continue
+		}
+		delete(c.entries, e.name)
+		c.total -= e.size
+		victims = append(victims, doomed)
+	}
+	return victims
+}
+
+// remove deletes evicted trees, giving their read-only folders write
+// permission back first.
+func (c *fileCache) remove(paths []string) {
+	for _, p := range paths {
+		_ = filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				_ = os.Chmod(q, 0o755)
+			}
+			return nil
+		})
+		_ = os.RemoveAll(p)
+	}
+}
+
+// usage returns the bytes the cache holds and how many entries.
+func (c *fileCache) usage() (int64, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total, len(c.entries)
 }
 
 func digestHex(digest string) (string, error) {
@@ -43,18 +254,31 @@ func digestHex(digest string) (string, error) {
 	return hex, nil
 }
 
-// bundleDir returns the read-only extracted tree of a bundle.
-func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error) {
+// bundleDir returns the read-only extracted tree of a bundle, held by u until
+// it is released.
+func (c *fileCache) bundleDir(ctx context.Context, digest string, u *cacheUse) (string, error) {
 	hex, err := digestHex(digest)
 	if err != nil {
 		return "", err
 	}
+	name := "bundles/" + hex
 	final := filepath.Join(c.dir, "bundles", hex)
-	if _, err := os.Stat(final); err == nil {
-		return final, nil
+	// An eviction between the install and the pin is rare; try again then.
+	for range 3 {
+		if c.pin(name, u) {
+			return final, nil
+		}
+		if err := c.installBundle(ctx, digest, hex, final); err != nil {
+			return "", err
+		}
 	}
-	_, err, _ = c.group.Do("bundle:"+hex, func() (any, error) {
+	return "", fmt.Errorf("install bundle %s: evicted at once (cache too small?)", digest)
+}
+
+func (c *fileCache) installBundle(ctx context.Context, digest, hex, final string) error {
+	_, err, _ := c.group.Do("bundle:"+hex, func() (any, error) {
 		if _, err := os.Stat(final); err == nil {
+			c.installed("bundles/"+hex, treeSize(final))
 			return nil, nil
 		}
 		key, err := blobstore.KeyFor(blobstore.KindBundles, digest)
@@ -83,6 +307,7 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 		if err := makeReadOnly(tree); err != nil {
 			return nil, err
 		}
+		size := treeSize(tree)
 		if err := os.Rename(tree, final); err != nil && !errors.Is(err, fs.ErrExist) {
 			if _, serr := os.Stat(final); serr != nil {
 				return nil, fmt.Errorf("install bundle %s: %w", digest, err)
@@ -91,12 +316,10 @@ func (c *fileCache) bundleDir(ctx context.Context, digest string) (string, error
 		if err := os.Chmod(final, 0o555); err != nil {
 			return nil, fmt.Errorf("install bundle %s: %w", digest, err)
 		}
+		c.installed("bundles/"+hex, size)
 		return nil, nil
 	})
-	if err != nil {
-		return "", err
-	}
-	return final, nil
+	return err
 }
 
 // makeReadOnly removes write permission from everything under root (not root
@@ -121,18 +344,30 @@ func makeReadOnly(root string) error {
 	})
 }
 
-// blobFile returns a local file holding the blob with digest.
-func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error) {
+// blobFile returns a local file holding the blob with digest, held by u until
+// it is released.
+func (c *fileCache) blobFile(ctx context.Context, digest string, u *cacheUse) (string, error) {
 	hex, err := digestHex(digest)
 	if err != nil {
 		return "", err
 	}
+	name := "blobs/" + hex
 	final := filepath.Join(c.dir, "blobs", hex)
-	if _, err := os.Stat(final); err == nil {
-		return final, nil
+	for range 3 {
+		if c.pin(name, u) {
+			return final, nil
+		}
+		if err := c.installBlob(ctx, digest, hex, final); err != nil {
+			return "", err
+		}
 	}
-	_, err, _ = c.group.Do("blob:"+hex, func() (any, error) {
-		if _, err := os.Stat(final); err == nil {
+	return "", fmt.Errorf("download blob %s: evicted at once (cache too small?)", digest)
+}
+
+func (c *fileCache) installBlob(ctx context.Context, digest, hex, final string) error {
+	_, err, _ := c.group.Do("blob:"+hex, func() (any, error) {
+		if info, err := os.Stat(final); err == nil {
+			c.installed("blobs/"+hex, info.Size())
 			return nil, nil
 		}
 		key, err := blobstore.Ref{Digest: digest}.Key()
@@ -149,7 +384,8 @@ func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error)
 			return nil, err
 		}
 		defer os.Remove(f.Name())
-		if _, err := io.Copy(f, rc); err != nil {
+		n, err := io.Copy(f, rc)
+		if err != nil {
 			f.Close()
 			return nil, fmt.Errorf("download blob %s: %w", digest, err)
 		}
@@ -160,12 +396,13 @@ func (c *fileCache) blobFile(ctx context.Context, digest string) (string, error)
 		if err := f.Close(); err != nil {
 			return nil, err
 		}
-		return nil, os.Rename(f.Name(), final)
+		if err := os.Rename(f.Name(), final); err != nil {
+			return nil, err
+		}
+		c.installed("blobs/"+hex, n)
+		return nil, nil
 	})
-	if err != nil {
-		return "", err
-	}
-	return final, nil
+	return err
 }
 
 // writable checks that bundles and blobs can be installed: a file can be created

@@ -1,0 +1,362 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+)
+
+// Defaults of the blob garbage collector (Config.GCInterval, Config.GCGrace,
+// CollectorConfig).
+const (
+	// DefaultGCInterval is how often a pass runs, across all servers.
+	DefaultGCInterval = time.Hour
+	// DefaultGCGrace is the age under which an object is never collected.
+	DefaultGCGrace = 24 * time.Hour
+	// DefaultGCBatch is how many objects one sweep transaction deletes at most.
+	DefaultGCBatch = 100
+	// gcLeaseTTL is how long the collector's lease lasts without renewal; a
+	// pass renews it at least every gcLeaseTTL/3.
+	gcLeaseTTL = 10 * time.Minute
+	// gcClaimsBatch bounds the expired claims one statement deletes.
+	gcClaimsBatch = 1000
+)
+
+// collectedKinds are the kinds of objects the collector deletes. Archives
+// (blobstore.KindArchives) are kept: they are what remains of deleted runs.
+var collectedKinds = []string{blobstore.KindPayloads, blobstore.KindLogs, blobstore.KindBundles}
+
+// CollectorBlobs is what the collector needs of the blob store; FileStore and
+// S3Store have it.
+type CollectorBlobs interface {
+	blobstore.Lister
+	Delete(ctx context.Context, key string) error
+}
+
+// CollectorConfig tunes a Collector. A nil *CollectorConfig means defaults.
+type CollectorConfig struct {
+	// Grace is the age under which an object, or a claim of its key, keeps it:
+	// it must be longer than the longest upload and than the time between a
+	// writer's claim (catalog.Store.BlobClaim) and the commit of the row that
+	// names the object. The temporary objects and multipart uploads of crashed
+	// Puts older than it are removed too. Default DefaultGCGrace (24h).
+	Grace time.Duration
+	// Interval is the shortest time between the end of a pass and the start of
+	// the next, across all servers (their collectors share a lease in the
+	// catalog); a pass called earlier is skipped unless forced. Default
+	// DefaultGCInterval (1h).
+	Interval time.Duration
+	// DryRun: passes delete nothing and report what they would delete.
+	// Default false.
+	DryRun bool
+	// Batch bounds the objects one sweep transaction deletes; default
+	// DefaultGCBatch (100).
+	Batch int
+	// Owner names this collector in the lease; default host-pid.
+	Owner string
+	// Logger; default discard.
+	Logger *slog.Logger
+	// Registerer receives the collector's metrics; default none.
+	Registerer prometheus.Registerer
+}
+
+// GCReport is what one pass of the collector found, and deleted (or, in a dry
+// run, would delete).
+type GCReport struct {
+	// DryRun: nothing was deleted; the counts are what would have been.
+	DryRun bool `json:"dry_run"`
+	// Skipped: the pass did not run, because another server's pass holds the
+	// lease or the last pass ended less than the interval ago.
+	Skipped bool `json:"skipped,omitempty"`
+	// ScannedObjects and ScannedBytes count the objects of the collected kinds
+	// listed.
+	ScannedObjects int   `json:"scanned_objects"`
+	ScannedBytes   int64 `json:"scanned_bytes"`
+	// DeletedObjects and DeletedBytes count the unreferenced objects deleted,
+	// by kind in ByKind.
+	DeletedObjects int                  `json:"deleted_objects"`
+	DeletedBytes   int64                `json:"deleted_bytes"`
+	ByKind         map[string]KindCount `json:"by_kind,omitempty"`
+	// Temp counts the leftovers of crashed Puts removed.
+	Temp blobstore.TempReport `json:"temp"`
+	// ClaimsExpired counts the claims older than the grace deleted.
+	ClaimsExpired int `json:"claims_expired"`
+}
+
+// KindCount is a number of objects and their bytes.
+type KindCount struct {
+	Objects int   `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// Collector is the blob garbage collector: a pass deletes the objects of kinds
+// payloads, logs and bundles that no catalog row names, that are older than the
+// grace period and whose key was not claimed within it, and the temporary
+// objects and incomplete multipart uploads older than the grace period.
+//
+// A pass marks (catalog.Store.BlobRefs: one scan of every row that may name
+// an object, kept in memory as a set of keys), lists each kind, and sweeps the
+// old unmarked objects in batches (catalog.Store.BlobSweep), which checks them
+// again under locks that claims wait for: the race with writers that find
+// their content already stored is closed there (see catalog/blob_gc.go). One
+// pass runs at a time across servers (a lease row in the catalog).
+//
+// Create it with NewCollector; every dispatcher runs one (Config.GCInterval),
+// and `cairn gc` runs one pass. It is safe for concurrent use.
+type Collector struct {
+	store   *catalog.Store
+	blobs   CollectorBlobs
+	cfg     CollectorConfig
+	logger  *slog.Logger
+	metrics *gcMetrics
+}
+
+// NewCollector returns a collector of blobs against store's references. It
+// returns an error for a negative Grace or Interval.
+func NewCollector(store *catalog.Store, blobs CollectorBlobs, cfg *CollectorConfig) (*Collector, error) {
+	var c CollectorConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Grace < 0 || c.Interval < 0 {
+		return nil, errors.New("collector config: negative grace or interval")
+	}
+	if c.Grace == 0 {
+		c.Grace = DefaultGCGrace
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultGCInterval
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultGCBatch
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Collector{store: store, blobs: blobs, cfg: c, logger: c.Logger.With("component", "blob_gc"),
+		metrics: newGCMetrics(c.Registerer)}, nil
+}
+
+// Collect runs one pass now and reports it. With force, it does not wait for
+// the interval since the last pass (but still for another server's pass to
+// end: Skipped). An error ends the pass early; the report holds what was done
+// before it.
+func (c *Collector) Collect(ctx context.Context, force bool) (GCReport, error) {
+	rep := GCReport{DryRun: c.cfg.DryRun, ByKind: map[string]KindCount{}}
+	interval := c.cfg.Interval
+	if force {
+		interval = 0
+	}
+	ok, err := c.store.BlobGCTake(ctx, c.cfg.Owner, gcLeaseTTL, interval)
+	if err != nil {
+		c.metrics.passes.WithLabelValues("failed").Inc()
+		return rep, err
+	}
+	if !ok {
+		rep.Skipped = true
+		c.metrics.passes.WithLabelValues("skipped").Inc()
+		return rep, nil
+	}
+	err = c.collect(ctx, &rep)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if rerr := c.store.BlobGCRelease(rctx, c.cfg.Owner, err == nil); rerr != nil && err == nil {
+		err = rerr
+	}
+	switch {
+	case err != nil:
+		c.metrics.passes.WithLabelValues("failed").Inc()
+	case c.cfg.DryRun:
+		c.metrics.passes.WithLabelValues("dry_run").Inc()
+	default:
+		c.metrics.passes.WithLabelValues("done").Inc()
+	}
+	return rep, err
+}
+
+func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
+	lastRenew := time.Now()
+	renew := func() error {
+		if time.Since(lastRenew) < gcLeaseTTL/3 {
+			return nil
+		}
+		lastRenew = time.Now()
+		return c.store.BlobGCRenew(ctx, c.cfg.Owner, gcLeaseTTL)
+	}
+	cutoff := time.Now().Add(-c.cfg.Grace)
+
+	temp, err := c.blobs.CleanTemp(ctx, cutoff, c.cfg.DryRun)
+	rep.Temp = temp
+	if !c.cfg.DryRun {
+		c.metrics.reclaim("tmp", temp.Objects, temp.Bytes)
+		c.metrics.reclaim("multipart", temp.Uploads, temp.UploadBytes)
+	}
+	if err != nil {
+		return fmt.Errorf("clean temporary objects: %w", err)
+	}
+
+	// Mark. The listing below starts after this snapshot: an object stored
+	// since is younger than the grace anyway.
+	marked := map[string]struct{}{}
+	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) { marked[key] = struct{}{} }); err != nil {
+		return err
+	}
+	if err := renew(); err != nil {
+		return err
+	}
+
+	// Sweep, kind by kind, in batches.
+	for _, kind := range collectedKinds {
+		var batch []blobstore.Listed
+		for obj, err := range c.blobs.List(ctx, kind) {
+			if err != nil {
+				return err
+			}
+			rep.ScannedObjects++
+			rep.ScannedBytes += obj.Size
+			c.metrics.scannedObjects.Inc()
+			c.metrics.scannedBytes.Add(float64(obj.Size))
+			if _, ok := marked[obj.Key]; ok || !obj.ModTime.Before(cutoff) {
+				continue
+			}
+			batch = append(batch, obj)
+			if len(batch) == c.cfg.Batch {
+				if err := c.sweep(ctx, kind, batch, rep); err != nil {
+					return err
+				}
+				batch = batch[:0]
+			}
+			if err := renew(); err != nil {
+				return err
+			}
+		}
+		if err := c.sweep(ctx, kind, batch, rep); err != nil {
+			return err
+		}
+	}
+
+	if c.cfg.DryRun {
+		return nil
+	}
+	for {
+		n, err := c.store.BlobClaimsExpire(ctx, c.cfg.Grace, gcClaimsBatch)
+		rep.ClaimsExpired += n
+		if err != nil {
+			return err
+		}
+		if n < gcClaimsBatch {
+			return nil
+		}
+	}
+}
+
+// sweep deletes the objects of batch that are still unreferenced (or, in a dry
+// run, counts them).
+func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Listed, rep *GCReport) error {
+	if len(batch) == 0 {
+		return nil
+	}
+	keys := make([]string, len(batch))
+	sizes := make(map[string]int64, len(batch))
+	for i, o := range batch {
+		keys[i] = o.Key
+		sizes[o.Key] = o.Size
+	}
+	count := func(deleted []string) {
+		kc := rep.ByKind[kind]
+		for _, k := range deleted {
+			rep.DeletedObjects++
+			rep.DeletedBytes += sizes[k]
+			kc.Objects++
+			kc.Bytes += sizes[k]
+			if !c.cfg.DryRun {
+				c.metrics.reclaim(kind, 1, sizes[k])
+			}
+		}
+		rep.ByKind[kind] = kc
+	}
+	if c.cfg.DryRun {
+		refs, err := c.store.BlobsReferenced(ctx, keys, c.cfg.Grace)
+		if err != nil {
+			return err
+		}
+		var would []string
+		for _, k := range keys {
+			if !refs[k] {
+				would = append(would, k)
+				c.logger.Info("would delete an unreferenced object (dry run)", "key", k, "size", sizes[k])
+			}
+		}
+		count(would)
+		return nil
+	}
+	deleted, err := c.store.BlobSweep(ctx, keys, c.cfg.Grace, func(ctx context.Context, unref []string) ([]string, error) {
+		done := make([]string, 0, len(unref))
+		for _, k := range unref {
+			if err := c.blobs.Delete(ctx, k); err != nil {
+				return done, err
+			}
+			done = append(done, k)
+		}
+		return done, nil
+	})
+	count(deleted)
+	if len(deleted) > 0 {
+		c.logger.Debug("deleted unreferenced objects", "kind", kind, "count", len(deleted))
+	}
+	return err
+}
+
+// gcMetrics are the collector's Prometheus series.
+type gcMetrics struct {
+	scannedObjects   prometheus.Counter
+	scannedBytes     prometheus.Counter
+	reclaimedObjects *prometheus.CounterVec
+	reclaimedBytes   *prometheus.CounterVec
+	passes           *prometheus.CounterVec
+}
+
+func newGCMetrics(reg prometheus.Registerer) *gcMetrics {
+	m := &gcMetrics{
+		scannedObjects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_blob_gc_scanned_objects_total", Help: "Objects of the collected kinds (payloads, logs, bundles) listed by this server's blob collector.",
+		}),
+		scannedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_blob_gc_scanned_bytes_total", Help: "Bytes of the objects listed by this server's blob collector.",
+		}),
+		reclaimedObjects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_blob_gc_reclaimed_objects_total", Help: "Objects deleted by this server's blob collector, by kind: payloads, logs, bundles (unreferenced), tmp (temporary objects of crashed uploads), multipart (incomplete multipart uploads aborted).",
+		}, []string{"kind"}),
+		reclaimedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_blob_gc_reclaimed_bytes_total", Help: "Bytes deleted by this server's blob collector, by kind (as cairn_blob_gc_reclaimed_objects_total).",
+		}, []string{"kind"}),
+		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cairn_blob_gc_passes_total", Help: "Passes of this server's blob collector, by result: done, dry_run, skipped (another server's pass, or the interval had not passed), failed.",
+		}, []string{"result"}),
+	}
+	for _, k := range []string{blobstore.KindPayloads, blobstore.KindLogs, blobstore.KindBundles, "tmp", "multipart"} {
+		m.reclaimedObjects.WithLabelValues(k)
+		m.reclaimedBytes.WithLabelValues(k)
+	}
+	if reg != nil {
+		reg.MustRegister(m.scannedObjects, m.scannedBytes, m.reclaimedObjects, m.reclaimedBytes, m.passes)
+	}
+	return m
+}
+
+func (m *gcMetrics) reclaim(kind string, objects int, bytes int64) {
+	m.reclaimedObjects.WithLabelValues(kind).Add(float64(objects))
+	m.reclaimedBytes.WithLabelValues(kind).Add(float64(bytes))
+}
