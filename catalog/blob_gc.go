@@ -74,8 +74,8 @@ RETURNING true`
 
 	sqlBlobGCRenew = `UPDATE blob_gc SET expires_at = now() + make_interval(secs => $2) WHERE owner = $1`
 
-	// sqlBlobGCRelease ends owner $1's lease; $2: the pass counts as one for
-	// the interval (it was not a dry run).
+	// sqlBlobGCRelease ends owner $1's lease; $2: the pass completed, and
+	// counts for the interval.
 	sqlBlobGCRelease = `
 UPDATE blob_gc SET owner = NULL, expires_at = '-infinity',
     finished_at = CASE WHEN $2 THEN now() ELSE finished_at END
@@ -239,7 +239,7 @@ func (s *Store) BlobClaimsExpire(ctx context.Context, grace time.Duration, limit
 }
 
 // BlobGCTake takes the collector's lease for owner, for ttl: false when
-// another owner holds it, or when the last pass that was not a dry run ended
+// another owner holds it, or when the last completed pass (dry or not) ended
 // less than interval ago (0: whenever). Passes of every server share the
 // lease, so one runs at a time and the servers share one interval.
 func (s *Store) BlobGCTake(ctx context.Context, owner string, ttl, interval time.Duration) (bool, error) {
@@ -259,8 +259,8 @@ func (s *Store) BlobGCRenew(ctx context.Context, owner string, ttl time.Duration
 	return nil
 }
 
-// BlobGCRelease ends owner's lease; finished records the end of a pass that
-// counts for the interval (not a dry run).
+// BlobGCRelease ends owner's lease; finished records the end of a completed
+// pass, which counts for the interval.
 func (s *Store) BlobGCRelease(ctx context.Context, owner string, finished bool) error {
 	if _, err := s.db.ExecContext(ctx, sqlBlobGCRelease, owner, finished); err != nil {
 		return fmt.Errorf("release the collector's lease: %w", translateError(err))

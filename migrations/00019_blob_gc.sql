@@ -24,7 +24,7 @@ CREATE TABLE archived_blobs (
 );
 
 -- One collector pass at a time across servers: a lease, and when the last
--- (not dry) pass ended, so that the servers share one interval.
+-- completed pass ended (dry or not), so that the servers share one interval.
 CREATE TABLE blob_gc (
     id          boolean     PRIMARY KEY DEFAULT true CHECK (id),
     owner       text,

@@ -1,0 +1,305 @@
+package runtime_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
+	"github.com/cairnrun/cairn/runtime"
+)
+
+// putAged stores content as a payload and dates the object's file age ago.
+func putAged(t *testing.T, tb *testBundle, content string, age time.Duration) blobstore.Object {
+	t.Helper()
+	obj, err := tb.blobs.Put(t.Context(), blobstore.KindPayloads, strings.NewReader(content), blobstore.PutOptions{})
+	require.NoError(t, err)
+	fs := tb.blobs.(*blobstore.FileStore)
+	at := time.Now().Add(-age)
+	require.NoError(t, os.Chtimes(filepath.Join(fs.Root(), filepath.FromSlash(obj.Key)), at, at))
+	return obj
+}
+
+// finishedRunWithOutput creates a run of workflow and finishes its one step
+// with output.
+func finishedRunWithOutput(t *testing.T, ctx context.Context, s *catalog.Store, workflow string, output json.RawMessage) {
+	t.Helper()
+	r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: workflow, Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	claimed, err := s.StepClaim(ctx, "test", 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.Equal(t, r.ID, claimed[0].RunID)
+	require.NoError(t, s.StepFinish(ctx, &catalog.StepFinishParams{RunID: r.ID, Key: claimed[0].Key,
+		LeaseToken: claimed[0].LeaseToken, Outcome: catalog.OutcomeSucceeded, Output: output}))
+}
+
+func exists(t *testing.T, tb *testBundle, key string) bool {
+	t.Helper()
+	_, err := tb.blobs.(blobstore.Store).Stat(t.Context(), key)
+	if err == nil {
+		return true
+	}
+	require.ErrorIs(t, err, blobstore.ErrNotFound)
+	return false
+}
+
+// TestCollector: a pass deletes the old objects no row names, and keeps the
+// referenced ones, the young ones and old ones whose key was claimed lately; a
+// dry run deletes nothing and reports the same counts; a second pass within
+// the interval is skipped.
+func TestCollector(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	catalogtest.Version(t, tb.store, "gc", catalog.NewStep{Key: "s", MaxAttempts: 1})
+	used := putAged(t, tb, "used by a run", 48*time.Hour)
+	garbage := putAged(t, tb, "nobody's", 48*time.Hour)
+	young := putAged(t, tb, "nobody's yet", time.Hour)
+	claimed := putAged(t, tb, "about to be named", 48*time.Hour)
+	finishedRunWithOutput(t, ctx, tb.store, "gc", blobstore.ObjectRef(used).JSON())
+	require.NoError(t, tb.store.BlobClaim(ctx, claimed.Key))
+
+	newCollector := func(dry bool, reg prometheus.Registerer) *runtime.Collector {
+		c, err := runtime.NewCollector(tb.store, tb.blobs.(runtime.CollectorBlobs),
+			&runtime.CollectorConfig{Grace: 24 * time.Hour, DryRun: dry, Registerer: reg})
+		require.NoError(t, err)
+		return c
+	}
+
+	rep, err := newCollector(true, nil).Collect(ctx, true)
+	require.NoError(t, err)
+	require.True(t, rep.DryRun)
+	require.Equal(t, 4, rep.ScannedObjects)
+	require.Equal(t, 1, rep.DeletedObjects)
+	require.Equal(t, garbage.Size, rep.DeletedBytes)
+	require.True(t, exists(t, tb, garbage.Key), "a dry run deletes nothing")
+
+	reg := prometheus.NewRegistry()
+	c := newCollector(false, reg)
+	rep, err = c.Collect(ctx, true)
+	require.NoError(t, err)
+	require.False(t, rep.Skipped)
+	require.Equal(t, 1, rep.DeletedObjects)
+	require.Equal(t, map[string]runtime.KindCount{blobstore.KindPayloads: {Objects: 1, Bytes: garbage.Size}}, rep.ByKind)
+	require.False(t, exists(t, tb, garbage.Key))
+	for _, o := range []blobstore.Object{used, young, claimed} {
+		require.True(t, exists(t, tb, o.Key), "%s is kept", o.Key)
+	}
+	require.Equal(t, float64(garbage.Size), labeledCounter(t, reg, "cairn_blob_gc_reclaimed_bytes_total", "payloads"))
+	require.Equal(t, 4.0, counter(t, reg, "cairn_blob_gc_scanned_objects_total"))
+
+	rep, err = c.Collect(ctx, false)
+	require.NoError(t, err)
+	require.True(t, rep.Skipped, "the next pass waits for the interval")
+	rep, err = c.Collect(ctx, true)
+	require.NoError(t, err)
+	require.False(t, rep.Skipped, "a forced pass does not")
+}
+
+// TestCollectorCleansTemp: a pass removes the temporary files of crashed Puts
+// older than the grace, and keeps younger ones (uploads in progress).
+func TestCollectorCleansTemp(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	fs := tb.blobs.(*blobstore.FileStore)
+	old, young := filepath.Join(fs.Root(), ".tmp", "put-old"), filepath.Join(fs.Root(), ".tmp", "put-young")
+	require.NoError(t, os.WriteFile(old, []byte("crashed upload"), 0o600))
+	require.NoError(t, os.WriteFile(young, []byte("in progress"), 0o600))
+	at := time.Now().Add(-48 * time.Hour)
+	require.NoError(t, os.Chtimes(old, at, at))
+	c, err := runtime.NewCollector(tb.store, fs, nil)
+	require.NoError(t, err)
+	rep, err := c.Collect(ctx, true)
+	require.NoError(t, err)
+	require.Equal(t, blobstore.TempReport{Objects: 1, Bytes: int64(len("crashed upload"))}, rep.Temp)
+	require.NoFileExists(t, old)
+	require.FileExists(t, young)
+}
+
+// labeledCounter reads the counter of a registered vector with one label value.
+func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == value {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no metric %s{%s}", name, value)
+	return 0
+}
+
+// TestCollectorRace is issue 18's race: writers store outputs (some identical
+// across runs, some unique) and finish steps with them while the reaper deletes
+// runs (some archived) and the collector loops with a short grace. No blob that
+// a surviving row or an archive names is ever deleted, including content shared
+// by a run that was reaped and one that was not.
+func TestCollectorRace(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	catalogtest.Version(t, s, "plain", catalog.NewStep{Key: "s", MaxAttempts: 1})
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "archived", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(`{"steps":[{"key":"s","needs":[]}],"retention":{"archive":true}}`), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+
+	// The reaper: a dispatcher that is not started, whose runs are kept one
+	// second.
+	reaper, err := runtime.New(s, tb.blobs, &runtime.Config{CacheDir: t.TempDir(), GCInterval: -1,
+		Retention: catalog.RetentionDefaults{Succeeded: time.Second}})
+	require.NoError(t, err)
+	// The grace bounds the time from a writer's claim to its row's commit; two
+	// seconds is plenty for these writers however loaded the machine.
+	const grace = 2 * time.Second
+	collector, err := runtime.NewCollector(s, tb.blobs.(runtime.CollectorBlobs), &runtime.CollectorConfig{Grace: grace, Batch: 4})
+	require.NoError(t, err)
+
+	// Many shared contents, each reused now and then: often after the runs that
+	// named it were reaped and it became garbage, which is the race.
+	shared := make([]string, 10)
+	for i := range shared {
+		shared[i] = fmt.Sprintf("shared output %d %s", i, strings.Repeat("x", 100))
+	}
+	var writes, reaped, deleted atomic.Int64
+	done := make(chan struct{})
+	var g errgroup.Group
+	for w := range 4 {
+		g.Go(func() error {
+			// Writer 0's runs are archived, so what they name is kept for good: it
+			// stores unique content only. The others share content.
+			workflow := "plain"
+			if w == 0 {
+				workflow = "archived"
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return nil
+				default:
+				}
+				content := shared[mrand.IntN(len(shared))]
+				if w == 0 || i%2 == 1 {
+					content = fmt.Sprintf("unique output %d-%d", w, i)
+				}
+				obj, err := tb.blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader([]byte(content)),
+					blobstore.PutOptions{Claim: s.BlobClaim})
+				if err != nil {
+					return err
+				}
+				// The window between the Put that found the object and the commit of
+				// the row that names it, where the collector must not delete it.
+				time.Sleep(time.Duration(mrand.IntN(300)) * time.Millisecond)
+				if _, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: workflow, Input: json.RawMessage(`{}`)}); err != nil {
+					return err
+				}
+				claimed, err := s.StepClaim(ctx, fmt.Sprintf("writer-%d", w), 1, time.Minute)
+				if err != nil {
+					return err
+				}
+				for _, c := range claimed {
+					// Any writer's step: each gets an output that was claimed.
+					if err := s.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken,
+						Outcome: catalog.OutcomeSucceeded, Output: blobstore.ObjectRef(obj).JSON()}); err != nil {
+						return err
+					}
+					// The object must exist as long as the row naming it does.
+					if _, err := tb.blobs.(blobstore.Store).Stat(ctx, obj.Key); errors.Is(err, blobstore.ErrNotFound) {
+						if _, err := s.RunGet(ctx, c.RunID); err == nil {
+							return fmt.Errorf("run %s names %s, which was deleted", c.RunID, obj.Key)
+						}
+					} else if err != nil {
+						return err
+					}
+				}
+				writes.Add(1)
+			}
+		})
+	}
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() {
+		defer loops.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			reaped.Add(int64(reaper.Reap(ctx)))
+		}
+	}()
+	go func() {
+		defer loops.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			rep, err := collector.Collect(ctx, true)
+			if err != nil {
+				t.Errorf("collect: %v", err)
+				return
+			}
+			deleted.Add(int64(rep.DeletedObjects))
+		}
+	}()
+	// Wait until the loops have done their work on each other's results: runs
+	// reaped, blobs they named collected, and writers reusing shared content all
+	// along.
+	require.Eventually(t, func() bool {
+		return reaped.Load() >= 50 && deleted.Load() >= 30 && writes.Load() >= 200
+	}, 5*time.Minute, 50*time.Millisecond)
+	close(done)
+	require.NoError(t, g.Wait())
+	loops.Wait()
+	// One more pass with every writer done: still nothing referenced goes.
+	_, err = collector.Collect(ctx, true)
+	require.NoError(t, err)
+
+	var missing []string
+	checked := 0
+	require.NoError(t, s.BlobRefs(ctx, 0, func(key string) {
+		if strings.HasPrefix(key, "bundles/") {
+			return // stand-in bundles without objects
+		}
+		checked++
+		if !exists(t, tb, key) {
+			missing = append(missing, key)
+		}
+	}))
+	require.Empty(t, missing, "objects named by rows or archives were deleted")
+	require.Positive(t, checked)
+	t.Logf("writes %d, runs reaped %d, objects collected %d, references checked %d",
+		writes.Load(), reaped.Load(), deleted.Load(), checked)
+}
