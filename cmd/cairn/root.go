@@ -67,6 +67,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newDevCmd(e, stdout, stderr),
 		newServeCmd(e, stdout, stderr),
 		newMigrateCmd(e, stdout, stderr),
+		newGCCmd(e, stdout, stderr),
 		newOpenAPICmd(stdout),
 	)
 	root.AddCommand(newClientCmds(e, stdout, stderr)...)

@@ -59,6 +59,11 @@ type runtimeFlags struct {
 	retention      retentionFlag
 	archiveRuns    bool
 	idempotencyTTL time.Duration
+	// gcInterval, gcGrace, gcDryRun and cacheMaxBytes: gc.go.
+	gcInterval    time.Duration
+	gcGrace       time.Duration
+	gcDryRun      bool
+	cacheMaxBytes int64
 }
 
 // register adds the flags to fs with their defaults: serve's, or cairn dev's (a
@@ -109,6 +114,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
 	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
 	f.registerRetention(fs)
+	f.registerGC(fs)
 }
 
 // check refuses values that parse but cannot work.
@@ -431,7 +437,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	var capabilities func() map[string]string
 	if !p.rt.noDispatcher {
 		execInvoker := newExecInvoker(p.rt, p.logger)
-		disp, err = runtime.New(p.store, p.blobs, &runtime.Config{
+		rtc := &runtime.Config{
 			Concurrency:   p.rt.concurrency,
 			Tags:          p.rt.tags,
 			LeaseTTL:      p.rt.leaseTTL,
@@ -453,7 +459,9 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: p.rt.httpAllowLocal}),
 				bundle.KindLambda: p.lambda,
 			},
-		})
+		}
+		p.rt.gcConfig(rtc)
+		disp, err = runtime.New(p.store, p.blobs, rtc)
 		if err != nil {
 			ln.Close()
 			return err
