@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -109,4 +110,63 @@ func rawClient(t *testing.T, srv testenv.S3Server) *minio.Client {
 	})
 	require.NoError(t, err)
 	return client
+}
+
+// TestS3StoreListAndCleanTemp: List yields the objects of a kind with their
+// size; CleanTemp removes the temporary objects and aborts the incomplete
+// multipart uploads under ".tmp/" started before its cutoff (a dry run only
+// counts them), and leaves later ones and the objects of kinds alone.
+func TestS3StoreListAndCleanTemp(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, bucket := testenv.S3Bucket(t)
+	s, err := blobstore.NewS3(srv.Config(bucket))
+	require.NoError(t, err)
+	obj, err := s.Put(ctx, blobstore.KindPayloads, strings.NewReader("kept"), blobstore.PutOptions{})
+	require.NoError(t, err)
+	var listed []blobstore.Listed
+	for o, err := range s.List(ctx, blobstore.KindPayloads) {
+		require.NoError(t, err)
+		listed = append(listed, o)
+	}
+	require.Len(t, listed, 1)
+	require.Equal(t, obj.Key, listed[0].Key)
+	require.Equal(t, int64(4), listed[0].Size)
+
+	// What a crash leaves: a temporary object and an upload never completed.
+	client := rawClient(t, srv)
+	_, err = client.PutObject(ctx, bucket, ".tmp/crashed", strings.NewReader("leftover"), 8, minio.PutObjectOptions{})
+	require.NoError(t, err)
+	core := minio.Core{Client: client}
+	uploadID, err := core.NewMultipartUpload(ctx, bucket, ".tmp/abandoned", minio.PutObjectOptions{})
+	require.NoError(t, err)
+	_, err = core.PutObjectPart(ctx, bucket, ".tmp/abandoned", uploadID, 1, strings.NewReader("part"), 4, minio.PutObjectPartOptions{})
+	require.NoError(t, err)
+
+	// Before both: nothing is old enough.
+	rep, err := s.CleanTemp(ctx, time.Now().Add(-time.Hour), false)
+	require.NoError(t, err)
+	require.Equal(t, blobstore.TempReport{}, rep)
+
+	later := time.Now().Add(time.Hour)
+	rep, err = s.CleanTemp(ctx, later, true)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Objects)
+	require.Equal(t, int64(8), rep.Bytes)
+	require.Equal(t, 1, rep.Uploads)
+	rep, err = s.CleanTemp(ctx, later, false)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Objects)
+	require.Equal(t, 1, rep.Uploads)
+
+	var keys []string
+	for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+		require.NoError(t, o.Err)
+		keys = append(keys, o.Key)
+	}
+	require.Equal(t, []string{obj.Key}, keys)
+	for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
+		require.NoError(t, u.Err)
+		t.Errorf("incomplete upload left: %s", u.Key)
+	}
 }
