@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
@@ -22,7 +24,11 @@ const (
 	// DefaultGCGrace is the age under which an object is never collected.
 	DefaultGCGrace = 24 * time.Hour
 	// DefaultGCBatch is how many objects one sweep transaction deletes at most.
-	DefaultGCBatch = 100
+	// Each sweep reads the referencing tables once, so a large batch keeps a
+	// first collection of a big backlog short.
+	DefaultGCBatch = 1000
+	// gcDeleteConcurrency is how many deletes of one sweep run at once.
+	gcDeleteConcurrency = 8
 	// gcLeaseTTL is how long the collector's lease lasts without renewal; a
 	// pass renews it at least every gcLeaseTTL/3.
 	gcLeaseTTL = 10 * time.Minute
@@ -58,7 +64,7 @@ type CollectorConfig struct {
 	// Default false.
 	DryRun bool
 	// Batch bounds the objects one sweep transaction deletes; default
-	// DefaultGCBatch (100).
+	// DefaultGCBatch (1000).
 	Batch int
 	// Owner names this collector in the lease; default host-pid.
 	Owner string
@@ -208,7 +214,11 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	}
 
 	// Mark. The listing below starts after this snapshot: an object stored
-	// since is younger than the grace anyway.
+	// since is younger than the grace anyway. A row committed after the mark
+	// names an object its writer claimed within the grace before it committed,
+	// so the sweep keeps the claims made since the mark's start less the
+	// grace, however long the pass takes.
+	markStart := time.Now()
 	marked := map[string]struct{}{}
 	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) { marked[key] = struct{}{} }); err != nil {
 		return err
@@ -233,7 +243,7 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 			}
 			batch = append(batch, obj)
 			if len(batch) == c.cfg.Batch {
-				if err := c.sweep(ctx, kind, batch, rep); err != nil {
+				if err := c.sweep(ctx, kind, batch, c.cfg.Grace+time.Since(markStart), rep); err != nil {
 					return err
 				}
 				batch = batch[:0]
@@ -242,7 +252,7 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 				return err
 			}
 		}
-		if err := c.sweep(ctx, kind, batch, rep); err != nil {
+		if err := c.sweep(ctx, kind, batch, c.cfg.Grace+time.Since(markStart), rep); err != nil {
 			return err
 		}
 	}
@@ -262,9 +272,9 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	}
 }
 
-// sweep deletes the objects of batch that are still unreferenced (or, in a dry
-// run, counts them).
-func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Listed, rep *GCReport) error {
+// sweep deletes the objects of batch that are still unreferenced and not
+// claimed within claimGrace (or, in a dry run, counts them).
+func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Listed, claimGrace time.Duration, rep *GCReport) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -288,7 +298,7 @@ func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Li
 		rep.ByKind[kind] = kc
 	}
 	if c.cfg.DryRun {
-		refs, err := c.store.BlobsReferenced(ctx, keys, c.cfg.Grace)
+		refs, err := c.store.BlobsReferenced(ctx, keys, claimGrace)
 		if err != nil {
 			return err
 		}
@@ -302,15 +312,24 @@ func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Li
 		count(would)
 		return nil
 	}
-	deleted, err := c.store.BlobSweep(ctx, keys, c.cfg.Grace, func(ctx context.Context, unref []string) ([]string, error) {
+	deleted, err := c.store.BlobSweep(ctx, keys, claimGrace, func(ctx context.Context, unref []string) ([]string, error) {
+		var mu sync.Mutex
 		done := make([]string, 0, len(unref))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(gcDeleteConcurrency)
 		for _, k := range unref {
-			if err := c.blobs.Delete(ctx, k); err != nil {
-				return done, err
-			}
-			done = append(done, k)
+			g.Go(func() error {
+				if err := c.blobs.Delete(gctx, k); err != nil {
+					return err
+				}
+				mu.Lock()
+				done = append(done, k)
+				mu.Unlock()
+				return nil
+			})
 		}
-		return done, nil
+		err := g.Wait()
+		return done, err
 	})
 	count(deleted)
 	if len(deleted) > 0 {
