@@ -31,6 +31,70 @@ import (
 func Exercise(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 	t.Helper()
 
+	t.Run("ClaimBeforeLooking", func(t *testing.T) {
+		t.Parallel()
+		ctx, s := setup(t, newStore)
+		content := []byte("claimed content")
+		var claimed []string
+		claim := func(_ context.Context, key string) error {
+			claimed = append(claimed, key)
+			return nil
+		}
+		obj, err := s.Put(ctx, "payloads", bytes.NewReader(content), blobstore.PutOptions{Claim: claim})
+		require.NoError(t, err)
+		require.Equal(t, []string{obj.Key}, claimed, "a new object's key is claimed")
+		_, err = s.Put(ctx, "payloads", bytes.NewReader(content), blobstore.PutOptions{Claim: claim})
+		require.NoError(t, err)
+		require.Equal(t, []string{obj.Key, obj.Key}, claimed, "so is one already stored")
+
+		address := digestOf([]byte("tree"))
+		bundle, err := s.Put(ctx, "bundles", bytes.NewReader(content), blobstore.PutOptions{Digest: address, Claim: claim})
+		require.NoError(t, err)
+		_, err = s.Put(ctx, "bundles", failingReader{}, blobstore.PutOptions{Digest: address, Claim: claim})
+		require.NoError(t, err)
+		require.Equal(t, []string{obj.Key, obj.Key, bundle.Key, bundle.Key}, claimed, "a fixed address is claimed once a Put")
+
+		refused := errors.New("refused")
+		other := []byte("refused content")
+		_, err = s.Put(ctx, "payloads", bytes.NewReader(other), blobstore.PutOptions{
+			Claim: func(context.Context, string) error { return refused }})
+		require.ErrorIs(t, err, refused)
+		key, err := blobstore.KeyFor("payloads", digestOf(other))
+		require.NoError(t, err)
+		_, err = s.Stat(ctx, key)
+		require.ErrorIs(t, err, blobstore.ErrNotFound, "a refused claim stores nothing")
+	})
+
+	t.Run("List", func(t *testing.T) {
+		t.Parallel()
+		ctx, s := setup(t, newStore)
+		l, ok := s.(blobstore.Lister)
+		require.True(t, ok, "the store lists its objects (blobstore.Lister)")
+		before := time.Now().Add(-time.Minute)
+		want := map[string]int64{}
+		for i := range 3 {
+			obj, err := s.Put(ctx, "payloads", bytes.NewReader(Bytes(100+i, uint64(i))), blobstore.PutOptions{})
+			require.NoError(t, err)
+			want[obj.Key] = obj.Size
+		}
+		_, err := s.Put(ctx, "logs", strings.NewReader("another kind"), blobstore.PutOptions{})
+		require.NoError(t, err)
+		got := map[string]int64{}
+		for o, err := range l.List(ctx, "payloads") {
+			require.NoError(t, err)
+			require.True(t, o.ModTime.After(before), "%s: mod time %s", o.Key, o.ModTime)
+			got[o.Key] = o.Size
+		}
+		require.Equal(t, want, got)
+		for _, err := range l.List(ctx, "archives") {
+			require.NoError(t, err)
+			t.Error("an empty kind lists nothing")
+		}
+		rep, err := l.CleanTemp(ctx, time.Now().Add(-time.Hour), false)
+		require.NoError(t, err)
+		require.Equal(t, blobstore.TempReport{}, rep, "no leftovers")
+	})
+
 	t.Run("PutGetRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		ctx, s := setup(t, newStore)
