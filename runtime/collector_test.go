@@ -303,3 +303,21 @@ func TestCollectorRace(t *testing.T) {
 	t.Logf("writes %d, runs reaped %d, objects collected %d, references checked %d",
 		writes.Load(), reaped.Load(), deleted.Load(), checked)
 }
+
+// TestGCLoop: a started dispatcher's collector deletes an old unreferenced
+// blob on its own, and counts it.
+func TestGCLoop(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	garbage := putAged(t, tb, "left behind", 48*time.Hour)
+	reg := prometheus.NewRegistry()
+	startDispatcher(t, tb, runtime.Config{GCInterval: 20 * time.Millisecond, Registerer: reg})
+	// Waiting for a pass of the loop to delete it.
+	require.Eventually(t, func() bool {
+		_, err := tb.blobs.(blobstore.Store).Stat(ctx, garbage.Key)
+		return errors.Is(err, blobstore.ErrNotFound)
+	}, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return labeledCounter(t, reg, "cairn_blob_gc_reclaimed_objects_total", "payloads") == 1
+	}, 30*time.Second, 10*time.Millisecond)
+}
