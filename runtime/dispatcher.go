@@ -118,6 +118,10 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		noClaim:     make(chan struct{}),
 		stopDone:    make(chan struct{}),
 	}
+	if cache.shared {
+		d.logger.Warn("another dispatcher uses this cache directory: its size cap is off; give each dispatcher its own --cache-dir",
+			"cache_dir", c.CacheDir)
+	}
 	if cb, ok := blobs.(CollectorBlobs); ok && c.GCInterval > 0 {
 		d.collector, err = NewCollector(store, cb, &CollectorConfig{Grace: c.GCGrace, Interval: c.GCInterval,
 			DryRun: c.GCDryRun, Owner: c.ID, Logger: c.Logger, Registerer: c.Registerer})
@@ -196,6 +200,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	if started {
 		d.stopErr = d.shutdown(ctx)
 	}
+	d.cache.close() // no attempt uses it any more
 	close(d.stopDone)
 	return d.stopErr
 }

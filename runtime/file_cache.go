@@ -33,11 +33,19 @@ const DefaultCacheMaxBytes = 10 << 30
 // (a cacheUse holds them) are removed, oldest use first. An entry in use is
 // never removed, so the cache may exceed max while its attempts run. Entries
 // left by an earlier process are found at start, ordered by modification time.
+//
+// Uses are counted in memory, so a cache directory must be one dispatcher's:
+// one that another dispatcher holds (an flock on <dir>/.lock) is shared, and
+// the cache then evicts nothing (shared reports it).
 type fileCache struct {
 	dir   string
 	blobs Blobs
 	group singleflight.Group
 	max   int64
+	// lock holds <dir>/.lock while the cache is open; nil when shared.
+	lock *os.File
+	// shared: another dispatcher holds the directory, so nothing is evicted.
+	shared bool
 
 	mu      sync.Mutex
 	entries map[string]*cacheEntry // by "bundles/<hex>" or "blobs/<hex>"
@@ -67,6 +75,14 @@ func newFileCache(dir string, blobs Blobs, max int64) (*fileCache, error) {
 		}
 	}
 	c := &fileCache{dir: dir, blobs: blobs, max: max, entries: map[string]*cacheEntry{}}
+	lock, owned, err := lockCacheDir(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return nil, fmt.Errorf("cache dir: lock: %w", err)
+	}
+	c.lock = lock
+	if !owned {
+		c.shared, c.max = true, -1
+	}
 	if err := c.load(); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)
 	}
@@ -236,6 +252,16 @@ func (c *fileCache) remove(paths []string) {
 			return nil
 		})
 		_ = os.RemoveAll(p)
+	}
+}
+
+// close releases the directory for another dispatcher.
+func (c *fileCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lock != nil {
+		_ = c.lock.Close()
+		c.lock = nil
 	}
 }
 

@@ -73,9 +73,42 @@ func TestFileCacheCap(t *testing.T) {
 	c.max = 2500
 	use("a")
 	use("b")
+	c.close()
 	restarted, err := newFileCache(dir, blobs, 1000)
 	require.NoError(t, err)
 	total, n = restarted.usage()
 	require.Equal(t, int64(1000), total)
 	require.Equal(t, 1, n)
+	restarted.close()
+}
+
+// TestFileCacheShared: a cache directory another dispatcher holds evicts
+// nothing, since that one's attempts may use any entry; it is free again once
+// the first is closed.
+func TestFileCacheShared(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	blobs, err := blobstore.NewFile(t.TempDir(), nil)
+	require.NoError(t, err)
+	obj, err := blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader(bytes.Repeat([]byte("x"), 1000)), blobstore.PutOptions{})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	first, err := newFileCache(dir, blobs, 0)
+	require.NoError(t, err)
+	require.False(t, first.shared)
+	second, err := newFileCache(dir, blobs, 0)
+	require.NoError(t, err)
+	require.True(t, second.shared)
+	u := second.newUse()
+	p, err := second.blobFile(ctx, obj.Digest, u)
+	require.NoError(t, err)
+	u.release()
+	require.FileExists(t, p, "a shared cache evicts nothing")
+	second.close()
+	first.close()
+	third, err := newFileCache(dir, blobs, 0)
+	require.NoError(t, err)
+	require.False(t, third.shared)
+	require.NoFileExists(t, p, "the directory's own cache applies its cap")
+	third.close()
 }
