@@ -82,6 +82,14 @@ func newFileCache(dir string, blobs Blobs, max int64) (*fileCache, error) {
 	c.lock = lock
 	if !owned {
 		c.shared, c.max = true, -1
+	} else if des, err := os.ReadDir(filepath.Join(dir, "tmp")); err == nil {
+		// What a crashed process left mid-install or mid-eviction: nobody else
+		// uses this directory.
+		var left []string
+		for _, de := range des {
+			left = append(left, filepath.Join(dir, "tmp", de.Name()))
+		}
+		c.remove(left)
 	}
 	if err := c.load(); err != nil {
 		return nil, fmt.Errorf("cache dir: %w", err)

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -74,8 +75,11 @@ func TestFileCacheCap(t *testing.T) {
 	use("a")
 	use("b")
 	c.close()
+	crashed := filepath.Join(dir, "tmp", "bundle-123", "tree")
+	require.NoError(t, os.MkdirAll(crashed, 0o555))
 	restarted, err := newFileCache(dir, blobs, 1000)
 	require.NoError(t, err)
+	require.NoDirExists(t, filepath.Dir(crashed), "a crashed install's leftovers are removed")
 	total, n = restarted.usage()
 	require.Equal(t, int64(1000), total)
 	require.Equal(t, 1, n)
