@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
@@ -320,4 +321,72 @@ func TestGCLoop(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return labeledCounter(t, reg, "cairn_blob_gc_reclaimed_objects_total", "payloads") == 1
 	}, 30*time.Second, 10*time.Millisecond)
+}
+
+// TestCollectorRaceDispatcher is the race through a started dispatcher: its
+// steps store outputs over a tiny inline limit (some identical across runs), its
+// reaper deletes runs a second after they end, and its collector loops with a
+// short grace. Every output a surviving run names stays readable.
+func TestCollectorRaceDispatcher(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	reg := prometheus.NewRegistry()
+	startDispatcher(t, tb, runtime.Config{InlineLimit: 8, Registerer: reg,
+		ReapInterval: 50 * time.Millisecond, Retention: catalog.RetentionDefaults{Succeeded: time.Second},
+		GCInterval: 50 * time.Millisecond, GCGrace: 2 * time.Second})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
+
+	var runs []uuid.UUID
+	stop := make(chan struct{})
+	starter := make(chan struct{})
+	go func() {
+		defer close(starter)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			input := fmt.Sprintf(`{"shared": %d}`, i%5)
+			if i%2 == 1 {
+				input = fmt.Sprintf(`{"unique": %d}`, i)
+			}
+			runs = append(runs, startRun(t, tb, v, input))
+		}
+	}()
+	// Waiting for the reaper to delete runs and the collector to reclaim the
+	// unique outputs they named.
+	require.Eventually(t, func() bool {
+		return counter(t, reg, "cairn_runs_reaped_total") >= 50 &&
+			labeledCounter(t, reg, "cairn_blob_gc_reclaimed_objects_total", "payloads") >= 10
+	}, 2*time.Minute, 50*time.Millisecond)
+	close(stop)
+	<-starter
+
+	checked := 0
+	for _, id := range runs {
+		steps, err := tb.store.StepList(ctx, id)
+		if errors.Is(err, catalog.ErrNotFound) || (err == nil && len(steps) == 0) {
+			continue // reaped
+		}
+		require.NoError(t, err)
+		ref, ok := blobstore.ParseRef(json.RawMessage(steps[0].Output))
+		if !ok {
+			continue // not finished yet
+		}
+		key, err := ref.Key()
+		require.NoError(t, err)
+		_, err = tb.blobs.(blobstore.Store).Stat(ctx, key)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			_, rerr := tb.store.RunGet(ctx, id)
+			require.Error(t, rerr, "run %s names %s, which was deleted", id, key)
+			continue
+		}
+		require.NoError(t, err)
+		checked++
+	}
+	require.Positive(t, checked)
+	var claims int
+	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key LIKE 'payloads/%'`))
+	require.Positive(t, claims, "the dispatcher claims the outputs it stores")
 }
