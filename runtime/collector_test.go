@@ -386,7 +386,27 @@ func TestCollectorRaceDispatcher(t *testing.T) {
 		checked++
 	}
 	require.Positive(t, checked)
+}
+
+// TestDispatcherClaimsOutputs: the output a step stores as a blob is claimed
+// before its Put (catalog.Store.BlobClaim), as the collector's protocol needs.
+func TestDispatcherClaimsOutputs(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{InlineLimit: 8, GCInterval: -1})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
+	id := startRun(t, tb, v, `{"big enough": true}`)
+	waitRun(t, tb, id, 30*time.Second)
+	steps, err := tb.store.StepList(ctx, id)
+	require.NoError(t, err)
+	ref, ok := blobstore.ParseRef(json.RawMessage(steps[0].Output))
+	require.True(t, ok, "the output is a blob: %s", steps[0].Output)
+	key, err := ref.Key()
+	require.NoError(t, err)
+	refs, err := tb.store.BlobsReferenced(ctx, []string{key}, time.Hour)
+	require.NoError(t, err)
+	require.True(t, refs[key])
 	var claims int
-	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key LIKE 'payloads/%'`))
-	require.Positive(t, claims, "the dispatcher claims the outputs it stores")
+	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key = $1`, key))
+	require.Equal(t, 1, claims, "the output's key was claimed")
 }
