@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -107,6 +108,15 @@ func TestRegisterTwice(t *testing.T) {
 	require.False(t, created)
 	require.Equal(t, first.Version, second.Version)
 	require.Equal(t, first.BundleDigest, second.BundleDigest)
+	// The bundle's key was claimed against the blob collector, which keeps it.
+	key, err := blobstore.KeyFor(blobstore.KindBundles, first.BundleDigest)
+	require.NoError(t, err)
+	refs, err := tb.store.BlobsReferenced(ctx, []string{key}, time.Hour)
+	require.NoError(t, err)
+	require.True(t, refs[key])
+	var claims int
+	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key = $1`, key))
+	require.Equal(t, 1, claims)
 }
 
 // TestRegisterRefusesInvalid: an invalid bundle is bundle.ErrInvalid, and nothing
