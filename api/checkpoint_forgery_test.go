@@ -46,6 +46,11 @@ func TestCheckpointForgedReferenceIsStoredAsBytes(t *testing.T) {
 		rc.Close()
 		require.NoError(t, err)
 		require.Equal(t, forged, got.String())
+		// The blob's key was claimed against the blob collector before its Put.
+		var claims int
+		require.NoError(t, tb.store.DB().GetContext(context.Background(), &claims,
+			`SELECT count(*) FROM blob_claims WHERE blob_key = $1`, key))
+		require.Equal(t, 1, claims)
 	}
 }
 
