@@ -210,7 +210,12 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 		c.metrics.reclaim("multipart", temp.Uploads, temp.UploadBytes)
 	}
 	if err != nil {
-		return fmt.Errorf("clean temporary objects: %w", err)
+		if ctx.Err() != nil {
+			return err
+		}
+		// A server without multipart listings, say, should not stop the
+		// collection of what rows no longer name.
+		c.logger.Warn("clean temporary objects and incomplete uploads failed; collecting the rest", "error", err)
 	}
 
 	// Mark. The listing below starts after this snapshot: an object stored
