@@ -2,10 +2,14 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,7 +113,7 @@ type KindCount struct {
 // objects and incomplete multipart uploads older than the grace period.
 //
 // A pass marks (catalog.Store.BlobRefs: one scan of every row that may name
-// an object, kept in memory as a set of keys), lists each kind, and sweeps the
+// an object, kept in memory as a set of keys, about 60 bytes each), lists each kind, and sweeps the
 // old unmarked objects in batches (catalog.Store.BlobSweep), which checks them
 // again under locks that claims wait for: the race with writers that find
 // their content already stored is closed there (see catalog/blob_gc.go). One
@@ -224,8 +228,12 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	// so the sweep keeps the claims made since the mark's start less the
 	// grace, however long the pass takes.
 	markStart := time.Now()
-	marked := map[string]struct{}{}
-	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) { marked[key] = struct{}{} }); err != nil {
+	marked := map[markKey]struct{}{}
+	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) {
+		if k, ok := toMarkKey(key); ok {
+			marked[k] = struct{}{}
+		}
+	}); err != nil {
 		return err
 	}
 	if err := renew(); err != nil {
@@ -243,7 +251,9 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 			rep.ScannedBytes += obj.Size
 			c.metrics.scannedObjects.Inc()
 			c.metrics.scannedBytes.Add(float64(obj.Size))
-			if _, ok := marked[obj.Key]; ok || !obj.ModTime.Before(cutoff) {
+			if k, ok := toMarkKey(obj.Key); !ok || !obj.ModTime.Before(cutoff) {
+				continue
+			} else if _, ok := marked[k]; ok {
 				continue
 			}
 			batch = append(batch, obj)
@@ -275,6 +285,31 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 			return nil
 		}
 	}
+}
+
+// markKey is a key in the mark's set: its kind's index in collectedKinds and
+// its digest's bytes, a third of the memory of the key's text.
+type markKey struct {
+	kind   uint8
+	digest [sha256.Size]byte
+}
+
+// toMarkKey converts a key of a collected kind; false for any other key (an
+// archive's, say), which the sweep never considers.
+func toMarkKey(key string) (markKey, bool) {
+	kind, digest, err := blobstore.ParseKey(key)
+	if err != nil {
+		return markKey{}, false
+	}
+	i := slices.Index(collectedKinds, kind)
+	if i < 0 {
+		return markKey{}, false
+	}
+	k := markKey{kind: uint8(i)}
+	if _, err := hex.Decode(k.digest[:], []byte(strings.TrimPrefix(digest, "sha256:"))); err != nil {
+		return markKey{}, false
+	}
+	return k, true
 }
 
 // sweep deletes the objects of batch that are still unreferenced and not
