@@ -3,7 +3,12 @@
 // leases, and commits each attempt's outcome (fenced by the lease token); the sweeper
 // that returns expired leases; retry policies; and payload handling (outputs and
 // checkpoints over the inline limit go to the blob store, and large inputs reach
-// handlers as local files or presigned URLs).
+// handlers as local files or presigned URLs, through a size-capped local cache).
+//
+// Every dispatcher also runs housekeeping loops: the reaper (runs past their
+// retention, expired idempotency keys; retention.go) and the blob garbage
+// collector (Collector: objects no catalog row names, leftovers of crashed
+// uploads; collector.go).
 //
 // The package's name is the one DESIGN gives it, and it shadows the standard
 // library's runtime: a file that needs both imports one of them under another name
