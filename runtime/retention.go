@@ -125,38 +125,6 @@ func (d *Dispatcher) archiveRun(ctx context.Context, id uuid.UUID) (string, erro
 	return obj.Key, nil
 }
 
-// gcLoop runs the blob collector's passes: every dispatcher tries every
-// quarter of GCInterval (jittered), and the catalog's lease lets one pass run
-// at a time, GCInterval after the last one ended.
-func (d *Dispatcher) gcLoop(ctx context.Context) {
-	if d.collector == nil {
-		return
-	}
-	for {
-		q := d.cfg.GCInterval / 4
-		wait := q/2 + time.Duration(jitterRand()*float64(q))
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.noClaim: // shutting down
-			return
-		case <-time.After(wait):
-		}
-		rep, err := d.collector.Collect(ctx, false)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.logger.Warn("blob collector pass failed", "error", err)
-			}
-			continue
-		}
-		if !rep.Skipped {
-			d.logger.Info("blob collector pass", "dry_run", rep.DryRun, "scanned", rep.ScannedObjects,
-				"deleted", rep.DeletedObjects, "deleted_bytes", rep.DeletedBytes,
-				"temp_objects", rep.Temp.Objects, "incomplete_uploads", rep.Temp.Uploads)
-		}
-	}
-}
-
 // expireKeys deletes the expired idempotency keys, in batches.
 func (d *Dispatcher) expireKeys(ctx context.Context) {
 	for ctx.Err() == nil {
