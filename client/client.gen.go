@@ -1709,12 +1709,18 @@ type ListItemsParamsStatus string
 type GetItemLogParams struct {
 	// Attempt attempt number; the newest when 0 or absent
 	Attempt *int64 `form:"attempt,omitempty" json:"attempt,omitempty"`
+
+	// Offset byte offset to read from (0: the start)
+	Offset *int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // GetAttemptLogParams defines parameters for GetAttemptLog.
 type GetAttemptLogParams struct {
 	// Attempt attempt number; the newest when 0 or absent
 	Attempt *int64 `form:"attempt,omitempty" json:"attempt,omitempty"`
+
+	// Offset byte offset to read from (0: the start)
+	Offset *int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -2272,7 +2278,7 @@ type ClientInterface interface {
 
 	// GetItemLog Download a map instance's attempt log
 	//
-	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 	//
 	// Requires the `viewer` role.
 	//
@@ -2290,7 +2296,7 @@ type ClientInterface interface {
 
 	// GetAttemptLog Download an attempt's log
 	//
-	// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+	// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 	//
 	// Requires the `viewer` role.
 	//
@@ -3344,7 +3350,7 @@ func (c *APIClient) ListItemAttempts(ctx context.Context, id openapi_types.UUID,
 
 // GetItemLog Download a map instance's attempt log
 //
-// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 //
 // Requires the `viewer` role.
 //
@@ -3382,7 +3388,7 @@ func (c *APIClient) GetItemOutput(ctx context.Context, id openapi_types.UUID, ke
 
 // GetAttemptLog Download an attempt's log
 //
-// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 //
 // Requires the `viewer` role.
 //
@@ -5624,6 +5630,18 @@ func NewGetItemLogRequest(server string, id openapi_types.UUID, key string, inde
 
 		}
 
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -5731,6 +5749,18 @@ func NewGetAttemptLogRequest(server string, id openapi_types.UUID, key string, p
 		if params.Attempt != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "attempt", *params.Attempt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7286,7 +7316,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetItemLogWithResponse Download a map instance's attempt log
 	//
-	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 	//
 	// Requires the `viewer` role.
 	//
@@ -7308,7 +7338,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetAttemptLogWithResponse Download an attempt's log
 	//
-	// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+	// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 	//
 	// Requires the `viewer` role.
 	//
@@ -10777,6 +10807,12 @@ func (r GetItemOutputResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptLogResponse200Headers the declared response headers of an HTTP 200 response for GetAttemptLog
+type GetAttemptLogResponse200Headers struct {
+	CairnLogComplete *bool
+	CairnLogOffset   *int64
+}
+
 // GetAttemptLogResponse503Headers the declared response headers of an HTTP 503 response for GetAttemptLog
 type GetAttemptLogResponse503Headers struct {
 	RetryAfter *int
@@ -10801,6 +10837,8 @@ type GetAttemptLogResponse struct {
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
 	ApplicationproblemJSON504 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetAttemptLogResponse200Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetAttemptLogResponse503Headers
 }
@@ -13909,7 +13947,7 @@ func (c *ClientWithResponses) ListItemAttemptsWithResponse(ctx context.Context, 
 
 // GetItemLogWithResponse Download a map instance's attempt log
 //
-// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 //
 // Requires the `viewer` role.
 //
@@ -13943,7 +13981,7 @@ func (c *ClientWithResponses) GetItemOutputWithResponse(ctx context.Context, id 
 
 // GetAttemptLogWithResponse Download an attempt's log
 //
-// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 //
 // Requires the `viewer` role.
 //
@@ -17415,6 +17453,23 @@ func ParseGetAttemptLogResponse(rsp *http.Response) (*GetAttemptLogResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers GetAttemptLogResponse200Headers
+		if values := rsp.Header.Values("Cairn-Log-Complete"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cairn-Log-Complete", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CairnLogComplete = &value
+		}
+		if values := rsp.Header.Values("Cairn-Log-Offset"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cairn-Log-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.CairnLogOffset = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetAttemptLogResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

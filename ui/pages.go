@@ -566,7 +566,12 @@ type stepView struct {
 	Log        string
 	LogAttempt int64
 	LogCut     bool
-	Output     string
+	// LiveAttempt is the running attempt whose live tail the panel shows (Live,
+	// from LiveNext on: the page's script asks for more from there).
+	LiveAttempt int64
+	Live        string
+	LiveNext    int64
+	Output      string
 	OutputBlob bool
 	Checkpoint string
 	CkptBlob   bool
@@ -623,6 +628,19 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 		if a.HasLog {
 			v.LogAttempt = a.Number
 		}
+		if a.Status == client.AttemptStatusRunning {
+			v.LiveAttempt = a.Number
+		}
+	}
+	if v.LiveAttempt > 0 {
+		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LiveAttempt})
+		if err == nil {
+			cr := &countingReader{r: resp.Body}
+			v.Live, _ = tail(cr, logTail)
+			resp.Body.Close()
+			at, _ := strconv.ParseInt(resp.Header.Get("Cairn-Log-Offset"), 10, 64)
+			v.LiveNext = at + cr.n
+		}
 	}
 	if v.LogAttempt > 0 {
 		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LogAttempt})
@@ -677,6 +695,18 @@ func (h *Handler) mayDecide(r *http.Request, s *session, run *client.Run, key st
 		}
 	}
 	return true
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // tail keeps the last n bytes of r.
@@ -736,7 +766,19 @@ func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {
 	if n, err := strconv.ParseInt(r.URL.Query().Get("attempt"), 10, 64); err == nil {
 		p.Attempt = &n
 	}
+	if n, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64); err == nil {
+		p.Offset = &n
+	}
 	resp, err := s.api.GetAttemptLog(r.Context(), id, key, p)
+	if err == nil {
+		// The live tail's position, for the panel's script that follows it.
+		for _, h := range []string{"Cairn-Log-Offset", "Cairn-Log-Complete"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("Cache-Control", "no-store")
+	}
 	relay(w, resp, err, key+".log")
 }
 

@@ -117,6 +117,9 @@ func TestUIInBrowser(t *testing.T) {
 		)
 		require.Equal(t, "running", b.text("#run-status"))
 		require.NotEqual(t, "succeeded", b.attr(`#dag .node[data-key=second]`, "data-status"))
+		// The running step's panel shows its log live, before the step ends.
+		b.do(chromedp.Click(chromedp.CSS(`#dag .node[data-key=first]`)),
+			b.poll(`(document.querySelector('#log-live') || {}).textContent?.includes('waiting for the gate')`))
 		// A mark on the page: a reload would wipe it.
 		b.do(chromedp.Evaluate[chromedp.Void](`window.cairnMark = 1`))
 		e.gate.open()
@@ -552,6 +555,7 @@ steps:
 `, 0o644)
 	write(filepath.Join(dir, "gated", "first"), fmt.Sprintf(`#!/bin/bash
 cat >/dev/null
+echo "first: waiting for the gate" >&2
 read -r word </dev/tcp/127.0.0.1/%d
 echo "{\"gate\": \"$word\"}"
 `, gatePort), 0o755)

@@ -67,6 +67,7 @@
       .then(function (html) {
         panel.innerHTML = html;
         panel.setAttribute("data-step", key);
+        followLog();
         document.querySelectorAll("#dag .node").forEach(function (n) {
           n.classList.toggle("selected", n.getAttribute("data-key") === key);
         });
@@ -74,6 +75,39 @@
       })
       .catch(function () {});
   }
+
+  // The live tail of a running attempt's log: ask for what follows the offset the
+  // panel (or the last answer) ended at, each second, until the attempt is
+  // complete or the panel changed. Only the last 64 KiB stay on the page.
+  var logTimer = null;
+  function followLog() {
+    clearTimeout(logTimer);
+    var pre = document.getElementById("log-live");
+    if (!pre) return;
+    logTimer = setTimeout(function () {
+      if (!document.body.contains(pre)) return;
+      var offset = pre.getAttribute("data-offset");
+      fetch(pre.getAttribute("data-url") + "&offset=" + offset, { credentials: "same-origin" })
+        .then(function (r) {
+          if (!r.ok) return Promise.reject(r.status);
+          return r.arrayBuffer().then(function (buf) {
+            var at = parseInt(r.headers.get("Cairn-Log-Offset") || offset, 10);
+            var next = at + buf.byteLength, t = new TextDecoder().decode(buf);
+            if (t.length) {
+              var stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+              var text = pre.textContent + t;
+              if (text.length > 65536) text = text.slice(text.length - 65536);
+              pre.textContent = text;
+              if (stick) pre.scrollTop = pre.scrollHeight;
+            }
+            pre.setAttribute("data-offset", String(next));
+            if (r.headers.get("Cairn-Log-Complete") !== "true") followLog();
+          });
+        })
+        .catch(function () { followLog(); });
+    }, 1000);
+  }
+  followLog();
 
   // A click on a node opens its panel in place.
   var dag = document.getElementById("dag");

@@ -593,7 +593,7 @@ export interface paths {
         };
         /**
          * Download a map instance's attempt log
-         * @description As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+         * @description As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
          *
          *     Requires the `viewer` role.
          */
@@ -637,7 +637,7 @@ export interface paths {
         };
         /**
          * Download an attempt's log
-         * @description The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+         * @description The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
          *
          *     Requires the `viewer` role.
          */
@@ -5886,6 +5886,8 @@ export interface operations {
             query?: {
                 /** @description attempt number; the newest when 0 or absent */
                 attempt?: number;
+                /** @description byte offset to read from (0: the start) */
+                offset?: number;
             };
             header?: never;
             path: {
@@ -6156,6 +6158,8 @@ export interface operations {
             query?: {
                 /** @description attempt number; the newest when 0 or absent */
                 attempt?: number;
+                /** @description byte offset to read from (0: the start) */
+                offset?: number;
             };
             header?: never;
             path: {
@@ -6171,6 +6175,10 @@ export interface operations {
             /** @description The log */
             200: {
                 headers: {
+                    /** @description true once the attempt has ended: nothing will follow what was read */
+                    "Cairn-Log-Complete"?: boolean;
+                    /** @description the offset of the body's first byte in the attempt's log */
+                    "Cairn-Log-Offset"?: number;
                     [name: string]: unknown;
                 };
                 content: {
