@@ -496,16 +496,20 @@ func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	out := struct {
-		Status    string            `json:"status"`
-		Remaining int64             `json:"steps_remaining"`
-		Total     int64             `json:"steps_total"`
-		Revision  int64             `json:"revision"`
-		Steps     map[string]string `json:"steps"`
-		Attempts  map[string]int64  `json:"attempts"`
-	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}}
+		Status    string              `json:"status"`
+		Remaining int64               `json:"steps_remaining"`
+		Total     int64               `json:"steps_total"`
+		Revision  int64               `json:"revision"`
+		Steps     map[string]string   `json:"steps"`
+		Attempts  map[string]int64    `json:"attempts"`
+		Maps      map[string]*mapView `json:"maps"`
+	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}, map[string]*mapView{}}
 	for _, st := range deref(steps.JSON200.Items) {
 		out.Steps[st.Key] = string(st.Status)
 		out.Attempts[st.Key] = st.Attempts
+		if m := mapViewOf(st.Map); m != nil {
+			out.Maps[st.Key] = m
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -572,11 +576,11 @@ type stepView struct {
 	Live        string
 	LiveNext    int64
 	Output      string
-	OutputBlob bool
-	Checkpoint string
-	CkptBlob   bool
-	LastError  string
-	RunInput   string
+	OutputBlob  bool
+	Checkpoint  string
+	CkptBlob    bool
+	LastError   string
+	RunInput    string
 	// Approval: the step waits for approvals (the panel offers approve and reject).
 	Approval bool
 }

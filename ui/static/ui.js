@@ -134,6 +134,30 @@
       .catch(function () {});
   }
 
+  // A map step's node: its progress line and bar, made when the map starts.
+  var svgNS = "http://www.w3.org/2000/svg";
+  function drawMap(n, m) {
+    var text = n.querySelector("text.map"), bar = n.querySelector("rect.bar");
+    if (!text) {
+      var label = n.querySelector("text.label"), x = label.getAttribute("x"), y = label.getAttribute("y");
+      label.setAttribute("dy", "15");
+      n.querySelector("text.att").setAttribute("dy", "15");
+      text = document.createElementNS(svgNS, "text");
+      text.setAttribute("class", "map");
+      text.setAttribute("x", x); text.setAttribute("y", y);
+      text.setAttribute("dx", "10"); text.setAttribute("dy", "27");
+      bar = document.createElementNS(svgNS, "rect");
+      bar.setAttribute("class", "bar");
+      bar.setAttribute("x", x); bar.setAttribute("y", y);
+      bar.setAttribute("transform", "translate(4 29)");
+      bar.setAttribute("height", "3");
+      n.appendChild(text);
+      n.appendChild(bar);
+    }
+    text.textContent = m.text;
+    bar.setAttribute("width", String(m.bar_w));
+  }
+
   // After events, fetch the run's state once (coalesced) and recolour.
   var pending = false, lastStatus = run.getAttribute("data-status"), openStep = panel.getAttribute("data-step");
   var prevSteps = {};
@@ -153,6 +177,7 @@
               if (n.querySelector("title")) n.querySelector("title").textContent = key + ": " + st;
               if (key === panel.getAttribute("data-step")) changedOpen = true;
             }
+            if (s.maps[key]) drawMap(n, s.maps[key]);
             var att = n.querySelector("text.att");
             if (att && s.attempts[key] > 1) att.textContent = "×" + s.attempts[key];
             if (key === panel.getAttribute("data-step") && prevSteps[key] !== undefined && prevSteps[key] !== s.attempts[key]) changedOpen = true;
