@@ -131,6 +131,9 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/runs/{id}/signal", h.write(h.signalRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/steps/{key}/decide", h.write(h.decideStep))
 
+	h.mux.HandleFunc("GET /ui/limits", h.read(h.limitsPage))
+	h.mux.HandleFunc("POST /ui/limits", h.write(h.setLimit))
+
 	h.mux.HandleFunc("GET /ui/schedules", h.read(h.schedulesPage))
 	h.mux.HandleFunc("POST /ui/schedules/{sid}/{action}", h.write(h.scheduleAction))
 }
