@@ -253,6 +253,19 @@ func (s *Server) registerSteps() {
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepOutput)
 
 	register(s, huma.Operation{
+		OperationID: "getStepCheckpoint",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps/{key}/checkpoint",
+		Summary:     "Download a step's checkpoint",
+		Description: "The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.",
+		Tags:        []string{"runs"},
+		Responses: map[string]*huma.Response{"200": {Description: "The checkpoint bytes", Content: map[string]*huma.MediaType{
+			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
+			"application/json":         {Schema: &huma.Schema{}},
+		}}},
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepCheckpoint)
+
+	register(s, huma.Operation{
 		OperationID: "getAttemptLog",
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}/steps/{key}/logs",
@@ -302,6 +315,18 @@ func (s *Server) stepOutput(ctx context.Context, p *StepParams) (*huma.StreamRes
 		return nil, withDetail(errNotFound, "the step has no output: it is %s", st.Status)
 	}
 	return s.streamPayload(ctx, json.RawMessage(st.Output))
+}
+
+// stepCheckpoint streams the checkpoint of the step p names; 404 when it has none.
+func (s *Server) stepCheckpoint(ctx context.Context, p *StepParams) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Checkpoint) == 0 || string(st.Checkpoint) == "null" {
+		return nil, withDetail(errNotFound, "the step has no checkpoint")
+	}
+	return s.streamPayload(ctx, json.RawMessage(st.Checkpoint))
 }
 
 // stepLog streams the log of attempt n (the newest when 0) of the step p names,

@@ -2242,6 +2242,15 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/attempts (the `ListAttempts` operationId).
 	ListAttempts(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetStepCheckpoint Download a step's checkpoint
+	//
+	// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+	GetStepCheckpoint(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PutCheckpointWithBody Store a checkpoint from a running function
 	//
 	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -3264,6 +3273,25 @@ func (c *APIClient) ApproveStep(ctx context.Context, id openapi_types.UUID, key 
 // Corresponds with GET /v1/runs/{id}/steps/{key}/attempts (the `ListAttempts` operationId).
 func (c *APIClient) ListAttempts(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListAttemptsRequest(c.Server, id, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetStepCheckpoint Download a step's checkpoint
+//
+// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+func (c *APIClient) GetStepCheckpoint(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStepCheckpointRequest(c.Server, id, key)
 	if err != nil {
 		return nil, err
 	}
@@ -5349,6 +5377,47 @@ func NewListAttemptsRequest(server string, id openapi_types.UUID, key string) (*
 	return req, nil
 }
 
+// NewGetStepCheckpointRequest constructs an http.Request for the GetStepCheckpoint method
+func NewGetStepCheckpointRequest(server string, id openapi_types.UUID, key string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/checkpoint", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPutCheckpointRequest calls the generic PutCheckpoint builder with application/json body
 func NewPutCheckpointRequest(server string, id openapi_types.UUID, key string, params *PutCheckpointParams, body PutCheckpointJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -7275,6 +7344,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/attempts (the `ListAttempts` operationId).
 	ListAttemptsWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*ListAttemptsResponse, error)
+
+	// GetStepCheckpointWithResponse Download a step's checkpoint
+	//
+	// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+	GetStepCheckpointWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepCheckpointResponse, error)
 
 	// PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 	//
@@ -10281,6 +10361,110 @@ func (r ListAttemptsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListAttemptsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetStepCheckpointResponse503Headers the declared response headers of an HTTP 503 response for GetStepCheckpoint
+type GetStepCheckpointResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetStepCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetStepCheckpointResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStepCheckpointResponse) GetJSON200() *interface{} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStepCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStepCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStepCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStepCheckpointResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13883,6 +14067,23 @@ func (c *ClientWithResponses) ListAttemptsWithResponse(ctx context.Context, id o
 	return ParseListAttemptsResponse(rsp)
 }
 
+// GetStepCheckpointWithResponse Download a step's checkpoint
+//
+// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+func (c *ClientWithResponses) GetStepCheckpointWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepCheckpointResponse, error) {
+	rsp, err := c.GetStepCheckpoint(ctx, id, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStepCheckpointResponse(rsp)
+}
+
 // PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 //
 // Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -16889,6 +17090,104 @@ func ParseListAttemptsResponse(rsp *http.Response) (*ListAttemptsResponse, error
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ListAttemptsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetStepCheckpointResponse parses an HTTP response from a GetStepCheckpointWithResponse call
+func ParseGetStepCheckpointResponse(rsp *http.Response) (*GetStepCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStepCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/octet-stream) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetStepCheckpointResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

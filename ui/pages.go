@@ -747,7 +747,8 @@ func (h *Handler) stepPanel(w http.ResponseWriter, r *http.Request, s *session) 
 	h.render(w, r, s, "step", v)
 }
 
-// stepOutput and stepLog stream the API's bytes to the browser as downloads.
+// stepOutput, stepCheckpoint and stepLog stream the API's bytes to the browser as
+// downloads (never read whole: a blob may be large).
 func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session) {
 	id, ok := runID(r)
 	if !ok {
@@ -757,6 +758,17 @@ func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session)
 	key := r.PathValue("key")
 	resp, err := s.api.GetStepOutput(r.Context(), id, key)
 	relay(w, resp, err, key+"-output")
+}
+
+func (h *Handler) stepCheckpoint(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	resp, err := s.api.GetStepCheckpoint(r.Context(), id, key)
+	relay(w, resp, err, key+"-checkpoint")
 }
 
 func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {

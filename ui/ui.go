@@ -122,6 +122,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /ui/runs/{id}/timeline", h.read(h.runTimeline))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}", h.read(h.stepPanel))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/output", h.read(h.stepOutput))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/checkpoint", h.read(h.stepCheckpoint))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/logs", h.read(h.stepLog))
 	h.mux.HandleFunc("POST /ui/runs/{id}/cancel", h.write(h.cancelRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/retry", h.write(h.retryRun))
