@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -41,6 +42,7 @@ type attemptSink struct {
 	liveStop    chan struct{}
 	liveDone    chan struct{}
 	liveOnce    sync.Once
+	published   atomic.Bool // a chunk was written: cleanup deletes the live tail
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
@@ -82,6 +84,7 @@ func (s *attemptSink) flushLive() {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 	defer cancel()
+	s.published.Store(true)
 	err := s.d.store.LogChunkAppend(ctx, &catalog.LogChunkAppendParams{
 		LeaseToken: s.a.claim.LeaseToken, Offset: off, Data: data, Keep: s.d.cfg.LiveLogTail})
 	if err != nil && ctx.Err() == nil {
@@ -187,7 +190,7 @@ func (s *attemptSink) cleanup() {
 	s.stopLive()
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
-	if s.logKey != "" {
+	if s.logKey != "" && s.published.Load() {
 		ctx, cancel := context.WithTimeout(s.d.abandonCtx, 10*time.Second)
 		if err := s.d.store.LogChunkDelete(ctx, s.a.claim.LeaseToken); err != nil {
 			s.a.logger.Warn("delete the live log", "error", err)
