@@ -20,6 +20,7 @@ import (
 // answer is a response to a raw request: status, body and the problem it holds.
 type answer struct {
 	status  int
+	header  http.Header
 	body    []byte
 	problem struct {
 		Code   string `json:"code"`
@@ -69,7 +70,7 @@ func (tb *testBundle) sendAs(t *testing.T, token, method, rawURL string, header 
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	a := &answer{status: resp.StatusCode}
+	a := &answer{status: resp.StatusCode, header: resp.Header}
 	a.body, err = io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {

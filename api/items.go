@@ -144,15 +144,16 @@ func (s *Server) registerItems() {
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}/steps/{key}/items/{index}/logs",
 		Summary:     "Download a map instance's attempt log",
-		Description: "As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.",
+		Description: "As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.",
 		Tags:        []string{"runs"},
 		Responses: map[string]*huma.Response{"200": {Description: "The log", Content: map[string]*huma.MediaType{
 			"text/plain": {Schema: &huma.Schema{Type: "string"}},
 		}}},
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *struct {
 		ItemParams
-		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
+		Attempt int   `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
+		Offset  int64 `query:"offset" minimum:"0" doc:"byte offset to read from (0: the start)"`
 	}) (*huma.StreamResponse, error) {
-		return s.stepLog(ctx, in.stepParams(), in.Attempt)
+		return s.stepLog(ctx, in.stepParams(), in.Attempt, in.Offset)
 	})
 }

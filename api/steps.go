@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -252,20 +253,41 @@ func (s *Server) registerSteps() {
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepOutput)
 
 	register(s, huma.Operation{
+		OperationID: "getStepCheckpoint",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/steps/{key}/checkpoint",
+		Summary:     "Download a step's checkpoint",
+		Description: "The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.",
+		Tags:        []string{"runs"},
+		Responses: map[string]*huma.Response{"200": {Description: "The checkpoint bytes", Content: map[string]*huma.MediaType{
+			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
+			"application/json":         {Schema: &huma.Schema{}},
+		}}},
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, s.stepCheckpoint)
+
+	register(s, huma.Operation{
 		OperationID: "getAttemptLog",
 		Method:      http.MethodGet,
 		Path:        "/v1/runs/{id}/steps/{key}/logs",
 		Summary:     "Download an attempt's log",
-		Description: "The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.",
-		Tags:        []string{"runs"},
+		Description: "The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. " +
+			"While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). " +
+			"With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, " +
+			"until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). " +
+			"Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.",
+		Tags: []string{"runs"},
 		Responses: map[string]*huma.Response{"200": {Description: "The log", Content: map[string]*huma.MediaType{
 			"text/plain": {Schema: &huma.Schema{Type: "string"}},
+		}, Headers: map[string]*huma.Param{
+			"Cairn-Log-Offset":   {Description: "the offset of the body's first byte in the attempt's log", Schema: &huma.Schema{Type: "integer", Format: "int64"}},
+			"Cairn-Log-Complete": {Description: "true once the attempt has ended: nothing will follow what was read", Schema: &huma.Schema{Type: "boolean"}},
 		}}},
 	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *struct {
 		StepParams
-		Attempt int `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
+		Attempt int   `query:"attempt" minimum:"0" maximum:"2147483647" doc:"attempt number; the newest when 0 or absent"`
+		Offset  int64 `query:"offset" minimum:"0" doc:"byte offset to read from (0: the start)"`
 	}) (*huma.StreamResponse, error) {
-		return s.stepLog(ctx, &in.StepParams, in.Attempt)
+		return s.stepLog(ctx, &in.StepParams, in.Attempt, in.Offset)
 	})
 	s.registerItems()
 }
@@ -295,8 +317,21 @@ func (s *Server) stepOutput(ctx context.Context, p *StepParams) (*huma.StreamRes
 	return s.streamPayload(ctx, json.RawMessage(st.Output))
 }
 
-// stepLog streams the log of attempt n (the newest when 0) of the step p names.
-func (s *Server) stepLog(ctx context.Context, p *StepParams, n int) (*huma.StreamResponse, error) {
+// stepCheckpoint streams the checkpoint of the step p names; 404 when it has none.
+func (s *Server) stepCheckpoint(ctx context.Context, p *StepParams) (*huma.StreamResponse, error) {
+	st, err := s.step(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(st.Checkpoint) == 0 || string(st.Checkpoint) == "null" {
+		return nil, withDetail(errNotFound, "the step has no checkpoint")
+	}
+	return s.streamPayload(ctx, json.RawMessage(st.Checkpoint))
+}
+
+// stepLog streams the log of attempt n (the newest when 0) of the step p names,
+// from offset: the stored log once the attempt has ended, else its live tail.
+func (s *Server) stepLog(ctx context.Context, p *StepParams, n int, offset int64) (*huma.StreamResponse, error) {
 	st, err := s.step(ctx, p)
 	if err != nil {
 		return nil, err
@@ -311,14 +346,44 @@ func (s *Server) stepLog(ctx context.Context, p *StepParams, n int) (*huma.Strea
 	if err != nil {
 		return nil, err
 	}
-	if a.LogKey == nil {
+	complete := a.Status != catalog.AttemptRunning
+	if a.LogKey != nil {
+		rc, obj, err := s.blobs.Get(ctx, *a.LogKey, blobstore.GetOptions{Offset: offset})
+		if errors.Is(err, blobstore.ErrInvalidRange) {
+			return logBody(offset, nil, true), nil // past the end: nothing more
+		}
+		if err != nil {
+			return nil, err
+		}
 		return &huma.StreamResponse{Body: func(hc huma.Context) {
-			hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
-			hc.SetHeader("Content-Length", "0")
-			hc.SetStatus(http.StatusOK)
+			defer rc.Close()
+			setLogHeaders(hc, offset, obj.Size-offset, true)
+			if _, err := io.Copy(hc.BodyWriter(), rc); err != nil {
+				s.logger.WarnContext(hc.Context(), "stream log", "key", *a.LogKey, "error", err, "request_id", RequestID(hc.Context()))
+			}
 		}}, nil
 	}
-	return s.streamBlob(ctx, *a.LogKey)
+	live, err := s.store.LogChunkRead(ctx, st.RunID, st.Key, n, offset)
+	if err != nil {
+		return nil, err
+	}
+	return logBody(live.Offset, live.Data, complete), nil
+}
+
+func logBody(offset int64, data []byte, complete bool) *huma.StreamResponse {
+	return &huma.StreamResponse{Body: func(hc huma.Context) {
+		setLogHeaders(hc, offset, int64(len(data)), complete)
+		_, _ = hc.BodyWriter().Write(data)
+	}}
+}
+
+func setLogHeaders(hc huma.Context, offset, length int64, complete bool) {
+	hc.SetHeader("Content-Type", "text/plain; charset=utf-8")
+	hc.SetHeader("Content-Length", strconv.FormatInt(length, 10))
+	hc.SetHeader("Cache-Control", "no-store")
+	hc.SetHeader("Cairn-Log-Offset", strconv.FormatInt(offset, 10))
+	hc.SetHeader("Cairn-Log-Complete", strconv.FormatBool(complete))
+	hc.SetStatus(http.StatusOK)
 }
 
 // step looks up the step a request names: 400 for a malformed run ID, 404 when

@@ -46,3 +46,48 @@ func (s *Store) StepTraceEndGet(ctx context.Context, run uuid.UUID, key string) 
 	}
 	return &e, nil
 }
+
+// sqlSpanOutboxTake takes queued span ends, oldest first, skipping those another
+// dispatcher is taking.
+const sqlSpanOutboxTake = `
+DELETE FROM span_outbox WHERE id IN (
+    SELECT id FROM span_outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING run_id, step_key`
+
+// sqlRunTraceEnd reads what a run's span needs.
+const sqlRunTraceEnd = `
+SELECT workflow, version, status, created_at, finished_at FROM runs WHERE id = $1`
+
+// SpanEnd is an end whose span no attempt records (span_outbox): a suspended step
+// that ended (StepKey set), or a canceled run (StepKey nil).
+type SpanEnd struct {
+	RunID   uuid.UUID `db:"run_id"`
+	StepKey *string   `db:"step_key"`
+}
+
+// SpanEndsTake takes (deletes and returns) up to limit queued span ends.
+func (s *Store) SpanEndsTake(ctx context.Context, limit int) ([]SpanEnd, error) {
+	var out []SpanEnd
+	if err := s.db.SelectContext(ctx, &out, sqlSpanOutboxTake, limit); err != nil {
+		return nil, fmt.Errorf("take span ends: %w", translateError(err))
+	}
+	return out, nil
+}
+
+// RunTraceEnd is what a run's span needs.
+type RunTraceEnd struct {
+	Workflow   string     `db:"workflow"`
+	Version    int        `db:"version"`
+	Status     RunStatus  `db:"status"`
+	CreatedAt  time.Time  `db:"created_at"`
+	FinishedAt *time.Time `db:"finished_at"`
+}
+
+// RunTraceEndGet reads a run's end for its span (ErrNotFound when the run is gone).
+func (s *Store) RunTraceEndGet(ctx context.Context, run uuid.UUID) (*RunTraceEnd, error) {
+	var e RunTraceEnd
+	if err := s.db.GetContext(ctx, &e, sqlRunTraceEnd, run); err != nil {
+		return nil, fmt.Errorf("run trace end %s: %w", run, translateError(err))
+	}
+	return &e, nil
+}

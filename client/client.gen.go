@@ -1709,12 +1709,18 @@ type ListItemsParamsStatus string
 type GetItemLogParams struct {
 	// Attempt attempt number; the newest when 0 or absent
 	Attempt *int64 `form:"attempt,omitempty" json:"attempt,omitempty"`
+
+	// Offset byte offset to read from (0: the start)
+	Offset *int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // GetAttemptLogParams defines parameters for GetAttemptLog.
 type GetAttemptLogParams struct {
 	// Attempt attempt number; the newest when 0 or absent
 	Attempt *int64 `form:"attempt,omitempty" json:"attempt,omitempty"`
+
+	// Offset byte offset to read from (0: the start)
+	Offset *int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // ListSchedulesParams defines parameters for ListSchedules.
@@ -2236,6 +2242,15 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/attempts (the `ListAttempts` operationId).
 	ListAttempts(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// GetStepCheckpoint Download a step's checkpoint
+	//
+	// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+	GetStepCheckpoint(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// PutCheckpointWithBody Store a checkpoint from a running function
 	//
 	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -2272,7 +2287,7 @@ type ClientInterface interface {
 
 	// GetItemLog Download a map instance's attempt log
 	//
-	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 	//
 	// Requires the `viewer` role.
 	//
@@ -2290,7 +2305,7 @@ type ClientInterface interface {
 
 	// GetAttemptLog Download an attempt's log
 	//
-	// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+	// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 	//
 	// Requires the `viewer` role.
 	//
@@ -3268,6 +3283,25 @@ func (c *APIClient) ListAttempts(ctx context.Context, id openapi_types.UUID, key
 	return c.Client.Do(req)
 }
 
+// GetStepCheckpoint Download a step's checkpoint
+//
+// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+func (c *APIClient) GetStepCheckpoint(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetStepCheckpointRequest(c.Server, id, key)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // PutCheckpointWithBody Store a checkpoint from a running function
 //
 // Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -3344,7 +3378,7 @@ func (c *APIClient) ListItemAttempts(ctx context.Context, id openapi_types.UUID,
 
 // GetItemLog Download a map instance's attempt log
 //
-// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 //
 // Requires the `viewer` role.
 //
@@ -3382,7 +3416,7 @@ func (c *APIClient) GetItemOutput(ctx context.Context, id openapi_types.UUID, ke
 
 // GetAttemptLog Download an attempt's log
 //
-// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 //
 // Requires the `viewer` role.
 //
@@ -5343,6 +5377,47 @@ func NewListAttemptsRequest(server string, id openapi_types.UUID, key string) (*
 	return req, nil
 }
 
+// NewGetStepCheckpointRequest constructs an http.Request for the GetStepCheckpoint method
+func NewGetStepCheckpointRequest(server string, id openapi_types.UUID, key string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "key", key, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/steps/%s/checkpoint", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPutCheckpointRequest calls the generic PutCheckpoint builder with application/json body
 func NewPutCheckpointRequest(server string, id openapi_types.UUID, key string, params *PutCheckpointParams, body PutCheckpointJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -5624,6 +5699,18 @@ func NewGetItemLogRequest(server string, id openapi_types.UUID, key string, inde
 
 		}
 
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -5731,6 +5818,18 @@ func NewGetAttemptLogRequest(server string, id openapi_types.UUID, key string, p
 		if params.Attempt != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "attempt", *params.Attempt, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7246,6 +7345,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/runs/{id}/steps/{key}/attempts (the `ListAttempts` operationId).
 	ListAttemptsWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*ListAttemptsResponse, error)
 
+	// GetStepCheckpointWithResponse Download a step's checkpoint
+	//
+	// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+	GetStepCheckpointWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepCheckpointResponse, error)
+
 	// PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 	//
 	// Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -7286,7 +7396,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetItemLogWithResponse Download a map instance's attempt log
 	//
-	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+	// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 	//
 	// Requires the `viewer` role.
 	//
@@ -7308,7 +7418,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetAttemptLogWithResponse Download an attempt's log
 	//
-	// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+	// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 	//
 	// Requires the `viewer` role.
 	//
@@ -10257,6 +10367,110 @@ func (r ListAttemptsResponse) ContentType() string {
 	return ""
 }
 
+// GetStepCheckpointResponse503Headers the declared response headers of an HTTP 503 response for GetStepCheckpoint
+type GetStepCheckpointResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetStepCheckpointResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetStepCheckpointResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetStepCheckpointResponse) GetJSON200() *interface{} {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetStepCheckpointResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetStepCheckpointResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetStepCheckpointResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetStepCheckpointResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetStepCheckpointResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PutCheckpointResponse503Headers the declared response headers of an HTTP 503 response for PutCheckpoint
 type PutCheckpointResponse503Headers struct {
 	RetryAfter *int
@@ -10777,6 +10991,12 @@ func (r GetItemOutputResponse) ContentType() string {
 	return ""
 }
 
+// GetAttemptLogResponse200Headers the declared response headers of an HTTP 200 response for GetAttemptLog
+type GetAttemptLogResponse200Headers struct {
+	CairnLogComplete *bool
+	CairnLogOffset   *int64
+}
+
 // GetAttemptLogResponse503Headers the declared response headers of an HTTP 503 response for GetAttemptLog
 type GetAttemptLogResponse503Headers struct {
 	RetryAfter *int
@@ -10801,6 +11021,8 @@ type GetAttemptLogResponse struct {
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
 	ApplicationproblemJSON504 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetAttemptLogResponse200Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetAttemptLogResponse503Headers
 }
@@ -13845,6 +14067,23 @@ func (c *ClientWithResponses) ListAttemptsWithResponse(ctx context.Context, id o
 	return ParseListAttemptsResponse(rsp)
 }
 
+// GetStepCheckpointWithResponse Download a step's checkpoint
+//
+// The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/steps/{key}/checkpoint (the `GetStepCheckpoint` operationId).
+func (c *ClientWithResponses) GetStepCheckpointWithResponse(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...RequestEditorFn) (*GetStepCheckpointResponse, error) {
+	rsp, err := c.GetStepCheckpoint(ctx, id, key, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetStepCheckpointResponse(rsp)
+}
+
 // PutCheckpointWithBodyWithResponse Store a checkpoint from a running function
 //
 // Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -13909,7 +14148,7 @@ func (c *ClientWithResponses) ListItemAttemptsWithResponse(ctx context.Context, 
 
 // GetItemLogWithResponse Download a map instance's attempt log
 //
-// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+// As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
 //
 // Requires the `viewer` role.
 //
@@ -13943,7 +14182,7 @@ func (c *ClientWithResponses) GetItemOutputWithResponse(ctx context.Context, id 
 
 // GetAttemptLogWithResponse Download an attempt's log
 //
-// The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+// The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
 //
 // Requires the `viewer` role.
 //
@@ -16864,6 +17103,104 @@ func ParseListAttemptsResponse(rsp *http.Response) (*ListAttemptsResponse, error
 	return response, nil
 }
 
+// ParseGetStepCheckpointResponse parses an HTTP response from a GetStepCheckpointWithResponse call
+func ParseGetStepCheckpointResponse(rsp *http.Response) (*GetStepCheckpointResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetStepCheckpointResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	case rsp.StatusCode == 200:
+		// Content-type (application/octet-stream) unsupported
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetStepCheckpointResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParsePutCheckpointResponse parses an HTTP response from a PutCheckpointWithResponse call
 func ParsePutCheckpointResponse(rsp *http.Response) (*PutCheckpointResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -17415,6 +17752,23 @@ func ParseGetAttemptLogResponse(rsp *http.Response) (*GetAttemptLogResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers GetAttemptLogResponse200Headers
+		if values := rsp.Header.Values("Cairn-Log-Complete"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cairn-Log-Complete", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CairnLogComplete = &value
+		}
+		if values := rsp.Header.Values("Cairn-Log-Offset"); len(values) > 0 {
+			var value int64
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cairn-Log-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			}
+			headers.CairnLogOffset = &value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetAttemptLogResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -62,9 +62,24 @@ func (m *Masker) String(s string) string {
 	return string(m.Bytes([]byte(s)))
 }
 
+// partial is the length of the longest end of b that starts a value (shorter than
+// it): what a writer holds back, in case the rest of the value comes next.
+func (m *Masker) partial(b []byte) int {
+	for k := min(len(b), m.longest-1); k > 0; k-- {
+		end := b[len(b)-k:]
+		for _, n := range m.needles {
+			if len(n) > k && bytes.HasPrefix(n, end) {
+				return k
+			}
+		}
+	}
+	return 0
+}
+
 // Writer returns a writer that masks what goes through it to w. It holds back
-// the last bytes written (fewer than the longest value) until more come or
-// Flush is called, so that a value split between writes is masked too.
+// the last bytes written that could start a value (fewer than the longest) until
+// more come or Flush is called, so that a value split between writes is masked
+// too, and what cannot be a value's start is not delayed (a live log shows it).
 func (m *Masker) Writer(w io.Writer) *MaskWriter {
 	return &MaskWriter{m: m, w: w}
 }
@@ -89,7 +104,7 @@ func (mw *MaskWriter) Write(p []byte) (int, error) {
 		return 0, mw.err
 	}
 	buf := mw.m.Bytes(append(mw.pending, p...))
-	keep := min(len(buf), mw.m.longest-1)
+	keep := mw.m.partial(buf)
 	out := buf[:len(buf)-keep]
 	mw.pending = append([]byte(nil), buf[len(buf)-keep:]...)
 	if len(out) > 0 {

@@ -25,11 +25,22 @@ func TestMaskWriter(t *testing.T) {
 	}
 	require.Equal(t, "x ***", m.String("x s3cr3t-value"))
 
+	// Only what could start a value waits for the next write: a live log shows the
+	// rest at once.
+	var live bytes.Buffer
+	w := m.Writer(&live)
+	_, _ = w.Write([]byte("token=s3cr3t-value\n"))
+	require.Equal(t, "token=***\n", live.String())
+	_, _ = w.Write([]byte("next s3cr"))
+	require.Equal(t, "token=***\nnext ", live.String(), "s3cr may start the value: held back")
+	_, _ = w.Write([]byte("een\n"))
+	require.Equal(t, "token=***\nnext s3creen\n", live.String())
+
 	var nilMasker *Masker
 	require.Nil(t, NewMasker(nil))
 	require.Equal(t, "s3cr3t-value", nilMasker.String("s3cr3t-value"))
 	var out bytes.Buffer
-	w := nilMasker.Writer(&out)
+	w = nilMasker.Writer(&out)
 	_, _ = w.Write([]byte("abc"))
 	require.NoError(t, w.Flush())
 	require.Equal(t, "abc", out.String())

@@ -39,6 +39,13 @@ const (
 	DefaultShutdownGrace = 10 * time.Second
 	DefaultPresignExpiry = time.Hour
 	DefaultMaxLogSize    = 16 << 20
+	// DefaultLiveLogInterval is Config.LiveLogInterval's default.
+	DefaultLiveLogInterval = time.Second
+	// DefaultLiveLogTail is Config.LiveLogTail's default.
+	DefaultLiveLogTail = 1 << 20
+	// liveLogBatch is how many bytes of a running attempt's log make the
+	// dispatcher publish them before LiveLogInterval is up.
+	liveLogBatch = 64 << 10
 	// DefaultMaxChildDepth bounds how deep child runs nest (Config.MaxChildDepth).
 	DefaultMaxChildDepth = 8
 	// DefaultMaxChildRuns bounds the child runs one run starts (Config.MaxChildRuns).
@@ -103,6 +110,16 @@ type Config struct {
 	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
 	// (16 MiB).
 	MaxLogSize int64
+	// LiveLogInterval is how often a running attempt's new log bytes are published
+	// to the catalog, where any API server reads them (the live tail); they are
+	// also published whenever 64 KiB are waiting. Default DefaultLiveLogInterval
+	// (1s).
+	LiveLogInterval time.Duration
+	// LiveLogTail is how much of the end of a running attempt's log the catalog
+	// keeps for its live tail (older bytes are dropped; the whole log, up to
+	// MaxLogSize, is stored when the attempt ends). Default DefaultLiveLogTail
+	// (1 MiB).
+	LiveLogTail int64
 	// MaxChildDepth bounds how many ancestors a child run may have (its parent, the
 	// parent's parent, …): a workflow step that would start a deeper one fails with
 	// code child_limit. Default DefaultMaxChildDepth (8).
@@ -196,6 +213,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxLogSize <= 0 {
 		out.MaxLogSize = DefaultMaxLogSize
+	}
+	if out.LiveLogInterval <= 0 {
+		out.LiveLogInterval = DefaultLiveLogInterval
+	}
+	if out.LiveLogTail <= 0 {
+		out.LiveLogTail = DefaultLiveLogTail
 	}
 	if out.MaxChildDepth <= 0 {
 		out.MaxChildDepth = DefaultMaxChildDepth

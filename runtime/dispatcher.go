@@ -153,7 +153,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop, d.gcLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop, d.gcLoop, d.spanLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()

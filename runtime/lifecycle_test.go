@@ -265,3 +265,38 @@ func gaugeValues(t assert.TestingT, reg *prometheus.Registry) map[string]float64
 	}
 	return out
 }
+
+// TestLimitGauges: the scrape shows each concurrency limit's use, summed over its
+// keys, beside its slots per key: three runs of key a under a limit of two (two
+// running, one waiting for a slot) and one of key b.
+func TestLimitGauges(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(runtime.NewCatalogGauges(tb.store, nil)))
+	v := deploy(t, tb, map[string]string{"cairn.yaml": `name: pooled
+steps:
+  - {key: busy, builtin: sleep, with: {duration: 10m}, concurrency: {name: pool, key: "input.k", limit: 2}}
+`})
+	for _, k := range []string{"a", "a", "a", "b"} {
+		id := startRun(t, tb, v, `{"k": "`+k+`"}`)
+		t.Cleanup(func() { _ = tb.store.RunCancel(context.Background(), id, "test over") })
+	}
+	startDispatcher(t, tb, runtime.Config{})
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		families, err := reg.Gather()
+		require.NoError(c, err)
+		got := map[string]float64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "name" {
+						got[f.GetName()+"{"+l.GetValue()+"}"] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		assert.Equal(c, map[string]float64{"cairn_limit_in_use{pool}": 3, "cairn_limit{pool}": 2,
+			"cairn_limit_ready{pool}": 1, "cairn_limit_keys{pool}": 2}, got)
+	}, 30*time.Second, 500*time.Millisecond, "waiting for three running and one ready")
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -30,10 +31,87 @@ type attemptSink struct {
 	logFile   *os.File
 	logSize   int64
 	logCapped bool
+	logKey    string // the stored log's key, once storeLog stored it
+
+	// The live tail: bytes written to the log (the bytes of the file, at the same
+	// offsets) wait in livePending, from offset liveOffset, until publishLive
+	// writes them to the catalog. Guarded by logMu.
+	livePending []byte
+	liveOffset  int64
+	liveKick    chan struct{}
+	liveStop    chan struct{}
+	liveDone    chan struct{}
+	liveOnce    sync.Once
+	published   atomic.Bool // a chunk was written: cleanup deletes the live tail
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
-	return &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim)}
+	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim),
+		liveKick: make(chan struct{}, 1), liveStop: make(chan struct{}), liveDone: make(chan struct{})}
+	go s.publishLive()
+	return s
+}
+
+// publishLive writes the log's new bytes to the catalog every LiveLogInterval, and
+// sooner when liveLogBatch bytes wait, until stopLive: any API server reads them
+// while the attempt runs (GET …/logs?offset=).
+func (s *attemptSink) publishLive() {
+	defer close(s.liveDone)
+	t := time.NewTicker(s.d.cfg.LiveLogInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.liveStop:
+			return
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.liveKick:
+		}
+		s.flushLive()
+	}
+}
+
+// flushLive publishes the bytes waiting. One that fails is dropped (the live tail
+// has a gap; the stored log will not).
+func (s *attemptSink) flushLive() {
+	s.logMu.Lock()
+	data, off := s.livePending, s.liveOffset
+	s.livePending, s.liveOffset = nil, off+int64(len(data))
+	s.logMu.Unlock()
+	if len(data) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+	defer cancel()
+	s.published.Store(true)
+	err := s.d.store.LogChunkAppend(ctx, &catalog.LogChunkAppendParams{
+		LeaseToken: s.a.claim.LeaseToken, Offset: off, Data: data, Keep: s.d.cfg.LiveLogTail})
+	if err != nil && ctx.Err() == nil {
+		s.a.logger.Warn("publish the live log", "error", err)
+	}
+}
+
+// stopLive stops publishing (the whole log is about to be stored). Safe twice.
+func (s *attemptSink) stopLive() {
+	s.liveOnce.Do(func() { close(s.liveStop) })
+	<-s.liveDone
+}
+
+// live queues bytes just written to the log file for publishLive; only the last
+// LiveLogTail bytes wait. Called with logMu held.
+func (s *attemptSink) live(p []byte) {
+	s.livePending = append(s.livePending, p...)
+	if over := int64(len(s.livePending)) - s.d.cfg.LiveLogTail; over > 0 {
+		s.livePending = append(s.livePending[:0], s.livePending[over:]...)
+		s.liveOffset += over
+	}
+	if len(s.livePending) >= liveLogBatch {
+		select {
+		case s.liveKick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (s *attemptSink) Output() io.Writer { return s.output }
@@ -60,7 +138,10 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	if room <= 0 {
 		if !s.logCapped {
 			s.logCapped = true
-			fmt.Fprintf(s.logFile, "\n[cairn: log truncated at %d bytes]\n", s.d.cfg.MaxLogSize)
+			note := fmt.Appendf(nil, "\n[cairn: log truncated at %d bytes]\n", s.d.cfg.MaxLogSize)
+			if _, err := s.logFile.Write(note); err == nil {
+				s.live(note)
+			}
 		}
 		return len(p), nil
 	}
@@ -70,6 +151,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	}
 	n, err := s.logFile.Write(q)
 	s.logSize += int64(n)
+	s.live(q[:n])
 	if err != nil {
 		return n, err
 	}
@@ -79,6 +161,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // storeLog stores the spooled log as a blob and returns its key ("" if none).
 // Failing to store a log does not fail the attempt: it is logged.
 func (s *attemptSink) storeLog() string {
+	s.stopLive()
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
 	if s.logFile == nil {
@@ -96,12 +179,24 @@ func (s *attemptSink) storeLog() string {
 		s.a.logger.Warn("store attempt log", "error", err)
 		return ""
 	}
+	s.logKey = obj.Key
 	return obj.Key
 }
 
+// cleanup ends the attempt's log: the temp file goes, and so does the live tail
+// once the whole log is stored (an attempt whose log was not stored keeps its
+// tail: the only log it has).
 func (s *attemptSink) cleanup() {
+	s.stopLive()
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
+	if s.logKey != "" && s.published.Load() {
+		ctx, cancel := context.WithTimeout(s.d.abandonCtx, 10*time.Second)
+		if err := s.d.store.LogChunkDelete(ctx, s.a.claim.LeaseToken); err != nil {
+			s.a.logger.Warn("delete the live log", "error", err)
+		}
+		cancel()
+	}
 	if s.logFile != nil {
 		s.logFile.Close()
 		os.Remove(s.logFile.Name())

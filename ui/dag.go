@@ -20,6 +20,44 @@ type node struct {
 	Key, Status, Label string
 	Attempts, Max      int64
 	X, Y               int
+	// Map is a started map step's progress, drawn in its one node (nil for
+	// other steps).
+	Map *mapView
+}
+
+// mapView is a map step's progress as its node shows it: a line of text and a bar
+// of the finished instances.
+type mapView struct {
+	Text string  `json:"text"`
+	Frac float64 `json:"frac"` // finished instances over the total (or over those created, before the total is known)
+	BarW int     `json:"bar_w"`
+}
+
+// mapViewOf describes a map step's progress: "done/total" (the total is "≥n"
+// until every item has its instance), and how many failed and run.
+func mapViewOf(m *client.MapProgress) *mapView {
+	if m == nil {
+		return nil
+	}
+	done := m.Succeeded + m.Failed
+	total := fmt.Sprintf("≥%d", m.Created)
+	denom := m.Created
+	if m.Total != nil {
+		total, denom = fmt.Sprint(*m.Total), *m.Total
+	}
+	text := fmt.Sprintf("%d/%s done", done, total)
+	if m.Failed > 0 {
+		text += fmt.Sprintf(" · %d failed", m.Failed)
+	}
+	if m.Running > 0 {
+		text += fmt.Sprintf(" · %d running", m.Running)
+	}
+	v := &mapView{Text: text, Frac: 1}
+	if denom > 0 {
+		v.Frac = float64(done) / float64(denom)
+	}
+	v.BarW = int(v.Frac * (nodeW - 8))
+	return v
 }
 
 type edge struct {
@@ -112,7 +150,7 @@ func layout(steps []client.Step) *graph {
 			if len([]rune(label)) > labelN {
 				label = string([]rune(label)[:labelN-1]) + "…"
 			}
-			g.Nodes = append(g.Nodes, node{Key: st.Key, Status: string(st.Status), Label: label, Attempts: st.Attempts, Max: st.MaxAttempts, X: x, Y: y})
+			g.Nodes = append(g.Nodes, node{Key: st.Key, Status: string(st.Status), Label: label, Attempts: st.Attempts, Max: st.MaxAttempts, X: x, Y: y, Map: mapViewOf(st.Map)})
 		}
 	}
 	for i, st := range steps {

@@ -53,7 +53,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation", "limits"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)
@@ -496,16 +496,20 @@ func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	out := struct {
-		Status    string            `json:"status"`
-		Remaining int64             `json:"steps_remaining"`
-		Total     int64             `json:"steps_total"`
-		Revision  int64             `json:"revision"`
-		Steps     map[string]string `json:"steps"`
-		Attempts  map[string]int64  `json:"attempts"`
-	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}}
+		Status    string              `json:"status"`
+		Remaining int64               `json:"steps_remaining"`
+		Total     int64               `json:"steps_total"`
+		Revision  int64               `json:"revision"`
+		Steps     map[string]string   `json:"steps"`
+		Attempts  map[string]int64    `json:"attempts"`
+		Maps      map[string]*mapView `json:"maps"`
+	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}, map[string]*mapView{}}
 	for _, st := range deref(steps.JSON200.Items) {
 		out.Steps[st.Key] = string(st.Status)
 		out.Attempts[st.Key] = st.Attempts
+		if m := mapViewOf(st.Map); m != nil {
+			out.Maps[st.Key] = m
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -566,12 +570,17 @@ type stepView struct {
 	Log        string
 	LogAttempt int64
 	LogCut     bool
-	Output     string
-	OutputBlob bool
-	Checkpoint string
-	CkptBlob   bool
-	LastError  string
-	RunInput   string
+	// LiveAttempt is the running attempt whose live tail the panel shows (Live,
+	// from LiveNext on: the page's script asks for more from there).
+	LiveAttempt int64
+	Live        string
+	LiveNext    int64
+	Output      string
+	OutputBlob  bool
+	Checkpoint  string
+	CkptBlob    bool
+	LastError   string
+	RunInput    string
 	// Approval: the step waits for approvals (the panel offers approve and reject).
 	Approval bool
 }
@@ -622,6 +631,19 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 		v.Attempts = append(v.Attempts, av)
 		if a.HasLog {
 			v.LogAttempt = a.Number
+		}
+		if a.Status == client.AttemptStatusRunning {
+			v.LiveAttempt = a.Number
+		}
+	}
+	if v.LiveAttempt > 0 {
+		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LiveAttempt})
+		if err == nil {
+			cr := &countingReader{r: resp.Body}
+			v.Live, _ = tail(cr, logTail)
+			resp.Body.Close()
+			at, _ := strconv.ParseInt(resp.Header.Get("Cairn-Log-Offset"), 10, 64)
+			v.LiveNext = at + cr.n
 		}
 	}
 	if v.LogAttempt > 0 {
@@ -679,6 +701,18 @@ func (h *Handler) mayDecide(r *http.Request, s *session, run *client.Run, key st
 	return true
 }
 
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // tail keeps the last n bytes of r.
 func tail(r io.Reader, n int) (string, bool) {
 	buf := make([]byte, 0, n)
@@ -713,7 +747,8 @@ func (h *Handler) stepPanel(w http.ResponseWriter, r *http.Request, s *session) 
 	h.render(w, r, s, "step", v)
 }
 
-// stepOutput and stepLog stream the API's bytes to the browser as downloads.
+// stepOutput, stepCheckpoint and stepLog stream the API's bytes to the browser as
+// downloads (never read whole: a blob may be large).
 func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session) {
 	id, ok := runID(r)
 	if !ok {
@@ -723,6 +758,17 @@ func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session)
 	key := r.PathValue("key")
 	resp, err := s.api.GetStepOutput(r.Context(), id, key)
 	relay(w, resp, err, key+"-output")
+}
+
+func (h *Handler) stepCheckpoint(w http.ResponseWriter, r *http.Request, s *session) {
+	id, ok := runID(r)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	key := r.PathValue("key")
+	resp, err := s.api.GetStepCheckpoint(r.Context(), id, key)
+	relay(w, resp, err, key+"-checkpoint")
 }
 
 func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {
@@ -736,7 +782,19 @@ func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {
 	if n, err := strconv.ParseInt(r.URL.Query().Get("attempt"), 10, 64); err == nil {
 		p.Attempt = &n
 	}
+	if n, err := strconv.ParseInt(r.URL.Query().Get("offset"), 10, 64); err == nil {
+		p.Offset = &n
+	}
 	resp, err := s.api.GetAttemptLog(r.Context(), id, key, p)
+	if err == nil {
+		// The live tail's position, for the panel's script that follows it.
+		for _, h := range []string{"Cairn-Log-Offset", "Cairn-Log-Complete"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.Header().Set("Cache-Control", "no-store")
+	}
 	relay(w, resp, err, key+".log")
 }
 

@@ -122,6 +122,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /ui/runs/{id}/timeline", h.read(h.runTimeline))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}", h.read(h.stepPanel))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/output", h.read(h.stepOutput))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/checkpoint", h.read(h.stepCheckpoint))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/logs", h.read(h.stepLog))
 	h.mux.HandleFunc("POST /ui/runs/{id}/cancel", h.write(h.cancelRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/retry", h.write(h.retryRun))
@@ -130,6 +131,9 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/runs/{id}/rerun", h.write(h.rerunRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/signal", h.write(h.signalRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/steps/{key}/decide", h.write(h.decideStep))
+
+	h.mux.HandleFunc("GET /ui/limits", h.read(h.limitsPage))
+	h.mux.HandleFunc("POST /ui/limits", h.write(h.setLimit))
 
 	h.mux.HandleFunc("GET /ui/schedules", h.read(h.schedulesPage))
 	h.mux.HandleFunc("POST /ui/schedules/{sid}/{action}", h.write(h.scheduleAction))

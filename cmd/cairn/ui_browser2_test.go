@@ -48,6 +48,9 @@ func TestUIActionsInBrowser(t *testing.T) {
 	// clocked: a schedule that fires once a year, triggered by hand here.
 	e.dev.deploy(t, write("clocked", "name: clocked\nschedules:\n  - {name: yearly, cron: \"0 0 1 1 *\"}\nsteps:\n  - {key: tick, builtin: echo, with: {value: tick}}\n"))
 
+	// slots: a long sleep under a concurrency limit of one slot.
+	e.dev.deploy(t, write("slots", "name: slots\nsteps:\n  - {key: nap, builtin: sleep, with: {duration: 10m}, timeout: 15m, concurrency: {name: slots, limit: 1}}\n"))
+
 	t.Run("version_diff", func(t *testing.T) {
 		b := e.operator(t)
 		b.do(chromedp.Navigate(e.server+"/ui/workflows/versioned"), chromedp.WaitVisible(chromedp.ID("diff-form")))
@@ -275,6 +278,28 @@ func TestUIActionsInBrowser(t *testing.T) {
 		v := e.login(t, e.dev.creds["CAIRN_VIEWER_TOKEN"])
 		v.do(chromedp.Navigate(e.server+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS(row)))
 		require.Zero(t, v.eval(`document.querySelectorAll('main button').length`))
+	})
+
+	t.Run("limits", func(t *testing.T) {
+		// Two runs under one slot: one runs, one waits for the slot.
+		e.startRun(t, "slots")
+		e.startRun(t, "slots")
+		row := `#limit-keys tr[data-limit=slots]`
+		a := e.login(t, e.dev.creds["CAIRN_ADMIN_TOKEN"])
+		a.do(chromedp.Navigate(e.server+"/ui/limits"), chromedp.WaitVisible(chromedp.CSS(row)))
+		require.Equal(t, "1", a.text(row+` td.in-use`))
+		require.Equal(t, "1", a.text(row+` td.limit`))
+		// An admin changes the limit; the page says so and shows it.
+		a.submit(chromedp.SendKeys(chromedp.ID("limit-name"), "slots"), chromedp.SendKeys(chromedp.ID("limit-concurrency"), "3"),
+			chromedp.Click(chromedp.ID("limit-submit")))
+		a.do(chromedp.WaitVisible(chromedp.ID("limit-set")))
+		require.Equal(t, "3", a.text(`#limit-overrides tr[data-limit=slots] td.limit`))
+		// An operator and a viewer see the limits, and no form.
+		for _, token := range []string{e.dev.creds["CAIRN_OPERATOR_TOKEN"], e.dev.creds["CAIRN_VIEWER_TOKEN"]} {
+			v := e.login(t, token)
+			v.do(chromedp.Navigate(e.server+"/ui/limits"), chromedp.WaitVisible(chromedp.ID("limit-overrides")))
+			require.Zero(t, v.eval(`document.querySelectorAll('main form, main button').length`))
+		}
 	})
 }
 

@@ -117,6 +117,9 @@ func TestUIInBrowser(t *testing.T) {
 		)
 		require.Equal(t, "running", b.text("#run-status"))
 		require.NotEqual(t, "succeeded", b.attr(`#dag .node[data-key=second]`, "data-status"))
+		// The running step's panel shows its log live, before the step ends.
+		b.do(chromedp.Click(chromedp.CSS(`#dag .node[data-key=first]`)),
+			b.poll(`(document.querySelector('#log-live') || {}).textContent?.includes('waiting for the gate')`))
 		// A mark on the page: a reload would wipe it.
 		b.do(chromedp.Evaluate[chromedp.Void](`window.cairnMark = 1`))
 		e.gate.open()
@@ -229,6 +232,13 @@ func TestUIInBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.ID("output")),
 		)
 		b.shoot("run-fanout.png")
+
+		// A map step is one node with its progress.
+		mapped := e.startRun(t, "mapped")
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+mapped),
+			b.poll(`document.getElementById('run-status').textContent === 'succeeded'`),
+			b.poll(`(document.querySelector('#dag .node[data-key=each] text.map') || {}).textContent === '5/5 done'`))
+		require.Equal(t, 2, b.eval(`document.querySelectorAll('#dag .node').length`), "the map's instances are not nodes of their own")
 		b.do(chromedp.Navigate(e.server+"/ui/runs"), chromedp.WaitVisible(chromedp.ID("runs")))
 		b.shoot("runs.png")
 
@@ -270,7 +280,7 @@ func setupBrowser(t *testing.T) *browserEnv {
 	login := regexp.MustCompile(`log in as operator: (\S+)`).FindStringSubmatch(p.stdout.String())
 	require.Len(t, login, 2, "cairn dev prints a one-click login link:\n%s", p.stdout.String())
 	e := &browserEnv{dev: p, server: p.creds["CAIRN_SERVER"], loginLink: login[1], gate: g}
-	for _, b := range []string{"gated", "held", "flaky", "tagged", "broken", "big"} {
+	for _, b := range []string{"gated", "held", "flaky", "tagged", "broken", "big", "mapped"} {
 		p.deploy(t, filepath.Join(dir, b))
 	}
 	p.deploy(t, "../../examples/fanout")
@@ -552,6 +562,7 @@ steps:
 `, 0o644)
 	write(filepath.Join(dir, "gated", "first"), fmt.Sprintf(`#!/bin/bash
 cat >/dev/null
+echo "first: waiting for the gate" >&2
 read -r word </dev/tcp/127.0.0.1/%d
 echo "{\"gate\": \"$word\"}"
 `, gatePort), 0o755)
@@ -572,6 +583,11 @@ if [ "$CAIRN_ATTEMPT" = 1 ]; then echo "flaky: attempt 1 fails on purpose" >&2; 
 echo "flaky: attempt $CAIRN_ATTEMPT" >&2
 echo '{"ok": true}'
 `, 0o755)
+	write(filepath.Join(dir, "mapped", "cairn.yaml"), `name: mapped
+steps:
+  - {key: split, builtin: echo, with: {value: {items: [1, 2, 3, 4, 5]}}}
+  - {key: each, needs: [split], map: {over: "deps.split.items"}, builtin: echo, with: {value: {ok: true}}}
+`, 0o644)
 	write(filepath.Join(dir, "tagged", "cairn.yaml"), `name: tagged
 steps:
   - {key: echo, builtin: echo, with: {value: {ok: true}}}

@@ -67,6 +67,7 @@
       .then(function (html) {
         panel.innerHTML = html;
         panel.setAttribute("data-step", key);
+        followLog();
         document.querySelectorAll("#dag .node").forEach(function (n) {
           n.classList.toggle("selected", n.getAttribute("data-key") === key);
         });
@@ -74,6 +75,39 @@
       })
       .catch(function () {});
   }
+
+  // The live tail of a running attempt's log: ask for what follows the offset the
+  // panel (or the last answer) ended at, each second, until the attempt is
+  // complete or the panel changed. Only the last 64 KiB stay on the page.
+  var logTimer = null;
+  function followLog() {
+    clearTimeout(logTimer);
+    var pre = document.getElementById("log-live");
+    if (!pre) return;
+    logTimer = setTimeout(function () {
+      if (!document.body.contains(pre)) return;
+      var offset = pre.getAttribute("data-offset");
+      fetch(pre.getAttribute("data-url") + "&offset=" + offset, { credentials: "same-origin" })
+        .then(function (r) {
+          if (!r.ok) return Promise.reject(r.status);
+          return r.arrayBuffer().then(function (buf) {
+            var at = parseInt(r.headers.get("Cairn-Log-Offset") || offset, 10);
+            var next = at + buf.byteLength, t = new TextDecoder().decode(buf);
+            if (t.length) {
+              var stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+              var text = pre.textContent + t;
+              if (text.length > 65536) text = text.slice(text.length - 65536);
+              pre.textContent = text;
+              if (stick) pre.scrollTop = pre.scrollHeight;
+            }
+            pre.setAttribute("data-offset", String(next));
+            if (r.headers.get("Cairn-Log-Complete") !== "true") followLog();
+          });
+        })
+        .catch(function () { followLog(); });
+    }, 1000);
+  }
+  followLog();
 
   // A click on a node opens its panel in place.
   var dag = document.getElementById("dag");
@@ -100,6 +134,30 @@
       .catch(function () {});
   }
 
+  // A map step's node: its progress line and bar, made when the map starts.
+  var svgNS = "http://www.w3.org/2000/svg";
+  function drawMap(n, m) {
+    var text = n.querySelector("text.map"), bar = n.querySelector("rect.bar");
+    if (!text) {
+      var label = n.querySelector("text.label"), x = label.getAttribute("x"), y = label.getAttribute("y");
+      label.setAttribute("dy", "15");
+      n.querySelector("text.att").setAttribute("dy", "15");
+      text = document.createElementNS(svgNS, "text");
+      text.setAttribute("class", "map");
+      text.setAttribute("x", x); text.setAttribute("y", y);
+      text.setAttribute("dx", "10"); text.setAttribute("dy", "27");
+      bar = document.createElementNS(svgNS, "rect");
+      bar.setAttribute("class", "bar");
+      bar.setAttribute("x", x); bar.setAttribute("y", y);
+      bar.setAttribute("transform", "translate(4 29)");
+      bar.setAttribute("height", "3");
+      n.appendChild(text);
+      n.appendChild(bar);
+    }
+    text.textContent = m.text;
+    bar.setAttribute("width", String(m.bar_w));
+  }
+
   // After events, fetch the run's state once (coalesced) and recolour.
   var pending = false, lastStatus = run.getAttribute("data-status"), openStep = panel.getAttribute("data-step");
   var prevSteps = {};
@@ -119,6 +177,7 @@
               if (n.querySelector("title")) n.querySelector("title").textContent = key + ": " + st;
               if (key === panel.getAttribute("data-step")) changedOpen = true;
             }
+            if (s.maps[key]) drawMap(n, s.maps[key]);
             var att = n.querySelector("text.att");
             if (att && s.attempts[key] > 1) att.textContent = "×" + s.attempts[key];
             if (key === panel.getAttribute("data-step") && prevSteps[key] !== undefined && prevSteps[key] !== s.attempts[key]) changedOpen = true;

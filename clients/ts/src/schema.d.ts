@@ -529,7 +529,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * Download a step's checkpoint
+         * @description The step's newest checkpoint: inline JSON, or the bytes of the blob it is kept in, streamed with their length and content type. 404 when the step has none.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["getStepCheckpoint"];
         /**
          * Store a checkpoint from a running function
          * @description Authenticated by the attempt's lease credential (the envelope's lease_token) as bearer token, not by a role token. A checkpoint from a lease that is no longer current is refused with 409 before its body is read, and nothing is stored. A body over the server's limit (CAIRN_MAX_CHECKPOINT_SIZE, default 256 MiB) is refused with 413, unread when its Content-Length says so. The newest checkpoint is handed to the next attempt in its envelope.
@@ -593,7 +599,7 @@ export interface paths {
         };
         /**
          * Download a map instance's attempt log
-         * @description As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N.
+         * @description As GET …/steps/{key}/logs, for one instance: the newest attempt unless ?attempt=N; the live tail while it runs, from ?offset=N.
          *
          *     Requires the `viewer` role.
          */
@@ -637,7 +643,7 @@ export interface paths {
         };
         /**
          * Download an attempt's log
-         * @description The attempt's stderr (exec handlers). The newest attempt unless ?attempt=N.
+         * @description The attempt's log (stderr of exec handlers), masked. The newest attempt unless ?attempt=N. While the attempt runs, its live tail: what the dispatcher has published so far (about once a second; the last MiB at most). With ?offset=N, the bytes from offset N on. Follow a running attempt by polling: read from offset Cairn-Log-Offset plus the body's length next, until Cairn-Log-Complete is true (the attempt has ended and its whole log is stored; the stored log has the same bytes at the same offsets). Cairn-Log-Offset is later than the offset asked for when the bytes there are no longer kept.
          *
          *     Requires the `viewer` role.
          */
@@ -5456,6 +5462,138 @@ export interface operations {
             };
         };
     };
+    getStepCheckpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+                /** @description step key; a map instance is <key>[<index>] (escaped in a URL: %5B, %5D) */
+                key: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The checkpoint bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                    "application/octet-stream": string;
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     putCheckpoint: {
         parameters: {
             query?: never;
@@ -5886,6 +6024,8 @@ export interface operations {
             query?: {
                 /** @description attempt number; the newest when 0 or absent */
                 attempt?: number;
+                /** @description byte offset to read from (0: the start) */
+                offset?: number;
             };
             header?: never;
             path: {
@@ -6156,6 +6296,8 @@ export interface operations {
             query?: {
                 /** @description attempt number; the newest when 0 or absent */
                 attempt?: number;
+                /** @description byte offset to read from (0: the start) */
+                offset?: number;
             };
             header?: never;
             path: {
@@ -6171,6 +6313,10 @@ export interface operations {
             /** @description The log */
             200: {
                 headers: {
+                    /** @description true once the attempt has ended: nothing will follow what was read */
+                    "Cairn-Log-Complete"?: boolean;
+                    /** @description the offset of the body's first byte in the attempt's log */
+                    "Cairn-Log-Offset"?: number;
                     [name: string]: unknown;
                 };
                 content: {
