@@ -42,19 +42,12 @@ UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc
     queue_timeout_s = (f.value ->> 'q')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
-	// sqlClaimCandidates locks up to $1 claimable steps, by priority then age, of
-	// those the dispatcher's tags $2 allow (runs_on), skipping those locked by
-	// another claimer and those whose concurrency key was full or rate bucket
-	// empty when the statement began (a hint only: the claim counts
-	// again under the keys' locks). One more row, with no step, may come last:
-	// next_in, the seconds until the first token of an empty bucket that ready
-	// steps wait for (the claimer looks again then).
-	sqlClaimCandidates = `
-WITH c AS (
-    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
-           s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
-    FROM steps s
-    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+	// sqlClaimable is what makes step s claimable now: ready and not held, ready_at
+	// reached, its condition decided, runs_on within the dispatcher's tags $2, its
+	// concurrency key not full and its rate bucket not empty when the statement began
+	// (a hint only: the claim counts again under the keys' locks). A limit set at run
+	// time (limits) replaces the step's own.
+	sqlClaimable = `s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
       AND s.condition IS DISTINCT FROM 'pending'
       AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
       AND (s.conc_name IS NULL OR (
@@ -64,13 +57,83 @@ WITH c AS (
               LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
           ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
       AND (s.rate_name IS NULL OR coalesce((
-          SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
-          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), s.rate_limit) >= 1)
-    ORDER BY s.priority DESC, s.ready_at
+          SELECT b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s
+          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)`
+
+	// sqlClaimCandidates locks up to $1 claimable steps (sqlClaimable), skipping
+	// those locked by another claimer, by priority, then turn, then age. A step's
+	// turn is the later of its ready_at and the last claim of its concurrency key
+	// (limit_keys.served_at): the key served least recently goes first, so the keys of
+	// one limit take turns (round robin) and one key's backlog cannot hold back
+	// another's steps; a step without a key takes its turn by age.
+	//
+	// No index serves that order, so the statement sorts a pool, not every ready
+	// step: the first $1 claimable steps by priority and age (as without fairness),
+	// and the first $1 of each of the $1 keys served least recently that have a
+	// claimable step. Finding those keys walks the distinct keys of the ready steps
+	// (a skip scan of steps_conc_ready_idx, one probe per key).
+	//
+	// The pool is small, so claimers racing for it take its steps from each other:
+	// what a claim cannot lock of it, it takes as before fairness, by priority and
+	// age, skipping the locked steps (more).
+	//
+	// One more row, with no step, may come last: next_in, the seconds until the first
+	// token of an empty bucket that ready steps wait for (the claimer looks again
+	// then).
+	sqlClaimCandidates = `
+WITH RECURSIVE ks(n, k) AS (
+    (SELECT s.conc_name, s.conc_key FROM steps s
+     WHERE s.status = 'ready' AND s.conc_name IS NOT NULL
+     ORDER BY s.conc_name, s.conc_key LIMIT 1)
+    UNION ALL
+    SELECT x.n, x.k FROM ks CROSS JOIN LATERAL (
+        SELECT s.conc_name AS n, s.conc_key AS k FROM steps s
+        WHERE s.status = 'ready' AND s.conc_name IS NOT NULL AND (s.conc_name, s.conc_key) > (ks.n, ks.k)
+        ORDER BY s.conc_name, s.conc_key LIMIT 1) x
+), turns AS (
+    SELECT ks.n, ks.k FROM ks LEFT JOIN limit_keys lk ON lk.name = ks.n AND lk.key = ks.k
+    WHERE EXISTS (SELECT 1 FROM steps s WHERE s.conc_name = ks.n AND s.conc_key = ks.k AND ` + sqlClaimable + `)
+    ORDER BY lk.served_at NULLS FIRST
     LIMIT $1
+), pool AS (
+    SELECT h.run_id, h.key FROM turns CROSS JOIN LATERAL (
+        SELECT s.run_id, s.key FROM steps s
+        WHERE s.conc_name = turns.n AND s.conc_key = turns.k AND ` + sqlClaimable + `
+        ORDER BY s.priority DESC, s.ready_at
+        LIMIT $1) h
+    UNION
+    (SELECT s.run_id, s.key FROM steps s WHERE ` + sqlClaimable + `
+     ORDER BY s.priority DESC, s.ready_at
+     LIMIT $1)
+), c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce(l.rate_limit, s.rate_limit) AS rate_limit, coalesce(l.rate_per_s, s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM steps s
+    LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
+    LEFT JOIN limits l ON l.name = s.rate_name
+    WHERE (s.run_id, s.key) IN (SELECT run_id, key FROM pool)
+      AND s.status = 'ready' AND NOT s.held AND s.ready_at <= now() AND s.condition IS DISTINCT FROM 'pending'
+    ORDER BY s.priority DESC, greatest(s.ready_at, lk.served_at), s.ready_at
+    LIMIT $1
+    FOR UPDATE OF s SKIP LOCKED
+), more AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
+           coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM steps s
+    WHERE ` + sqlClaimable + `
+      AND (s.run_id, s.key) NOT IN (SELECT c.run_id, c.key FROM c)
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $1 - (SELECT count(*) FROM c)
     FOR UPDATE SKIP LOCKED
 )
 SELECT * FROM c
+UNION ALL
+SELECT * FROM more
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
 FROM (
@@ -82,6 +145,14 @@ FROM (
 ) w
 WHERE w.next_in > 0
 HAVING min(w.next_in) IS NOT NULL`
+
+	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
+	// a step claimed now: their turn comes after the other keys'. Under the keys'
+	// locks.
+	sqlLimitServe = `
+INSERT INTO limit_keys (name, key, served_at)
+SELECT n, k, clock_timestamp() FROM unnest($1::text[], $2::text[]) AS u(n, k)
+ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at`
 
 	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
 	// yet, full; after the keys' locks.
@@ -396,6 +467,9 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	// The keys that take a slot have had their turn (sqlClaimCandidates' order).
+	served := map[limitKey]struct{}{}
+	var sNames, sKeys []string
 	out := cands[:0:0]
 	for _, c := range cands {
 		if c.ConcName == nil {
@@ -408,8 +482,17 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 			lim = o
 		}
 		if running[k] < lim {
+			if _, ok := served[k]; !ok {
+				served[k] = struct{}{}
+				sNames, sKeys = append(sNames, k.name), append(sKeys, k.key)
+			}
 			running[k]++
 			out = append(out, c)
+		}
+	}
+	if len(sNames) > 0 {
+		if _, err := tx.ExecContext(ctx, sqlLimitServe, pq.StringArray(sNames), pq.StringArray(sKeys)); err != nil {
+			return nil, fmt.Errorf("record limit turns: %w", err)
 		}
 	}
 	return out, nil

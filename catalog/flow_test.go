@@ -475,3 +475,54 @@ func TestRunDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestFairOrderBetweenKeys: the keys of one limit take turns. Tenant a's 500 ready
+// steps are older than tenant b's 5, and the claimer (a dispatcher with room for 2)
+// rather than the limit (2 per key) is the bottleneck: taken oldest first, b's
+// steps would wait for a's whole backlog; in turns, they all start before a's 50th.
+// Priority still comes first: a's urgent step, created last, starts first.
+func TestFairOrderBetweenKeys(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	flowVersion(t, s, "wf", `{"name":"tenant","key":"input.tenant","limit":2}`)
+	tenant := map[uuid.UUID]string{}
+	for range 500 {
+		tenant[flowRun(t, ctx, s, "wf", `{"tenant":"a"}`)] = "a"
+	}
+	for range 5 {
+		tenant[flowRun(t, ctx, s, "wf", `{"tenant":"b"}`)] = "b"
+	}
+	nine := 9
+	urgent, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Input: json.RawMessage(`{"tenant":"a"}`), Priority: &nine})
+	require.NoError(t, err)
+	tenant[urgent.ID] = "urgent"
+
+	var (
+		running []catalog.Claimed
+		started []string // the tenant of each start, in order
+		aStarts int
+		bStarts int
+	)
+	for bStarts < 5 && aStarts < 50 {
+		claimed, err := s.StepClaim(ctx, "d1", 2-len(running), time.Minute)
+		require.NoError(t, err)
+		require.NotEmpty(t, claimed, "a step of each tenant is ready and a slot is free")
+		for _, c := range claimed {
+			started = append(started, tenant[c.RunID])
+			switch tenant[c.RunID] {
+			case "a":
+				aStarts++
+			case "b":
+				bStarts++
+			}
+		}
+		running = append(running, claimed...)
+		// The oldest running step ends; its slot is free for the next claim.
+		require.NoError(t, finish(t, ctx, s, running[0], catalog.OutcomeSucceeded, false, `{}`))
+		running = running[1:]
+	}
+	require.Equal(t, "urgent", started[0], "priority before turns: %v", started)
+	require.Equal(t, 5, bStarts, "every step of b starts before a's 50th: %v", started)
+	require.Less(t, aStarts, 10, "a and b take turns: %v", started)
+}
