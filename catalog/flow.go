@@ -57,21 +57,28 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
               LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
           ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
       AND (s.rate_name IS NULL OR coalesce((
-          SELECT b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s
-          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)`
+          SELECT b.tokens + extract(epoch FROM clock_timestamp() - b.at)
+                            * coalesce(l.rate_limit, b.lim) / coalesce(l.rate_per_s, b.per_s)
+          FROM rate_buckets b LEFT JOIN limits l ON l.name = b.name
+          WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)`
 
 	// sqlClaimCandidates locks up to $1 claimable steps (sqlClaimable), skipping
 	// those locked by another claimer, by priority, then turn, then age. A step's
 	// turn is the later of its ready_at and the last claim of its concurrency key
-	// (limit_keys.served_at): the key served least recently goes first, so the keys of
-	// one limit take turns (round robin) and one key's backlog cannot hold back
-	// another's steps; a step without a key takes its turn by age.
+	// (limit_keys.served_at; -infinity for a key not served yet): the key served
+	// least recently goes first, so the keys of one limit take turns (round robin)
+	// and one key's backlog cannot hold back another's steps; a step without a key
+	// takes its turn by age.
 	//
 	// No index serves that order, so the statement sorts a pool, not every ready
 	// step: the first $1 claimable steps by priority and age (as without fairness),
-	// and the first $1 of each of the $1 keys served least recently that have a
-	// claimable step. Finding those keys walks the distinct keys of the ready steps
-	// (a skip scan of steps_conc_ready_idx, one probe per key).
+	// and the first $1 of each of the 2×$1 keys served least recently (an index scan
+	// of limit_keys, then one probe of steps_conc_head_idx per key). The claim costs
+	// O($1²) whatever the number of keys or ready steps. A key whose turn comes but
+	// that has no ready step left (its steps ended otherwise than by a claim) loses
+	// its row (gone). A key whose steps are ready but not claimable (full, waiting for
+	// a token or a tagged dispatcher) keeps its place: when more than 2×$1 such keys
+	// were served before the others, the claim falls back to age order.
 	//
 	// The pool is small, so claimers racing for it take its steps from each other:
 	// what a claim cannot lock of it, it takes as before fairness, by priority and
@@ -81,20 +88,12 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 	// token of an empty bucket that ready steps wait for (the claimer looks again
 	// then).
 	sqlClaimCandidates = `
-WITH RECURSIVE ks(n, k) AS (
-    (SELECT s.conc_name, s.conc_key FROM steps s
-     WHERE s.status = 'ready' AND s.conc_name IS NOT NULL
-     ORDER BY s.conc_name, s.conc_key LIMIT 1)
-    UNION ALL
-    SELECT x.n, x.k FROM ks CROSS JOIN LATERAL (
-        SELECT s.conc_name AS n, s.conc_key AS k FROM steps s
-        WHERE s.status = 'ready' AND s.conc_name IS NOT NULL AND (s.conc_name, s.conc_key) > (ks.n, ks.k)
-        ORDER BY s.conc_name, s.conc_key LIMIT 1) x
-), turns AS (
-    SELECT ks.n, ks.k FROM ks LEFT JOIN limit_keys lk ON lk.name = ks.n AND lk.key = ks.k
-    WHERE EXISTS (SELECT 1 FROM steps s WHERE s.conc_name = ks.n AND s.conc_key = ks.k AND ` + sqlClaimable + `)
-    ORDER BY lk.served_at NULLS FIRST
-    LIMIT $1
+WITH turns AS (
+    SELECT lk.name AS n, lk.key AS k FROM limit_keys lk ORDER BY lk.served_at LIMIT 2 * $1
+), gone AS (
+    DELETE FROM limit_keys lk USING turns t
+    WHERE lk.name = t.n AND lk.key = t.k
+      AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = t.n AND s.conc_key = t.k)
 ), pool AS (
     SELECT h.run_id, h.key FROM turns CROSS JOIN LATERAL (
         SELECT s.run_id, s.key FROM steps s
@@ -110,11 +109,11 @@ WITH RECURSIVE ks(n, k) AS (
            s.rate_name, s.rate_key,
            coalesce(l.rate_limit, s.rate_limit) AS rate_limit, coalesce(l.rate_per_s, s.rate_per_s) AS rate_per_s,
            NULL::float8 AS next_in
-    FROM steps s
+    FROM pool p
+    JOIN steps s ON s.run_id = p.run_id AND s.key = p.key
     LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
     LEFT JOIN limits l ON l.name = s.rate_name
-    WHERE (s.run_id, s.key) IN (SELECT run_id, key FROM pool)
-      AND s.status = 'ready' AND NOT s.held AND s.ready_at <= now() AND s.condition IS DISTINCT FROM 'pending'
+    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now() AND s.condition IS DISTINCT FROM 'pending'
     ORDER BY s.priority DESC, greatest(s.ready_at, lk.served_at), s.ready_at
     LIMIT $1
     FOR UPDATE OF s SKIP LOCKED
@@ -137,9 +136,11 @@ SELECT * FROM more
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
 FROM (
-    SELECT (1 - least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s))
-           * b.per_s / b.lim AS next_in
+    SELECT (1 - least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s))
+           * rl.per_s / rl.lim AS next_in
     FROM rate_buckets b
+    LEFT JOIN limits l ON l.name = b.name
+    CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, b.lim) AS lim, coalesce(l.rate_per_s, b.per_s) AS per_s) rl
     WHERE EXISTS (SELECT 1 FROM steps s
                   WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
 ) w
@@ -147,11 +148,26 @@ WHERE w.next_in > 0
 HAVING min(w.next_in) IS NOT NULL`
 
 	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
-	// a step claimed now: their turn comes after the other keys'. Under the keys'
-	// locks.
-	sqlLimitServe = `
+	// a step claimed now: their turn comes after the other keys'. A key with no step
+	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
+	// After the claim, under the keys' locks.
+	// sqlLimitKeys gives the concurrency keys of a new run's steps ($1, as
+	// sqlFlowApply takes it) a turn, before every key served already.
+	sqlLimitKeys = `
 INSERT INTO limit_keys (name, key, served_at)
-SELECT n, k, clock_timestamp() FROM unnest($1::text[], $2::text[]) AS u(n, k)
+SELECT DISTINCT f.value ->> 'n', f.value ->> 'k', '-infinity'::timestamptz
+FROM jsonb_each($1::jsonb) AS f WHERE f.value ? 'n'
+ON CONFLICT (name, key) DO NOTHING`
+
+	sqlLimitServe = `
+WITH u AS (
+    SELECT DISTINCT n, k, EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = n AND s.conc_key = k) AS more
+    FROM unnest($1::text[], $2::text[]) AS u(n, k)
+), gone AS (
+    DELETE FROM limit_keys lk USING u WHERE lk.name = u.n AND lk.key = u.k AND NOT u.more
+)
+INSERT INTO limit_keys (name, key, served_at)
+SELECT n, k, clock_timestamp() FROM u WHERE u.more
 ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at`
 
 	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
@@ -215,13 +231,19 @@ ORDER BY s.conc_name, s.conc_key
 LIMIT $2`
 
 	sqlLimitOverrides = `
-SELECT name, concurrency, updated_at, updated_by FROM limits WHERE $1 = '' OR name = $1 ORDER BY name`
+SELECT name, concurrency, rate_limit, rate_per_s, updated_at, updated_by FROM limits
+WHERE $1 = '' OR name = $1 ORDER BY name`
 
+	// sqlLimitSet sets the limits given (not NULL) of name, keeping the others.
 	sqlLimitSet = `
-INSERT INTO limits (name, concurrency, updated_by) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, updated_at = now(),
-    updated_by = excluded.updated_by
-RETURNING name, concurrency, updated_at, updated_by`
+INSERT INTO limits (name, concurrency, rate_limit, rate_per_s, updated_by) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE SET concurrency = coalesce(excluded.concurrency, limits.concurrency),
+    rate_limit = coalesce(excluded.rate_limit, limits.rate_limit),
+    rate_per_s = coalesce(excluded.rate_per_s, limits.rate_per_s),
+    updated_at = now(), updated_by = excluded.updated_by
+RETURNING name, concurrency, rate_limit, rate_per_s, updated_at, updated_by`
+
+	sqlLimitClear = `DELETE FROM limits WHERE name = $1`
 
 	// sqlStepBlocked reads the ready steps of run $1 that have a limit: the slots
 	// in use of the concurrency key, and the tokens left in the rate bucket.
@@ -230,13 +252,15 @@ SELECT s.key, s.conc_name, s.conc_key,
        coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
        (SELECT count(*) FROM steps r
         WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
-       s.rate_name, s.rate_key, s.rate_limit,
-       (SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+       s.rate_name, s.rate_key, rl.lim AS rate_limit,
+       (SELECT least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s)
         FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
        s.runs_on,
        s.runs_on IS NULL OR EXISTS (SELECT 1 FROM dispatchers d
                                     WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed
 FROM steps s
+LEFT JOIN limits l ON l.name = s.rate_name
+CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, s.rate_limit) AS lim, coalesce(l.rate_per_s, s.rate_per_s) AS per_s) rl
 WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
   AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
 
@@ -467,9 +491,6 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	// The keys that take a slot have had their turn (sqlClaimCandidates' order).
-	served := map[limitKey]struct{}{}
-	var sNames, sKeys []string
 	out := cands[:0:0]
 	for _, c := range cands {
 		if c.ConcName == nil {
@@ -482,20 +503,35 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 			lim = o
 		}
 		if running[k] < lim {
-			if _, ok := served[k]; !ok {
-				served[k] = struct{}{}
-				sNames, sKeys = append(sNames, k.name), append(sKeys, k.key)
-			}
 			running[k]++
 			out = append(out, c)
 		}
 	}
-	if len(sNames) > 0 {
-		if _, err := tx.ExecContext(ctx, sqlLimitServe, pq.StringArray(sNames), pq.StringArray(sKeys)); err != nil {
-			return nil, fmt.Errorf("record limit turns: %w", err)
+	return out, nil
+}
+
+// serve records the turns of the concurrency keys of claimed steps
+// (sqlLimitServe); after the claim, under the keys' locks.
+func serve(ctx context.Context, tx *sqlx.Tx, claimed []claimCandidate) error {
+	seen := map[limitKey]bool{}
+	var names, keys []string
+	for _, c := range claimed {
+		if c.ConcName == nil {
+			continue
+		}
+		k := limitKey{*c.ConcName, *c.ConcKey}
+		if !seen[k] {
+			seen[k] = true
+			names, keys = append(names, k.name), append(keys, k.key)
 		}
 	}
-	return out, nil
+	if len(names) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, sqlLimitServe, pq.StringArray(names), pq.StringArray(keys)); err != nil {
+		return fmt.Errorf("record limit turns: %w", err)
+	}
+	return nil
 }
 
 // admitRate keeps the candidates whose rate bucket gives them a token, and takes
@@ -586,12 +622,28 @@ type LimitUsage struct {
 	Override  *int `db:"override"`
 }
 
-// LimitOverride is a limit changed at run time.
+// LimitOverride is a limit changed at run time: the concurrency limit, the rate
+// limit, or both, of every step that names it.
 type LimitOverride struct {
-	Name        string    `db:"name"`
-	Concurrency int       `db:"concurrency"`
-	UpdatedAt   time.Time `db:"updated_at"`
-	UpdatedBy   string    `db:"updated_by"`
+	Name string `db:"name"`
+	// Concurrency is the slots per key; nil: the steps' own.
+	Concurrency *int `db:"concurrency"`
+	// RateLimit is the tokens per RatePerS seconds; nil: the steps' own.
+	RateLimit *int      `db:"rate_limit"`
+	RatePerS  *float64  `db:"rate_per_s"`
+	UpdatedAt time.Time `db:"updated_at"`
+	UpdatedBy string    `db:"updated_by"`
+}
+
+// LimitSetParams are the limits LimitSet changes; a zero field keeps the current
+// one (the override's, else the steps' own).
+type LimitSetParams struct {
+	// Concurrency is the slots per key, 1..MaxLimit.
+	Concurrency int
+	// RateLimit is the tokens per RatePer, 1..MaxLimit, RatePer 1ms..24h: both or
+	// neither.
+	RateLimit int
+	RatePer   time.Duration
 }
 
 // MaxLimit is the largest concurrency limit (bundle.MaxConcurrencyLimit).
@@ -615,11 +667,15 @@ type RateUsage struct {
 	Ready int `db:"ready"`
 }
 
+// sqlRateUsage reads the buckets, with the limit in force: the one set at run time,
+// else the one of the latest claim's step.
 const sqlRateUsage = `
-SELECT b.name, b.key, least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s) AS tokens,
-       b.lim, b.per_s,
+SELECT b.name, b.key, least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s) AS tokens,
+       rl.lim, rl.per_s,
        (SELECT count(*) FROM steps s WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key) AS ready
 FROM rate_buckets b
+LEFT JOIN limits l ON l.name = b.name
+CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, b.lim) AS lim, coalesce(l.rate_per_s, b.per_s) AS per_s) rl
 WHERE $1 = '' OR b.name = $1
 ORDER BY b.name, b.key
 LIMIT $2`
@@ -655,21 +711,59 @@ func (s *Store) LimitList(ctx context.Context, name string) ([]LimitUsage, []Lim
 	return use, ovr, nil
 }
 
-// LimitSet changes the concurrency limit name at run time, for every step that names
-// it; ErrInvalidInput for a bad name or a limit out of 1..100000. Steps already
-// running keep running: a lower limit only delays the next claims.
-func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, actor string) (*LimitOverride, error) {
+// MaxRatePer and MinRatePer bound a rate limit's window (bundle's per).
+const (
+	MinRatePer = time.Millisecond
+	MaxRatePer = 24 * time.Hour
+)
+
+// LimitSet changes the limits of name at run time, for every step that names it
+// (concurrency.name, rate_limit.name), until LimitClear: the fields of p that are
+// set replace the steps' own, the others keep what they were. The override is
+// kept in the catalog: it outlives restarts and new deploys. ErrInvalidInput for a
+// bad name, no field set, a limit out of 1..100000 or a window out of 1ms..24h.
+// Steps already running keep running: a lower limit only delays the next claims; a
+// lower rate caps the bucket's tokens at once.
+func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, actor string) (*LimitOverride, error) {
 	if !reLimitName.MatchString(name) {
 		return nil, fmt.Errorf("set limit %q: %w: a name is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", name, ErrInvalidInput)
 	}
-	if concurrency < 1 || concurrency > MaxLimit {
-		return nil, fmt.Errorf("set limit %s: %w: %d is not within 1..%d", name, ErrInvalidInput, concurrency, MaxLimit)
+	var conc, rate *int
+	var per *float64
+	switch {
+	case p.Concurrency == 0 && p.RateLimit == 0 && p.RatePer == 0:
+		return nil, fmt.Errorf("set limit %s: %w: give a concurrency limit, a rate limit, or both", name, ErrInvalidInput)
+	case p.Concurrency != 0 && (p.Concurrency < 1 || p.Concurrency > MaxLimit):
+		return nil, fmt.Errorf("set limit %s: %w: concurrency %d is not within 1..%d", name, ErrInvalidInput, p.Concurrency, MaxLimit)
+	case (p.RateLimit == 0) != (p.RatePer == 0):
+		return nil, fmt.Errorf("set limit %s: %w: a rate limit needs both its limit and its window (per)", name, ErrInvalidInput)
+	case p.RateLimit != 0 && (p.RateLimit < 1 || p.RateLimit > MaxLimit):
+		return nil, fmt.Errorf("set limit %s: %w: rate limit %d is not within 1..%d", name, ErrInvalidInput, p.RateLimit, MaxLimit)
+	case p.RatePer != 0 && (p.RatePer < MinRatePer || p.RatePer > MaxRatePer):
+		return nil, fmt.Errorf("set limit %s: %w: per %s is not within %s..%s", name, ErrInvalidInput, p.RatePer, MinRatePer, MaxRatePer)
+	}
+	if p.Concurrency != 0 {
+		conc = &p.Concurrency
+	}
+	if p.RateLimit != 0 {
+		secs := p.RatePer.Seconds()
+		rate, per = &p.RateLimit, &secs
 	}
 	var out LimitOverride
-	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, concurrency, actor); err != nil {
+	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, conc, rate, per, actor); err != nil {
 		return nil, fmt.Errorf("set limit %s: %w", name, translateError(err))
 	}
 	return &out, nil
+}
+
+// LimitClear removes the limits set at run time for name: its steps' own limits
+// apply again from the next claim. Clearing a name without an override does
+// nothing.
+func (s *Store) LimitClear(ctx context.Context, name string) error {
+	if _, err := s.db.ExecContext(ctx, sqlLimitClear, name); err != nil {
+		return fmt.Errorf("clear limit %s: %w", name, translateError(err))
+	}
+	return nil
 }
 
 // QueueTimeouts fails up to limit ready steps whose queue_timeout has passed

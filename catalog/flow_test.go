@@ -110,9 +110,9 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 	claimKeys(t, ctx, s, "d1", 1)
 
 	// A limit raised at run time.
-	o, err := s.LimitSet(ctx, "tenant", 3, "alice")
+	o, err := s.LimitSet(ctx, "tenant", catalog.LimitSetParams{Concurrency: 3}, "alice")
 	require.NoError(t, err)
-	require.Equal(t, 3, o.Concurrency)
+	require.Equal(t, 3, *o.Concurrency)
 	claimKeys(t, ctx, s, "d1", 2)
 	use, ovr, err := s.LimitList(ctx, "tenant")
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 		require.Equal(t, 3, u.Limit)
 		require.Equal(t, 2, u.StepLimit)
 	}
-	_, err = s.LimitSet(ctx, "tenant", 0, "alice")
+	_, err = s.LimitSet(ctx, "tenant", catalog.LimitSetParams{}, "alice")
 	require.ErrorIs(t, err, catalog.ErrInvalidInput)
 }
 

@@ -187,7 +187,10 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		for i, c := range cands {
 			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
-		return tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
+		if err := tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
+			return err
+		}
+		return serve(ctx, tx, cands)
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim steps: %w", err)

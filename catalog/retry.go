@@ -205,7 +205,10 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 		if err != nil || flow == nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlFlowApply, id, string(flow))
+		if _, err = tx.ExecContext(ctx, sqlFlowApply, id, string(flow)); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlLimitKeys, string(flow))
 		return err
 	})
 	if err != nil {

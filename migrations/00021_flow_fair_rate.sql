@@ -2,19 +2,21 @@
 -- Flow control leftovers (issue 16): fair order between the keys of one limit, and
 -- rate limits changed at run time.
 --
--- limit_keys: when each key of a concurrency limit last had a step claimed. The
--- claim orders the ready steps of one priority by their key's turn (the later of
--- the step's ready_at and its key's served_at), so that the key served least
--- recently goes first: round robin between keys, and one key's backlog of old
--- steps cannot hold back another key's new ones. Written by the claim under the
--- key's advisory lock (no new contention); a row of a key no step uses any more is
--- never read (the claim reads the keys of the ready steps).
+-- limit_keys: when each key of a concurrency limit last had a step claimed
+-- (-infinity: not yet). The claim orders the ready steps of one priority by their
+-- key's turn (the later of the step's ready_at and its key's served_at), so that the
+-- key served least recently goes first: round robin between keys, and one key's
+-- backlog of old steps cannot hold back another key's new ones. A row is made with
+-- a run's steps, written by the claim under the key's advisory lock (no new
+-- contention), and removed by the claim when the key has no ready step left.
 CREATE TABLE limit_keys (
     name      text        NOT NULL,
     key       text        NOT NULL,
     served_at timestamptz NOT NULL,
     PRIMARY KEY (name, key)
 );
+-- The keys whose turn comes first.
+CREATE INDEX limit_keys_served_idx ON limit_keys (served_at);
 -- The first claimable steps of each key, in the claim's order: the heads the claim
 -- looks at per key.
 CREATE INDEX steps_conc_head_idx ON steps (conc_name, conc_key, priority DESC, ready_at)
