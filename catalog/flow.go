@@ -26,7 +26,7 @@ const (
 	// priority, runs_on, queue_timeout) of version $2 of workflow $1 (when 0, the
 	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it.
 	sqlFlowSteps = `
-SELECT v.version, v.flow_steps FROM workflow_versions v
+SELECT v.version, v.flow_steps, v.flow_handlers FROM workflow_versions v
 WHERE v.workflow = $1
   AND v.version = CASE WHEN $2::integer = 0
                        THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
@@ -151,6 +151,10 @@ HAVING min(w.next_in) IS NOT NULL`
 	// a step claimed now: their turn comes after the other keys'. A key with no step
 	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
 	// After the claim, under the keys' locks.
+	// sqlRunHandlerFlow sets the flow settings of run $1's failure handlers ($2, see
+	// flowKeys): a rerun's.
+	sqlRunHandlerFlow = `UPDATE runs SET handler_flow = $2 WHERE id = $1`
+
 	// sqlLimitKeys gives the concurrency keys of a new run's steps ($1, as
 	// sqlFlowApply takes it) a turn, before every key served already.
 	sqlLimitKeys = `
@@ -301,30 +305,38 @@ type flowStep struct {
 }
 
 // flowKeys resolves the version a new run of workflow gets (as sqlRunCreate does)
-// and evaluates the limit keys of its steps: the version, and the JSON of the
-// steps' flow settings that sqlFlowApply and sqlRunCreate take (nil when no step
-// has any). ErrFlowKey when an expression fails. No version: version 0, nil, nil
+// and evaluates the limit keys of its steps: the version, the JSON of the steps'
+// flow settings that sqlFlowApply and sqlRunCreate take (nil when no step has
+// any), and the same of its failure handlers (compensations, on_failure steps) for
+// runs.handler_flow, with priority (the run's, given at its start) when not nil.
+// ErrFlowKey when an expression fails. No version: version 0, nil, nil, nil
 // (sqlRunCreate then reports it).
 func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, version int, alias string,
-	input json.RawMessage, labels Labels) (int, json.RawMessage, error) {
+	input json.RawMessage, labels Labels, priority *int) (int, json.RawMessage, json.RawMessage, error) {
 	var row struct {
-		Version int  `db:"version"`
-		Steps   JSON `db:"flow_steps"`
+		Version  int  `db:"version"`
+		Steps    JSON `db:"flow_steps"`
+		Handlers JSON `db:"flow_handlers"`
 	}
 	if err := q.GetContext(ctx, &row, sqlFlowSteps, workflow, version, alias); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil, nil
+			return 0, nil, nil, nil
 		}
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	var steps []flowStep
+	var steps, handlers []flowStep
 	if len(row.Steps) > 0 {
 		if err := json.Unmarshal(row.Steps, &steps); err != nil {
-			return 0, nil, fmt.Errorf("concurrency of %s v%d: %w", workflow, row.Version, err)
+			return 0, nil, nil, fmt.Errorf("concurrency of %s v%d: %w", workflow, row.Version, err)
 		}
 	}
-	if len(steps) == 0 {
-		return row.Version, nil, nil
+	if len(row.Handlers) > 0 {
+		if err := json.Unmarshal(row.Handlers, &handlers); err != nil {
+			return 0, nil, nil, fmt.Errorf("concurrency of the handlers of %s v%d: %w", workflow, row.Version, err)
+		}
+	}
+	if len(steps) == 0 && len(handlers) == 0 {
+		return row.Version, nil, nil, nil
 	}
 	if labels == nil {
 		labels = Labels{}
@@ -338,44 +350,67 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 		expr.Labels: map[string]string(labels),
 		expr.Run:    map[string]any{"id": runID.String(), "workflow": workflow, "version": row.Version},
 	}
-	out := make(map[string]map[string]any, len(steps))
-	for _, st := range steps {
-		params := st.With
-		if len(params) == 0 {
-			params = json.RawMessage(`{}`)
+	entries := func(steps []flowStep, priority *int) (json.RawMessage, error) {
+		if len(steps) == 0 {
+			return nil, nil
 		}
-		vars[expr.Params] = params
-		f := map[string]any{}
-		if c := st.Concurrency; c != nil {
-			key, err := evalKey(ctx, c.Key, vars)
+		out := make(map[string]map[string]any, len(steps))
+		for _, st := range steps {
+			f, err := flowEntry(ctx, st, vars)
 			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+				return nil, err
 			}
-			f["n"], f["k"], f["l"] = c.Name, key, c.Limit
-		}
-		if st.Priority != nil {
-			f["p"] = *st.Priority
-		}
-		if len(st.RunsOn) > 0 {
-			f["t"] = st.RunsOn
-		}
-		if st.QueueMS > 0 {
-			f["q"] = float64(st.QueueMS) / 1000
-		}
-		if r := st.RateLimit; r != nil {
-			key, err := evalKey(ctx, r.Key, vars)
-			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+			if priority != nil {
+				f["p"] = *priority
 			}
-			f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+			out[st.Key] = f
 		}
-		out[st.Key] = f
+		return json.Marshal(out)
 	}
-	b, err := json.Marshal(out)
+	flow, err := entries(steps, nil) // sqlRunCreate applies the run's priority
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return row.Version, b, nil
+	hflow, err := entries(handlers, priority)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return row.Version, flow, hflow, nil
+}
+
+// flowEntry is the flow settings of one step, its limit keys evaluated with vars
+// (params: the step's with).
+func flowEntry(ctx context.Context, st flowStep, vars expr.Vars) (map[string]any, error) {
+	params := st.With
+	if len(params) == 0 {
+		params = json.RawMessage(`{}`)
+	}
+	vars[expr.Params] = params
+	f := map[string]any{}
+	if c := st.Concurrency; c != nil {
+		key, err := evalKey(ctx, c.Key, vars)
+		if err != nil {
+			return nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+		}
+		f["n"], f["k"], f["l"] = c.Name, key, c.Limit
+	}
+	if st.Priority != nil {
+		f["p"] = *st.Priority
+	}
+	if len(st.RunsOn) > 0 {
+		f["t"] = st.RunsOn
+	}
+	if st.QueueMS > 0 {
+		f["q"] = float64(st.QueueMS) / 1000
+	}
+	if r := st.RateLimit; r != nil {
+		key, err := evalKey(ctx, r.Key, vars)
+		if err != nil {
+			return nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+		}
+		f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+	}
+	return f, nil
 }
 
 // evalKey evaluates a limit's key expression: a string value as is, any other value
