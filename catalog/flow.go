@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,14 +43,17 @@ UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc
     queue_timeout_s = (f.value ->> 'q')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
+	// sqlClaimableCheap is the part of sqlClaimable an index scan checks as it goes.
+	sqlClaimableCheap = `s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+      AND s.condition IS DISTINCT FROM 'pending'
+      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])`
+
 	// sqlClaimable is what makes step s claimable now: ready and not held, ready_at
 	// reached, its condition decided, runs_on within the dispatcher's tags $2, its
 	// concurrency key not full and its rate bucket not empty when the statement began
 	// (a hint only: the claim counts again under the keys' locks). A limit set at run
 	// time (limits) replaces the step's own.
-	sqlClaimable = `s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
-      AND s.condition IS DISTINCT FROM 'pending'
-      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
+	sqlClaimable = sqlClaimableCheap + `
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (
               SELECT 1 FROM steps r
@@ -71,9 +75,10 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 	// takes its turn by age.
 	//
 	// No index serves that order, so the statement sorts a pool, not every ready
-	// step: the first $1 claimable steps by priority and age (as without fairness),
-	// and the first $1 of each of the 2×$1 keys served least recently (an index scan
-	// of limit_keys, then one probe of steps_conc_head_idx per key). The claim costs
+	// step: the first $1 ready steps by priority and age (as without fairness), and
+	// the first $1 of each of the 2×$1 keys served least recently (an index scan of
+	// limit_keys, then one probe of steps_conc_head_idx per key); the pool's steps
+	// whose key is full or bucket empty are then left out (c). The claim costs
 	// O($1²) whatever the number of keys or ready steps. A key whose turn comes but
 	// that has no ready step left (its steps ended otherwise than by a claim) loses
 	// its row (gone). A key whose steps are ready but not claimable (full, waiting for
@@ -97,11 +102,11 @@ WITH turns AS (
 ), pool AS (
     SELECT h.run_id, h.key FROM turns CROSS JOIN LATERAL (
         SELECT s.run_id, s.key FROM steps s
-        WHERE s.conc_name = turns.n AND s.conc_key = turns.k AND ` + sqlClaimable + `
+        WHERE s.conc_name = turns.n AND s.conc_key = turns.k AND ` + sqlClaimableCheap + `
         ORDER BY s.priority DESC, s.ready_at
         LIMIT $1) h
     UNION
-    (SELECT s.run_id, s.key FROM steps s WHERE ` + sqlClaimable + `
+    (SELECT s.run_id, s.key FROM steps s WHERE ` + sqlClaimableCheap + `
      ORDER BY s.priority DESC, s.ready_at
      LIMIT $1)
 ), c AS (
@@ -113,7 +118,7 @@ WITH turns AS (
     JOIN steps s ON s.run_id = p.run_id AND s.key = p.key
     LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
     LEFT JOIN limits l ON l.name = s.rate_name
-    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now() AND s.condition IS DISTINCT FROM 'pending'
+    WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, greatest(s.ready_at, lk.served_at), s.ready_at
     LIMIT $1
     FOR UPDATE OF s SKIP LOCKED
@@ -133,7 +138,12 @@ WITH turns AS (
 SELECT * FROM c
 UNION ALL
 SELECT * FROM more
-UNION ALL
+UNION ALL` + sqlClaimNextIn
+
+	// sqlClaimNextIn is the last row of the claim candidates: next_in, the seconds
+	// until the first token of an empty bucket that ready steps wait for (the
+	// claimer looks again then), when there is one.
+	sqlClaimNextIn = `
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
 FROM (
     SELECT (1 - least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s))
@@ -146,6 +156,30 @@ FROM (
 ) w
 WHERE w.next_in > 0
 HAVING min(w.next_in) IS NOT NULL`
+
+	// sqlClaimCandidatesByAge is sqlClaimCandidates without turns between keys, by
+	// priority and age alone: for when no concurrency key has a turn to take
+	// (limit_keys is empty: no step with a concurrency limit is ready), which a
+	// claim finds out at most once a second (Store.fairClaims). Much cheaper to plan
+	// and run.
+	sqlClaimCandidatesByAge = `
+WITH c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
+           coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM steps s
+    WHERE ` + sqlClaimable + `
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM c
+UNION ALL` + sqlClaimNextIn
+
+	// sqlLimitTurns says whether a concurrency key may have a turn to take.
+	sqlLimitTurns = `SELECT EXISTS (SELECT 1 FROM limit_keys)`
 
 	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
 	// a step claimed now: their turn comes after the other keys'. A key with no step
@@ -543,6 +577,35 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 		}
 	}
 	return out, nil
+}
+
+// fairCheckEvery is how often a claim looks whether concurrency keys have turns
+// to take (fairClaims).
+const fairCheckEvery = time.Second
+
+// fairCache is what fairClaims last found, and until when it holds.
+type fairCache struct {
+	until atomic.Int64 // unix nanoseconds
+	fair  atomic.Bool
+}
+
+// fairClaims says whether a claim should take turns between the keys of the
+// concurrency limits (sqlClaimCandidates) or may go by age alone
+// (sqlClaimCandidatesByAge, far cheaper): whether limit_keys has a row, looked at
+// once a second at most. A key that gets its first row just after a look waits
+// that long for its turns to count.
+func (s *Store) fairClaims(ctx context.Context, tx *sqlx.Tx) (bool, error) {
+	now := time.Now().UnixNano()
+	if now < s.fair.until.Load() {
+		return s.fair.fair.Load(), nil
+	}
+	var fair bool
+	if err := tx.GetContext(ctx, &fair, sqlLimitTurns); err != nil {
+		return false, err
+	}
+	s.fair.fair.Store(fair)
+	s.fair.until.Store(now + int64(fairCheckEvery))
+	return fair, nil
 }
 
 // serve records the turns of the concurrency keys of claimed steps

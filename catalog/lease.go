@@ -162,7 +162,15 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out, next = out[:0], 0
 		var rows []claimCandidate
-		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit, pq.StringArray(tags)); err != nil {
+		fair, err := s.fairClaims(ctx, tx)
+		if err != nil {
+			return err
+		}
+		q := sqlClaimCandidatesByAge
+		if fair {
+			q = sqlClaimCandidates
+		}
+		if err := tx.SelectContext(ctx, &rows, q, limit, pq.StringArray(tags)); err != nil {
 			return err
 		}
 		cands := rows[:0:0]
