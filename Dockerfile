@@ -14,7 +14,9 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 	go build -trimpath -ldflags="-s -w" -o /out/cairn ./cmd/cairn
 
 FROM alpine:3.24.1
-RUN apk add --no-cache ca-certificates tzdata bubblewrap \
+# util-linux brings prlimit, which enforces exec steps' resources with rlimits where
+# the container's cgroup v2 is not delegated (docs/functions.md).
+RUN apk add --no-cache ca-certificates tzdata bubblewrap util-linux \
 	&& addgroup -S -g 10001 cairn \
 	&& adduser -S -D -H -u 10001 -G cairn -s /sbin/nologin cairn
 COPY --from=build /out/cairn /usr/local/bin/cairn

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"time"
@@ -23,9 +24,16 @@ type LimitKey struct {
 // LimitOverride is a limit set at run time.
 type LimitOverride struct {
 	Name        string    `json:"name"`
-	Concurrency int       `json:"concurrency" doc:"slots per key, for every step whose concurrency names the limit"`
+	Concurrency *int      `json:"concurrency,omitempty" doc:"slots per key, for every step whose concurrency names the limit (absent: the steps' own)"`
+	RateLimit   *RateSpec `json:"rate_limit,omitempty" doc:"starts per window, for every step whose rate_limit names the limit (absent: the steps' own)"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	UpdatedBy   string    `json:"updated_by" doc:"the name of the token that set it"`
+}
+
+// RateSpec is a rate limit: Limit starts per Per.
+type RateSpec struct {
+	Limit int    `json:"limit" minimum:"1" maximum:"100000" doc:"tokens (starts) per window"`
+	Per   string `json:"per" maxLength:"32" doc:"the window, a Go duration from 1ms to 24h (\"1s\", \"1m\")"`
 }
 
 // RateKey is the token bucket of one key of a rate limit.
@@ -33,21 +41,23 @@ type RateKey struct {
 	Name   string  `json:"name" doc:"the rate limit's name (rate_limit.name; default the workflow's name)"`
 	Key    string  `json:"key" doc:"the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)"`
 	Tokens float64 `json:"tokens" doc:"tokens left now: starts allowed at once"`
-	Limit  int     `json:"limit" doc:"tokens per window"`
-	Per    string  `json:"per" doc:"the window (Go duration)"`
+	Limit  int     `json:"limit" doc:"tokens per window in force: the one set by PUT /v1/limits/{name} if any, else the steps' own"`
+	Per    string  `json:"per" doc:"the window in force (Go duration)"`
 	Ready  int     `json:"ready" doc:"steps of the key ready to start"`
 }
 
 // Limits is the body of GET /v1/limits.
 type Limits struct {
 	Keys      []LimitKey      `json:"keys" doc:"every concurrency key with a step running or ready, by name and key (at most 1000)"`
-	Overrides []LimitOverride `json:"overrides" doc:"the concurrency limits set at run time"`
+	Overrides []LimitOverride `json:"overrides" doc:"the concurrency and rate limits set at run time"`
 	Rates     []RateKey       `json:"rates" doc:"every rate limit bucket, by name and key (at most 1000): one per key a step has started under"`
 }
 
-// PutLimitBody is the body of PUT /v1/limits/{name}.
+// PutLimitBody is the body of PUT /v1/limits/{name}: one field or both; a field
+// left out keeps the limit it names as it is.
 type PutLimitBody struct {
-	Concurrency int `json:"concurrency" minimum:"1" maximum:"100000" doc:"slots per key"`
+	Concurrency *int      `json:"concurrency,omitempty" minimum:"1" maximum:"100000" doc:"slots per key of the concurrency limit"`
+	RateLimit   *RateSpec `json:"rate_limit,omitempty" doc:"the rate limit's tokens per window"`
 }
 
 // LimitNameParam is the {name} path parameter of a limit.
@@ -56,7 +66,39 @@ type LimitNameParam struct {
 }
 
 func overrideOf(o *catalog.LimitOverride) LimitOverride {
-	return LimitOverride{Name: o.Name, Concurrency: o.Concurrency, UpdatedAt: o.UpdatedAt.UTC(), UpdatedBy: o.UpdatedBy}
+	out := LimitOverride{Name: o.Name, Concurrency: o.Concurrency, UpdatedAt: o.UpdatedAt.UTC(), UpdatedBy: o.UpdatedBy}
+	if o.RateLimit != nil && o.RatePerS != nil {
+		out.RateLimit = &RateSpec{Limit: *o.RateLimit, Per: secondsString(*o.RatePerS)}
+	}
+	return out
+}
+
+// secondsString is a window in seconds as a Go duration.
+func secondsString(s float64) string {
+	return time.Duration(math.Round(s * float64(time.Second))).String()
+}
+
+// limitSetParams checks the body of PUT /v1/limits/{name}: a 422 naming the field at
+// fault.
+func limitSetParams(b *PutLimitBody) (catalog.LimitSetParams, error) {
+	var p catalog.LimitSetParams
+	if b.Concurrency == nil && b.RateLimit == nil {
+		return p, classValidationFailed.problem("nothing to change",
+			&huma.ErrorDetail{Location: "body", Message: "give concurrency, rate_limit, or both"})
+	}
+	if b.Concurrency != nil {
+		p.Concurrency = *b.Concurrency
+	}
+	if r := b.RateLimit; r != nil {
+		per, err := time.ParseDuration(r.Per)
+		if err != nil || per < catalog.MinRatePer || per > catalog.MaxRatePer {
+			return p, classValidationFailed.problem("invalid window",
+				&huma.ErrorDetail{Location: "body.rate_limit.per", Value: r.Per,
+					Message: fmt.Sprintf("a Go duration from %s to %s", catalog.MinRatePer, catalog.MaxRatePer)})
+		}
+		p.RateLimit, p.RatePer = r.Limit, per
+	}
+	return p, nil
 }
 
 func (s *Server) registerLimits() {
@@ -82,7 +124,7 @@ func (s *Server) registerLimits() {
 			Rates: make([]RateKey, len(rates))}}
 		for i, r := range rates {
 			out.Body.Rates[i] = RateKey{Name: r.Name, Key: r.Key, Tokens: math.Floor(r.Tokens*1000) / 1000, Limit: r.Limit,
-				Per: time.Duration(r.PerS * float64(time.Second)).String(), Ready: r.Ready}
+				Per: secondsString(r.PerS), Ready: r.Ready}
 		}
 		for i, u := range use {
 			out.Body.Keys[i] = LimitKey{Name: u.Name, Key: u.Key, Running: u.Running, Ready: u.Ready, Limit: u.Limit}
@@ -97,17 +139,33 @@ func (s *Server) registerLimits() {
 		OperationID: "putLimit",
 		Method:      http.MethodPut,
 		Path:        "/v1/limits/{name}",
-		Summary:     "Change a concurrency limit",
-		Description: "Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.",
+		Summary:     "Change a concurrency or rate limit",
+		Description: "Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.",
 		Tags:        []string{"limits"},
-	}, RoleAdmin, nil, func(ctx context.Context, in *struct {
+	}, RoleAdmin, []problemClass{classValidationFailed}, func(ctx context.Context, in *struct {
 		LimitNameParam
 		Body PutLimitBody
 	}) (*struct{ Body LimitOverride }, error) {
-		o, err := s.store.LimitSet(ctx, in.Name, in.Body.Concurrency, actor(ctx))
+		p, err := limitSetParams(&in.Body)
+		if err != nil {
+			return nil, err
+		}
+		o, err := s.store.LimitSet(ctx, in.Name, p, actor(ctx))
 		if err != nil {
 			return nil, err
 		}
 		return &struct{ Body LimitOverride }{Body: overrideOf(o)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID:   "clearLimit",
+		Method:        http.MethodDelete,
+		Path:          "/v1/limits/{name}",
+		Summary:       "Clear the limits set at run time",
+		Description:   "Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.",
+		Tags:          []string{"limits"},
+		DefaultStatus: http.StatusNoContent,
+	}, RoleAdmin, nil, func(ctx context.Context, in *LimitNameParam) (*struct{}, error) {
+		return &struct{}{}, s.store.LimitClear(ctx, in.Name)
 	})
 }

@@ -164,6 +164,7 @@ func (v *validator) handler(key, f string, h Step, what string) {
 	}
 	v.stepEnv(key, f, h)
 	v.resources(key, f, h)
+	v.flow(key, f, h)
 	if h.With != nil {
 		if _, err := normalizeWith(h.With); err != nil {
 			v.add(key, f+".with"+err.at, "%s", err.msg)

@@ -2,7 +2,6 @@ package bundle
 
 import (
 	"bytes"
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -194,14 +193,12 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			return nil, err
 		}
 		applyEnv(&d, &s, defaultEnv)
-		// Flow control (flow.go) applies to the steps of the DAG.
-		d.Concurrency = effectiveConcurrency(s.Concurrency, defaultConc, m.Name)
-		d.RateLimit = effectiveRateLimit(s.RateLimit, defaultRate, m.Name)
-		d.Priority = cmpOrPtr(s.Priority, defaultPriority)
-		d.RunsOn = normalizeTags(s.RunsOn)
-		if q := cmp.Or(s.QueueTimeout, defaultQueue); q != nil {
-			v := *q
-			d.QueueTimeout, d.QueueTimeoutMS = &v, v.Std().Milliseconds()
+		// Flow control (flow.go) applies to the steps of the DAG and to their
+		// compensations: their own settings, else the defaults.
+		fd := flowDefaults{conc: defaultConc, rate: defaultRate, priority: defaultPriority, queue: defaultQueue, workflow: m.Name}
+		fd.apply(&d, &s)
+		if d.Compensate != nil && s.Compensate != nil {
+			fd.apply(d.Compensate, s.Compensate)
 		}
 		byKey[s.Key] = d
 	}
@@ -221,6 +218,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			return nil, err
 		}
 		applyEnv(&d, &s, defaultEnv)
+		flowDefaults{conc: defaultConc, rate: defaultRate, priority: defaultPriority, queue: defaultQueue, workflow: m.Name}.apply(&d, &s)
 		def.OnFailure = append(def.OnFailure, d)
 	}
 	return def, nil

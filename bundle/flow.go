@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"cmp"
 	"regexp"
 	"time"
 
@@ -169,5 +170,28 @@ func normalizeTags(tags []string) []string {
 func (v *validator) queueTimeout(key, f string, d Duration) {
 	if d.Std() <= 0 || d.Std() > MaxSleep {
 		v.add(key, f, "queue_timeout %s: must be > 0 and at most %s (a year)", d, Duration(MaxSleep))
+	}
+}
+
+// flowDefaults are the manifest's defaults of the flow settings, and its name (the
+// default limit name).
+type flowDefaults struct {
+	conc     *ConcurrencySpec
+	rate     *RateLimitSpec
+	priority *int
+	queue    *Duration
+	workflow string
+}
+
+// apply gives d, the definition of s (a step, a compensation or an on_failure
+// step), its effective flow settings: its own, else the defaults.
+func (fd flowDefaults) apply(d *StepDefinition, s *Step) {
+	d.Concurrency = effectiveConcurrency(s.Concurrency, fd.conc, fd.workflow)
+	d.RateLimit = effectiveRateLimit(s.RateLimit, fd.rate, fd.workflow)
+	d.Priority = cmpOrPtr(s.Priority, fd.priority)
+	d.RunsOn = normalizeTags(s.RunsOn)
+	if q := cmp.Or(s.QueueTimeout, fd.queue); q != nil {
+		v := *q
+		d.QueueTimeout, d.QueueTimeoutMS = &v, v.Std().Milliseconds()
 	}
 }

@@ -147,3 +147,45 @@ func TestRunTimeout(t *testing.T) {
 	require.ErrorAs(t, err, &ve)
 	require.Equal(t, "timeout", ve.Field)
 }
+
+// TestHandlerFlow: a compensation and an on_failure step take their own flow
+// settings, else the defaults'; bad ones are refused naming their field.
+func TestHandlerFlow(t *testing.T) {
+	t.Parallel()
+	m, err := ParseManifest([]byte(`name: demo
+defaults:
+  concurrency: {key: "input.tenant", limit: 2}
+  priority: 3
+on_failure:
+  - {key: notify, builtin: noop, rate_limit: {name: pager, limit: 1, per: 1m}, runs_on: [ops]}
+steps:
+  - key: a
+    builtin: noop
+    compensate: {builtin: noop, concurrency: {name: refunds, limit: 1}, priority: 9, queue_timeout: 10m}
+`))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	c := def.Steps[0].Compensate
+	require.Equal(t, &ConcurrencyDefinition{Name: "refunds", Limit: 1}, c.Concurrency)
+	require.Equal(t, 9, *c.Priority)
+	require.Equal(t, int64(600_000), c.QueueTimeoutMS)
+	n := def.OnFailure[0]
+	require.Equal(t, &ConcurrencyDefinition{Name: "demo", Key: "input.tenant", Limit: 2}, n.Concurrency, "the defaults'")
+	require.Equal(t, 3, *n.Priority)
+	require.Equal(t, "pager", n.RateLimit.Name)
+	require.Equal(t, []string{"ops"}, n.RunsOn)
+
+	for _, tt := range []struct{ yaml, field string }{
+		{"steps:\n  - {key: a, builtin: noop, compensate: {builtin: noop, concurrency: {limit: 0}}}", "steps[0].compensate.concurrency.limit"},
+		{"steps:\n  - {key: a, builtin: noop, compensate: {builtin: noop, priority: 10}}", "steps[0].compensate.priority"},
+		{"on_failure:\n  - {key: a, builtin: noop, runs_on: []}\nsteps:\n  - {key: b, builtin: noop}", "on_failure[0].runs_on"},
+	} {
+		m, err := ParseManifest([]byte("name: demo\n" + tt.yaml + "\n"))
+		require.NoError(t, err, tt.yaml)
+		_, err = m.Normalize()
+		var ve *ValidationError
+		require.ErrorAs(t, err, &ve, tt.yaml)
+		require.Equal(t, tt.field, ve.Field, tt.yaml)
+	}
+}

@@ -225,26 +225,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	if s.Retry != nil {
 		v.retry(s.Key, f+".retry", *s.Retry, defaults)
 	}
-	if s.Concurrency != nil {
-		v.concurrency(s.Key, f+".concurrency", s.Concurrency)
-	}
-	if s.RateLimit != nil {
-		v.rateLimit(s.Key, f+".rate_limit", s.RateLimit)
-	}
-	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
-		v.add(s.Key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
-	}
-	if s.QueueTimeout != nil {
-		v.queueTimeout(s.Key, f+".queue_timeout", *s.QueueTimeout)
-	}
-	if s.RunsOn != nil && len(s.RunsOn) == 0 {
-		v.add(s.Key, f+".runs_on", "runs_on is empty: list the tags a dispatcher needs, or leave it out")
-	}
-	for i, tag := range s.RunsOn {
-		if !ValidTag(tag) {
-			v.add(s.Key, fmt.Sprintf("%s.runs_on[%d]", f, i), "tag %q must match %s", tag, reTag)
-		}
-	}
+	v.flow(s.Key, f, s)
 	v.conditions(f, s, keys)
 }
 
@@ -528,4 +509,29 @@ func joinErrors(errs []*ValidationError) error {
 		out[i] = e
 	}
 	return errors.Join(out...)
+}
+
+// flow checks the flow settings of a step, a compensation or an on_failure step (f
+// its field path).
+func (v *validator) flow(key, f string, s Step) {
+	if s.Concurrency != nil {
+		v.concurrency(key, f+".concurrency", s.Concurrency)
+	}
+	if s.RateLimit != nil {
+		v.rateLimit(key, f+".rate_limit", s.RateLimit)
+	}
+	if p := s.Priority; p != nil && (*p < MinPriority || *p > MaxPriority) {
+		v.add(key, f+".priority", "priority %d: must be %d to %d", *p, MinPriority, MaxPriority)
+	}
+	if s.QueueTimeout != nil {
+		v.queueTimeout(key, f+".queue_timeout", *s.QueueTimeout)
+	}
+	if s.RunsOn != nil && len(s.RunsOn) == 0 {
+		v.add(key, f+".runs_on", "runs_on is empty: list the tags a dispatcher needs, or leave it out")
+	}
+	for i, tag := range s.RunsOn {
+		if !ValidTag(tag) {
+			v.add(key, fmt.Sprintf("%s.runs_on[%d]", f, i), "tag %q must match %s", tag, reTag)
+		}
+	}
 }

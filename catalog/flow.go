@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,7 +27,7 @@ const (
 	// priority, runs_on, queue_timeout) of version $2 of workflow $1 (when 0, the
 	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it.
 	sqlFlowSteps = `
-SELECT v.version, v.flow_steps FROM workflow_versions v
+SELECT v.version, v.flow_steps, v.flow_handlers FROM workflow_versions v
 WHERE v.workflow = $1
   AND v.version = CASE WHEN $2::integer = 0
                        THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
@@ -42,21 +43,17 @@ UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc
     queue_timeout_s = (f.value ->> 'q')::float8
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
-	// sqlClaimCandidates locks up to $1 claimable steps, by priority then age, of
-	// those the dispatcher's tags $2 allow (runs_on), skipping those locked by
-	// another claimer and those whose concurrency key was full or rate bucket
-	// empty when the statement began (a hint only: the claim counts
-	// again under the keys' locks). One more row, with no step, may come last:
-	// next_in, the seconds until the first token of an empty bucket that ready
-	// steps wait for (the claimer looks again then).
-	sqlClaimCandidates = `
-WITH c AS (
-    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
-           s.rate_name, s.rate_key, s.rate_limit, s.rate_per_s, NULL::float8 AS next_in
-    FROM steps s
-    WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+	// sqlClaimableCheap is the part of sqlClaimable an index scan checks as it goes.
+	sqlClaimableCheap = `s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
       AND s.condition IS DISTINCT FROM 'pending'
-      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])
+      AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])`
+
+	// sqlClaimable is what makes step s claimable now: ready and not held, ready_at
+	// reached, its condition decided, runs_on within the dispatcher's tags $2, its
+	// concurrency key not full and its rate bucket not empty when the statement began
+	// (a hint only: the claim counts again under the keys' locks). A limit set at run
+	// time (limits) replaces the step's own.
+	sqlClaimable = sqlClaimableCheap + `
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (
               SELECT 1 FROM steps r
@@ -64,24 +61,152 @@ WITH c AS (
               LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
           ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
       AND (s.rate_name IS NULL OR coalesce((
-          SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
-          FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key), s.rate_limit) >= 1)
-    ORDER BY s.priority DESC, s.ready_at
+          SELECT b.tokens + extract(epoch FROM clock_timestamp() - b.at)
+                            * coalesce(l.rate_limit, b.lim) / coalesce(l.rate_per_s, b.per_s)
+          FROM rate_buckets b LEFT JOIN limits l ON l.name = b.name
+          WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)`
+
+	// sqlClaimCandidates locks up to $1 claimable steps (sqlClaimable), skipping
+	// those locked by another claimer, by priority, then turn, then age. A step's
+	// turn is the later of its ready_at and the last claim of its concurrency key
+	// (limit_keys.served_at; -infinity for a key not served yet): the key served
+	// least recently goes first, so the keys of one limit take turns (round robin)
+	// and one key's backlog cannot hold back another's steps; a step without a key
+	// takes its turn by age.
+	//
+	// No index serves that order, so the statement sorts a pool, not every ready
+	// step: the first $1 ready steps by priority and age (as without fairness), and
+	// the first $1 of each of the 2×$1 keys served least recently (an index scan of
+	// limit_keys, then one probe of steps_conc_head_idx per key); the pool's steps
+	// whose key is full or bucket empty are then left out (c). The claim costs
+	// O($1²) whatever the number of keys or ready steps. A key whose turn comes but
+	// that has no ready step left (its steps ended otherwise than by a claim) loses
+	// its row (gone). A key whose steps are ready but not claimable (full, waiting for
+	// a token or a tagged dispatcher) keeps its place: when more than 2×$1 such keys
+	// were served before the others, the claim falls back to age order.
+	//
+	// The pool is small, so claimers racing for it take its steps from each other:
+	// what a claim cannot lock of it, it takes as before fairness, by priority and
+	// age, skipping the locked steps (more).
+	//
+	// One more row, with no step, may come last: next_in, the seconds until the first
+	// token of an empty bucket that ready steps wait for (the claimer looks again
+	// then).
+	sqlClaimCandidates = `
+WITH turns AS (
+    SELECT lk.name AS n, lk.key AS k FROM limit_keys lk ORDER BY lk.served_at LIMIT 2 * $1
+), gone AS (
+    DELETE FROM limit_keys lk USING turns t
+    WHERE lk.name = t.n AND lk.key = t.k
+      AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = t.n AND s.conc_key = t.k)
+), pool AS (
+    SELECT h.run_id, h.key FROM turns CROSS JOIN LATERAL (
+        SELECT s.run_id, s.key FROM steps s
+        WHERE s.conc_name = turns.n AND s.conc_key = turns.k AND ` + sqlClaimableCheap + `
+        ORDER BY s.priority DESC, s.ready_at
+        LIMIT $1) h
+    UNION
+    (SELECT s.run_id, s.key FROM steps s WHERE ` + sqlClaimableCheap + `
+     ORDER BY s.priority DESC, s.ready_at
+     LIMIT $1)
+), c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce(l.rate_limit, s.rate_limit) AS rate_limit, coalesce(l.rate_per_s, s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM pool p
+    JOIN steps s ON s.run_id = p.run_id AND s.key = p.key
+    LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
+    LEFT JOIN limits l ON l.name = s.rate_name
+    WHERE ` + sqlClaimable + `
+    ORDER BY s.priority DESC, greatest(s.ready_at, lk.served_at), s.ready_at
     LIMIT $1
+    FOR UPDATE OF s SKIP LOCKED
+), more AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
+           coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM steps s
+    WHERE ` + sqlClaimable + `
+      AND (s.run_id, s.key) NOT IN (SELECT c.run_id, c.key FROM c)
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $1 - (SELECT count(*) FROM c)
     FOR UPDATE SKIP LOCKED
 )
 SELECT * FROM c
 UNION ALL
+SELECT * FROM more
+UNION ALL` + sqlClaimNextIn
+
+	// sqlClaimNextIn is the last row of the claim candidates: next_in, the seconds
+	// until the first token of an empty bucket that ready steps wait for (the
+	// claimer looks again then), when there is one.
+	sqlClaimNextIn = `
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
 FROM (
-    SELECT (1 - least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s))
-           * b.per_s / b.lim AS next_in
+    SELECT (1 - least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s))
+           * rl.per_s / rl.lim AS next_in
     FROM rate_buckets b
+    LEFT JOIN limits l ON l.name = b.name
+    CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, b.lim) AS lim, coalesce(l.rate_per_s, b.per_s) AS per_s) rl
     WHERE EXISTS (SELECT 1 FROM steps s
                   WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
 ) w
 WHERE w.next_in > 0
 HAVING min(w.next_in) IS NOT NULL`
+
+	// sqlClaimCandidatesByAge is sqlClaimCandidates without turns between keys, by
+	// priority and age alone: for when no concurrency key has a turn to take
+	// (limit_keys is empty: no step with a concurrency limit is ready), which a
+	// claim finds out at most once a second (Store.fairClaims). Much cheaper to plan
+	// and run.
+	sqlClaimCandidatesByAge = `
+WITH c AS (
+    SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
+           s.rate_name, s.rate_key,
+           coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
+           coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
+           NULL::float8 AS next_in
+    FROM steps s
+    WHERE ` + sqlClaimable + `
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+SELECT * FROM c
+UNION ALL` + sqlClaimNextIn
+
+	// sqlLimitTurns says whether a concurrency key may have a turn to take.
+	sqlLimitTurns = `SELECT EXISTS (SELECT 1 FROM limit_keys)`
+
+	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
+	// a step claimed now: their turn comes after the other keys'. A key with no step
+	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
+	// After the claim, under the keys' locks.
+	// sqlRunHandlerFlow sets the flow settings of run $1's failure handlers ($2, see
+	// flowKeys): a rerun's.
+	sqlRunHandlerFlow = `UPDATE runs SET handler_flow = $2 WHERE id = $1`
+
+	// sqlLimitKeys gives the concurrency keys of a new run's steps ($1, as
+	// sqlFlowApply takes it) a turn, before every key served already.
+	sqlLimitKeys = `
+INSERT INTO limit_keys (name, key, served_at)
+SELECT DISTINCT f.value ->> 'n', f.value ->> 'k', '-infinity'::timestamptz
+FROM jsonb_each($1::jsonb) AS f WHERE f.value ? 'n'
+ON CONFLICT (name, key) DO NOTHING`
+
+	sqlLimitServe = `
+WITH u AS (
+    SELECT DISTINCT n, k, EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = n AND s.conc_key = k) AS more
+    FROM unnest($1::text[], $2::text[]) AS u(n, k)
+), gone AS (
+    DELETE FROM limit_keys lk USING u WHERE lk.name = u.n AND lk.key = u.k AND NOT u.more
+)
+INSERT INTO limit_keys (name, key, served_at)
+SELECT n, k, clock_timestamp() FROM u WHERE u.more
+ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at`
 
 	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
 	// yet, full; after the keys' locks.
@@ -144,13 +269,19 @@ ORDER BY s.conc_name, s.conc_key
 LIMIT $2`
 
 	sqlLimitOverrides = `
-SELECT name, concurrency, updated_at, updated_by FROM limits WHERE $1 = '' OR name = $1 ORDER BY name`
+SELECT name, concurrency, rate_limit, rate_per_s, updated_at, updated_by FROM limits
+WHERE $1 = '' OR name = $1 ORDER BY name`
 
+	// sqlLimitSet sets the limits given (not NULL) of name, keeping the others.
 	sqlLimitSet = `
-INSERT INTO limits (name, concurrency, updated_by) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency, updated_at = now(),
-    updated_by = excluded.updated_by
-RETURNING name, concurrency, updated_at, updated_by`
+INSERT INTO limits (name, concurrency, rate_limit, rate_per_s, updated_by) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE SET concurrency = coalesce(excluded.concurrency, limits.concurrency),
+    rate_limit = coalesce(excluded.rate_limit, limits.rate_limit),
+    rate_per_s = coalesce(excluded.rate_per_s, limits.rate_per_s),
+    updated_at = now(), updated_by = excluded.updated_by
+RETURNING name, concurrency, rate_limit, rate_per_s, updated_at, updated_by`
+
+	sqlLimitClear = `DELETE FROM limits WHERE name = $1`
 
 	// sqlStepBlocked reads the ready steps of run $1 that have a limit: the slots
 	// in use of the concurrency key, and the tokens left in the rate bucket.
@@ -159,13 +290,15 @@ SELECT s.key, s.conc_name, s.conc_key,
        coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
        (SELECT count(*) FROM steps r
         WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
-       s.rate_name, s.rate_key, s.rate_limit,
-       (SELECT least(s.rate_limit, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * s.rate_limit / s.rate_per_s)
+       s.rate_name, s.rate_key, rl.lim AS rate_limit,
+       (SELECT least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s)
         FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
        s.runs_on,
        s.runs_on IS NULL OR EXISTS (SELECT 1 FROM dispatchers d
                                     WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed
 FROM steps s
+LEFT JOIN limits l ON l.name = s.rate_name
+CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, s.rate_limit) AS lim, coalesce(l.rate_per_s, s.rate_per_s) AS per_s) rl
 WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
   AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
 
@@ -206,30 +339,38 @@ type flowStep struct {
 }
 
 // flowKeys resolves the version a new run of workflow gets (as sqlRunCreate does)
-// and evaluates the limit keys of its steps: the version, and the JSON of the
-// steps' flow settings that sqlFlowApply and sqlRunCreate take (nil when no step
-// has any). ErrFlowKey when an expression fails. No version: version 0, nil, nil
+// and evaluates the limit keys of its steps: the version, the JSON of the steps'
+// flow settings that sqlFlowApply and sqlRunCreate take (nil when no step has
+// any), and the same of its failure handlers (compensations, on_failure steps) for
+// runs.handler_flow, with priority (the run's, given at its start) when not nil.
+// ErrFlowKey when an expression fails. No version: version 0, nil, nil, nil
 // (sqlRunCreate then reports it).
 func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, version int, alias string,
-	input json.RawMessage, labels Labels) (int, json.RawMessage, error) {
+	input json.RawMessage, labels Labels, priority *int) (int, json.RawMessage, json.RawMessage, error) {
 	var row struct {
-		Version int  `db:"version"`
-		Steps   JSON `db:"flow_steps"`
+		Version  int  `db:"version"`
+		Steps    JSON `db:"flow_steps"`
+		Handlers JSON `db:"flow_handlers"`
 	}
 	if err := q.GetContext(ctx, &row, sqlFlowSteps, workflow, version, alias); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil, nil
+			return 0, nil, nil, nil
 		}
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	var steps []flowStep
+	var steps, handlers []flowStep
 	if len(row.Steps) > 0 {
 		if err := json.Unmarshal(row.Steps, &steps); err != nil {
-			return 0, nil, fmt.Errorf("concurrency of %s v%d: %w", workflow, row.Version, err)
+			return 0, nil, nil, fmt.Errorf("concurrency of %s v%d: %w", workflow, row.Version, err)
 		}
 	}
-	if len(steps) == 0 {
-		return row.Version, nil, nil
+	if len(row.Handlers) > 0 {
+		if err := json.Unmarshal(row.Handlers, &handlers); err != nil {
+			return 0, nil, nil, fmt.Errorf("concurrency of the handlers of %s v%d: %w", workflow, row.Version, err)
+		}
+	}
+	if len(steps) == 0 && len(handlers) == 0 {
+		return row.Version, nil, nil, nil
 	}
 	if labels == nil {
 		labels = Labels{}
@@ -243,44 +384,67 @@ func flowKeys(ctx context.Context, q queryer, runID uuid.UUID, workflow string, 
 		expr.Labels: map[string]string(labels),
 		expr.Run:    map[string]any{"id": runID.String(), "workflow": workflow, "version": row.Version},
 	}
-	out := make(map[string]map[string]any, len(steps))
-	for _, st := range steps {
-		params := st.With
-		if len(params) == 0 {
-			params = json.RawMessage(`{}`)
+	entries := func(steps []flowStep, priority *int) (json.RawMessage, error) {
+		if len(steps) == 0 {
+			return nil, nil
 		}
-		vars[expr.Params] = params
-		f := map[string]any{}
-		if c := st.Concurrency; c != nil {
-			key, err := evalKey(ctx, c.Key, vars)
+		out := make(map[string]map[string]any, len(steps))
+		for _, st := range steps {
+			f, err := flowEntry(ctx, st, vars)
 			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+				return nil, err
 			}
-			f["n"], f["k"], f["l"] = c.Name, key, c.Limit
-		}
-		if st.Priority != nil {
-			f["p"] = *st.Priority
-		}
-		if len(st.RunsOn) > 0 {
-			f["t"] = st.RunsOn
-		}
-		if st.QueueMS > 0 {
-			f["q"] = float64(st.QueueMS) / 1000
-		}
-		if r := st.RateLimit; r != nil {
-			key, err := evalKey(ctx, r.Key, vars)
-			if err != nil {
-				return 0, nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+			if priority != nil {
+				f["p"] = *priority
 			}
-			f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+			out[st.Key] = f
 		}
-		out[st.Key] = f
+		return json.Marshal(out)
 	}
-	b, err := json.Marshal(out)
+	flow, err := entries(steps, nil) // sqlRunCreate applies the run's priority
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
-	return row.Version, b, nil
+	hflow, err := entries(handlers, priority)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return row.Version, flow, hflow, nil
+}
+
+// flowEntry is the flow settings of one step, its limit keys evaluated with vars
+// (params: the step's with).
+func flowEntry(ctx context.Context, st flowStep, vars expr.Vars) (map[string]any, error) {
+	params := st.With
+	if len(params) == 0 {
+		params = json.RawMessage(`{}`)
+	}
+	vars[expr.Params] = params
+	f := map[string]any{}
+	if c := st.Concurrency; c != nil {
+		key, err := evalKey(ctx, c.Key, vars)
+		if err != nil {
+			return nil, fmt.Errorf("%w of step %q (concurrency.key %s): %v", ErrFlowKey, st.Key, c.Key, err)
+		}
+		f["n"], f["k"], f["l"] = c.Name, key, c.Limit
+	}
+	if st.Priority != nil {
+		f["p"] = *st.Priority
+	}
+	if len(st.RunsOn) > 0 {
+		f["t"] = st.RunsOn
+	}
+	if st.QueueMS > 0 {
+		f["q"] = float64(st.QueueMS) / 1000
+	}
+	if r := st.RateLimit; r != nil {
+		key, err := evalKey(ctx, r.Key, vars)
+		if err != nil {
+			return nil, fmt.Errorf("%w of step %q (rate_limit.key %s): %v", ErrFlowKey, st.Key, r.Key, err)
+		}
+		f["rn"], f["rk"], f["rl"], f["rp"] = r.Name, key, r.Limit, float64(r.PerMS)/1000
+	}
+	return f, nil
 }
 
 // evalKey evaluates a limit's key expression: a string value as is, any other value
@@ -415,6 +579,59 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, 
 	return out, nil
 }
 
+// fairCheckEvery is how often a claim looks whether concurrency keys have turns
+// to take (fairClaims).
+const fairCheckEvery = time.Second
+
+// fairCache is what fairClaims last found, and until when it holds.
+type fairCache struct {
+	until atomic.Int64 // unix nanoseconds
+	fair  atomic.Bool
+}
+
+// fairClaims says whether a claim should take turns between the keys of the
+// concurrency limits (sqlClaimCandidates) or may go by age alone
+// (sqlClaimCandidatesByAge, far cheaper): whether limit_keys has a row, looked at
+// once a second at most. A key that gets its first row just after a look waits
+// that long for its turns to count.
+func (s *Store) fairClaims(ctx context.Context, tx *sqlx.Tx) (bool, error) {
+	now := time.Now().UnixNano()
+	if now < s.fair.until.Load() {
+		return s.fair.fair.Load(), nil
+	}
+	var fair bool
+	if err := tx.GetContext(ctx, &fair, sqlLimitTurns); err != nil {
+		return false, err
+	}
+	s.fair.fair.Store(fair)
+	s.fair.until.Store(now + int64(fairCheckEvery))
+	return fair, nil
+}
+
+// serve records the turns of the concurrency keys of claimed steps
+// (sqlLimitServe); after the claim, under the keys' locks.
+func serve(ctx context.Context, tx *sqlx.Tx, claimed []claimCandidate) error {
+	seen := map[limitKey]bool{}
+	var names, keys []string
+	for _, c := range claimed {
+		if c.ConcName == nil {
+			continue
+		}
+		k := limitKey{*c.ConcName, *c.ConcKey}
+		if !seen[k] {
+			seen[k] = true
+			names, keys = append(names, k.name), append(keys, k.key)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, sqlLimitServe, pq.StringArray(names), pq.StringArray(keys)); err != nil {
+		return fmt.Errorf("record limit turns: %w", err)
+	}
+	return nil
+}
+
 // admitRate keeps the candidates whose rate bucket gives them a token, and takes
 // the tokens (the keys are locked). next is when a bucket that refused a candidate
 // has its next token (0: none refused).
@@ -503,12 +720,28 @@ type LimitUsage struct {
 	Override  *int `db:"override"`
 }
 
-// LimitOverride is a limit changed at run time.
+// LimitOverride is a limit changed at run time: the concurrency limit, the rate
+// limit, or both, of every step that names it.
 type LimitOverride struct {
-	Name        string    `db:"name"`
-	Concurrency int       `db:"concurrency"`
-	UpdatedAt   time.Time `db:"updated_at"`
-	UpdatedBy   string    `db:"updated_by"`
+	Name string `db:"name"`
+	// Concurrency is the slots per key; nil: the steps' own.
+	Concurrency *int `db:"concurrency"`
+	// RateLimit is the tokens per RatePerS seconds; nil: the steps' own.
+	RateLimit *int      `db:"rate_limit"`
+	RatePerS  *float64  `db:"rate_per_s"`
+	UpdatedAt time.Time `db:"updated_at"`
+	UpdatedBy string    `db:"updated_by"`
+}
+
+// LimitSetParams are the limits LimitSet changes; a zero field keeps the current
+// one (the override's, else the steps' own).
+type LimitSetParams struct {
+	// Concurrency is the slots per key, 1..MaxLimit.
+	Concurrency int
+	// RateLimit is the tokens per RatePer, 1..MaxLimit, RatePer 1ms..24h: both or
+	// neither.
+	RateLimit int
+	RatePer   time.Duration
 }
 
 // MaxLimit is the largest concurrency limit (bundle.MaxConcurrencyLimit).
@@ -532,11 +765,15 @@ type RateUsage struct {
 	Ready int `db:"ready"`
 }
 
+// sqlRateUsage reads the buckets, with the limit in force: the one set at run time,
+// else the one of the latest claim's step.
 const sqlRateUsage = `
-SELECT b.name, b.key, least(b.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * b.lim / b.per_s) AS tokens,
-       b.lim, b.per_s,
+SELECT b.name, b.key, least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s) AS tokens,
+       rl.lim, rl.per_s,
        (SELECT count(*) FROM steps s WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key) AS ready
 FROM rate_buckets b
+LEFT JOIN limits l ON l.name = b.name
+CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, b.lim) AS lim, coalesce(l.rate_per_s, b.per_s) AS per_s) rl
 WHERE $1 = '' OR b.name = $1
 ORDER BY b.name, b.key
 LIMIT $2`
@@ -572,21 +809,59 @@ func (s *Store) LimitList(ctx context.Context, name string) ([]LimitUsage, []Lim
 	return use, ovr, nil
 }
 
-// LimitSet changes the concurrency limit name at run time, for every step that names
-// it; ErrInvalidInput for a bad name or a limit out of 1..100000. Steps already
-// running keep running: a lower limit only delays the next claims.
-func (s *Store) LimitSet(ctx context.Context, name string, concurrency int, actor string) (*LimitOverride, error) {
+// MaxRatePer and MinRatePer bound a rate limit's window (bundle's per).
+const (
+	MinRatePer = time.Millisecond
+	MaxRatePer = 24 * time.Hour
+)
+
+// LimitSet changes the limits of name at run time, for every step that names it
+// (concurrency.name, rate_limit.name), until LimitClear: the fields of p that are
+// set replace the steps' own, the others keep what they were. The override is
+// kept in the catalog: it outlives restarts and new deploys. ErrInvalidInput for a
+// bad name, no field set, a limit out of 1..100000 or a window out of 1ms..24h.
+// Steps already running keep running: a lower limit only delays the next claims; a
+// lower rate caps the bucket's tokens at once.
+func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, actor string) (*LimitOverride, error) {
 	if !reLimitName.MatchString(name) {
 		return nil, fmt.Errorf("set limit %q: %w: a name is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", name, ErrInvalidInput)
 	}
-	if concurrency < 1 || concurrency > MaxLimit {
-		return nil, fmt.Errorf("set limit %s: %w: %d is not within 1..%d", name, ErrInvalidInput, concurrency, MaxLimit)
+	var conc, rate *int
+	var per *float64
+	switch {
+	case p.Concurrency == 0 && p.RateLimit == 0 && p.RatePer == 0:
+		return nil, fmt.Errorf("set limit %s: %w: give a concurrency limit, a rate limit, or both", name, ErrInvalidInput)
+	case p.Concurrency != 0 && (p.Concurrency < 1 || p.Concurrency > MaxLimit):
+		return nil, fmt.Errorf("set limit %s: %w: concurrency %d is not within 1..%d", name, ErrInvalidInput, p.Concurrency, MaxLimit)
+	case (p.RateLimit == 0) != (p.RatePer == 0):
+		return nil, fmt.Errorf("set limit %s: %w: a rate limit needs both its limit and its window (per)", name, ErrInvalidInput)
+	case p.RateLimit != 0 && (p.RateLimit < 1 || p.RateLimit > MaxLimit):
+		return nil, fmt.Errorf("set limit %s: %w: rate limit %d is not within 1..%d", name, ErrInvalidInput, p.RateLimit, MaxLimit)
+	case p.RatePer != 0 && (p.RatePer < MinRatePer || p.RatePer > MaxRatePer):
+		return nil, fmt.Errorf("set limit %s: %w: per %s is not within %s..%s", name, ErrInvalidInput, p.RatePer, MinRatePer, MaxRatePer)
+	}
+	if p.Concurrency != 0 {
+		conc = &p.Concurrency
+	}
+	if p.RateLimit != 0 {
+		secs := p.RatePer.Seconds()
+		rate, per = &p.RateLimit, &secs
 	}
 	var out LimitOverride
-	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, concurrency, actor); err != nil {
+	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, conc, rate, per, actor); err != nil {
 		return nil, fmt.Errorf("set limit %s: %w", name, translateError(err))
 	}
 	return &out, nil
+}
+
+// LimitClear removes the limits set at run time for name: its steps' own limits
+// apply again from the next claim. Clearing a name without an override does
+// nothing.
+func (s *Store) LimitClear(ctx context.Context, name string) error {
+	if _, err := s.db.ExecContext(ctx, sqlLimitClear, name); err != nil {
+		return fmt.Errorf("clear limit %s: %w", name, translateError(err))
+	}
+	return nil
 }
 
 // QueueTimeouts fails up to limit ready steps whose queue_timeout has passed

@@ -110,9 +110,9 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 	claimKeys(t, ctx, s, "d1", 1)
 
 	// A limit raised at run time.
-	o, err := s.LimitSet(ctx, "tenant", 3, "alice")
+	o, err := s.LimitSet(ctx, "tenant", catalog.LimitSetParams{Concurrency: 3}, "alice")
 	require.NoError(t, err)
-	require.Equal(t, 3, o.Concurrency)
+	require.Equal(t, 3, *o.Concurrency)
 	claimKeys(t, ctx, s, "d1", 2)
 	use, ovr, err := s.LimitList(ctx, "tenant")
 	require.NoError(t, err)
@@ -124,7 +124,7 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 		require.Equal(t, 3, u.Limit)
 		require.Equal(t, 2, u.StepLimit)
 	}
-	_, err = s.LimitSet(ctx, "tenant", 0, "alice")
+	_, err = s.LimitSet(ctx, "tenant", catalog.LimitSetParams{}, "alice")
 	require.ErrorIs(t, err, catalog.ErrInvalidInput)
 }
 
@@ -475,3 +475,158 @@ func TestRunDeadline(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestFairOrderBetweenKeys: the keys of one limit take turns. Tenant a's 500 ready
+// steps are older than tenant b's 5, and the claimer (a dispatcher with room for 2)
+// rather than the limit (2 per key) is the bottleneck: taken oldest first, b's
+// steps would wait for a's whole backlog; in turns, they all start before a's 50th.
+// Priority still comes first: a's urgent step, created last, starts first.
+func TestFairOrderBetweenKeys(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	flowVersion(t, s, "wf", `{"name":"tenant","key":"input.tenant","limit":2}`)
+	tenant := map[uuid.UUID]string{}
+	for range 500 {
+		tenant[flowRun(t, ctx, s, "wf", `{"tenant":"a"}`)] = "a"
+	}
+	for range 5 {
+		tenant[flowRun(t, ctx, s, "wf", `{"tenant":"b"}`)] = "b"
+	}
+	nine := 9
+	urgent, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Input: json.RawMessage(`{"tenant":"a"}`), Priority: &nine})
+	require.NoError(t, err)
+	tenant[urgent.ID] = "urgent"
+
+	var (
+		running []catalog.Claimed
+		started []string // the tenant of each start, in order
+		aStarts int
+		bStarts int
+	)
+	for bStarts < 5 && aStarts < 50 {
+		claimed, err := s.StepClaim(ctx, "d1", 2-len(running), time.Minute)
+		require.NoError(t, err)
+		require.NotEmpty(t, claimed, "a step of each tenant is ready and a slot is free")
+		for _, c := range claimed {
+			started = append(started, tenant[c.RunID])
+			switch tenant[c.RunID] {
+			case "a":
+				aStarts++
+			case "b":
+				bStarts++
+			}
+		}
+		running = append(running, claimed...)
+		// The oldest running step ends; its slot is free for the next claim.
+		require.NoError(t, finish(t, ctx, s, running[0], catalog.OutcomeSucceeded, false, `{}`))
+		running = running[1:]
+	}
+	require.Equal(t, "urgent", started[0], "priority before turns: %v", started)
+	require.Equal(t, 5, bStarts, "every step of b starts before a's 50th: %v", started)
+	require.Less(t, aStarts, 10, "a and b take turns: %v", started)
+}
+
+// flowOf reads the flow settings of a step from the catalog: "name/key/limit
+// rate:name/key/limit/per p<priority> on<runs_on> q<queue_timeout>".
+func flowOf(t *testing.T, ctx context.Context, s *catalog.Store, run uuid.UUID, key string) string {
+	t.Helper()
+	var out string
+	require.NoError(t, s.DB().GetContext(ctx, &out, `
+SELECT concat_ws(' ', coalesce(conc_name || '/' || conc_key || '/' || conc_limit, '-'),
+                 coalesce('rate:' || rate_name || '/' || rate_key || '/' || rate_limit || '/' || rate_per_s, '-'),
+                 'p' || priority, 'on' || coalesce(array_to_string(runs_on, ','), '-'),
+                 'q' || coalesce(queue_timeout_s::text, '-'))
+FROM steps WHERE run_id = $1 AND key = $2`, run, key))
+	return out
+}
+
+// TestFlowOfMapInstances: a map's instances take the map step's flow settings (its
+// concurrency limit and key, rate limit, priority, runs_on, queue_timeout), so a
+// limit on a map step bounds its items.
+func TestFlowOfMapInstances(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	def := `{"steps":[{"key":"m","needs":[],"with":{},"priority":7,"runs_on":["gpu"],"queue_timeout_ms":60000,
+		"concurrency":{"name":"tenant","key":"input.tenant","limit":1},
+		"rate_limit":{"name":"api","key":"","limit":5,"per_ms":1000}}]}`
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "wf", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "m", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	run := flowRun(t, ctx, s, "wf", `{"tenant":"acme"}`)
+	claimed, _, err := s.StepClaimNext(ctx, "d1", []string{"gpu"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.NoError(t, s.MapStart(ctx, lease(claimed[0]), &catalog.MapStartParams{MaxParallel: 10,
+		Items: json.RawMessage(`["a","b","c"]`)}))
+	_, _, err = s.MapWork(ctx, catalog.MapRef{RunID: run, Key: "m"}, catalog.MapWorker{Finish: listFinisher(t)})
+	require.NoError(t, err)
+	want := "tenant/acme/1 rate:api//5/1 p7 ongpu q60"
+	require.Equal(t, want, flowOf(t, ctx, s, run, "m"))
+	for i := range 3 {
+		require.Equal(t, want, flowOf(t, ctx, s, run, fmt.Sprintf("m[%d]", i)))
+	}
+	// The key's one slot: one instance runs at a time, on a gpu dispatcher only.
+	claimed, _, err = s.StepClaimNext(ctx, "d2", nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, claimed, "an untagged dispatcher claims no instance")
+	claimed, _, err = s.StepClaimNext(ctx, "d1", []string{"gpu"}, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1, "the map step's concurrency limit bounds its instances")
+}
+
+// TestFlowOfHandlers: a compensation and an on_failure step take their own flow
+// settings (here the compensation's), else the defaults' (the definition's
+// on_failure step carries them, as bundle.Normalize writes it); the run's priority,
+// given at its start, applies to them as to its other steps.
+func TestFlowOfHandlers(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	def := `{"steps":[
+		{"key":"s1","needs":[],"with":{},"compensate":{"key":"compensate-s1","with":{},
+			"concurrency":{"name":"refunds","key":"input.tenant","limit":1},"queue_timeout_ms":30000}},
+		{"key":"boom","needs":["s1"],"with":{}}],
+	  "on_failure":[{"key":"notify","with":{},"concurrency":{"name":"wf","key":"","limit":3},
+		"rate_limit":{"name":"pager","key":"input.tenant","limit":1,"per_ms":60000},"runs_on":["ops"]}]}`
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "wf", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest,
+		Steps: []catalog.NewStep{{Key: "s1", MaxAttempts: 1, CompensateAttempts: 1},
+			{Key: "boom", Needs: []string{"s1"}, MaxAttempts: 1}},
+		OnFailure: []catalog.NewStep{{Key: "notify", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	for i, prio := range []*int{nil, ptr(8)} {
+		tenant := []string{"acme", "globex"}[i] // a bucket each: one token a minute
+		r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf",
+			Input: json.RawMessage(`{"tenant":"` + tenant + `"}`), Priority: prio})
+		require.NoError(t, err)
+		succeed(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["s1"])
+		fail(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["boom"])
+		p := "p5"
+		if prio != nil {
+			p = "p8"
+		}
+		require.Equal(t, "refunds/"+tenant+"/1 - "+p+" on- q30", flowOf(t, ctx, s, r.ID, "compensate-s1"))
+		require.Equal(t, "wf//3 rate:pager/"+tenant+"/1/60 "+p+" onops q-", flowOf(t, ctx, s, r.ID, "notify"))
+		// The compensation runs; notify, on an ops dispatcher only.
+		succeed(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["compensate-s1"])
+		claimKeys(t, ctx, s, "d1", 0)
+		claimed, _, err := s.StepClaimNext(ctx, "d2", []string{"ops"}, 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		succeed(t, ctx, s, claimed[0])
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -162,7 +162,15 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out, next = out[:0], 0
 		var rows []claimCandidate
-		if err := tx.SelectContext(ctx, &rows, sqlClaimCandidates, limit, pq.StringArray(tags)); err != nil {
+		fair, err := s.fairClaims(ctx, tx)
+		if err != nil {
+			return err
+		}
+		q := sqlClaimCandidatesByAge
+		if fair {
+			q = sqlClaimCandidates
+		}
+		if err := tx.SelectContext(ctx, &rows, q, limit, pq.StringArray(tags)); err != nil {
 			return err
 		}
 		cands := rows[:0:0]
@@ -187,7 +195,10 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		for i, c := range cands {
 			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
-		return tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
+		if err := tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
+			return err
+		}
+		return serve(ctx, tx, cands)
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim steps: %w", err)

@@ -201,11 +201,22 @@ func (s *Store) RunRerun(ctx context.Context, p *RunRerunParams) (run *Run, plan
 		}
 		// The new run's steps get their concurrency keys as a run's do when it is
 		// created; they are not visible to a claim before this transaction commits.
-		_, flow, err := flowKeys(ctx, tx, id, run.Workflow, run.Version, "", json.RawMessage(run.Input), run.Labels)
-		if err != nil || flow == nil {
+		_, flow, hflow, err := flowKeys(ctx, tx, id, run.Workflow, run.Version, "", json.RawMessage(run.Input), run.Labels, nil)
+		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlFlowApply, id, string(flow))
+		if hflow != nil {
+			if _, err = tx.ExecContext(ctx, sqlRunHandlerFlow, id, string(hflow)); err != nil {
+				return err
+			}
+		}
+		if flow == nil {
+			return nil
+		}
+		if _, err = tx.ExecContext(ctx, sqlFlowApply, id, string(flow)); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, sqlLimitKeys, string(flow))
 		return err
 	})
 	if err != nil {

@@ -69,11 +69,12 @@ WITH w AS (
                            ELSE $3::integer END
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
-                      labels, parent_id, deadline_at)
+                      labels, parent_id, deadline_at, handler_flow)
     SELECT $1, v.workflow, v.version, $4, cardinality(v.keys), cardinality(v.keys), 1,
            CASE WHEN w.paused THEN 'paused' ELSE 'pending' END, CASE WHEN w.paused THEN 'workflow' END,
            $5, $6,
-           coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0))
+           coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0)),
+           $11::jsonb
     FROM v, w
     RETURNING ` + runColumns + `
 ), st AS (
@@ -93,6 +94,12 @@ WITH w AS (
            CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
            ($8::jsonb -> k ->> 'q')::float8
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
+), lk AS (
+    -- the concurrency keys of the steps get a turn (sqlLimitKeys)
+    INSERT INTO limit_keys (name, key, served_at)
+    SELECT DISTINCT f.value ->> 'n', f.value ->> 'k', '-infinity'::timestamptz
+    FROM v, jsonb_each($8::jsonb) AS f WHERE f.value ? 'n'
+    ON CONFLICT (name, key) DO NOTHING
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
     SELECT $1, n, s.k
@@ -287,7 +294,7 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 	if p.Parent != uuid.Nil {
 		parent = p.Parent
 	}
-	version, flow, err := flowKeys(ctx, q, id, p.Workflow, p.Version, p.Alias, p.Input, p.Labels)
+	version, flow, hflow, err := flowKeys(ctx, q, id, p.Workflow, p.Version, p.Alias, p.Input, p.Labels, p.Priority)
 	if err != nil {
 		return nil, false, err
 	}
@@ -302,7 +309,8 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 	if p.Deadline != nil {
 		deadline = *p.Deadline
 	}
-	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline}
+	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline,
+		nullJSON(hflow)}
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String(),
 			ttl.Seconds())

@@ -60,6 +60,9 @@ func (c *Config) withDefaults() Config {
 type Store struct {
 	db  *sqlx.DB
 	cfg Config
+	// fair caches whether claims take turns between concurrency keys
+	// (fairClaims).
+	fair fairCache
 }
 
 // Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It

@@ -925,9 +925,10 @@ type LimitKey struct {
 
 // LimitOverride defines model for LimitOverride.
 type LimitOverride struct {
-	// Concurrency slots per key, for every step whose concurrency names the limit
-	Concurrency int64     `json:"concurrency"`
+	// Concurrency slots per key, for every step whose concurrency names the limit (absent: the steps' own)
+	Concurrency *int64    `json:"concurrency,omitempty"`
 	Name        string    `json:"name"`
+	RateLimit   *RateSpec `json:"rate_limit,omitempty"`
 	UpdatedAt   time.Time `json:"updated_at"`
 
 	// UpdatedBy the name of the token that set it
@@ -939,7 +940,7 @@ type Limits struct {
 	// Keys every concurrency key with a step running or ready, by name and key (at most 1000)
 	Keys *[]LimitKey `json:"keys"`
 
-	// Overrides the concurrency limits set at run time
+	// Overrides the concurrency and rate limits set at run time
 	Overrides *[]LimitOverride `json:"overrides"`
 
 	// Rates every rate limit bucket, by name and key (at most 1000): one per key a step has started under
@@ -1115,8 +1116,9 @@ type Problem struct {
 
 // PutLimitBody defines model for PutLimitBody.
 type PutLimitBody struct {
-	// Concurrency slots per key
-	Concurrency int64 `json:"concurrency"`
+	// Concurrency slots per key of the concurrency limit
+	Concurrency *int64    `json:"concurrency,omitempty"`
+	RateLimit   *RateSpec `json:"rate_limit,omitempty"`
 }
 
 // PutSecretBody defines model for PutSecretBody.
@@ -1130,13 +1132,13 @@ type RateKey struct {
 	// Key the key, the value of rate_limit.key for the step's run (empty: one bucket for the whole limit)
 	Key string `json:"key"`
 
-	// Limit tokens per window
+	// Limit tokens per window in force: the one set by PUT /v1/limits/{name} if any, else the steps' own
 	Limit int64 `json:"limit"`
 
 	// Name the rate limit's name (rate_limit.name; default the workflow's name)
 	Name string `json:"name"`
 
-	// Per the window (Go duration)
+	// Per the window in force (Go duration)
 	Per string `json:"per"`
 
 	// Ready steps of the key ready to start
@@ -1144,6 +1146,15 @@ type RateKey struct {
 
 	// Tokens tokens left now: starts allowed at once
 	Tokens float64 `json:"tokens"`
+}
+
+// RateSpec defines model for RateSpec.
+type RateSpec struct {
+	// Limit tokens (starts) per window
+	Limit int64 `json:"limit"`
+
+	// Per the window, a Go duration from 1ms to 24h ("1s", "1m")
+	Per string `json:"per"`
 }
 
 // RerunPlan defines model for RerunPlan.
@@ -1996,9 +2007,18 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/limits (the `ListLimits` operationId).
 	ListLimits(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutLimitWithBody Change a concurrency limit
+	// ClearLimit Clear the limits set at run time
 	//
-	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	// Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.
+	//
+	// Requires the `admin` role.
+	//
+	// Corresponds with DELETE /v1/limits/{name} (the `ClearLimit` operationId).
+	ClearLimit(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutLimitWithBody Change a concurrency or rate limit
+	//
+	// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 	//
 	// Requires the `admin` role.
 	//
@@ -2007,9 +2027,9 @@ type ClientInterface interface {
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
 	PutLimitWithBody(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PutLimit Change a concurrency limit
+	// PutLimit Change a concurrency or rate limit
 	//
-	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 	//
 	// Requires the `admin` role.
 	//
@@ -2797,9 +2817,28 @@ func (c *APIClient) ListLimits(ctx context.Context, params *ListLimitsParams, re
 	return c.Client.Do(req)
 }
 
-// PutLimitWithBody Change a concurrency limit
+// ClearLimit Clear the limits set at run time
 //
-// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+// Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.
+//
+// Requires the `admin` role.
+//
+// Corresponds with DELETE /v1/limits/{name} (the `ClearLimit` operationId).
+func (c *APIClient) ClearLimit(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewClearLimitRequest(c.Server, name)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutLimitWithBody Change a concurrency or rate limit
+//
+// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 //
 // Requires the `admin` role.
 //
@@ -2818,9 +2857,9 @@ func (c *APIClient) PutLimitWithBody(ctx context.Context, name string, contentTy
 	return c.Client.Do(req)
 }
 
-// PutLimit Change a concurrency limit
+// PutLimit Change a concurrency or rate limit
 //
-// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 //
 // Requires the `admin` role.
 //
@@ -4397,6 +4436,40 @@ func NewListLimitsRequest(server string, params *ListLimitsParams) (*http.Reques
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewClearLimitRequest constructs an http.Request for the ClearLimit method
+func NewClearLimitRequest(server string, name string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "name", name, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/limits/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -7083,9 +7156,20 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/limits (the `ListLimits` operationId).
 	ListLimitsWithResponse(ctx context.Context, params *ListLimitsParams, reqEditors ...RequestEditorFn) (*ListLimitsResponse, error)
 
-	// PutLimitWithBodyWithResponse Change a concurrency limit
+	// ClearLimitWithResponse Clear the limits set at run time
 	//
-	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	// Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.
+	//
+	// Requires the `admin` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/limits/{name} (the `ClearLimit` operationId).
+	ClearLimitWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ClearLimitResponse, error)
+
+	// PutLimitWithBodyWithResponse Change a concurrency or rate limit
+	//
+	// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 	//
 	// Requires the `admin` role.
 	//
@@ -7094,9 +7178,9 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
 	PutLimitWithBodyWithResponse(ctx context.Context, name string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
 
-	// PutLimitWithResponse Change a concurrency limit
+	// PutLimitWithResponse Change a concurrency or rate limit
 	//
-	// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+	// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 	//
 	// Requires the `admin` role.
 	//
@@ -8494,6 +8578,89 @@ func (r ListLimitsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListLimitsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ClearLimitResponse503Headers the declared response headers of an HTTP 503 response for ClearLimit
+type ClearLimitResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ClearLimitResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ClearLimitResponse503Headers
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ClearLimitResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ClearLimitResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ClearLimitResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ClearLimitResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ClearLimitResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13661,9 +13828,26 @@ func (c *ClientWithResponses) ListLimitsWithResponse(ctx context.Context, params
 	return ParseListLimitsResponse(rsp)
 }
 
-// PutLimitWithBodyWithResponse Change a concurrency limit
+// ClearLimitWithResponse Clear the limits set at run time
 //
-// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+// Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.
+//
+// Requires the `admin` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/limits/{name} (the `ClearLimit` operationId).
+func (c *ClientWithResponses) ClearLimitWithResponse(ctx context.Context, name string, reqEditors ...RequestEditorFn) (*ClearLimitResponse, error) {
+	rsp, err := c.ClearLimit(ctx, name, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseClearLimitResponse(rsp)
+}
+
+// PutLimitWithBodyWithResponse Change a concurrency or rate limit
+//
+// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 //
 // Requires the `admin` role.
 //
@@ -13678,9 +13862,9 @@ func (c *ClientWithResponses) PutLimitWithBodyWithResponse(ctx context.Context, 
 	return ParsePutLimitResponse(rsp)
 }
 
-// PutLimitWithResponse Change a concurrency limit
+// PutLimitWithResponse Change a concurrency or rate limit
 //
-// Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+// Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
 //
 // Requires the `admin` role.
 //
@@ -15364,6 +15548,83 @@ func ParseListLimitsResponse(rsp *http.Response) (*ListLimitsResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers ListLimitsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseClearLimitResponse parses an HTTP response from a ClearLimitWithResponse call
+func ParseClearLimitResponse(rsp *http.Response) (*ClearLimitResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ClearLimitResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ClearLimitResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

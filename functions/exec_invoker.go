@@ -81,6 +81,11 @@ type ExecConfig struct {
 	// SandboxUID is the uid (and gid) of handlers under IsolationBwrap when the
 	// server runs as root. Default: DefaultSandboxUID (65534, nobody).
 	SandboxUID int
+	// CgroupRoot is the cgroup v2 mount under which the server's own cgroup is
+	// looked for to enforce resources with cgroups (exec_cgroup.go); "none" never
+	// uses cgroups. Without a usable cgroup v2, resources are enforced with rlimits
+	// (exec_resources.go). Default: /sys/fs/cgroup.
+	CgroupRoot string
 }
 
 // Exec runs exec steps: a program of the bundle, once per attempt, in its own
@@ -137,9 +142,13 @@ type Exec struct {
 	baseEnv []string
 	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
 	sandbox *sandbox
-	// prlimit is util-linux's prlimit, which applies Spec.Resources; "" when
-	// it is not installed.
+	// prlimit is util-linux's prlimit, which applies Spec.Resources without
+	// cgroups; "" when it is not installed.
 	prlimit string
+	// cgroup makes the attempts' cgroups, which apply Spec.Resources; nil
+	// without a usable cgroup v2 (cgroupErr says why): rlimits then.
+	cgroup    *cgroupV2
+	cgroupErr error
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
@@ -180,6 +189,17 @@ func NewExec(cfg *ExecConfig) *Exec {
 	}
 	e.baseEnv = []string{"PATH=" + path, "LANG=" + lang}
 	e.prlimit = findPrlimit()
+	if cfg.CgroupRoot == "none" {
+		e.cgroupErr = fmt.Errorf("%w: turned off", errNoCgroup)
+	} else {
+		e.cgroup, e.cgroupErr = detectCgroup(cfg.CgroupRoot)
+	}
+	if e.cgroup != nil {
+		e.logger.Info("resources of exec steps are enforced with cgroup v2", "cgroup", e.cgroup.dir)
+	} else {
+		e.logger.Info("resources of exec steps are enforced with rlimits (prlimit)", "reason", e.cgroupErr.Error(),
+			"prlimit", e.prlimit)
+	}
 	if cfg.Isolation == IsolationBwrap {
 		uid := cfg.SandboxUID
 		if uid <= 0 {
@@ -279,11 +299,25 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		})
 		path = args[0]
 	}
-	if path, args, err = e.limitCommand(inv.Spec.Resources, path, args); err != nil {
-		return err
-	}
-	if res := inv.Spec.Resources; res != nil && res.CPU > 0 {
-		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
+	if res := inv.Spec.Resources; e.cgroup != nil && res != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
+		cg, err := e.cgroup.create("attempt-"+randomHex(8), res)
+		if err != nil {
+			return &Error{Message: "the step sets resources, and this server could not make the attempt's cgroup: " + err.Error(),
+				Retryable: true, Code: CodeIsolationUnavailable}
+		}
+		defer func() {
+			if err := cg.remove(); err != nil {
+				logger.Warn("exec: remove the attempt's cgroup", "error", err)
+			}
+		}()
+		r.cgroup = cg
+	} else {
+		if path, args, err = e.limitCommand(res, path, args); err != nil {
+			return err
+		}
+		if res != nil && res.CPU > 0 {
+			_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
+		}
 	}
 	r.resources = inv.Spec.Resources
 	for try := 1; ; try++ {
@@ -293,6 +327,9 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			Dir:         bundleDir,
 			Env:         env,
 			SysProcAttr: handlerProcAttr(),
+		}
+		if r.cgroup != nil {
+			intoCgroup(cmd.SysProcAttr, r.cgroup.fd)
 		}
 		err := r.start(ctx, cmd, payload)
 		if err == nil {
@@ -402,6 +439,9 @@ type execRun struct {
 	cmd       *exec.Cmd
 	// resources are the handler's limits (nil: none).
 	resources *Resources
+	// cgroup is the attempt's cgroup, which enforces resources; nil: rlimits
+	// do, or there are none.
+	cgroup *attemptCgroup
 
 	// Parent ends of the pipes.
 	stdinW                  *os.File
@@ -831,6 +871,11 @@ func (r *execRun) result(waitErr error) error {
 	tail := r.tail.String()
 	if tail != "" {
 		failure.Message += "; stderr: " + tail
+	}
+	if r.cgroup != nil && r.resources.MemoryBytes > 0 {
+		if kills := r.cgroup.oomKills(); kills > 0 {
+			return cgroupFailure(r.resources, kills, failure)
+		}
 	}
 	return resourceFailure(r.resources, failure, tail)
 }

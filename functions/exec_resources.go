@@ -10,8 +10,10 @@ import (
 // Resources bounds an exec handler: its memory, CPUs and processes (manifest:
 // resources). Zero fields are unbounded.
 //
-// This invoker enforces them with resource limits (setrlimit, through
-// util-linux's prlimit wrapping the handler, or the sandbox around it):
+// Where the server's cgroup v2 is delegated, each attempt gets a cgroup with
+// memory.max, cpu.max and pids.max (exec_cgroup.go). Elsewhere this invoker
+// enforces them with resource limits (setrlimit, through util-linux's prlimit
+// wrapping the handler, or the sandbox around it):
 //   - MemoryBytes is RLIMIT_AS, the address space of each of the handler's
 //     processes: an allocation past it fails. A handler that then fails and
 //     says so on stderr (out of memory, cannot allocate memory, MemoryError,
@@ -21,10 +23,8 @@ import (
 //   - Pids is RLIMIT_NPROC: it counts every process of the handler's user
 //     (under the sandbox, uid 65534, shared by the handlers of a server) and
 //     does not bind root (a server running handlers unisolated as root).
-//   - CPU is not enforced with rlimits: a note in the attempt's log says so.
-//
-// cgroup v2 (memory.max, cpu.max, pids.max per attempt, and the OOM killer's
-// count as the reason) is not used yet.
+//   - CPU is not enforced with rlimits (RLIMIT_CPU, seconds of CPU before a
+//     kill, is not a share of CPUs): a note in the attempt's log says so.
 type Resources struct {
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	CPU         float64 `json:"cpu,omitempty"`

@@ -62,8 +62,10 @@ func limitGauges(use []catalog.LimitUsage, overrides []catalog.LimitOverride) []
 		g.slots = max(g.slots, u.Limit)
 	}
 	for _, o := range overrides {
-		if _, ok := at[o.Name]; !ok {
-			out = append(out, limitGauge{name: o.Name, slots: o.Concurrency})
+		if _, ok := at[o.Name]; !ok && o.Concurrency != nil {
+			// A limit set at run time that no key uses yet (a rate-only
+			// override has no slots).
+			out = append(out, limitGauge{name: o.Name, slots: *o.Concurrency})
 		}
 	}
 	return out

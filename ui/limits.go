@@ -58,6 +58,6 @@ func (h *Handler) setLimit(w http.ResponseWriter, r *http.Request, s *session) {
 		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "concurrency is not a whole number"})
 		return
 	}
-	_, err = s.api.PutLimitWithResponse(r.Context(), name, client.PutLimitBody{Concurrency: n})
+	_, err = s.api.PutLimitWithResponse(r.Context(), name, client.PutLimitBody{Concurrency: &n})
 	h.after(w, r, s, err, "/ui/limits?set="+url.QueryEscape(name))
 }

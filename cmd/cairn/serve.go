@@ -50,6 +50,7 @@ type runtimeFlags struct {
 	// it works, else none with a warning.
 	execIsolation isolationFlag
 	execUID       int
+	execCgroup    string
 	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
 	httpAllowLocal bool
 	// maxChildDepth and maxChildRuns bound child runs (workflow steps).
@@ -92,6 +93,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.Var(&f.execIsolation, "exec-isolation", "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user; see docs/security.md)"+isolationDefault)
 	fs.BoolVar(&f.httpAllowLocal, "http-allow-local", dev, "let http steps call loopback and link-local addresses (this machine, cloud instance credentials)")
 	fs.IntVar(&f.execUID, "exec-uid", functions.DefaultSandboxUID, "uid and gid of sandboxed exec handlers when the server runs as root")
+	fs.StringVar(&f.execCgroup, "exec-cgroup", "/sys/fs/cgroup", "the cgroup v2 mount where exec steps' resources are enforced with a cgroup per attempt, when the server's cgroup there is delegated (else rlimits); none: rlimits always")
 	fs.IntVar(&f.maxChildDepth, "max-child-depth", runtime.DefaultMaxChildDepth, "how deep child runs (workflow steps) may nest: a step that would start a deeper one fails with code child_limit")
 	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
 	bindEnv(fs, map[string]string{
@@ -108,6 +110,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"exec-isolation":   "CAIRN_EXEC_ISOLATION",
 		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
 		"exec-uid":         "CAIRN_EXEC_UID",
+		"exec-cgroup":      "CAIRN_EXEC_CGROUP",
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
 	})
@@ -173,7 +176,7 @@ func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
 	if iso == "" {
 		iso, fallback = functions.IsolationBwrap, true
 	}
-	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID}
+	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID, CgroupRoot: rf.execCgroup}
 	inv := functions.NewExec(cfg)
 	how, err := inv.Isolation()
 	switch {

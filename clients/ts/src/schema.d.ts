@@ -181,14 +181,20 @@ export interface paths {
         };
         get?: never;
         /**
-         * Change a concurrency limit
-         * @description Sets the slots per key of the limit, for every step whose concurrency names it, replacing the steps' own limit from the next claim on. Running steps keep running: a lower limit only holds back the next starts.
+         * Change a concurrency or rate limit
+         * @description Sets the slots per key (`concurrency`) and/or the tokens per window (`rate_limit`) of the limit, for every step whose concurrency or rate_limit names it, replacing the steps' own from the next claim on; a field left out keeps its value. The override is kept in the catalog: it survives restarts and deploys and wins over the manifest until `DELETE /v1/limits/{name}` clears it. Running steps keep running: a lower limit only holds back the next starts.
          *
          *     Requires the `admin` role.
          */
         put: operations["putLimit"];
         post?: never;
-        delete?: never;
+        /**
+         * Clear the limits set at run time
+         * @description Removes the concurrency and rate limits set by PUT /v1/limits/{name}: the steps' own limits (their manifests') apply again from the next claim. Clearing a name without an override does nothing.
+         *
+         *     Requires the `admin` role.
+         */
+        delete: operations["clearLimit"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1402,10 +1408,12 @@ export interface components {
         LimitOverride: {
             /**
              * Format: int64
-             * @description slots per key, for every step whose concurrency names the limit
+             * @description slots per key, for every step whose concurrency names the limit (absent: the steps' own)
              */
-            concurrency: number;
+            concurrency?: number;
             name: string;
+            /** @description starts per window, for every step whose rate_limit names the limit (absent: the steps' own) */
+            rate_limit?: components["schemas"]["RateSpec"];
             /** Format: date-time */
             updated_at: string;
             /** @description the name of the token that set it */
@@ -1414,7 +1422,7 @@ export interface components {
         Limits: {
             /** @description every concurrency key with a step running or ready, by name and key (at most 1000) */
             keys: components["schemas"]["LimitKey"][] | null;
-            /** @description the concurrency limits set at run time */
+            /** @description the concurrency and rate limits set at run time */
             overrides: components["schemas"]["LimitOverride"][] | null;
             /** @description every rate limit bucket, by name and key (at most 1000): one per key a step has started under */
             rates: components["schemas"]["RateKey"][] | null;
@@ -1566,9 +1574,11 @@ export interface components {
         PutLimitBody: {
             /**
              * Format: int64
-             * @description slots per key
+             * @description slots per key of the concurrency limit
              */
-            concurrency: number;
+            concurrency?: number;
+            /** @description the rate limit's tokens per window */
+            rate_limit?: components["schemas"]["RateSpec"];
         };
         PutSecretBody: {
             /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
@@ -1579,12 +1589,12 @@ export interface components {
             key: string;
             /**
              * Format: int64
-             * @description tokens per window
+             * @description tokens per window in force: the one set by PUT /v1/limits/{name} if any, else the steps' own
              */
             limit: number;
             /** @description the rate limit's name (rate_limit.name; default the workflow's name) */
             name: string;
-            /** @description the window (Go duration) */
+            /** @description the window in force (Go duration) */
             per: string;
             /**
              * Format: int64
@@ -1596,6 +1606,15 @@ export interface components {
              * @description tokens left now: starts allowed at once
              */
             tokens: number;
+        };
+        RateSpec: {
+            /**
+             * Format: int64
+             * @description tokens (starts) per window
+             */
+            limit: number;
+            /** @description the window, a Go duration from 1ms to 24h ("1s", "1m") */
+            per: string;
         };
         RerunPlan: {
             /** @description steps carried over from the source run: succeeded, with its output as stored (same inline value or same $blob reference), without an attempt */
@@ -3030,6 +3049,107 @@ export interface operations {
              *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
              */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    clearLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the limit's name */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
