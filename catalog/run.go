@@ -250,7 +250,7 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
 	if p.IdempotencyKey == "" {
-		run, _, err = runCreateTx(ctx, s.db, p, s.cfg.IdempotencyTTL)
+		run, _, err = runCreateTx(ctx, pooledQueryer{s.db, s}, p, s.cfg.IdempotencyTTL)
 		if err != nil {
 			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
 		}
@@ -369,7 +369,7 @@ func stepArrays(steps []NewStep) layoutArrays {
 // RunGet returns a run; ErrNotFound if none.
 func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*Run, error) {
 	var r Run
-	if err := s.db.GetContext(ctx, &r, sqlRunGet, id); err != nil {
+	if err := s.getPrepared(ctx, &r, sqlRunGet, id); err != nil {
 		return nil, fmt.Errorf("get run %s: %w", id, translateError(err))
 	}
 	return &r, nil
