@@ -3,7 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"strings"
+	"regexp"
 	"time"
 
 	"github.com/cairnrun/cairn/bench/internal/cairn"
@@ -234,30 +234,72 @@ FROM attempts WHERE status = 'succeeded'`).Scan(&round.Steps, &span); err != nil
 	if p.SQL, err = e.sqlProfile(ctx, "step", steps, 25); err != nil {
 		return round, err
 	}
-	p.ClaimBatch, p.FinishBatch = batchSizes(p.SQL.Statements, steps)
+	if p.ClaimBatch, p.FinishBatch, err = e.batchSizes(ctx, steps); err != nil {
+		e.Logf("throughput: WARNING: no claim and finish batch sizes: %v", err)
+	}
 	round.Profile = p
 	e.Logf("throughput: %d dispatcher(s): %.0f steps/s", dispatchers, round.StepsPerS)
 	return round, nil
 }
 
-// batchSizes reads the mean claim and finish batch from the top-level claim and
-// finish statements: steps per call.
-func batchSizes(stmts []Statement, steps float64) (claim, finish float64) {
-	for _, s := range stmts {
-		if !s.TopLevel || s.Calls == 0 {
-			continue
+// Cairn's claim and finish statements, as pg_stat_statements records them (the
+// text as sent, constants replaced by $n). The claim is the one top-level
+// statement that inserts attempts (catalog sqlClaim: one call per claim, a row
+// per step claimed); a batch of outcomes is one call of cairn_steps_succeed for
+// its successes and one statement of cairn_step_finish calls for the rest.
+var (
+	claimStatement  = regexp.MustCompile(`(?i)\bINSERT\s+INTO\s+attempts\b`)
+	finishStatement = regexp.MustCompile(`\bcairn_(steps_succeed|step_finish)\s*\(`)
+)
+
+// batchKind classifies a top-level statement: "claim", "finish" or "".
+func batchKind(query string) string {
+	switch {
+	case claimStatement.MatchString(query):
+		return "claim"
+	case finishStatement.MatchString(query):
+		return "finish"
+	}
+	return ""
+}
+
+// batchSizes reads the mean claim batch (steps per claim statement) and finish
+// batch (steps per completing statement) from pg_stat_statements, over the whole
+// text of every top-level statement of Cairn's role. (The statements in the
+// profile are cut to 300 characters and only the top ones are kept, so they
+// cannot be matched: the 0.0 this printed before.) An error when neither
+// statement is found, so that a renamed statement shows instead of a zero.
+func (e *Env) batchSizes(ctx context.Context, steps float64) (claim, finish float64, err error) {
+	rows, err := e.DB.Query(ctx, `
+SELECT query, calls, rows FROM pg_stat_statements
+WHERE toplevel AND calls > 0 AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND userid = (SELECT oid FROM pg_roles WHERE rolname = '`+CatalogRole+`')`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var claimCalls, claimRows, finishCalls float64
+	for rows.Next() {
+		var q string
+		var calls, n int64
+		if err := rows.Scan(&q, &calls, &n); err != nil {
+			return 0, 0, err
 		}
-		switch {
-		case strings.Contains(s.Query, "FROM cairn_claim("):
-			claim = float64(s.Rows) / float64(s.Calls)
-		case strings.Contains(s.Query, "cairn_step_finish("):
-			finish += float64(s.Calls)
+		switch batchKind(q) {
+		case "claim":
+			claimCalls += float64(calls)
+			claimRows += float64(n)
+		case "finish":
+			finishCalls += float64(calls)
 		}
 	}
-	if finish > 0 {
-		finish = steps / finish
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
 	}
-	return claim, finish
+	if claimCalls == 0 || finishCalls == 0 {
+		return 0, 0, fmt.Errorf("claim or finish statement not found in pg_stat_statements (%v claims, %v finishes)", claimCalls, finishCalls)
+	}
+	return claimRows / claimCalls, steps / finishCalls, nil
 }
 
 // bestCPU returns the lowest cpu_ms_per_step of the default-settings rounds.
