@@ -153,9 +153,22 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	return r
 }
 
+// throughputRound empties the catalog and burns a round (burnRound).
 func throughputRound(ctx context.Context, e *Env, workflow string, dispatchers, concurrency int) (Round, error) {
-	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
 	if err := e.ResetCatalog(ctx); err != nil {
+		return Round{Dispatchers: dispatchers, Concurrency: concurrency}, err
+	}
+	return burnRound(ctx, e, workflow, dispatchers, concurrency)
+}
+
+// burnRound creates ThroughputRuns runs of workflow, all before the dispatchers
+// start, then burns them with dispatchers `cairn serve` processes, over the
+// catalog as it is: only the attempts started by this round are counted.
+// throughput and growth measure with it.
+func burnRound(ctx context.Context, e *Env, workflow string, dispatchers, concurrency int) (Round, error) {
+	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
+	var since time.Time
+	if err := e.DB.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
 		return round, err
 	}
 	e.Logf("throughput: creating %d runs", e.Scale.ThroughputRuns)
@@ -207,7 +220,7 @@ func throughputRound(ctx context.Context, e *Env, workflow string, dispatchers, 
 	var span float64
 	if err := e.DB.QueryRow(ctx, `
 SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))::float8
-FROM attempts WHERE status = 'succeeded'`).Scan(&round.Steps, &span); err != nil {
+FROM attempts WHERE status = 'succeeded' AND started_at >= $1`, since).Scan(&round.Steps, &span); err != nil {
 		return round, err
 	}
 	round.StepsPerS = float64(round.Steps) / span
