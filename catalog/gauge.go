@@ -8,8 +8,8 @@ import (
 )
 
 // sqlStepGauges counts the steps of every run by the states a dashboard watches, one
-// partial index each (steps_claim_idx, steps_lease_expiry_idx, steps_wake_idx and the
-// held rest), in one round trip: its cost follows the live steps, not the history.
+// partial index each (steps_claim_idx, steps_lease_expiry_idx, steps_suspended_idx),
+// in one round trip: its cost follows the live steps, not the history.
 const sqlStepGauges = `
 SELECT (SELECT count(*) FROM steps WHERE status = 'ready' AND NOT held AND ready_at <= now()) AS ready,
        (SELECT extract(epoch FROM now() - min(ready_at))::float8 FROM steps

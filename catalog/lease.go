@@ -195,7 +195,12 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		for i, c := range cands {
 			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
-		if err := tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
+		st, err := s.txPrepared(ctx, tx, sqlClaim)
+		if err != nil {
+			return err
+		}
+		err = st.SelectContext(ctx, &out, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
+		if err = s.retryStale(sqlClaim, err); err != nil {
 			return err
 		}
 		return serve(ctx, tx, cands)
@@ -261,9 +266,13 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		if len(ok) > 0 {
 			a := succeeded
 			var ords pq.Int64Array
-			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
-				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
+			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
+			if err != nil {
 				return err
+			}
+			if err := st.QueryRowxContext(ctx, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
+				return s.retryStale(sqlStepsSucceed, err)
 			}
 			for _, o := range ords {
 				written[ok[o-1]] = true
@@ -272,10 +281,14 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		if len(other) > 0 {
 			a := failed
 			var res []bool
-			if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+			st, err := s.txPrepared(ctx, tx, sqlStepsFail)
+			if err != nil {
+				return err
+			}
+			if err := st.SelectContext(ctx, &res, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
 				pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
 				pq.GenericArray{A: a.logKeys}); err != nil {
-				return err
+				return s.retryStale(sqlStepsFail, err)
 			}
 			if len(res) != len(other) {
 				return fmt.Errorf("%d results for %d outcomes", len(res), len(other))

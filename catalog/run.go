@@ -54,7 +54,17 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// held). The workflow's row is read FOR KEY SHARE: cairn_workflow_pause locks it
 	// FOR UPDATE before it pauses the workflow's runs, so a run is either committed
 	// before that scan or sees the workflow paused.
-	sqlRunCreate = `
+	sqlRunCreate = sqlRunCreateHead + sqlRunCreateTail
+
+	// sqlRunCreateFlowFree is sqlRunCreate for a version none of whose steps or
+	// failure handlers has flow settings (limits, priority, runs_on, queue_timeout: flowKeys), the
+	// common case: it creates nothing (no row) when the version it resolves has
+	// any, so that a run is created in one round trip without flowKeys' read first.
+	sqlRunCreateFlowFree = sqlRunCreateHead + `
+      AND jsonb_array_length(v.flow_steps) = 0
+      AND jsonb_array_length(coalesce(v.flow_handlers, '[]')) = 0` + sqlRunCreateTail
+
+	sqlRunCreateHead = `
 WITH w AS (
     SELECT w.paused FROM workflows w WHERE w.name = $2 FOR KEY SHARE
 ), v AS (
@@ -66,7 +76,8 @@ WITH w AS (
     WHERE v.workflow = $2
       AND v.version = CASE WHEN $3::integer = 0
                            THEN cairn_alias_version($2, coalesce(nullif($7::text, ''), 'latest'))
-                           ELSE $3::integer END
+                           ELSE $3::integer END`
+	sqlRunCreateTail = `
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
                       labels, parent_id, deadline_at, handler_flow)
@@ -257,7 +268,15 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
 	if p.IdempotencyKey == "" {
-		run, _, err = runCreateTx(ctx, s.db, p, s.cfg.IdempotencyTTL)
+		run, err = s.runCreateFlowFree(ctx, p)
+		if err == nil {
+			return run, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
+		}
+		// The version has flow settings (or none was found: runCreateTx says so).
+		run, _, err = runCreateTx(ctx, pooledQueryer{s.db, s}, p, s.cfg.IdempotencyTTL)
 		if err != nil {
 			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
 		}
@@ -271,6 +290,41 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
 	}
 	return run, created, nil
+}
+
+// runCreateFlowFree creates the run p describes in one round trip when the
+// version it resolves has no step with flow settings (sqlRunCreateFlowFree);
+// sql.ErrNoRows when it has, or when there is no such version.
+func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams) (*Run, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("new run id: %w", err)
+	}
+	run := &Run{}
+	if err := s.getPrepared(ctx, run, sqlRunCreateFlowFree, runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+// runCreateArgs are sqlRunCreate's parameters: the run p describes, with id, of
+// version (0: the alias's, or the latest) and the steps' and the failure
+// handlers' flow settings (flowKeys).
+func runCreateArgs(id uuid.UUID, p *RunCreateParams, version int, flow, hflow json.RawMessage) []any {
+	var parent any
+	if p.Parent != uuid.Nil {
+		parent = p.Parent
+	}
+	var priority any
+	if p.Priority != nil {
+		priority = *p.Priority
+	}
+	var deadline any
+	if p.Deadline != nil {
+		deadline = *p.Deadline
+	}
+	return []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline,
+		nullJSON(hflow)}
 }
 
 // queryer is what runCreateTx needs of a transaction (or of the pool, for a run
@@ -290,10 +344,6 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
 	}
-	var parent any
-	if p.Parent != uuid.Nil {
-		parent = p.Parent
-	}
 	version, flow, hflow, err := flowKeys(ctx, q, id, p.Workflow, p.Version, p.Alias, p.Input, p.Labels, p.Priority)
 	if err != nil {
 		return nil, false, err
@@ -301,16 +351,7 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 	if version == 0 {
 		version = p.Version // none found: sqlRunCreate reports it
 	}
-	var priority any
-	if p.Priority != nil {
-		priority = *p.Priority
-	}
-	var deadline any
-	if p.Deadline != nil {
-		deadline = *p.Deadline
-	}
-	args := []any{id, p.Workflow, version, nullJSON(p.Input), p.Labels, parent, p.Alias, nullJSON(flow), priority, deadline,
-		nullJSON(hflow)}
+	args := runCreateArgs(id, p, version, flow, hflow)
 	if p.IdempotencyKey != "" {
 		res, err := q.ExecContext(ctx, sqlIdempotencyInsert, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash, id.String(),
 			ttl.Seconds())
@@ -377,7 +418,7 @@ func stepArrays(steps []NewStep) layoutArrays {
 // RunGet returns a run; ErrNotFound if none.
 func (s *Store) RunGet(ctx context.Context, id uuid.UUID) (*Run, error) {
 	var r Run
-	if err := s.db.GetContext(ctx, &r, sqlRunGet, id); err != nil {
+	if err := s.getPrepared(ctx, &r, sqlRunGet, id); err != nil {
 		return nil, fmt.Errorf("get run %s: %w", id, translateError(err))
 	}
 	return &r, nil

@@ -58,8 +58,9 @@ func (c *Config) withDefaults() Config {
 
 // Store is the catalog. It is safe for concurrent use.
 type Store struct {
-	db  *sqlx.DB
-	cfg Config
+	db    *sqlx.DB
+	cfg   Config
+	stmts *preparedCache
 	// fair caches whether claims take turns between concurrency keys
 	// (fairClaims).
 	fair fairCache
@@ -86,7 +87,7 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 	db.SetMaxOpenConns(c.MaxOpenConns)
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
-	return &Store{db: db, cfg: c}
+	return &Store{db: db, cfg: c, stmts: &preparedCache{}}
 }
 
 // DB returns the underlying handle, for tests that prepare or inspect rows by hand;
@@ -94,7 +95,10 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 func (s *Store) DB() *sqlx.DB { return s.db }
 
 // Close closes the connection pool.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	s.stmts.closeAll()
+	return s.db.Close()
+}
 
 // Ping checks that the database answers; ErrUnavailable if it cannot be reached.
 func (s *Store) Ping(ctx context.Context) error {

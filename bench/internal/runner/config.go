@@ -13,7 +13,7 @@ import (
 )
 
 // Scenario names, in the order they run.
-var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list"}
+var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth"}
 
 // Config is the benchmark's configuration.
 type Config struct {
@@ -52,6 +52,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		{"map-items", "map: items of one map (max_parallel 200), a dispatcher SIGKILLed a third of the way", &s.MapItems, 100_000, 10_000},
 		{"startup-runs", "startup: non-terminal runs in the database", &s.StartupRuns, 100_000, 10_000},
 		{"list-runs", "list: runs in the catalog, inserted with SQL", &s.ListRuns, 1_000_000, 50_000},
+		{"growth-runs", "growth: finished 10-step runs (with attempts and events) filled in with SQL", &s.GrowthRuns, 500_000, 50_000},
 		{"list-requests", "list: listings per filter (first page and up to 3 following)", &s.ListRequests, 200, 50},
 		{"river-jobs", "river: jobs burned down per configuration", &s.RiverJobs, 50_000, 5_000},
 		{"pgbench-seconds", "pgbench: seconds per run", &s.PgbenchSeconds, 20, 3},

@@ -153,6 +153,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			add(scenario.Startup(ctx, e))
 		case "list":
 			add(scenario.List(ctx, e))
+		case "growth":
+			add(scenario.Growth(ctx, e))
 		}
 	}
 	fmt.Fprintf(stdout, "\nCairn benchmark (%s, %d CPUs, load average %.2f at the end; %s)\n\n",

@@ -94,8 +94,7 @@ func Start(ctx context.Context, dir, bucket string) (*Server, error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	u, _ := url.Parse(s.Endpoint)
-	mc, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, ""), Region: Region})
+	mc, err := s.Client()
 	if err != nil {
 		s.Stop()
 		return nil, err
@@ -105,6 +104,15 @@ func Start(ctx context.Context, dir, bucket string) (*Server, error) {
 		return nil, fmt.Errorf("create bucket %s: %w", bucket, err)
 	}
 	return s, nil
+}
+
+// Client returns a minio-go client of the gateway.
+func (s *Server) Client() (*minio.Client, error) {
+	u, err := url.Parse(s.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(AccessKey, SecretKey, ""), Region: Region})
 }
 
 // BlobURL returns the CAIRN_BLOBSTORE URL of bucket.

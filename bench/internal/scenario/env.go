@@ -38,6 +38,7 @@ type Scale struct {
 	MapItems              int // items of the map scenario's one map
 	StartupRuns           int // non-terminal runs in the database at start-up
 	ListRuns              int // runs in the catalog the list scenario pages through
+	GrowthRuns            int // finished runs the growth scenario fills the catalog with
 	ListRequests          int // listings per filter (a first page and the following ones)
 	RiverJobs             int // jobs River burns down
 	PgbenchSeconds        int // per pgbench run

@@ -35,83 +35,103 @@ func latency(ctx context.Context, e *Env, r *report.Result) error {
 	if err := e.DeployFresh(ctx, cairn.ChainBundle()); err != nil {
 		return err
 	}
-	servers, err := e.StartDispatchers(ctx, 1, nil)
+	l, err := measureLatency(ctx, e, e.Scale.LatencyRuns)
 	if err != nil {
 		return err
+	}
+	e.AddProfile("latency, one run at a time", l.SQL)
+	r.Set("round_trips_per_step", l.SQL.RoundTripsPer)
+	r.Set("sql_exec_ms_per_step", l.SQL.SQLExecMSPer)
+	r.Set("step_to_step_p50_ms", report.Percentile(l.Gaps, 50))
+	r.Set("step_to_step_p99_ms", report.Percentile(l.Gaps, 99))
+	r.Set("step_to_step_max_ms", report.Percentile(l.Gaps, 100))
+	r.Set("start_to_first_step_p50_ms", report.Percentile(l.Firsts, 50))
+	r.Set("start_to_first_step_p99_ms", report.Percentile(l.Firsts, 99))
+	r.Set("sent_to_first_step_p50_ms", report.Percentile(l.FirstsSent, 50))
+	r.Set("sent_to_first_step_p99_ms", report.Percentile(l.FirstsSent, 99))
+	r.Set("created_to_first_step_p50_ms", report.Percentile(l.FirstsDB, 50))
+	r.Set("created_to_first_step_p99_ms", report.Percentile(l.FirstsDB, 99))
+	r.Set("run_p50_ms", report.Percentile(l.Runs, 50))
+	r.Set("run_p99_ms", report.Percentile(l.Runs, 99))
+	r.Settings["samples_step_to_step"] = len(l.Gaps)
+	return nil
+}
+
+// latencySamples are what measureLatency saw, in milliseconds.
+type latencySamples struct {
+	// Gaps are the step-to-step times; Firsts, FirstsSent and FirstsDB the first
+	// step's start from the POST's return, from its sending and from the run's
+	// created_at; Runs each run's time from the POST's return to its end (as polled).
+	Gaps, Firsts, FirstsSent, FirstsDB, Runs []float64
+	// SQL is pg_stat_statements over the measurement, per step.
+	SQL *SQLProfile
+}
+
+// measureLatency runs n chain runs one at a time on one fresh `cairn serve` (API
+// and dispatcher) over the catalog as it is (the chain deployed), and reads their
+// timings from the catalog. latency and growth measure with it.
+func measureLatency(ctx context.Context, e *Env, n int) (*latencySamples, error) {
+	servers, err := e.StartDispatchers(ctx, 1, nil)
+	if err != nil {
+		return nil, err
 	}
 	defer StopAll(servers)
 	client := cairn.NewClient(servers[0].URL)
 	defer client.Close()
 	if err := e.resetStatements(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	e.Logf("latency: %d runs one at a time", e.Scale.LatencyRuns)
-	var gaps, firsts, firstsSent, firstsDB, runs []float64
-	for i := 0; i < e.Scale.LatencyRuns; i++ {
+	e.Logf("latency: %d runs one at a time", n)
+	l := &latencySamples{}
+	for i := 0; i < n; i++ {
 		sent := time.Now()
 		run, err := client.StartRun(ctx, cairn.WorkflowChain)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		posted := time.Now()
 		if err := waitRun(ctx, e, run.ID, time.Minute); err != nil {
-			return err
+			return nil, err
 		}
-		runs = append(runs, ms(time.Since(posted)))
+		l.Runs = append(l.Runs, ms(time.Since(posted)))
 		rows, err := e.DB.Query(ctx, `
 SELECT a.started_at, a.finished_at, r.created_at
 FROM attempts a JOIN runs r ON r.id = a.run_id
 WHERE a.run_id = $1 AND a.status = 'succeeded' ORDER BY a.step_key`, run.ID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var prevFinished time.Time
-		n := 0
+		k := 0
 		for rows.Next() {
 			var started, finished, created time.Time
 			if err := rows.Scan(&started, &finished, &created); err != nil {
 				rows.Close()
-				return err
+				return nil, err
 			}
-			if n == 0 {
-				firsts = append(firsts, ms(started.Sub(posted)))
-				firstsSent = append(firstsSent, ms(started.Sub(sent)))
-				firstsDB = append(firstsDB, ms(started.Sub(created)))
+			if k == 0 {
+				l.Firsts = append(l.Firsts, ms(started.Sub(posted)))
+				l.FirstsSent = append(l.FirstsSent, ms(started.Sub(sent)))
+				l.FirstsDB = append(l.FirstsDB, ms(started.Sub(created)))
 			} else {
-				gaps = append(gaps, ms(started.Sub(prevFinished)))
+				l.Gaps = append(l.Gaps, ms(started.Sub(prevFinished)))
 			}
 			prevFinished = finished
-			n++
+			k++
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return err
+			return nil, err
 		}
-		if n != cairn.ChainSteps {
-			return fmt.Errorf("run %s: %d succeeded attempts, want %d", run.ID, n, cairn.ChainSteps)
+		if k != cairn.ChainSteps {
+			return nil, fmt.Errorf("run %s: %d succeeded attempts, want %d", run.ID, k, cairn.ChainSteps)
 		}
 	}
-	steps := float64(e.Scale.LatencyRuns * cairn.ChainSteps)
-	sqlp, err := e.sqlProfile(ctx, "step, one run at a time (its creation through the API included)", steps, 15)
-	if err != nil {
-		return err
+	steps := float64(n * cairn.ChainSteps)
+	if l.SQL, err = e.sqlProfile(ctx, "step, one run at a time (its creation through the API included)", steps, 15); err != nil {
+		return nil, err
 	}
-	e.AddProfile("latency, one run at a time", sqlp)
-	r.Set("round_trips_per_step", sqlp.RoundTripsPer)
-	r.Set("sql_exec_ms_per_step", sqlp.SQLExecMSPer)
-	r.Set("step_to_step_p50_ms", report.Percentile(gaps, 50))
-	r.Set("step_to_step_p99_ms", report.Percentile(gaps, 99))
-	r.Set("step_to_step_max_ms", report.Percentile(gaps, 100))
-	r.Set("start_to_first_step_p50_ms", report.Percentile(firsts, 50))
-	r.Set("start_to_first_step_p99_ms", report.Percentile(firsts, 99))
-	r.Set("sent_to_first_step_p50_ms", report.Percentile(firstsSent, 50))
-	r.Set("sent_to_first_step_p99_ms", report.Percentile(firstsSent, 99))
-	r.Set("created_to_first_step_p50_ms", report.Percentile(firstsDB, 50))
-	r.Set("created_to_first_step_p99_ms", report.Percentile(firstsDB, 99))
-	r.Set("run_p50_ms", report.Percentile(runs, 50))
-	r.Set("run_p99_ms", report.Percentile(runs, 99))
-	r.Settings["samples_step_to_step"] = len(gaps)
-	return nil
+	return l, nil
 }
 
 // waitRun polls the catalog until the run is terminal: every 2 ms at first, backing

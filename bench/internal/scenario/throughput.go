@@ -3,7 +3,7 @@ package scenario
 import (
 	"context"
 	"fmt"
-	"strings"
+	"regexp"
 	"time"
 
 	"github.com/cairnrun/cairn/bench/internal/cairn"
@@ -153,9 +153,22 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	return r
 }
 
+// throughputRound empties the catalog and burns a round (burnRound).
 func throughputRound(ctx context.Context, e *Env, workflow string, dispatchers, concurrency int) (Round, error) {
-	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
 	if err := e.ResetCatalog(ctx); err != nil {
+		return Round{Dispatchers: dispatchers, Concurrency: concurrency}, err
+	}
+	return burnRound(ctx, e, workflow, dispatchers, concurrency)
+}
+
+// burnRound creates ThroughputRuns runs of workflow, all before the dispatchers
+// start, then burns them with dispatchers `cairn serve` processes, over the
+// catalog as it is: only the attempts started by this round are counted.
+// throughput and growth measure with it.
+func burnRound(ctx context.Context, e *Env, workflow string, dispatchers, concurrency int) (Round, error) {
+	round := Round{Dispatchers: dispatchers, Concurrency: concurrency}
+	var since time.Time
+	if err := e.DB.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&since); err != nil {
 		return round, err
 	}
 	e.Logf("throughput: creating %d runs", e.Scale.ThroughputRuns)
@@ -207,7 +220,7 @@ func throughputRound(ctx context.Context, e *Env, workflow string, dispatchers, 
 	var span float64
 	if err := e.DB.QueryRow(ctx, `
 SELECT count(*), extract(epoch FROM max(finished_at) - min(started_at))::float8
-FROM attempts WHERE status = 'succeeded'`).Scan(&round.Steps, &span); err != nil {
+FROM attempts WHERE status = 'succeeded' AND started_at >= $1`, since).Scan(&round.Steps, &span); err != nil {
 		return round, err
 	}
 	round.StepsPerS = float64(round.Steps) / span
@@ -234,30 +247,72 @@ FROM attempts WHERE status = 'succeeded'`).Scan(&round.Steps, &span); err != nil
 	if p.SQL, err = e.sqlProfile(ctx, "step", steps, 25); err != nil {
 		return round, err
 	}
-	p.ClaimBatch, p.FinishBatch = batchSizes(p.SQL.Statements, steps)
+	if p.ClaimBatch, p.FinishBatch, err = e.batchSizes(ctx, steps); err != nil {
+		e.Logf("throughput: WARNING: no claim and finish batch sizes: %v", err)
+	}
 	round.Profile = p
 	e.Logf("throughput: %d dispatcher(s): %.0f steps/s", dispatchers, round.StepsPerS)
 	return round, nil
 }
 
-// batchSizes reads the mean claim and finish batch from the top-level claim and
-// finish statements: steps per call.
-func batchSizes(stmts []Statement, steps float64) (claim, finish float64) {
-	for _, s := range stmts {
-		if !s.TopLevel || s.Calls == 0 {
-			continue
+// Cairn's claim and finish statements, as pg_stat_statements records them (the
+// text as sent, constants replaced by $n). The claim is the one top-level
+// statement that inserts attempts (catalog sqlClaim: one call per claim, a row
+// per step claimed); a batch of outcomes is one call of cairn_steps_succeed for
+// its successes and one statement of cairn_step_finish calls for the rest.
+var (
+	claimStatement  = regexp.MustCompile(`(?i)\bINSERT\s+INTO\s+attempts\b`)
+	finishStatement = regexp.MustCompile(`\bcairn_(steps_succeed|step_finish)\s*\(`)
+)
+
+// batchKind classifies a top-level statement: "claim", "finish" or "".
+func batchKind(query string) string {
+	switch {
+	case claimStatement.MatchString(query):
+		return "claim"
+	case finishStatement.MatchString(query):
+		return "finish"
+	}
+	return ""
+}
+
+// batchSizes reads the mean claim batch (steps per claim statement) and finish
+// batch (steps per completing statement) from pg_stat_statements, over the whole
+// text of every top-level statement of Cairn's role. (The statements in the
+// profile are cut to 300 characters and only the top ones are kept, so they
+// cannot be matched: the 0.0 this printed before.) An error when neither
+// statement is found, so that a renamed statement shows instead of a zero.
+func (e *Env) batchSizes(ctx context.Context, steps float64) (claim, finish float64, err error) {
+	rows, err := e.DB.Query(ctx, `
+SELECT query, calls, rows FROM pg_stat_statements
+WHERE toplevel AND calls > 0 AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND userid = (SELECT oid FROM pg_roles WHERE rolname = '`+CatalogRole+`')`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read pg_stat_statements: %w", err)
+	}
+	defer rows.Close()
+	var claimCalls, claimRows, finishCalls float64
+	for rows.Next() {
+		var q string
+		var calls, n int64
+		if err := rows.Scan(&q, &calls, &n); err != nil {
+			return 0, 0, err
 		}
-		switch {
-		case strings.Contains(s.Query, "FROM cairn_claim("):
-			claim = float64(s.Rows) / float64(s.Calls)
-		case strings.Contains(s.Query, "cairn_step_finish("):
-			finish += float64(s.Calls)
+		switch batchKind(q) {
+		case "claim":
+			claimCalls += float64(calls)
+			claimRows += float64(n)
+		case "finish":
+			finishCalls += float64(calls)
 		}
 	}
-	if finish > 0 {
-		finish = steps / finish
+	if err := rows.Err(); err != nil {
+		return 0, 0, err
 	}
-	return claim, finish
+	if claimCalls == 0 || finishCalls == 0 {
+		return 0, 0, fmt.Errorf("claim or finish statement not found in pg_stat_statements (%v claims, %v finishes)", claimCalls, finishCalls)
+	}
+	return claimRows / claimCalls, steps / finishCalls, nil
 }
 
 // bestCPU returns the lowest cpu_ms_per_step of the default-settings rounds.

@@ -1,0 +1,306 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/cairnrun/cairn/bench/internal/cairn"
+	"github.com/cairnrun/cairn/bench/internal/report"
+)
+
+// growthBatch is how many runs one transaction of the fill copies.
+const growthBatch = 10_000
+
+// growthSpread is how far back the filled runs' timestamps go: a month of traffic.
+const growthSpread = 30 * 24 * time.Hour
+
+// Growth measures throughput, step-to-step latency, create-run and get-run on an
+// empty catalog, then fills the catalog with GrowthRuns finished runs (bulk-loaded
+// with SQL) and measures the same again, in the same run: each figure filled ÷
+// empty. The measurements are the throughput, latency and api scenarios' own
+// (burnRound, measureLatency, measureAPI), at their scales.
+func Growth(ctx context.Context, e *Env) *report.Result {
+	r := e.NewResult("growth")
+	r.Settings["runs"] = e.Scale.GrowthRuns
+	r.Settings["fill"] = fmt.Sprintf("copies of one finished run of the %d-step noop chain (its run, steps, step_edges, attempts and events rows, every column copied: %d steps, %d attempts, about 2 events per step), bulk-loaded with INSERT … SELECT generate_series in transactions of %d runs; UUIDv7 ids and timestamps spread over the %s before the template; then VACUUM ANALYZE and CHECKPOINT",
+		cairn.ChainSteps, cairn.ChainSteps, cairn.ChainSteps, growthBatch, growthSpread)
+	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure), then on the filled one: steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
+		e.Scale.ThroughputRuns, e.Scale.LatencyRuns, e.Scale.APIRequests)
+	r.Settings["ratios"] = "steps_per_s_ratio = filled ÷ empty (goal ≥ 0.9); the latency ratios filled ÷ empty (goal ≤ 1.1)"
+	err := growth(ctx, e, r)
+	r.AtLeast("steps_per_s_ratio", 0.9)
+	r.AtMost("step_to_step_p50_ratio", 1.1)
+	r.AtMost("create_run_p50_ratio", 1.1)
+	r.AtMost("get_run_p50_ratio", 1.1)
+	r.Finish(err)
+	return r
+}
+
+// growthFigures are the four figures growth compares.
+type growthFigures struct {
+	StepsPerS, StepToStepP50, CreateP50, GetP50 float64
+	// Template is a finished chain run of the latency measurement (the fill copies it).
+	Template string
+}
+
+func growth(ctx context.Context, e *Env, r *report.Result) error {
+	start := time.Now()
+	if err := e.DeployFresh(ctx, cairn.ChainBundle()); err != nil {
+		return err
+	}
+	defer func() { _ = e.ResetCatalog(context.WithoutCancel(ctx)) }()
+	empty, err := growthMeasure(ctx, e, "empty", true)
+	if err != nil {
+		return err
+	}
+	fillStart := time.Now()
+	if err := e.fillFinishedRuns(ctx, empty.Template, e.Scale.GrowthRuns); err != nil {
+		return err
+	}
+	r.Set("fill_s", time.Since(fillStart).Seconds())
+	var size int64
+	if err := e.DB.QueryRow(ctx, `SELECT pg_database_size(current_database())`).Scan(&size); err != nil {
+		return err
+	}
+	r.Set("filled_database_mib", float64(size)/(1<<20))
+	filled, err := growthMeasure(ctx, e, "filled", false)
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name          string
+		empty, filled float64
+	}{
+		{"steps_per_s", empty.StepsPerS, filled.StepsPerS},
+		{"step_to_step_p50", empty.StepToStepP50, filled.StepToStepP50},
+		{"create_run_p50", empty.CreateP50, filled.CreateP50},
+		{"get_run_p50", empty.GetP50, filled.GetP50},
+	} {
+		unit := "_ms"
+		if f.name == "steps_per_s" {
+			unit = ""
+		}
+		r.Set(f.name+unit+"_empty", f.empty)
+		r.Set(f.name+unit+"_filled", f.filled)
+		r.Set(f.name+"_ratio", f.filled/f.empty)
+	}
+	r.Set("scenario_s", time.Since(start).Seconds())
+	return nil
+}
+
+// growthMeasure takes the four figures on the catalog as it is; fresh empties the
+// catalog before each of them.
+func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*growthFigures, error) {
+	reset := func() error {
+		if !fresh {
+			return nil
+		}
+		return e.ResetCatalog(ctx)
+	}
+	g := &growthFigures{}
+	e.Logf("growth: %s catalog", phase)
+	if err := reset(); err != nil {
+		return nil, err
+	}
+	round, err := burnRound(ctx, e, cairn.WorkflowChain, 1, 0)
+	if err != nil {
+		return nil, err
+	}
+	e.AddProfile("growth, "+phase+" catalog: throughput, 1 dispatcher", &round)
+	g.StepsPerS = round.StepsPerS
+	if err := reset(); err != nil {
+		return nil, err
+	}
+	a, err := measureAPI(ctx, e, 1, e.Scale.APIRequests)
+	if err != nil {
+		return nil, err
+	}
+	e.AddProfile("growth, "+phase+" catalog: create-run, 1 client", a.CreateSQL)
+	e.AddProfile("growth, "+phase+" catalog: get-run, 1 client", a.GetSQL)
+	g.CreateP50, g.GetP50 = report.Percentile(a.Create, 50), report.Percentile(a.Get, 50)
+	// The API's runs are pending (no dispatcher ran them): the latency server
+	// would run them first.
+	if fresh {
+		if err := reset(); err != nil {
+			return nil, err
+		}
+	} else if _, err := e.DB.Exec(ctx, `DELETE FROM runs WHERE status = 'pending'`); err != nil {
+		return nil, err
+	}
+	l, err := measureLatency(ctx, e, e.Scale.LatencyRuns)
+	if err != nil {
+		return nil, err
+	}
+	e.AddProfile("growth, "+phase+" catalog: latency, one run at a time", l.SQL)
+	g.StepToStepP50 = report.Percentile(l.Gaps, 50)
+	if err := e.DB.QueryRow(ctx, `
+SELECT id::text FROM runs WHERE workflow = $1 AND status = 'succeeded' ORDER BY created_at DESC LIMIT 1`,
+		cairn.WorkflowChain).Scan(&g.Template); err != nil {
+		return nil, fmt.Errorf("template run: %w", err)
+	}
+	e.Logf("growth: %s catalog: %.0f steps/s, step-to-step p50 %.2f ms, create p50 %.2f ms, get p50 %.3f ms",
+		phase, g.StepsPerS, g.StepToStepP50, g.CreateP50, g.GetP50)
+	return g, nil
+}
+
+// fillFinishedRuns copies the finished run template n times: every row of every
+// table keyed by the run (runs, steps, step_edges, attempts, events, and any
+// other with a run_id column), every column copied except the run's id, each
+// copy's timestamps moved back by its age (spread over growthSpread) and fresh
+// lease tokens (unique in attempts). Each batch of growthBatch runs is one
+// transaction. Then VACUUM ANALYZE and a CHECKPOINT.
+func (e *Env) fillFinishedRuns(ctx context.Context, template string, n int) error {
+	tables, err := e.runTables(ctx, template)
+	if err != nil {
+		return err
+	}
+	var created time.Time
+	if err := e.DB.QueryRow(ctx, `SELECT created_at FROM runs WHERE id = $1`, template).Scan(&created); err != nil {
+		return err
+	}
+	conn, err := e.DB.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `CREATE TEMP TABLE growth_ids (id uuid PRIMARY KEY, age interval NOT NULL)`); err != nil {
+		return err
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS growth_ids`) }()
+	e.Logf("growth: filling the catalog with %d finished runs (tables %s)", n, strings.Join(tableNames(tables), ", "))
+	start := time.Now()
+	for lo := 1; lo <= n; lo += growthBatch {
+		hi := min(lo+growthBatch-1, n)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `TRUNCATE growth_ids`); err != nil {
+				return err
+			}
+			// A UUIDv7 of the copy's creation (as Cairn makes them): 48 bits of
+			// milliseconds over a random UUID, version nibble 7.
+			if _, err := tx.Exec(ctx, `
+INSERT INTO growth_ids (id, age)
+SELECT encode(set_byte(b, 6, (get_byte(b, 6) & 15) | 112), 'hex')::uuid, a.age
+FROM generate_series($1::int, $2::int) AS g
+CROSS JOIN LATERAL (
+    SELECT make_interval(secs => $4::float8 * (1 - g::float8 / $3::float8)) + interval '1 hour' AS age OFFSET 0
+) a
+CROSS JOIN LATERAL (
+    SELECT overlay(uuid_send(gen_random_uuid())
+                   PLACING substring(int8send(floor(extract(epoch FROM $5::timestamptz - a.age) * 1000)::bigint) FROM 3)
+                   FROM 1 FOR 6) AS b
+) x`, lo, hi, n, growthSpread.Seconds(), created); err != nil {
+				return fmt.Errorf("run ids: %w", err)
+			}
+			for _, t := range tables {
+				if _, err := tx.Exec(ctx, t.copySQL, template); err != nil {
+					return fmt.Errorf("copy %s: %w", t.name, err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("fill runs %d–%d: %w", lo, hi, err)
+		}
+		if hi%(10*growthBatch) == 0 || hi == n {
+			e.Logf("growth: %d runs filled in %.0f s", hi, time.Since(start).Seconds())
+		}
+	}
+	for _, t := range tables {
+		if _, err := e.DB.Exec(ctx, `VACUUM ANALYZE `+pgx.Identifier{t.name}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	_, err = e.DB.Exec(ctx, `CHECKPOINT`)
+	return err
+}
+
+// runTable is a table with rows of the template run and the statement that copies
+// them for each run of growth_ids.
+type runTable struct {
+	name, copySQL string
+}
+
+func tableNames(ts []runTable) []string {
+	var out []string
+	for _, t := range ts {
+		out = append(out, t.name)
+	}
+	return out
+}
+
+// runTables lists the tables with rows of run template, runs first and steps
+// second (the others reference them), and builds each one's copy statement from
+// its columns (generated and identity columns left to their defaults).
+func (e *Env) runTables(ctx context.Context, template string) ([]runTable, error) {
+	rows, err := e.DB.Query(ctx, `
+SELECT c.table_name, c.column_name, c.data_type
+FROM information_schema.columns c JOIN information_schema.tables t USING (table_schema, table_name)
+WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'
+  AND c.is_generated = 'NEVER' AND c.is_identity = 'NO'
+  AND c.table_name IN (SELECT table_name FROM information_schema.columns
+                       WHERE table_schema = 'public' AND column_name = 'run_id'
+                       UNION SELECT 'runs')
+ORDER BY CASE c.table_name WHEN 'runs' THEN 0 WHEN 'steps' THEN 1 ELSE 2 END, c.table_name, c.ordinal_position`)
+	if err != nil {
+		return nil, err
+	}
+	type column struct{ name, typ string }
+	cols := map[string][]column{}
+	var order []string
+	for rows.Next() {
+		var table string
+		var c column
+		if err := rows.Scan(&table, &c.name, &c.typ); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if _, ok := cols[table]; !ok {
+			order = append(order, table)
+		}
+		cols[table] = append(cols[table], c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []runTable
+	for _, table := range order {
+		key := "run_id"
+		if table == "runs" {
+			key = "id"
+		}
+		var has bool
+		q := fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %s WHERE %s = $1)`, pgx.Identifier{table}.Sanitize(), key)
+		if err := e.DB.QueryRow(ctx, q, template).Scan(&has); err != nil {
+			return nil, err
+		}
+		if !has {
+			continue
+		}
+		var names, exprs []string
+		for _, c := range cols[table] {
+			col := pgx.Identifier{c.name}.Sanitize()
+			names = append(names, col)
+			switch {
+			case c.name == key:
+				exprs = append(exprs, "g.id")
+			case c.name == "lease_token":
+				exprs = append(exprs, "CASE WHEN t.lease_token IS NOT NULL THEN nextval('lease_token_seq') END")
+			case c.typ == "timestamp with time zone":
+				exprs = append(exprs, "t."+col+" - g.age")
+			default:
+				exprs = append(exprs, "t."+col)
+			}
+		}
+		out = append(out, runTable{name: table, copySQL: fmt.Sprintf(`INSERT INTO %s (%s) SELECT %s FROM %s t CROSS JOIN growth_ids g WHERE t.%s = $1`,
+			pgx.Identifier{table}.Sanitize(), strings.Join(names, ", "), strings.Join(exprs, ", "), pgx.Identifier{table}.Sanitize(), key)})
+	}
+	if len(out) == 0 || out[0].name != "runs" {
+		return nil, fmt.Errorf("template run %s not found", template)
+	}
+	return out, nil
+}

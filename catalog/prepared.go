@@ -1,0 +1,129 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+)
+
+// Prepared statements for the API's hottest requests (create-run, get-run) and
+// the dispatcher's claim and finish statements.
+//
+// lib/pq runs a statement with parameters in two round trips: Parse and Describe
+// of an unnamed statement, then Bind and Execute; and PostgreSQL plans it again
+// every time. A statement prepared once on the pool (database/sql prepares it on
+// each connection the first time that connection runs it) is one round trip, Bind
+// and Execute, and its plan is kept. Only a few statements are prepared, each a
+// constant of this package, so the cache is bounded by their number.
+//
+// A prepared statement outlives a migration that changes the columns it returns
+// ("cached plan must not change result type"): such a statement is dropped from
+// the cache and the call is run again unprepared, once.
+
+// preparedCache maps a query to its statement on the pool.
+type preparedCache struct {
+	mu    sync.Mutex
+	stmts map[string]*sqlx.Stmt
+}
+
+// prepared returns query prepared on the pool, preparing it on first use.
+func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
+	c := s.stmts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.db.PreparexContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.stmts == nil {
+		c.stmts = map[string]*sqlx.Stmt{}
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+// forget drops query's statement (after a plan went stale).
+func (s *Store) forget(query string) {
+	c := s.stmts
+	c.mu.Lock()
+	st := c.stmts[query]
+	delete(c.stmts, query)
+	c.mu.Unlock()
+	if st != nil {
+		_ = st.Close()
+	}
+}
+
+// closePrepared closes every prepared statement.
+func (c *preparedCache) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for q, st := range c.stmts {
+		_ = st.Close()
+		delete(c.stmts, q)
+	}
+}
+
+// stalePlan reports the error of a prepared statement whose result columns a
+// migration changed since it was prepared.
+func stalePlan(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && pqErr.Code == "0A000" && pqErr.Message == "cached plan must not change result type"
+}
+
+// getPrepared is GetContext through query's prepared statement; it falls back to
+// an unprepared call when the statement cannot be prepared or its plan is stale.
+func (s *Store) getPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	st, err := s.prepared(ctx, query)
+	if err == nil {
+		err = st.GetContext(ctx, dest, args...)
+		if !stalePlan(err) {
+			return err
+		}
+		s.forget(query)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return s.db.GetContext(ctx, dest, query, args...)
+}
+
+// pooledQueryer is the pool as runCreateTx's queryer, for a run created outside a
+// transaction: its GetContext goes through prepared statements.
+type pooledQueryer struct {
+	*sqlx.DB
+	s *Store
+}
+
+func (q pooledQueryer) GetContext(ctx context.Context, dest any, query string, args ...any) error {
+	return q.s.getPrepared(ctx, dest, query, args...)
+}
+
+// txPrepared returns query's prepared statement bound to tx (prepared on tx's
+// connection the first time that connection runs it, then kept). A statement
+// whose plan went stale fails the transaction: see retryStale.
+func (s *Store) txPrepared(ctx context.Context, tx *sqlx.Tx, query string) (*sqlx.Stmt, error) {
+	st, err := s.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtxContext(ctx, st), nil
+}
+
+// retryStale turns the error of query's prepared statement whose plan went stale
+// into ErrRetryable, after dropping the statement: inTx runs the transaction
+// again, and the statement is prepared anew.
+func (s *Store) retryStale(query string, err error) error {
+	if stalePlan(err) {
+		s.forget(query)
+		return fmt.Errorf("%w: %w", ErrRetryable, err)
+	}
+	return err
+}
