@@ -19,10 +19,12 @@ import (
 // (StepSuspend with WaitCallback) until CallbackComplete or its timeout.
 
 const (
-	sqlApprovalSuspend  = `SELECT cairn_approval_suspend($1, $2, $3, $4, $5, $6, $7)`
+	sqlApprovalSuspend = `SELECT cairn_approval_suspend($1, $2, $3, $4, $5, $6, $7)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
 	sqlStepDecide       = `SELECT decision, counted FROM cairn_step_decide($1, $2, $3, $4, $5, $6, $7)`
-	sqlCallbackComplete = `SELECT cairn_callback_complete($1, $2, $3, $4, $5, $6)`
-	sqlApprovalList     = `
+	sqlCallbackComplete = `SELECT cairn_callback_complete($1, $2, $3, $4, $5, $6)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
+	sqlApprovalList = `
 SELECT a.attempt, a.approver, a.decision, a.comment, a.input, a.created_at
 FROM approvals a JOIN steps s ON s.run_id = a.run_id AND s.key = a.step_key AND s.attempts = a.attempt
 WHERE a.run_id = $1 AND a.step_key = $2
@@ -102,6 +104,9 @@ type DecisionResult struct {
 func (s *Store) StepDecide(ctx context.Context, d *StepDecision) (*DecisionResult, error) {
 	var out DecisionResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, sqlRunShare, d.RunID); err != nil {
+			return err
+		}
 		return tx.GetContext(ctx, &out, sqlStepDecide, d.RunID, d.Key, d.Approver, d.Role, string(d.Decision),
 			d.Comment, nullJSON(d.Input))
 	})

@@ -16,7 +16,8 @@ import (
 // follow their parent's cancel, pause and resume.
 
 const (
-	sqlChildSuspend = `SELECT cairn_child_suspend($1, $2, $3, $4)`
+	sqlChildSuspend = `SELECT cairn_child_suspend($1, $2, $3, $4)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
 
 	// sqlRunDepth is how many ancestors the run $1 has (0 for a run without a
 	// parent), through parent_id, counted up to $2 + 1 (a cycle cannot exist:

@@ -29,7 +29,8 @@ ORDER BY s.ready_at
 LIMIT $1
 FOR UPDATE OF s SKIP LOCKED`
 
-	sqlConditionDecide = `SELECT cairn_condition_decide($1, $2, $3, $4)`
+	sqlConditionDecide = `SELECT cairn_condition_decide($1, $2, $3, $4)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
 
 	// sqlRunFailure is what a failure handler's envelope says of the failure:
 	// the steps of the DAG that failed, with their errors, and the compensations

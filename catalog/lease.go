@@ -77,21 +77,34 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
         FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
 
+	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
+	// of a run's steps takes (migrations/00023_lock_order.sql: the run's advisory
+	// lock, its steps, its row), so that a cancel never waits for it in a circle.
+	// The statements that call one catalog function take it in their WHERE
+	// instead, evaluated before the function (a one-time filter).
+	sqlRunShare = `SELECT cairn_runs_share(ARRAY[$1::uuid])`
+
 	// sqlStepsFail finishes the attempts that did not succeed, one
 	// cairn_step_finish each, in one round trip; rows are finished in array order
 	// (the caller sorts by run and key so concurrent batches lock in one order).
-	// One boolean per row: written, or false when the lease was lost.
+	// One boolean per row: written, or false when the lease was lost. Its WHERE
+	// takes the runs' shared locks (cairn_runs_share) before a row is finished, as
+	// every writer of a run does first (migrations/00023_lock_order.sql).
 	sqlStepsFail = `
 SELECT cairn_step_finish(r.run_id, r.key, r.token, r.outcome, NULL, r.error::jsonb,
                          r.retryable, now() + make_interval(secs => r.retry_in), r.log_key)
 FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[],
             $6::boolean[], $7::float8[], $8::text[])
      WITH ORDINALITY AS r(run_id, key, token, outcome, error, retryable, retry_in, log_key, ord)
+WHERE cairn_runs_share($1::uuid[])
 ORDER BY r.ord`
 
 	// sqlStepsSucceed finishes successful attempts set-based; it returns the
-	// ordinals (1-based) of the rows written, the others lost their lease.
-	sqlStepsSucceed = `SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])`
+	// ordinals (1-based) of the rows written, the others lost their lease. Its
+	// WHERE takes the runs' shared locks first, as sqlStepsFail's does.
+	sqlStepsSucceed = `
+SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])
+WHERE cairn_runs_share($1::uuid[])`
 
 	sqlHeartbeat = `
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)

@@ -76,7 +76,8 @@ SELECT (SELECT count(*) FROM steps WHERE run_id = $1 AND map_parent = $2
        (SELECT count(*) FROM steps WHERE run_id = $1 AND map_parent = $2
           AND status IN ('failed', 'canceled', 'skipped')) AS failed`
 
-	sqlMapExpand = `SELECT cairn_map_expand($1, $2, $3, $4, $5, $6)`
+	sqlMapExpand = `SELECT cairn_map_expand($1, $2, $3, $4, $5, $6)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
 
 	sqlMapItems = `
 SELECT map_index, status, output, last_error FROM steps

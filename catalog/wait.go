@@ -17,7 +17,8 @@ import (
 // for whatever else completes a wait.
 
 const (
-	sqlStepSuspend  = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)`
+	sqlStepSuspend = `SELECT cairn_step_suspend($1, $2, $3, $4, $5, $6, $7, $8)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
 	sqlCallbackTake = `SELECT cairn_callback_take($1, $2)`
 	// The log of the attempt a suspend ended (the step's latest).
 	sqlAttemptSetLog = `
@@ -25,8 +26,9 @@ UPDATE attempts a SET log_key = $3
   FROM steps s
  WHERE s.run_id = $1 AND s.key = $2
    AND a.run_id = s.run_id AND a.step_key = s.key AND a.number = s.attempts`
-	sqlStepResolve = `SELECT cairn_step_resolve($1, $2, $3, $4, $5, $6)`
-	sqlWakeDue     = `SELECT cairn_wake_due($1)`
+	sqlStepResolve = `SELECT cairn_step_resolve($1, $2, $3, $4, $5, $6)
+WHERE cairn_runs_share(ARRAY[$1::uuid])`
+	sqlWakeDue = `SELECT cairn_wake_due($1)`
 	// The earliest due wait (the index steps_wake_idx answers it).
 	sqlNextWake = `
 SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held`
@@ -196,6 +198,9 @@ type SignalResult struct {
 func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, error) {
 	var out SignalResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, sqlRunShare, sig.RunID); err != nil {
+			return err
+		}
 		return tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
 			nullString(sig.IdempotencyKey), sig.Actor)
 	})

@@ -1,0 +1,108 @@
+package catalog_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+// retryCounter counts the transactions the store ran again after a deadlock or a
+// serialization failure (inTx logs each at debug level), and keeps their errors.
+type retryCounter struct {
+	n      atomic.Int64
+	mu     sync.Mutex
+	errors []string
+}
+
+func (c *retryCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *retryCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *retryCounter) WithGroup(string) slog.Handler            { return c }
+func (c *retryCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "retrying transaction" {
+		return nil
+	}
+	c.n.Add(1)
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "error" {
+			c.mu.Lock()
+			c.errors = append(c.errors, a.Value.String())
+			c.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// TestCancelWhileStepsFinish cancels a wide run while four dispatchers finish its
+// steps in batches, as `cairn run cancel` on a large fan-out does. Cancel and the
+// finishers take their locks in one order (the run's advisory lock, then steps,
+// then the run's row), so neither waits for the other in a circle: no transaction
+// is retried for a deadlock, the cancel succeeds, and
+// no step is left active in a canceled run.
+func TestCancelWhileStepsFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	counter := &retryCounter{}
+	s := catalog.New(testenv.DB(t), &catalog.Config{Logger: slog.New(counter)})
+
+	const width, dispatchers = 240, 4
+	steps := make([]catalog.NewStep, 0, 2*width)
+	for i := range width {
+		// Each leaf has a dependent, so finishing a leaf locks a second step.
+		steps = append(steps,
+			catalog.NewStep{Key: fmt.Sprintf("s%03d", i), MaxAttempts: 1},
+			catalog.NewStep{Key: fmt.Sprintf("t%03d", i), Needs: []string{fmt.Sprintf("s%03d", i)}, MaxAttempts: 1})
+	}
+	for round := range 3 {
+		run := newRun(t, ctx, s, steps)
+		claimed := make([][]catalog.Claimed, dispatchers)
+		for d := range dispatchers {
+			c, err := s.StepClaim(ctx, fmt.Sprintf("d%d", d), width/dispatchers, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, c, width/dispatchers)
+			claimed[d] = c
+		}
+		var g errgroup.Group
+		start := make(chan struct{})
+		for d := range dispatchers {
+			g.Go(func() error {
+				<-start
+				c := claimed[d]
+				rand.Shuffle(len(c), func(i, j int) { c[i], c[j] = c[j], c[i] })
+				for len(c) > 0 {
+					n := min(len(c), 8)
+					batch := make([]*catalog.StepFinishParams, n)
+					for i := range n {
+						batch[i] = finishParams(c[i], catalog.OutcomeSucceeded, false, 0)
+					}
+					c = c[n:]
+					if _, err := s.StepFinishBatch(ctx, batch); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		close(start)
+		time.Sleep(time.Duration(round+1) * 5 * time.Millisecond)
+		cerr := s.RunCancel(ctx, run.ID, "operator")
+		require.NoError(t, g.Wait())
+		require.NoError(t, cerr) // its t steps are never claimed: the run cannot end first
+		for key, st := range statuses(t, ctx, s, run.ID) {
+			require.NotContains(t, []string{"waiting", "ready", "running", "suspended"}, st, "step %s", key)
+		}
+	}
+	require.Zero(t, counter.n.Load(), "transactions retried: %s", strings.Join(counter.errors, "; "))
+}
