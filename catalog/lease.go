@@ -208,12 +208,7 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		for i, c := range cands {
 			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
-		st, err := s.txPrepared(ctx, tx, sqlClaim)
-		if err != nil {
-			return err
-		}
-		err = st.SelectContext(ctx, &out, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys))
-		if err = s.retryStale(sqlClaim, err); err != nil {
+		if err := tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
 			return err
 		}
 		return serve(ctx, tx, cands)
@@ -279,13 +274,9 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		if len(ok) > 0 {
 			a := succeeded
 			var ords pq.Int64Array
-			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
-			if err != nil {
-				return err
-			}
-			if err := st.QueryRowxContext(ctx, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
 				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
-				return s.retryStale(sqlStepsSucceed, err)
+				return err
 			}
 			for _, o := range ords {
 				written[ok[o-1]] = true
@@ -294,14 +285,10 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		if len(other) > 0 {
 			a := failed
 			var res []bool
-			st, err := s.txPrepared(ctx, tx, sqlStepsFail)
-			if err != nil {
-				return err
-			}
-			if err := st.SelectContext(ctx, &res, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+			if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
 				pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
 				pq.GenericArray{A: a.logKeys}); err != nil {
-				return s.retryStale(sqlStepsFail, err)
+				return err
 			}
 			if len(res) != len(other) {
 				return fmt.Errorf("%d results for %d outcomes", len(res), len(other))

@@ -41,10 +41,10 @@ func TestPreparedSurvivesMigration(t *testing.T) {
 	}
 }
 
-// TestPreparedClaimSurvivesMigration: the dispatcher's claim and finish statements
-// are prepared too; a claim whose statement went stale after a migration is run
-// again (the transaction retried), and nothing is claimed twice or lost.
-func TestPreparedClaimSurvivesMigration(t *testing.T) {
+// TestClaimSurvivesMigration: a migration that changes a column the claim returns,
+// beside prepared create-run statements, leaves claims and finishes working, and
+// nothing is claimed twice or lost.
+func TestClaimSurvivesMigration(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
@@ -71,7 +71,7 @@ func TestPreparedClaimSurvivesMigration(t *testing.T) {
 	for range 3 {
 		claimAndFinish()
 	}
-	// The claim returns runs.workflow: its type changes under the prepared claim.
+	// The claim returns runs.workflow; create-run's prepared statement too.
 	_, err := s.DB().ExecContext(ctx, `ALTER TABLE runs ALTER COLUMN workflow TYPE varchar(200)`)
 	require.NoError(t, err)
 	for range 3 {
