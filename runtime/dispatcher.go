@@ -70,7 +70,11 @@ type Dispatcher struct {
 	abandon    context.CancelFunc
 	// stopDone is closed when the first Stop has finished; stopErr is its result.
 	stopDone chan struct{}
-	stopErr  error
+	// claimDone is closed when the claim loop has returned: no attempt starts
+	// after it (shutdown waits for it before it waits for the attempts, as a
+	// WaitGroup's Add from zero must not run beside its Wait).
+	claimDone chan struct{}
+	stopErr   error
 
 	// lastDBError is when a database call of the loops last failed (unix nanos).
 	// After an outage the sweeper waits two lease TTLs, so that owners can renew
@@ -117,6 +121,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		active:      map[int64]*attempt{},
 		noClaim:     make(chan struct{}),
 		stopDone:    make(chan struct{}),
+		claimDone:   make(chan struct{}),
 	}
 	if cache.shared {
 		d.logger.Warn("another dispatcher uses this cache directory: its size cap is off; give each dispatcher its own --cache-dir",
@@ -209,6 +214,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 func (d *Dispatcher) shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
+		<-d.claimDone // the last attempt has been started
 		d.work.Wait()
 		close(done)
 	}()
@@ -268,6 +274,7 @@ func (d *Dispatcher) claiming() bool {
 // claimLoop claims as many steps as there are free slots, whenever woken (a
 // notification, a finished attempt, a due retry) or every PollInterval.
 func (d *Dispatcher) claimLoop(ctx context.Context) {
+	defer close(d.claimDone)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	failures := 0
