@@ -60,18 +60,11 @@ running on a server makes this one wait for it to end.`,
 				return errors.New("no blob store: set --blobstore or CAIRN_BLOBSTORE")
 			}
 			logger := newLogger(e, stderr)
-			store, err := openStore(ctx, dbURL, logger, 0)
+			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, 0)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			if err := store.CheckSchema(ctx); err != nil {
-				return err
-			}
-			blobs, err := blobstore.Open(ctx, blobURL, e)
-			if err != nil {
-				return fmt.Errorf("open blob store: %w", err)
-			}
 			cb, ok := blobs.(runtime.CollectorBlobs)
 			if !ok {
 				return fmt.Errorf("blob store %s cannot be listed", blobURL)

@@ -290,18 +290,11 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if lf.metricsToken == "" {
 				logger.Warn("no CAIRN_METRICS_TOKEN: /metrics is open to anyone who reaches the server")
 			}
-			store, err := openStore(ctx, dbURL, logger, rf.idempotencyTTL)
+			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, rf.idempotencyTTL)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			if err := store.CheckSchema(ctx); err != nil {
-				return err
-			}
-			blobs, err := blobstore.Open(ctx, blobURL, e)
-			if err != nil {
-				return fmt.Errorf("open blob store: %w", err)
-			}
 			if rf.signingKey == "" {
 				logger.Warn("no CAIRN_SIGNING_KEY: a random per-process key signs requests to http functions, lease credentials and callback URLs, which other servers and a restart of this one then refuse")
 				rf.signingKey = newToken()
@@ -357,6 +350,27 @@ func openStore(ctx context.Context, url string, logger *slog.Logger, idempotency
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL})
+}
+
+// openBackends opens what a server works on: the catalog at dbURL, checked to be
+// at the binary's schema, and the blob store at blobURL. The caller closes the
+// store.
+func openBackends(ctx context.Context, e env, dbURL, blobURL string, logger *slog.Logger,
+	idempotencyTTL time.Duration) (*catalog.Store, blobstore.Store, error) {
+	store, err := openStore(ctx, dbURL, logger, idempotencyTTL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := store.CheckSchema(ctx); err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	blobs, err := blobstore.Open(ctx, blobURL, e)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, fmt.Errorf("open blob store: %w", err)
+	}
+	return store, blobs, nil
 }
 
 // serverParts is what runServer runs.
