@@ -385,16 +385,7 @@ func (d *Dispatcher) gcLoop(ctx context.Context) {
 	if d.collector == nil {
 		return
 	}
-	for {
-		q := d.cfg.GCInterval / 4
-		wait := q/2 + time.Duration(jitterRand()*float64(q))
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.noClaim: // shutting down
-			return
-		case <-time.After(wait):
-		}
+	for d.idle(ctx, d.cfg.GCInterval/4) {
 		rep, err := d.collector.Collect(ctx, false)
 		if err != nil {
 			if ctx.Err() == nil {

@@ -262,6 +262,23 @@ func (d *Dispatcher) nudge() {
 	}
 }
 
+// idle waits between two rounds of a periodic loop: about period (jittered
+// within ±50 %, so that servers started together spread their rounds). false
+// when the dispatcher is shutting down (ctx ended or claiming stopped): the
+// loop returns.
+func (d *Dispatcher) idle(ctx context.Context, period time.Duration) bool {
+	t := time.NewTimer(period/2 + time.Duration(jitterRand()*float64(period)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-d.noClaim:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 func (d *Dispatcher) claiming() bool {
 	select {
 	case <-d.noClaim:

@@ -24,15 +24,7 @@ const (
 // it to another once its lease expires; each batch commits its runs' actions with
 // the cursor, so no run is acted on twice.
 func (d *Dispatcher) operationLoop(ctx context.Context) {
-	for {
-		wait := operationPollInterval/2 + time.Duration(jitterRand()*float64(operationPollInterval))
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.noClaim:
-			return
-		case <-time.After(wait):
-		}
+	for d.idle(ctx, operationPollInterval) {
 		op, err := d.store.OperationClaim(ctx, d.cfg.ID, d.cfg.LeaseTTL)
 		if err != nil {
 			d.noteDBError()

@@ -24,15 +24,7 @@ const (
 // back short. The runs to archive are written to the blob store first; one whose
 // archive cannot be written is kept for a later pass.
 func (d *Dispatcher) reapLoop(ctx context.Context) {
-	for {
-		wait := d.cfg.ReapInterval/2 + time.Duration(jitterRand()*float64(d.cfg.ReapInterval))
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.noClaim: // shutting down
-			return
-		case <-time.After(wait):
-		}
+	for d.idle(ctx, d.cfg.ReapInterval) {
 		d.Reap(ctx)
 	}
 }
