@@ -181,22 +181,26 @@ UNION ALL` + sqlClaimNextIn
 	// sqlLimitTurns says whether a concurrency key may have a turn to take.
 	sqlLimitTurns = `SELECT EXISTS (SELECT 1 FROM limit_keys)`
 
-	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
-	// a step claimed now: their turn comes after the other keys'. A key with no step
-	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
-	// After the claim, under the keys' locks.
 	// sqlRunHandlerFlow sets the flow settings of run $1's failure handlers ($2, see
 	// flowKeys): a rerun's.
 	sqlRunHandlerFlow = `UPDATE runs SET handler_flow = $2 WHERE id = $1`
 
 	// sqlLimitKeys gives the concurrency keys of a new run's steps ($1, as
-	// sqlFlowApply takes it) a turn, before every key served already.
-	sqlLimitKeys = `
+	// sqlFlowApply takes it) a turn, before every key served already. sqlRunCreate
+	// runs it as a CTE, on its own parameter: the statement is
+	// sqlLimitKeysHead + parameter + sqlLimitKeysTail.
+	sqlLimitKeys     = sqlLimitKeysHead + `$1` + sqlLimitKeysTail
+	sqlLimitKeysHead = `
 INSERT INTO limit_keys (name, key, served_at)
 SELECT DISTINCT f.value ->> 'n', f.value ->> 'k', '-infinity'::timestamptz
-FROM jsonb_each($1::jsonb) AS f WHERE f.value ? 'n'
+FROM jsonb_each(`
+	sqlLimitKeysTail = `::jsonb) AS f WHERE f.value ? 'n'
 ON CONFLICT (name, key) DO NOTHING`
 
+	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
+	// a step claimed now: their turn comes after the other keys'. A key with no step
+	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
+	// After the claim, under the keys' locks.
 	sqlLimitServe = `
 WITH u AS (
     SELECT DISTINCT n, k, EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = n AND s.conc_key = k) AS more

@@ -106,11 +106,8 @@ WITH w AS (
            ($8::jsonb -> k ->> 'q')::float8
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
 ), lk AS (
-    -- the concurrency keys of the steps get a turn (sqlLimitKeys)
-    INSERT INTO limit_keys (name, key, served_at)
-    SELECT DISTINCT f.value ->> 'n', f.value ->> 'k', '-infinity'::timestamptz
-    FROM v, jsonb_each($8::jsonb) AS f WHERE f.value ? 'n'
-    ON CONFLICT (name, key) DO NOTHING
+    -- the concurrency keys of the steps get a turn
+    ` + sqlLimitKeysHead + `$8` + sqlLimitKeysTail + `
 ), ed AS (
     INSERT INTO step_edges (run_id, from_key, to_key)
     SELECT $1, n, s.k
