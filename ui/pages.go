@@ -3,6 +3,7 @@ package ui
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -750,25 +751,25 @@ func (h *Handler) stepPanel(w http.ResponseWriter, r *http.Request, s *session) 
 // stepOutput, stepCheckpoint and stepLog stream the API's bytes to the browser as
 // downloads (never read whole: a blob may be large).
 func (h *Handler) stepOutput(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	key := r.PathValue("key")
-	resp, err := s.api.GetStepOutput(r.Context(), id, key)
-	relay(w, resp, err, key+"-output")
+	stepDownload(w, r, "output", s.api.GetStepOutput)
 }
 
 func (h *Handler) stepCheckpoint(w http.ResponseWriter, r *http.Request, s *session) {
+	stepDownload(w, r, "checkpoint", s.api.GetStepCheckpoint)
+}
+
+// stepDownload relays what get answers for the step the request names, as a
+// download named <key>-<what>.
+func stepDownload(w http.ResponseWriter, r *http.Request, what string,
+	get func(ctx context.Context, id openapi_types.UUID, key string, reqEditors ...client.RequestEditorFn) (*http.Response, error)) {
 	id, ok := runID(r)
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
 	key := r.PathValue("key")
-	resp, err := s.api.GetStepCheckpoint(r.Context(), id, key)
-	relay(w, resp, err, key+"-checkpoint")
+	resp, err := get(r.Context(), id, key)
+	relay(w, resp, err, key+"-"+what)
 }
 
 func (h *Handler) stepLog(w http.ResponseWriter, r *http.Request, s *session) {
