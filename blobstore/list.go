@@ -154,8 +154,9 @@ func (s *S3Store) List(ctx context.Context, kind string) iter.Seq2[Listed, error
 }
 
 // CleanTemp implements Lister.CleanTemp: the objects under ".tmp/" last
-// modified before before, and the multipart uploads to ".tmp/" keys initiated
-// before it (aborted, which frees their parts).
+// modified before before, and the multipart uploads to ".tmp/" keys and to keys
+// of kinds (a spooled Put uploads to its final key) initiated before it
+// (aborted, which frees their parts).
 func (s *S3Store) CleanTemp(ctx context.Context, before time.Time, dryRun bool) (TempReport, error) {
 	var rep TempReport
 	lctx, cancel := context.WithCancel(ctx)
@@ -175,12 +176,15 @@ func (s *S3Store) CleanTemp(ctx context.Context, before time.Time, dryRun bool) 
 		rep.Objects++
 		rep.Bytes += info.Size
 	}
-	for up := range s.client.ListIncompleteUploads(lctx, s.bucket, s3TempPrefix, true) {
+	for up := range s.client.ListIncompleteUploads(lctx, s.bucket, "", true) {
 		if up.Err != nil {
 			return rep, fmt.Errorf("list incomplete uploads: %w", s3Error(up.Err))
 		}
-		if !strings.HasPrefix(up.Key, s3TempPrefix) || !up.Initiated.Before(before) {
+		if !up.Initiated.Before(before) {
 			continue
+		}
+		if _, _, err := ParseKey(up.Key); err != nil && !strings.HasPrefix(up.Key, s3TempPrefix) {
+			continue // not ours
 		}
 		if !dryRun {
 			if err := s.core.AbortMultipartUpload(ctx, s.bucket, up.Key, up.UploadID); err != nil && !isNoSuchUpload(err) {

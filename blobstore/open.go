@@ -63,6 +63,8 @@ func Open(ctx context.Context, rawURL string, getenv func(string) string) (Store
 //   - region: default AWS_REGION, then AWS_DEFAULT_REGION, then "us-east-1".
 //   - path_style: "true" forces path-style addressing (see S3Config.PathStyle).
 //   - part_size: multipart part size in bytes (see S3Config.PartSize).
+//   - spool_dir: the local folder for content over one part, "none" for none
+//     (see S3Config.SpoolDir).
 //
 // Credentials come from getenv: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 // AWS_SESSION_TOKEN; never from the URL, which ends up in logs. A nil getenv
@@ -118,6 +120,8 @@ func ParseURL(raw string, getenv func(string) string) (S3Config, error) {
 			if err != nil {
 				return S3Config{}, fmt.Errorf("parse s3 url: part_size: %w", err)
 			}
+		case "spool_dir":
+			cfg.SpoolDir = v
 		default:
 			return S3Config{}, fmt.Errorf("parse s3 url: unknown parameter %q", name)
 		}

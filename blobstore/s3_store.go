@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,17 @@ type S3Config struct {
 	// DefaultPartSize (16 MiB). Each Put in flight holds about one part in memory,
 	// and objects are limited to 10,000 parts (about 156 GiB at the default).
 	PartSize int64
+	// SpoolDir is the local folder where Put writes content larger than one part
+	// while hashing it, so that it is uploaded once, to its final key. Default
+	// os.TempDir(); SpoolNone uploads to a temporary key and copies server-side
+	// instead (no local disk, twice the S3 server's work). The spool file is
+	// unlinked as soon as it is created, so a crash leaves nothing behind; it
+	// needs free space for the largest output in flight.
+	SpoolDir string
 }
+
+// SpoolNone as S3Config.SpoolDir turns spooling off.
+const SpoolNone = "none"
 
 func (c S3Config) withDefaults() S3Config {
 	if c.Region == "" {
@@ -81,6 +92,12 @@ func (c S3Config) withDefaults() S3Config {
 	if c.PartSize == 0 {
 		c.PartSize = DefaultPartSize
 	}
+	switch c.SpoolDir {
+	case "":
+		c.SpoolDir = os.TempDir()
+	case SpoolNone:
+		c.SpoolDir = ""
+	}
 	return c
 }
 
@@ -88,19 +105,21 @@ func (c S3Config) withDefaults() S3Config {
 // LocalStack), through minio-go. It is safe for concurrent use.
 //
 // Put reads the content once. An object that fits in one part is hashed in
-// memory and written to its final key with one PutObject. A larger one is
-// uploaded part by part (one part in memory) to a temporary key under ".tmp/",
-// since its address is only known at the end, then copied server-side to its
-// final key and the temporary object deleted. A crash between the two leaves a
-// temporary object or an incomplete multipart upload behind: CleanTemp (run by
-// the garbage collector, runtime.Collector) removes them once they are older
-// than the longest upload.
+// memory and written to its final key with one PutObject. A larger one's address
+// is only known at its end: it is written to a spool file (S3Config.SpoolDir)
+// while hashed, then uploaded part by part to its final key. Without a spool
+// folder, it is uploaded part by part (one part in memory) to a temporary key
+// under ".tmp/", then copied server-side to its final key and the temporary
+// object deleted. A crash leaves an incomplete multipart upload, or a temporary
+// object, behind: CleanTemp (run by the garbage collector, runtime.Collector)
+// removes them once they are older than the longest upload.
 type S3Store struct {
 	client   *minio.Client
 	core     minio.Core
 	bucket   string
 	endpoint string
 	partSize int64
+	spoolDir string    // "" spools nothing
 	parts    sync.Pool // of *[]byte, len partSize
 }
 
@@ -141,6 +160,7 @@ func NewS3(cfg S3Config) (*S3Store, error) {
 		bucket:   cfg.Bucket,
 		endpoint: u.Scheme + "://" + u.Host,
 		partSize: cfg.PartSize,
+		spoolDir: cfg.SpoolDir,
 	}
 	s.parts.New = func() any {
 		b := make([]byte, s.partSize)
@@ -186,6 +206,12 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	defer release()
 	if !full {
 		return s.putSmall(ctx, kind, hr, first, opts)
+	}
+	if s.spoolDir != "" {
+		if spool, err := os.CreateTemp(s.spoolDir, "cairn-spool-*"); err == nil {
+			return s.putSpooled(ctx, kind, hr, first, spool, opts)
+		}
+		// No room for a spool file: the temporary key still works.
 	}
 	return s.putLarge(ctx, kind, hr, src, first, opts)
 }
@@ -259,55 +285,157 @@ func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, 
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: int64(len(data)), ContentType: ct}, nil
 }
 
+// putSpooled writes first and the rest of src to spool, then uploads it to its
+// final key, now known.
+func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader, first []byte, spool *os.File, opts PutOptions) (Object, error) {
+	defer spool.Close()
+	_ = os.Remove(spool.Name()) // the descriptor keeps it until Close, even on a crash
+	if _, err := spool.Write(first); err != nil {
+		return Object{}, fmt.Errorf("spool content: %w", err)
+	}
+	if err := spoolRest(ctx, spool, hr, first[:cap(first)]); err != nil {
+		return Object{}, fmt.Errorf("spool content: %w", err)
+	}
+	sum, digest, key, err := hr.identify(kind, opts)
+	if err != nil {
+		return Object{}, err
+	}
+	if err := opts.claim(ctx, key); err != nil {
+		return Object{}, err
+	}
+	if obj, err := s.stat(ctx, key); err == nil {
+		return obj, nil
+	} else if !errors.Is(err, ErrNotFound) {
+		return Object{}, err
+	}
+	ct := contentType(opts.ContentType)
+	size := hr.n
+	next := func(off int64) (io.Reader, int64, error) {
+		n := min(s.partSize, size-off)
+		return io.NewSectionReader(spool, off, n), n, nil
+	}
+	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
+	if err := s.multipart(ctx, key, meta, size, next); err != nil {
+		return Object{}, err
+	}
+	return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
+}
+
+// spoolRest writes what is left of hr to f, each piece as it is read, and hashes
+// it by halves of buf in another goroutine: while one half is hashed, the next
+// is read into the other, so that spooling costs about the time of hashing.
+func spoolRest(ctx context.Context, f *os.File, hr *hashingReader, buf []byte) error {
+	src := ctxReader{ctx: ctx, r: rawReader{hr}}
+	half := len(buf) / 2
+	bufs := [2][]byte{buf[:half], buf[half:]}
+	hashed := make(chan struct{}, 1)
+	hashed <- struct{}{} // no half being hashed
+	for i := 0; ; i ^= 1 {
+		b, n := bufs[i], 0
+		var err error
+		for n < half && err == nil {
+			var m int
+			m, err = src.Read(b[n:])
+			if m > 0 {
+				if _, werr := f.Write(b[n : n+m]); werr != nil {
+					err = werr
+				}
+				n += m
+			}
+		}
+		<-hashed
+		go func() {
+			hr.h.Write(b[:n])
+			hashed <- struct{}{}
+		}()
+		if err != nil {
+			<-hashed
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// multipart uploads key as a multipart upload of the parts next returns, from
+// offset 0 until a part is shorter than partSize or size bytes are in (size < 0:
+// unknown), and completes it; on failure the upload is aborted.
+func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjectOptions, size int64,
+	next func(off int64) (io.Reader, int64, error),
+) (err error) {
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, meta)
+	if err != nil {
+		return fmt.Errorf("start upload: %w", s3Error(err))
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
+			defer cancel()
+			_ = s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID) // best effort
+		}
+	}()
+	var parts []minio.CompletePart
+	for off := int64(0); size < 0 || off < size; {
+		r, n, err := next(off)
+		if err != nil {
+			return err
+		}
+		if n == 0 && len(parts) > 0 {
+			break // the previous part ended exactly at the end
+		}
+		if len(parts) == s3MaxParts {
+			return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+		}
+		p, err := s.core.PutObjectPart(ctx, s.bucket, key, uploadID, len(parts)+1, r, n, minio.PutObjectPartOptions{
+			// Our own sha256 covers the content; signing every part with a
+			// streaming SHA-256 as well costs a second pass for nothing.
+			DisableContentSha256: true,
+		})
+		if err != nil {
+			return fmt.Errorf("upload part %d: %w", len(parts)+1, s3Error(err))
+		}
+		parts = append(parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag})
+		off += n
+		if n < s.partSize {
+			break // a short part is the last one
+		}
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
+		return fmt.Errorf("complete upload: %w", s3Error(err))
+	}
+	return nil
+}
+
 // putLarge uploads first and the rest of src as a multipart upload to a
-// temporary key, then copies it to its final key.
+// temporary key, then copies it to its final key (no spool folder).
 func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, src io.Reader, first []byte, opts PutOptions) (Object, error) {
 	ct := contentType(opts.ContentType)
 	tmpKey, err := s3TempKey()
 	if err != nil {
 		return Object{}, err
 	}
-	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, tmpKey, minio.PutObjectOptions{ContentType: ct})
-	if err != nil {
-		return Object{}, fmt.Errorf("start upload: %w", s3Error(err))
-	}
-	completed := false
-	defer func() {
-		if !completed {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
-			defer cancel()
-			_ = s.core.AbortMultipartUpload(cctx, s.bucket, tmpKey, uploadID) // best effort
-		}
-	}()
-
-	var parts []minio.CompletePart
 	buf, data := first[:cap(first)], first
-	for {
-		if len(parts) == s3MaxParts {
-			return Object{}, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+	next := func(off int64) (io.Reader, int64, error) {
+		if off > 0 {
+			n, err := readFull(src, buf)
+			if err != nil {
+				return nil, 0, fmt.Errorf("read content: %w", err)
+			}
+			data = buf[:n]
 		}
-		p, err := s.core.PutObjectPart(ctx, s.bucket, tmpKey, uploadID, len(parts)+1,
-			bytes.NewReader(data), int64(len(data)), minio.PutObjectPartOptions{
-				// Our own sha256 covers the content; signing every part with a
-				// streaming SHA-256 as well costs a second pass for nothing.
-				DisableContentSha256: true,
-			})
-		if err != nil {
-			return Object{}, fmt.Errorf("upload part %d: %w", len(parts)+1, s3Error(err))
-		}
-		parts = append(parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag})
-		if len(data) < len(buf) {
-			break // a short part is the last one
-		}
-		n, err := readFull(src, buf)
-		if err != nil {
-			return Object{}, fmt.Errorf("read content: %w", err)
-		}
-		if n == 0 {
-			break // the previous part ended exactly at the end
-		}
-		data = buf[:n]
+		return bytes.NewReader(data), int64(len(data)), nil
 	}
+	// Completed before its content is checked: when that fails, or the final key
+	// exists already, the deferred removal drops it.
+	if err := s.multipart(ctx, tmpKey, minio.PutObjectOptions{ContentType: ct}, -1, next); err != nil {
+		return Object{}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
+		defer cancel()
+		_ = s.client.RemoveObject(cctx, s.bucket, tmpKey, minio.RemoveObjectOptions{}) // best effort
+	}()
 
 	sum, digest, key, err := hr.identify(kind, opts)
 	if err != nil {
@@ -317,21 +445,10 @@ func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, 
 		return Object{}, err
 	}
 	if obj, err := s.stat(ctx, key); err == nil {
-		return obj, nil // already stored: the deferred abort drops our upload
+		return obj, nil // already stored: the deferred removal drops our copy
 	} else if !errors.Is(err, ErrNotFound) {
 		return Object{}, err
 	}
-
-	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, tmpKey, uploadID, parts, minio.PutObjectOptions{}); err != nil {
-		return Object{}, fmt.Errorf("complete upload: %w", s3Error(err))
-	}
-	completed = true
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
-		defer cancel()
-		_ = s.client.RemoveObject(cctx, s.bucket, tmpKey, minio.RemoveObjectOptions{}) // best effort
-	}()
-
 	if err := s.copyObject(ctx, tmpKey, key, hr.n, ct, sum); err != nil {
 		return Object{}, err
 	}

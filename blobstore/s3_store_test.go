@@ -2,7 +2,11 @@ package blobstore_test
 
 import (
 	"bytes"
+	"cmp"
+	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,34 +36,66 @@ func TestS3StoreLargeStream(t *testing.T) {
 }
 
 // TestS3StoreLeavesNoTemporaries checks that a multipart Put, a Put of content
-// already stored, and a failed Put all clean up their temporary objects and
-// uploads.
+// already stored, and a failed Put all clean up their temporary objects,
+// uploads and spool files: spooled (the default), with the spool folder
+// unusable (missing: the temporary key takes over), and with spooling off.
 func TestS3StoreLeavesNoTemporaries(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	srv, bucket := testenv.S3Bucket(t)
-	s, err := blobstore.NewS3(srv.Config(bucket))
-	require.NoError(t, err)
+	missing := filepath.Join(t.TempDir(), "missing")
+	for name, spoolDir := range map[string]string{"spooled": "", "unusable spool": missing, "no spool": blobstore.SpoolNone} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			srv, bucket := testenv.S3Bucket(t)
+			cfg := srv.Config(bucket)
+			spool := t.TempDir()
+			cfg.SpoolDir = cmp.Or(spoolDir, spool)
+			s, err := blobstore.NewS3(cfg)
+			require.NoError(t, err)
 
-	content := blobstoretest.Bytes(20<<20, 42) // two parts
-	obj, err := s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{})
-	require.NoError(t, err)
-	_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{})
-	require.NoError(t, err)
-	_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{Size: int64(len(content)) - 1})
-	require.ErrorIs(t, err, blobstore.ErrSizeMismatch)
+			content := blobstoretest.Bytes(20<<20, 42) // two parts
+			obj, err := s.Put(ctx, "outputs", onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{})
+			require.NoError(t, err)
+			require.Equal(t, int64(len(content)), obj.Size)
+			_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{})
+			require.NoError(t, err)
+			_, err = s.Put(ctx, "outputs", bytes.NewReader(content), blobstore.PutOptions{Size: int64(len(content)) - 1})
+			require.ErrorIs(t, err, blobstore.ErrSizeMismatch)
+			got, stat := readObject(t, s, obj.Key)
+			require.True(t, bytes.Equal(content, got), "stored content differs")
+			require.Equal(t, obj.SHA256, stat.SHA256)
 
-	client := rawClient(t, srv)
-	var keys []string
-	for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
-		require.NoError(t, o.Err)
-		keys = append(keys, o.Key)
+			client := rawClient(t, srv)
+			var keys []string
+			for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+				require.NoError(t, o.Err)
+				keys = append(keys, o.Key)
+			}
+			require.Equal(t, []string{obj.Key}, keys)
+			for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
+				require.NoError(t, u.Err)
+				t.Errorf("incomplete upload left: %s", u.Key)
+			}
+			left, err := os.ReadDir(spool)
+			require.NoError(t, err)
+			require.Empty(t, left, "spool files left")
+		})
 	}
-	require.Equal(t, []string{obj.Key}, keys)
-	for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
-		require.NoError(t, u.Err)
-		t.Errorf("incomplete upload left: %s", u.Key)
-	}
+}
+
+// onlyReader hides every method of its reader but Read, as a pipe's would be.
+type onlyReader struct{ r io.Reader }
+
+func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func readObject(t *testing.T, s blobstore.Store, key string) ([]byte, blobstore.Object) {
+	t.Helper()
+	rc, obj, err := s.Get(t.Context(), key, blobstore.GetOptions{})
+	require.NoError(t, err)
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	return b, obj
 }
 
 func TestS3StorePing(t *testing.T) {
@@ -114,8 +150,9 @@ func rawClient(t *testing.T, srv testenv.S3Server) *minio.Client {
 
 // TestS3StoreListAndCleanTemp: List yields the objects of a kind with their
 // size; CleanTemp removes the temporary objects and aborts the incomplete
-// multipart uploads under ".tmp/" started before its cutoff (a dry run only
-// counts them), and leaves later ones and the objects of kinds alone.
+// multipart uploads to ".tmp/" and to keys of kinds started before its cutoff
+// (a dry run only counts them), and leaves later ones, the objects of kinds and
+// uploads not Cairn's alone.
 func TestS3StoreListAndCleanTemp(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -142,6 +179,14 @@ func TestS3StoreListAndCleanTemp(t *testing.T) {
 	require.NoError(t, err)
 	_, err = core.PutObjectPart(ctx, bucket, ".tmp/abandoned", uploadID, 1, strings.NewReader("part"), 4, minio.PutObjectPartOptions{})
 	require.NoError(t, err)
+	// A spooled Put uploads to its final key; a crash leaves that upload.
+	spooledKey, err := blobstore.KeyFor(blobstore.KindPayloads, "sha256:"+strings.Repeat("ab", 32))
+	require.NoError(t, err)
+	_, err = core.NewMultipartUpload(ctx, bucket, spooledKey, minio.PutObjectOptions{})
+	require.NoError(t, err)
+	// Not ours: left alone.
+	_, err = core.NewMultipartUpload(ctx, bucket, "elsewhere/upload", minio.PutObjectOptions{})
+	require.NoError(t, err)
 
 	// Before both: nothing is old enough.
 	rep, err := s.CleanTemp(ctx, time.Now().Add(-time.Hour), false)
@@ -153,11 +198,11 @@ func TestS3StoreListAndCleanTemp(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Objects)
 	require.Equal(t, int64(8), rep.Bytes)
-	require.Equal(t, 1, rep.Uploads)
+	require.Equal(t, 2, rep.Uploads)
 	rep, err = s.CleanTemp(ctx, later, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Objects)
-	require.Equal(t, 1, rep.Uploads)
+	require.Equal(t, 2, rep.Uploads)
 
 	var keys []string
 	for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
@@ -165,8 +210,10 @@ func TestS3StoreListAndCleanTemp(t *testing.T) {
 		keys = append(keys, o.Key)
 	}
 	require.Equal(t, []string{obj.Key}, keys)
+	var uploads []string
 	for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
 		require.NoError(t, u.Err)
-		t.Errorf("incomplete upload left: %s", u.Key)
+		uploads = append(uploads, u.Key)
 	}
+	require.Equal(t, []string{"elsewhere/upload"}, uploads)
 }

@@ -50,14 +50,26 @@ func newHashingReader(r io.Reader, size int64) *hashingReader {
 }
 
 func (hr *hashingReader) Read(p []byte) (int, error) {
-	n, err := hr.r.Read(p)
+	n, err := hr.readRaw(p)
 	hr.h.Write(p[:n])
+	return n, err
+}
+
+// readRaw reads and counts as Read does but leaves hashing what it read to the
+// caller (hr.h.Write, in order), who may hash a piece while reading the next.
+func (hr *hashingReader) readRaw(p []byte) (int, error) {
+	n, err := hr.r.Read(p)
 	hr.n += int64(n)
 	if hr.size > 0 && hr.n > hr.size {
 		return n, fmt.Errorf("%w: more than %d bytes", ErrSizeMismatch, hr.size)
 	}
 	return n, err
 }
+
+// rawReader reads a hashingReader without hashing (readRaw).
+type rawReader struct{ hr *hashingReader }
+
+func (r rawReader) Read(p []byte) (int, error) { return r.hr.readRaw(p) }
 
 // finish checks the count and returns the content's digest "sha256:<hex>".
 func (hr *hashingReader) finish() (string, error) {

@@ -50,6 +50,10 @@ const (
 	pipePollInterval = 50 * time.Millisecond
 	// copyBufferSize is the chunk size of the stdout and stderr copies.
 	copyBufferSize = 32 << 10
+	// outputPipeSize is the buffer asked for stdout's pipe (growPipe) once an
+	// output is larger than one read, and the size of each read after that: a
+	// large output moves in few, large reads.
+	outputPipeSize = 1 << 20
 	// startTries bounds the starts of a program that fail with ETXTBSY.
 	startTries = 5
 )
@@ -621,6 +625,7 @@ func (r *execRun) abortError() error {
 func (r *execRun) copyStdout() {
 	out := r.sink.Output()
 	buf := make([]byte, copyBufferSize)
+	grown := false
 	for {
 		n, err := r.stdout.Read(buf)
 		if n > 0 {
@@ -628,6 +633,13 @@ func (r *execRun) copyStdout() {
 				r.abort(sinkWriteError("exec: write output", werr))
 				return
 			}
+		}
+		if n == len(buf) && !grown {
+			// More than a small output: the rest moves in large pieces. Only
+			// then, so that small outputs keep the default pipe (a user's pipes
+			// share a quota, past which new pipes get a single page).
+			buf, grown = make([]byte, outputPipeSize), true
+			growPipe(r.stdout.f)
 		}
 		if err != nil {
 			// io.EOF, or the pipe was cut.
