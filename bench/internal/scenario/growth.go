@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,7 +98,9 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*growthFigures, error) {
 	reset := func() error {
 		if !fresh {
-			return nil
+			// The same start as an emptied catalog's, without the emptying.
+			_, err := e.DB.Exec(ctx, `CHECKPOINT`)
+			return err
 		}
 		return e.ResetCatalog(ctx)
 	}
@@ -152,7 +155,7 @@ SELECT id::text FROM runs WHERE workflow = $1 AND status = 'succeeded' ORDER BY 
 // other with a run_id column), every column copied except the run's id, each
 // copy's timestamps moved back by its age (spread over growthSpread) and fresh
 // lease tokens (unique in attempts). Each batch of growthBatch runs is one
-// transaction. Then VACUUM ANALYZE and a CHECKPOINT.
+// transaction. Then VACUUM ANALYZE, a CHECKPOINT and a sync of the file systems.
 func (e *Env) fillFinishedRuns(ctx context.Context, template string, n int) error {
 	tables, err := e.runTables(ctx, template)
 	if err != nil {
@@ -214,8 +217,14 @@ CROSS JOIN LATERAL (
 			return err
 		}
 	}
-	_, err = e.DB.Exec(ctx, `CHECKPOINT`)
-	return err
+	if _, err = e.DB.Exec(ctx, `CHECKPOINT`); err != nil {
+		return err
+	}
+	// The checkpoint leaves gigabytes of dirty pages to the kernel, which would
+	// write them back during the first measurements: measure a filled catalog,
+	// not the aftermath of loading it.
+	syscall.Sync()
+	return nil
 }
 
 // runTable is a table with rows of the template run and the statement that copies
