@@ -25,12 +25,14 @@ import (
 const (
 	// sqlFlowSteps reads the steps of a version that have flow settings (limits,
 	// priority, runs_on, queue_timeout) of version $2 of workflow $1 (when 0, the
-	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it.
+	// one alias $3 names, latest when $3 is ''), as sqlRunCreate resolves it (by a
+	// subquery, not cairn_alias_version: see sqlRunCreateHead).
 	sqlFlowSteps = `
 SELECT v.version, v.flow_steps, v.flow_handlers FROM workflow_versions v
 WHERE v.workflow = $1
   AND v.version = CASE WHEN $2::integer = 0
-                       THEN cairn_alias_version($1, coalesce(nullif($3::text, ''), 'latest'))
+                       THEN (SELECT a.version FROM workflow_aliases a
+                             WHERE a.workflow = $1 AND a.alias = coalesce(nullif($3::text, ''), 'latest'))
                        ELSE $2::integer END`
 
 	// sqlFlowApply gives the steps of run $1 their flow settings ($2: step key →
