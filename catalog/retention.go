@@ -78,9 +78,11 @@ WHERE scope = $1 AND key = $2 AND resource_id = $5`
 var (
 	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
 	// (SKIP LOCKED: a run being retried or read for update is left for a later
-	// pass). Their steps, edges, attempts, events, signals, approvals and map rows
-	// go by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep a
-	// NULL.
+	// pass), with their steps, edges and events (no foreign key since migration
+	// 00025: this statement is the one that deletes runs). Their attempts,
+	// approvals and map rows go with the steps, their signals and live logs with
+	// the runs, by ON DELETE CASCADE; runs that name them (rerun_of, parent_id)
+	// keep a NULL.
 	//
 	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
 	// archived_runs row in the same statement, and archived_blobs rows for the
@@ -93,6 +95,12 @@ WITH doomed AS (
 gone AS (
     DELETE FROM runs d USING doomed WHERE d.id = doomed.id
     RETURNING d.id, d.workflow, d.status, d.finished_at),
+gone_steps AS (
+    DELETE FROM steps s USING doomed WHERE s.run_id = doomed.id),
+gone_edges AS (
+    DELETE FROM step_edges e USING doomed WHERE e.run_id = doomed.id),
+gone_events AS (
+    DELETE FROM events e USING doomed WHERE e.run_id = doomed.id),
 archived AS (
     INSERT INTO archived_runs (run_id, workflow, status, finished_at, blob_key)
     SELECT g.id, g.workflow, g.status, g.finished_at, a.key

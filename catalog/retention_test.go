@@ -192,8 +192,14 @@ func TestRetentionSkipsLocked(t *testing.T) {
 	tx, err = s.DB().BeginTxx(ctx, nil)
 	require.NoError(t, err)
 	defer tx.Rollback() //nolint:errcheck
-	_, err = tx.ExecContext(ctx, `DELETE FROM runs WHERE id = $1`, a)
-	require.NoError(t, err)
+	for _, table := range []string{"steps", "events", "runs"} { // as sqlRunsDelete
+		column := "run_id"
+		if table == "runs" {
+			column = "id"
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE `+column+` = $1`, a)
+		require.NoError(t, err)
+	}
 	fresh := endedRun(t, ctx, s, "short", uuid.Nil, catalog.OutcomeSucceeded, 0)
 	require.NoError(t, tx.Commit())
 	r, err := s.RunGet(ctx, fresh)

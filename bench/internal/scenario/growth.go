@@ -131,7 +131,11 @@ func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*grow
 		if err := reset(); err != nil {
 			return nil, err
 		}
-	} else if _, err := e.DB.Exec(ctx, `DELETE FROM runs WHERE status = 'pending'`); err != nil {
+	} else if _, err := e.DB.Exec(ctx, `
+WITH p AS (DELETE FROM runs WHERE status = 'pending' RETURNING id),
+s AS (DELETE FROM steps USING p WHERE steps.run_id = p.id),
+d AS (DELETE FROM step_edges USING p WHERE step_edges.run_id = p.id)
+DELETE FROM events USING p WHERE events.run_id = p.id`); err != nil {
 		return nil, err
 	}
 	l, err := measureLatency(ctx, e, e.Scale.LatencyRuns)
