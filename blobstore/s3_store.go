@@ -262,19 +262,39 @@ func readFull(r io.Reader, buf []byte) (int, error) {
 	return n, nil
 }
 
-// putSmall stores content that was read whole into data.
-func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, data []byte, opts PutOptions) (Object, error) {
-	sum, digest, key, err := hr.identify(kind, opts)
-	if err != nil {
-		return Object{}, err
+// address names the content hr has read (hashingReader.identify), claims its
+// key and looks for it: stored is the object when the key exists already, and
+// there is nothing to upload.
+func (s *S3Store) address(ctx context.Context, kind string, hr *hashingReader, opts PutOptions) (sum, digest, key string, stored *Object, err error) {
+	if sum, digest, key, err = hr.identify(kind, opts); err != nil {
+		return "", "", "", nil, err
 	}
 	if err := opts.claim(ctx, key); err != nil {
-		return Object{}, err
+		return "", "", "", nil, err
 	}
-	if obj, err := s.stat(ctx, key); err == nil {
-		return obj, nil
-	} else if !errors.Is(err, ErrNotFound) {
-		return Object{}, err
+	obj, err := s.stat(ctx, key)
+	if err == nil {
+		return sum, digest, key, &obj, nil
+	}
+	if !errors.Is(err, ErrNotFound) {
+		return "", "", "", nil, err
+	}
+	return sum, digest, key, nil, nil
+}
+
+// deref is *o, or the zero Object for nil.
+func deref(o *Object) Object {
+	if o == nil {
+		return Object{}
+	}
+	return *o
+}
+
+// putSmall stores content that was read whole into data.
+func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, data []byte, opts PutOptions) (Object, error) {
+	sum, digest, key, stored, err := s.address(ctx, kind, hr, opts)
+	if err != nil || stored != nil {
+		return deref(stored), err
 	}
 	ct := contentType(opts.ContentType)
 	_, err = s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", strings.TrimPrefix(sum, digestPrefix),
@@ -296,17 +316,9 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	if err := spoolRest(ctx, spool, hr, first[:cap(first)]); err != nil {
 		return Object{}, fmt.Errorf("spool content: %w", err)
 	}
-	sum, digest, key, err := hr.identify(kind, opts)
-	if err != nil {
-		return Object{}, err
-	}
-	if err := opts.claim(ctx, key); err != nil {
-		return Object{}, err
-	}
-	if obj, err := s.stat(ctx, key); err == nil {
-		return obj, nil
-	} else if !errors.Is(err, ErrNotFound) {
-		return Object{}, err
+	sum, digest, key, stored, err := s.address(ctx, kind, hr, opts)
+	if err != nil || stored != nil {
+		return deref(stored), err
 	}
 	ct := contentType(opts.ContentType)
 	size := hr.n
@@ -437,17 +449,9 @@ func (s *S3Store) putLarge(ctx context.Context, kind string, hr *hashingReader, 
 		_ = s.client.RemoveObject(cctx, s.bucket, tmpKey, minio.RemoveObjectOptions{}) // best effort
 	}()
 
-	sum, digest, key, err := hr.identify(kind, opts)
-	if err != nil {
-		return Object{}, err
-	}
-	if err := opts.claim(ctx, key); err != nil {
-		return Object{}, err
-	}
-	if obj, err := s.stat(ctx, key); err == nil {
-		return obj, nil // already stored: the deferred removal drops our copy
-	} else if !errors.Is(err, ErrNotFound) {
-		return Object{}, err
+	sum, digest, key, stored, err := s.address(ctx, kind, hr, opts)
+	if err != nil || stored != nil {
+		return deref(stored), err // stored already: the deferred removal drops our copy
 	}
 	if err := s.copyObject(ctx, tmpKey, key, hr.n, ct, sum); err != nil {
 		return Object{}, err
