@@ -58,7 +58,7 @@ func TestServerStartedAfterPostgresOutage(t *testing.T) {
 	require.Equal(t, client.RunStatusSucceeded, run.Status, "run error: %s", jsonOf(run.Error))
 	for _, k := range keys {
 		attempts := api.mustAttempts(runID, k)
-		require.Equal(t, []string{"succeeded"}, attemptStatuses(attempts), "step %s", k)
+		require.Equal(t, []string{"succeeded"}, attemptStatuses(attempts), "step %s: %s", k, jsonOf(attempts))
 		require.True(t, a.owns(attempts[0].Dispatcher), "step %s ran on %s, not on server a", k, attempts[0].Dispatcher)
 	}
 	for _, s := range []*server{a, b} {
