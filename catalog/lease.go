@@ -45,7 +45,41 @@ const (
 	sqlClaim = `
 WITH c AS (
     SELECT c.run_id, c.key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
-), upd AS (
+)` + sqlClaimSteps
+
+	// sqlClaimDependents is sqlClaim in the transaction that finished steps ($5 run
+	// ids, $6 keys) successfully: it leases to $1 up to $4 of their dependents that
+	// this finish made ready and that are simple to claim (StepFinishClaim): no
+	// concurrency or rate limit (those take turns and tokens under their keys'
+	// locks: the claim loop takes them), and claimable by sqlClaimableCheap (not
+	// held, condition decided, runs_on within the dispatcher's tags $2). Only when
+	// no other step has been waiting for a claim (ready before this transaction
+	// began, ready_at < now()): a dependent never goes ahead of a step that waited
+	// longer, whatever its priority. Its locks come in the order of 00023: the
+	// run's shared lock and row were taken by the finish, and the steps are
+	// skipped when locked, never waited for.
+	sqlClaimDependents = `
+WITH f AS (
+    SELECT DISTINCT e.run_id, e.to_key AS key
+    FROM unnest($5::uuid[], $6::text[]) AS f(run_id, key)
+    JOIN step_edges e ON e.run_id = f.run_id AND e.from_key = f.key
+), c AS (
+    SELECT s.run_id, s.key FROM f JOIN steps s ON s.run_id = f.run_id AND s.key = f.key
+    WHERE ` + sqlClaimableCheap + `
+      AND s.conc_name IS NULL AND s.rate_name IS NULL
+      AND NOT EXISTS (SELECT 1 FROM steps o
+                      WHERE o.status = 'ready' AND NOT o.held AND o.ready_at < now()
+                        AND o.condition IS DISTINCT FROM 'pending'
+                        AND (o.runs_on IS NULL OR o.runs_on <@ $2::text[]))
+    ORDER BY s.priority DESC, s.ready_at, s.run_id, s.key
+    LIMIT $4
+    FOR UPDATE OF s SKIP LOCKED
+)` + sqlClaimSteps
+
+	// sqlClaimSteps is the part of the claim statements after c, the steps to
+	// lease (locked by the same transaction): $1 is the owner, $3 the lease's
+	// seconds.
+	sqlClaimSteps = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
         counted_attempts = s.counted_attempts + 1, lease_owner = $1,
         lease_token = nextval('lease_token_seq'), lease_expires_at = now() + make_interval(secs => $3),
@@ -183,8 +217,12 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		if fair {
 			q = sqlClaimCandidates
 		}
-		if err := tx.SelectContext(ctx, &rows, q, limit, pq.StringArray(tags)); err != nil {
+		st, err := s.txPrepared(ctx, tx, q)
+		if err != nil {
 			return err
+		}
+		if err := st.SelectContext(ctx, &rows, limit, pq.StringArray(tags)); err != nil {
+			return s.retryStale(q, err)
 		}
 		cands := rows[:0:0]
 		for _, c := range rows {
@@ -208,8 +246,12 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		for i, c := range cands {
 			ids[i], keys[i] = c.RunID.String(), *c.Key
 		}
-		if err := tx.SelectContext(ctx, &out, sqlClaim, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
+		st, err = s.txPrepared(ctx, tx, sqlClaim)
+		if err != nil {
 			return err
+		}
+		if err := st.SelectContext(ctx, &out, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
+			return s.retryStale(sqlClaim, err)
 		}
 		return serve(ctx, tx, cands)
 	})
@@ -259,6 +301,28 @@ func (s *Store) StepFinish(ctx context.Context, p *StepFinishParams) error {
 // is the returned error, and no item is written: ErrInvalidInput for an unknown
 // outcome, or a database error.
 func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) ([]error, error) {
+	out, _, err := s.StepFinishClaim(ctx, items, nil)
+	return out, err
+}
+
+// ClaimNext asks StepFinishClaim to lease the dependents its successes make
+// ready, as StepClaimNext would (Owner, Tags, TTL), up to Limit of them.
+type ClaimNext struct {
+	Owner string
+	Tags  []string
+	Limit int
+	TTL   time.Duration
+}
+
+// StepFinishClaim is StepFinishBatch that also leases, in the same transaction,
+// dependents its successes made ready, when next is not nil and its Limit above
+// zero: the dispatcher that finishes a step starts its next one without another
+// claim. It leases only the simple ones (no concurrency or rate limit, not held,
+// condition decided, runs_on within next.Tags), and only when no other step
+// waits for a claim, so that no step goes ahead of one that waited longer
+// (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are
+// those StepClaimNext gives (fencing tokens, attempt rows, step.started events).
+func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, next *ClaimNext) ([]error, []Claimed, error) {
 	var ok, other []int // indexes into items
 	for i, p := range items {
 		if p.Outcome == OutcomeSucceeded {
@@ -269,17 +333,28 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 	}
 	succeeded, failed := newFinishArrays(items, ok), newFinishArrays(items, other)
 	written := make([]bool, len(items))
+	var claimed []Claimed
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
+		claimed = claimed[:0]
 		if len(ok) > 0 {
 			a := succeeded
 			var ords pq.Int64Array
-			if err := tx.QueryRowxContext(ctx, sqlStepsSucceed, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
-				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
+			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
+			if err != nil {
 				return err
+			}
+			if err := st.QueryRowxContext(ctx, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
+				return s.retryStale(sqlStepsSucceed, err)
 			}
 			for _, o := range ords {
 				written[ok[o-1]] = true
+			}
+			if next != nil && next.Limit > 0 && len(ords) > 0 {
+				if claimed, err = s.claimDependents(ctx, tx, next, a, ords); err != nil {
+					return err
+				}
 			}
 		}
 		if len(other) > 0 {
@@ -300,13 +375,37 @@ func (s *Store) StepFinishBatch(ctx context.Context, items []*StepFinishParams) 
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("finish %d steps: %w", len(items), err)
+		return nil, nil, fmt.Errorf("finish %d steps: %w", len(items), err)
 	}
 	out := make([]error, len(items))
 	for i, p := range items {
 		if !written[i] {
 			out[i] = fmt.Errorf("finish step %s/%s: %w", p.RunID, p.Key, ErrLeaseLost)
 		}
+	}
+	return out, claimed, nil
+}
+
+// claimDependents leases the dependents of the successes written (ords, 1-based
+// into a) for StepFinishClaim, in its transaction (sqlClaimDependents).
+func (s *Store) claimDependents(ctx context.Context, tx *sqlx.Tx, next *ClaimNext, a *finishArrays, ords []int64) ([]Claimed, error) {
+	runs := make([]string, len(ords))
+	keys := make([]string, len(ords))
+	for i, o := range ords {
+		runs[i], keys[i] = a.runs[o-1], a.keys[o-1]
+	}
+	tags := next.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	st, err := s.txPrepared(ctx, tx, sqlClaimDependents)
+	if err != nil {
+		return nil, err
+	}
+	var out []Claimed
+	if err := st.SelectContext(ctx, &out, next.Owner, pq.StringArray(tags), next.TTL.Seconds(), next.Limit,
+		pq.StringArray(runs), pq.StringArray(keys)); err != nil {
+		return nil, s.retryStale(sqlClaimDependents, err)
 	}
 	return out, nil
 }
