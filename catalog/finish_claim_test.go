@@ -1,6 +1,8 @@
 package catalog_test
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"testing"
 	"time"
@@ -133,4 +135,35 @@ func TestStepFinishClaimLeavesOthersToTheClaim(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, claimed)
 	require.Equal(t, "ready", statuses(t, ctx, s, third.ID)["b"])
+}
+
+// A claim without limits among its candidates is one statement; it still says
+// when the next token of a rate limit that ready steps wait for is in.
+func TestClaimNextInWithoutLimitedCandidates(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := `{"steps":[{"key":"s","needs":[],"with":{},"rate_limit":{"name":"api","key":"input.acct","limit":1,"per":"1h0m0s","per_ms":3600000}}]}`
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "rl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	flowRun(t, ctx, s, "rl", `{"acct":"a"}`)
+	flowRun(t, ctx, s, "rl", `{"acct":"a"}`)
+	claimed, next, err := s.StepClaimNext(ctx, "d1", nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	require.InDelta(t, time.Hour.Seconds(), next.Seconds(), 5)
+
+	// A server that has not claimed yet tries the one statement first: the step
+	// left waits for a token, so it is no candidate.
+	fresh := catalog.New(s.DB(), nil)
+	claimed, next, err = fresh.StepClaimNext(ctx, "d2", nil, 10, time.Minute)
+	require.NoError(t, err)
+	require.Empty(t, claimed)
+	require.InDelta(t, time.Hour.Seconds(), next.Seconds(), 5)
 }

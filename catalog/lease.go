@@ -78,8 +78,9 @@ WITH f AS (
 
 	// sqlClaimSteps is the part of the claim statements after c, the steps to
 	// lease (locked by the same transaction): $1 is the owner, $3 the lease's
-	// seconds.
-	sqlClaimSteps = `, upd AS (
+	// seconds. sqlClaimWrites leases them, sqlClaimSelect returns them.
+	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
+	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
         counted_attempts = s.counted_attempts + 1, lease_owner = $1,
         lease_token = nextval('lease_token_seq'), lease_expires_at = now() + make_interval(secs => $3),
@@ -103,13 +104,39 @@ WITH f AS (
            'step.started', u.key, u.attempts,
            jsonb_build_object('dispatcher', $1::text, 'lease_token', u.lease_token)
     FROM upd u JOIN r ON r.id = u.run_id
-)
+)`
+	sqlClaimSelect = `
 SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
        r.workflow, r.version, r.input, u.map_index, u.map_item,
        greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
         FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
+
+	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)
+	// in one statement that is its own transaction, for when no concurrency key
+	// takes turns (Store.fairClaims): it leases up to $4 candidates to $1 (tags
+	// $2, lease $3 seconds) when none of them has a limit, the common case, in
+	// which admit has nothing to do. When one has, it leases nothing and says so
+	// (fallback): the claim runs in a transaction that takes the keys' locks. One
+	// last row, with an empty key, carries fallback and next_in (as
+	// sqlClaimNextIn) when either is set.
+	sqlClaimAlone = `
+WITH cand AS (
+    SELECT s.run_id, s.key, s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL AS limited
+    FROM steps s
+    WHERE ` + sqlClaimable + `
+    ORDER BY s.priority DESC, s.ready_at
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), c AS (
+    SELECT cand.run_id, cand.key FROM cand WHERE NOT EXISTS (SELECT 1 FROM cand l WHERE l.limited)
+)` + sqlClaimWrites + `
+SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
+UNION ALL
+SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, f.fallback, n.next_in
+FROM (SELECT EXISTS (SELECT 1 FROM cand WHERE cand.limited) AS fallback) f, (` + sqlClaimNextInValue + `) n
+WHERE f.fallback OR n.next_in IS NOT NULL`
 
 	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
 	// of a run's steps takes (migrations/00023_lock_order.sql: the run's advisory
@@ -204,15 +231,24 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	if tags == nil {
 		tags = []string{}
 	}
+	fair, err := s.fairClaims(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("claim steps: %w", translateError(err))
+	}
+	if !fair && time.Now().UnixNano() >= s.limitedUntil.Load() {
+		out, next, fallback, err := s.claimAlone(ctx, owner, tags, limit, ttl)
+		if err != nil || !fallback {
+			return out, next, err
+		}
+		// Steps with limits are ready: the claims of the next second take the
+		// keys' locks at once.
+		s.limitedUntil.Store(time.Now().Add(fairCheckEvery).UnixNano())
+	}
 	var out []Claimed
 	var next time.Duration
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out, next = out[:0], 0
 		var rows []claimCandidate
-		fair, err := s.fairClaims(ctx, tx)
-		if err != nil {
-			return err
-		}
 		q := sqlClaimCandidatesByAge
 		if fair {
 			q = sqlClaimCandidates
@@ -259,6 +295,43 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		return nil, 0, fmt.Errorf("claim steps: %w", err)
 	}
 	return out, next, nil
+}
+
+// claimAlone is StepClaimNext's claim in one statement (sqlClaimAlone), for when
+// no concurrency key takes turns; fallback when a candidate has a limit and the
+// claim must take the keys' locks (nothing was leased then).
+func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration) (
+	out []Claimed, next time.Duration, fallback bool, err error) {
+	type row struct {
+		Claimed
+		Fallback bool     `db:"fallback"`
+		NextIn   *float64 `db:"next_in"`
+	}
+	var rows []row
+	err = s.retrying(ctx, func() error {
+		rows = rows[:0]
+		st, err := s.prepared(ctx, sqlClaimAlone)
+		if err != nil {
+			return translateError(err)
+		}
+		err = st.SelectContext(ctx, &rows, owner, pq.StringArray(tags), ttl.Seconds(), limit)
+		return translateError(s.retryStale(sqlClaimAlone, err))
+	})
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("claim steps: %w", err)
+	}
+	out = make([]Claimed, 0, len(rows))
+	for _, r := range rows {
+		if r.Key == "" { // the last row
+			if r.NextIn != nil {
+				next = time.Duration(*r.NextIn * float64(time.Second))
+			}
+			fallback = r.Fallback
+			continue
+		}
+		out = append(out, r.Claimed)
+	}
+	return out, next, fallback, nil
 }
 
 // StepFinishParams is the end of an attempt.
@@ -334,6 +407,25 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 	succeeded, failed := newFinishArrays(items, ok), newFinishArrays(items, other)
 	written := make([]bool, len(items))
 	var claimed []Claimed
+	if len(other) == 0 && (next == nil || next.Limit <= 0) {
+		// Successes alone, nothing to lease: one statement, its own transaction.
+		err := s.retrying(ctx, func() error {
+			clear(written)
+			st, err := s.prepared(ctx, sqlStepsSucceed)
+			if err != nil {
+				return translateError(err)
+			}
+			var ords pq.Int64Array
+			if err := st.QueryRowxContext(ctx, succeeded.succeedArgs()...).Scan(&ords); err != nil {
+				return translateError(s.retryStale(sqlStepsSucceed, err))
+			}
+			for _, o := range ords {
+				written[ok[o-1]] = true
+			}
+			return nil
+		})
+		return finishResults(items, written, nil, err)
+	}
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		claimed = claimed[:0]
@@ -344,8 +436,7 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 			if err != nil {
 				return err
 			}
-			if err := st.QueryRowxContext(ctx, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
-				pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}).Scan(&ords); err != nil {
+			if err := st.QueryRowxContext(ctx, a.succeedArgs()...).Scan(&ords); err != nil {
 				return s.retryStale(sqlStepsSucceed, err)
 			}
 			for _, o := range ords {
@@ -374,6 +465,12 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 		}
 		return nil
 	})
+	return finishResults(items, written, claimed, err)
+}
+
+// finishResults is StepFinishClaim's answer: an error per item (ErrLeaseLost
+// when not written), or err for the whole batch.
+func finishResults(items []*StepFinishParams, written []bool, claimed []Claimed, err error) ([]error, []Claimed, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("finish %d steps: %w", len(items), err)
 	}
@@ -384,6 +481,11 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 		}
 	}
 	return out, claimed, nil
+}
+
+// succeedArgs are sqlStepsSucceed's parameters.
+func (a *finishArrays) succeedArgs() []any {
+	return []any{pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens), pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}}
 }
 
 // claimDependents leases the dependents of the successes written (ords, 1-based
