@@ -59,12 +59,12 @@ WITH c AS (
 	// run's shared lock and row were taken by the finish, and the steps are
 	// skipped when locked, never waited for.
 	sqlClaimDependents = `
-WITH f AS (
-    SELECT DISTINCT e.run_id, e.to_key AS key
-    FROM unnest($5::uuid[], $6::text[]) AS f(run_id, key)
-    JOIN step_edges e ON e.run_id = f.run_id AND e.from_key = f.key
-), c AS (
-    SELECT s.run_id, s.key FROM f JOIN steps s ON s.run_id = f.run_id AND s.key = f.key
+WITH d AS MATERIALIZED (
+    SELECT s.run_id, s.key
+    FROM (SELECT DISTINCT e.run_id, e.to_key AS key
+          FROM unnest($5::uuid[], $6::text[]) AS f(run_id, key)
+          JOIN step_edges e ON e.run_id = f.run_id AND e.from_key = f.key) x
+    CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s
     WHERE ` + sqlClaimableCheap + `
       AND s.conc_name IS NULL AND s.rate_name IS NULL
       AND NOT EXISTS (SELECT 1 FROM steps o
@@ -73,6 +73,9 @@ WITH f AS (
                         AND (o.runs_on IS NULL OR o.runs_on <@ $2::text[]))
     ORDER BY s.priority DESC, s.ready_at, s.run_id, s.key
     LIMIT $4
+), c AS (
+    SELECT s.run_id, s.key FROM d JOIN steps s ON s.run_id = d.run_id AND s.key = d.key
+    WHERE s.status = 'ready' AND s.held IS NOT TRUE AND s.condition IS DISTINCT FROM 'pending'
     FOR UPDATE OF s SKIP LOCKED
 )` + sqlClaimSteps
 
@@ -110,7 +113,7 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
        r.workflow, r.version, r.input, u.map_index, u.map_item,
        greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
-        FROM steps d WHERE d.run_id = u.run_id AND d.key = ANY (u.needs)) AS deps
+        FROM unnest(u.needs) AS n(key) JOIN steps d ON d.run_id = u.run_id AND d.key = n.key) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
 
 	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)

@@ -135,7 +135,7 @@ func (s *Store) retrying(ctx context.Context, fn func() error) error {
 		if err == nil || !errors.Is(err, ErrRetryable) || i >= s.cfg.TxRetries || ctx.Err() != nil {
 			return err
 		}
-		s.cfg.Logger.DebugContext(ctx, "retrying statement", "error", err, "try", i+1)
+		s.cfg.Logger.DebugContext(ctx, "retrying transaction", "error", err, "try", i+1)
 	}
 }
 
