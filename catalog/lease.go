@@ -86,6 +86,14 @@ WITH d AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )` + sqlClaimSteps
 
+	// sqlGenericPlans makes the prepared statements of a transaction run their
+	// generic plan. The finish that leases sets it: on a catalog of 500,000 steps
+	// PostgreSQL judged sqlClaimDependents' generic plan dearer than its custom
+	// ones (their estimates take the arrays' lengths) and planned it again at every
+	// call, ≈ 1 ms in the dispatcher's clock against 0.35 ms of execution (growth
+	// scenario, step-to-step filled ÷ empty 1.1–1.7 before, 0.83–0.92 after).
+	sqlGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+
 	// sqlClaimSteps is the part of the claim statements after c, the steps to
 	// lease (locked by the same transaction): $1 is the owner, $3 the lease's
 	// seconds. sqlClaimWrites leases them, sqlClaimSelect returns them.
@@ -439,6 +447,11 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		claimed = claimed[:0]
+		if next != nil && next.Limit > 0 {
+			if _, err := tx.ExecContext(ctx, sqlGenericPlans); err != nil {
+				return err
+			}
+		}
 		if len(ok) > 0 {
 			a := succeeded
 			var ords pq.Int64Array
