@@ -29,6 +29,12 @@ ORDER BY s.ready_at
 LIMIT $1
 FOR UPDATE OF s SKIP LOCKED`
 
+	// sqlConditionsAny says whether sqlConditionsPending may find a step, without
+	// a transaction or locks (steps_condition_idx): most claims have none to decide.
+	sqlConditionsAny = `
+SELECT EXISTS (SELECT 1 FROM steps s
+               WHERE s.status = 'ready' AND s.condition = 'pending' AND NOT s.held AND s.ready_at <= now())`
+
 	sqlConditionDecide = `SELECT cairn_condition_decide($1, $2, $3, $4)
 WHERE cairn_runs_share(ARRAY[$1::uuid])`
 
@@ -81,6 +87,13 @@ type ConditionDecision struct {
 // failed fails. decide runs under the row locks: it must be quick and must not
 // touch the catalog. Returns how many steps were decided.
 func (s *Store) ConditionsDecide(ctx context.Context, limit int, decide func(*PendingCondition) ConditionDecision) (int, error) {
+	var found bool
+	if err := s.getPrepared(ctx, &found, sqlConditionsAny); err != nil {
+		return 0, fmt.Errorf("decide conditions: %w", translateError(err))
+	}
+	if !found {
+		return 0, nil
+	}
 	n := 0
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		n = 0

@@ -146,7 +146,14 @@ UNION ALL` + sqlClaimNextIn
 	// until the first token of an empty bucket that ready steps wait for (the
 	// claimer looks again then), when there is one.
 	sqlClaimNextIn = `
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, min(w.next_in)
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.next_in
+FROM (` + sqlClaimNextInValue + `) v
+WHERE v.next_in IS NOT NULL`
+
+	// sqlClaimNextInValue is next_in alone, NULL when no ready step waits for a
+	// token.
+	sqlClaimNextInValue = `
+SELECT min(w.next_in) AS next_in
 FROM (
     SELECT (1 - least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s))
            * rl.per_s / rl.lim AS next_in
@@ -156,8 +163,7 @@ FROM (
     WHERE EXISTS (SELECT 1 FROM steps s
                   WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
 ) w
-WHERE w.next_in > 0
-HAVING min(w.next_in) IS NOT NULL`
+WHERE w.next_in > 0`
 
 	// sqlClaimCandidatesByAge is sqlClaimCandidates without turns between keys, by
 	// priority and age alone: for when no concurrency key has a turn to take
@@ -600,13 +606,13 @@ type fairCache struct {
 // (sqlClaimCandidatesByAge, far cheaper): whether limit_keys has a row, looked at
 // once a second at most. A key that gets its first row just after a look waits
 // that long for its turns to count.
-func (s *Store) fairClaims(ctx context.Context, tx *sqlx.Tx) (bool, error) {
+func (s *Store) fairClaims(ctx context.Context) (bool, error) {
 	now := time.Now().UnixNano()
 	if now < s.fair.until.Load() {
 		return s.fair.fair.Load(), nil
 	}
 	var fair bool
-	if err := tx.GetContext(ctx, &fair, sqlLimitTurns); err != nil {
+	if err := s.getPrepared(ctx, &fair, sqlLimitTurns); err != nil {
 		return false, err
 	}
 	s.fair.fair.Store(fair)

@@ -50,7 +50,8 @@ func (c *retryCounter) Handle(_ context.Context, r slog.Record) error {
 // finishers take their locks in one order (the run's advisory lock, then steps,
 // then the run's row), so neither waits for the other in a circle: no transaction
 // is retried for a deadlock, the cancel succeeds, and
-// no step is left active in a canceled run.
+// no step is left active in a canceled run. Half of the finishers also lease the
+// dependents they make ready (StepFinishClaim), in the same order.
 func TestCancelWhileStepsFinish(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -88,7 +89,13 @@ func TestCancelWhileStepsFinish(t *testing.T) {
 						batch[i] = finishParams(c[i], catalog.OutcomeSucceeded, false, 0)
 					}
 					c = c[n:]
-					if _, err := s.StepFinishBatch(ctx, batch); err != nil {
+					// Half of the dispatchers lease the dependents their
+					// finishes make ready, as a dispatcher with room does.
+					var next *catalog.ClaimNext
+					if d%2 == 1 {
+						next = &catalog.ClaimNext{Owner: fmt.Sprintf("d%d", d), Limit: 8, TTL: time.Minute}
+					}
+					if _, _, err := s.StepFinishClaim(ctx, batch, next); err != nil {
 						return err
 					}
 				}
@@ -99,7 +106,7 @@ func TestCancelWhileStepsFinish(t *testing.T) {
 		time.Sleep(time.Duration(round+1) * 5 * time.Millisecond)
 		cerr := s.RunCancel(ctx, run.ID, "operator")
 		require.NoError(t, g.Wait())
-		require.NoError(t, cerr) // its t steps are never claimed: the run cannot end first
+		require.NoError(t, cerr) // its t steps never finish: the run cannot end first
 		for key, st := range statuses(t, ctx, s, run.ID) {
 			require.NotContains(t, []string{"waiting", "ready", "running", "suspended"}, st, "step %s", key)
 		}

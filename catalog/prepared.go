@@ -3,16 +3,19 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 )
 
-// Prepared statements for the API's hottest requests (create-run, get-run). (The
-// dispatcher's claim and finish statements were prepared too for a while; their
-// gain was within the bench's noise, one round better and another worse, so they
-// run unprepared until a quiet A/B says otherwise.)
+// Prepared statements for the API's hottest requests (create-run, get-run) and
+// the dispatcher's path from one step to the next (the claim's candidates and
+// claim, the finish of successes and the lease of their dependents, the check
+// for conditions to decide): one round trip each, and no planning, which one
+// step after another waits for (bench/results/issue18-perf-before-after.md,
+// "step-to-step latency").
 //
 // lib/pq runs a statement with parameters in two round trips: Parse and Describe
 // of an unnamed statement, then Bind and Execute; and PostgreSQL plans it again
@@ -105,4 +108,26 @@ type pooledQueryer struct {
 
 func (q pooledQueryer) GetContext(ctx context.Context, dest any, query string, args ...any) error {
 	return q.s.getPrepared(ctx, dest, query, args...)
+}
+
+// txPrepared returns query's prepared statement bound to tx (prepared on tx's
+// connection the first time that connection runs it, then kept). A statement
+// whose plan went stale fails the transaction: see retryStale.
+func (s *Store) txPrepared(ctx context.Context, tx *sqlx.Tx, query string) (*sqlx.Stmt, error) {
+	st, err := s.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtxContext(ctx, st), nil
+}
+
+// retryStale turns the error of query's prepared statement whose plan went stale
+// into ErrRetryable, after dropping the statement: inTx runs the transaction
+// again, and the statement is prepared anew.
+func (s *Store) retryStale(query string, err error) error {
+	if stalePlan(err) {
+		s.forget(query)
+		return fmt.Errorf("%w: %w", ErrRetryable, err)
+	}
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -64,6 +65,9 @@ type Store struct {
 	// fair caches whether claims take turns between concurrency keys
 	// (fairClaims).
 	fair fairCache
+	// limitedUntil is when claims try sqlClaimAlone again (unix nanoseconds)
+	// after one fell back because a candidate had a limit.
+	limitedUntil atomic.Int64
 }
 
 // Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It
@@ -115,6 +119,19 @@ func (s *Store) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	var err error
 	for i := 0; ; i++ {
 		err = s.inTxOnce(ctx, fn)
+		if err == nil || !errors.Is(err, ErrRetryable) || i >= s.cfg.TxRetries || ctx.Err() != nil {
+			return err
+		}
+		s.cfg.Logger.DebugContext(ctx, "retrying transaction", "error", err, "try", i+1)
+	}
+}
+
+// retrying runs fn, a statement that is a transaction of its own, again when it
+// fails with ErrRetryable, as inTx does (fn translates its errors).
+func (s *Store) retrying(ctx context.Context, fn func() error) error {
+	var err error
+	for i := 0; ; i++ {
+		err = fn()
 		if err == nil || !errors.Is(err, ErrRetryable) || i >= s.cfg.TxRetries || ctx.Err() != nil {
 			return err
 		}

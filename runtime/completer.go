@@ -3,10 +3,12 @@ package runtime
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"slices"
 	"time"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/functions"
 )
 
 // maxCompletionBatch bounds the attempts finished in one transaction.
@@ -54,8 +56,11 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 		// Not ctx: outcomes are written after the loops are told to end, until Stop
 		// gives up on them.
 		cctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
-		results, err := d.store.StepFinishBatch(cctx, params)
+		start := time.Now()
+		next, room := d.claimNext(batch)
+		results, claimed, err := d.store.StepFinishClaim(cctx, params, next)
 		cancel()
+		d.startClaimed(claimed, room, start)
 		for i, c := range batch {
 			if err != nil {
 				c.done <- err
@@ -80,5 +85,82 @@ func (d *Dispatcher) finish(p *catalog.StepFinishParams) error {
 		return err
 	case <-d.abandonCtx.Done():
 		return errAbandoned
+	}
+}
+
+// claimNext says whether the finish of batch should also lease the dependents
+// its successes make ready (catalog.StepFinishClaim), and takes the free slots
+// they may use (room; the caller gives back what they do not use, startClaimed):
+// when the dispatcher claims, has a free slot, and its last claim left no step
+// waiting. Nil otherwise: the claim loop claims them, woken when the finishing
+// attempts give their slots back.
+func (d *Dispatcher) claimNext(batch []*completion) (*catalog.ClaimNext, int) {
+	if !d.drained.Load() || !d.claiming() {
+		return nil, 0
+	}
+	succeeded := false
+	for _, c := range batch {
+		if c.p.Outcome == catalog.OutcomeSucceeded {
+			succeeded = true
+			break
+		}
+	}
+	if !succeeded {
+		return nil, 0
+	}
+	room := 0
+	for room < d.cfg.ClaimBatch {
+		select {
+		case <-d.slots:
+			room++
+			continue
+		default:
+		}
+		break
+	}
+	if room == 0 {
+		return nil, 0
+	}
+	return &catalog.ClaimNext{Owner: d.cfg.ID, Tags: d.cfg.Tags, Limit: room, TTL: d.cfg.LeaseTTL}, room
+}
+
+// startClaimed starts the attempts of the steps a finish leased (claimNext), and
+// gives back the slots they do not use. Once the dispatcher stops claiming, it
+// hands them back instead: shutdown no longer waits for new attempts.
+func (d *Dispatcher) startClaimed(claimed []catalog.Claimed, room int, claimStart time.Time) {
+	d.release(room - len(claimed))
+	if len(claimed) == 0 {
+		return
+	}
+	if !d.claiming() {
+		d.handBack(claimed)
+		d.release(len(claimed))
+		return
+	}
+	d.metrics.claimed.Add(float64(len(claimed)))
+	for i := range claimed {
+		d.startAttempt(claimed[i], claimStart)
+	}
+}
+
+// handBack returns steps leased while the dispatcher stopped, as a shutdown
+// returns those still running (OutcomeHandback: not counted, claimable at once).
+func (d *Dispatcher) handBack(claimed []catalog.Claimed) {
+	slices.SortFunc(claimed, func(a, b catalog.Claimed) int { // the completions' lock order
+		if c := cmp.Compare(a.RunID.String(), b.RunID.String()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Key, b.Key)
+	})
+	params := make([]*catalog.StepFinishParams, len(claimed))
+	for i, c := range claimed {
+		e, _ := json.Marshal(&functions.Error{Message: "handed back at dispatcher shutdown", Retryable: true, Code: "shutdown"})
+		params[i] = &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken,
+			Outcome: catalog.OutcomeHandback, Error: e, Retryable: true}
+	}
+	ctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
+	defer cancel()
+	if _, err := d.store.StepFinishBatch(ctx, params); err != nil {
+		d.logger.Warn("hand back steps leased at shutdown; they are swept when their leases expire", "error", err, "steps", len(claimed))
 	}
 }

@@ -80,6 +80,11 @@ type Dispatcher struct {
 	// After an outage the sweeper waits two lease TTLs, so that owners can renew
 	// their leases and report outcomes before their steps are taken from them.
 	lastDBError atomic.Int64
+
+	// drained is set when the last claim got fewer steps than it asked for (no
+	// step was left waiting): only then does the finish of a success lease the
+	// dependents it makes ready (completeLoop).
+	drained atomic.Bool
 }
 
 // New returns a dispatcher over store and blobs. Invokers for builtin and exec are
@@ -372,6 +377,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 		// Steps wait for a rate limit's token: look again when the next one is in.
 		d.noteDue(time.Now().Add(next))
 	}
+	d.drained.Store(len(claimed) < want)
 	d.release(want - len(claimed))
 	d.metrics.claimed.Add(float64(len(claimed)))
 	for i := range claimed {
