@@ -191,7 +191,7 @@ func TestRetentionSkipsLocked(t *testing.T) {
 	// locked) while a new run's step is claimed and finished.
 	tx, err = s.DB().BeginTxx(ctx, nil)
 	require.NoError(t, err)
-	defer tx.Rollback() //nolint:errcheck
+	defer tx.Rollback()                                         //nolint:errcheck
 	for _, table := range []string{"steps", "events", "runs"} { // as sqlRunsDelete
 		column := "run_id"
 		if table == "runs" {
