@@ -191,8 +191,9 @@ func TestRetentionSkipsLocked(t *testing.T) {
 	// locked) while a new run's step is claimed and finished.
 	tx, err = s.DB().BeginTxx(ctx, nil)
 	require.NoError(t, err)
-	defer tx.Rollback()                                         //nolint:errcheck
-	for _, table := range []string{"steps", "events", "runs"} { // as sqlRunsDelete
+	defer tx.Rollback() //nolint:errcheck
+	// As sqlRunsDelete deletes.
+	for _, table := range []string{"steps", "events", "runs"} {
 		column := "run_id"
 		if table == "runs" {
 			column = "id"
