@@ -23,7 +23,7 @@ import (
 // S3 limits and layout.
 const (
 	// DefaultPartSize is the multipart part size S3Store uses unless configured:
-	// memory per Put in flight is about one part.
+	// memory per Put in flight is about one part when nothing is spooled.
 	DefaultPartSize = 16 << 20
 	// s3MinPartSize and s3MaxPartSize bound parts (S3's own limits).
 	s3MinPartSize = 5 << 20
@@ -70,8 +70,9 @@ type S3Config struct {
 	// (MinIO, versitygw, LocalStack).
 	PathStyle bool
 	// PartSize of multipart uploads, between 5 MiB and 5 GiB; default
-	// DefaultPartSize (16 MiB). Each Put in flight holds about one part in memory,
-	// and objects are limited to 10,000 parts (about 156 GiB at the default).
+	// DefaultPartSize (16 MiB). Without a spool folder, each Put in flight holds
+	// about one part in memory; objects are limited to 10,000 parts (about 156
+	// GiB at the default).
 	PartSize int64
 	// SpoolDir is the local folder where Put writes content larger than one part
 	// while hashing it, so that it is uploaded once, to its final key. Default
@@ -104,13 +105,15 @@ func (c S3Config) withDefaults() S3Config {
 // S3Store is a Store on an S3-compatible bucket (AWS S3, MinIO, versitygw,
 // LocalStack), through minio-go. It is safe for concurrent use.
 //
-// Put reads the content once. An object that fits in one part is hashed in
-// memory and written to its final key with one PutObject. A larger one's address
-// is only known at its end: it is written to a spool file (S3Config.SpoolDir)
-// while hashed, then uploaded part by part to its final key. Without a spool
-// folder, it is uploaded part by part (one part in memory) to a temporary key
-// under ".tmp/", then copied server-side to its final key and the temporary
-// object deleted. A crash leaves an incomplete multipart upload, or a temporary
+// Put reads the content once. Content that ends within its first megabyte is
+// hashed in memory and written to its final key with one PutObject. A larger
+// one's address is only known at its end: it is written to a spool file
+// (S3Config.SpoolDir) while hashed, a few megabytes in memory, then uploaded to
+// its final key (one PutObject up to a part, a multipart upload past it).
+// Without a spool folder, content that fits in one part is written from memory
+// with one PutObject, and a larger one is uploaded part by part (one part in
+// memory) to a temporary key under ".tmp/", then copied server-side to its
+// final key and the temporary object deleted. A crash leaves an incomplete multipart upload, or a temporary
 // object, behind: CleanTemp (run by the garbage collector, runtime.Collector)
 // removes them once they are older than the longest upload.
 type S3Store struct {
@@ -199,7 +202,25 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	hr := newHashingReader(r, opts.Size)
 	src := ctxReader{ctx: ctx, r: hr}
 
-	first, full, release, err := s.readFirstPart(src, opts.Size)
+	var small []byte
+	if s.spoolDir != "" || opts.Size <= s3SmallRead {
+		data, ended, err := readSmall(src, opts.Size)
+		if err != nil {
+			return Object{}, fmt.Errorf("read content: %w", err)
+		}
+		if ended {
+			return s.putSmall(ctx, kind, hr, data, opts)
+		}
+		if s.spoolDir != "" {
+			if spool, err := os.CreateTemp(s.spoolDir, "cairn-spool-*"); err == nil {
+				return s.putSpooled(ctx, kind, hr, data, spool, opts)
+			}
+			// No spool file (the folder is gone, full, or not ours): the
+			// temporary key still works.
+		}
+		small = data
+	}
+	first, full, release, err := s.fillPart(src, small)
 	if err != nil {
 		return Object{}, fmt.Errorf("read content: %w", err)
 	}
@@ -207,40 +228,33 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	if !full {
 		return s.putSmall(ctx, kind, hr, first, opts)
 	}
-	if s.spoolDir != "" {
-		if spool, err := os.CreateTemp(s.spoolDir, "cairn-spool-*"); err == nil {
-			return s.putSpooled(ctx, kind, hr, first, spool, opts)
-		}
-		// No room for a spool file: the temporary key still works.
-	}
 	return s.putLarge(ctx, kind, hr, src, first, opts)
 }
 
-// readFirstPart reads up to one part. full means the part buffer filled up, so
-// more may follow. Content of known small size, or the first s3SmallRead bytes
-// of content of unknown size, go to a small buffer; past that a pooled part
-// buffer takes over. release returns that buffer to the pool.
-func (s *S3Store) readFirstPart(r io.Reader, size int64) (data []byte, full bool, release func(), err error) {
-	release = func() {}
-	var small []byte
-	if size <= s3SmallRead {
-		if size > 0 {
-			small = make([]byte, size+1) // room to see a longer reader
-		} else {
-			small = make([]byte, s3SmallRead)
-		}
-		n, err := readFull(r, small)
-		if err != nil || n < len(small) {
-			return small[:n], false, release, err
-		}
+// readSmall reads the start of r into a small buffer: size+1 bytes when size is
+// known and at most s3SmallRead (room to see a longer reader), else s3SmallRead.
+// ended says r ended within it.
+func readSmall(r io.Reader, size int64) (data []byte, ended bool, err error) {
+	n := s3SmallRead
+	if size > 0 && size <= s3SmallRead {
+		n = int(size) + 1
 	}
+	buf := make([]byte, n)
+	m, err := readFull(r, buf)
+	return buf[:m], m < n, err
+}
+
+// fillPart reads on from data (read from r already) into a pooled part buffer
+// until it is full (more may follow) or r ends. release returns the buffer to
+// the pool.
+func (s *S3Store) fillPart(r io.Reader, data []byte) (part []byte, full bool, release func(), err error) {
 	bp := s.parts.Get().(*[]byte)
 	buf := *bp
-	n := copy(buf, small)
+	n := copy(buf, data)
 	m, err := readFull(r, buf[n:])
 	if err != nil {
 		s.parts.Put(bp)
-		return nil, false, release, err
+		return nil, false, func() {}, err
 	}
 	return buf[:n+m], n+m == len(buf), func() { s.parts.Put(bp) }, nil
 }
@@ -305,15 +319,16 @@ func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, 
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: int64(len(data)), ContentType: ct}, nil
 }
 
-// putSpooled writes first and the rest of src to spool, then uploads it to its
-// final key, now known.
+// putSpooled writes first and the rest of hr's content to spool, then uploads it
+// to its final key, now known: with one PutObject when it fits in a part, else
+// with a multipart upload. Memory: first, and two pieces of s3SmallRead.
 func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader, first []byte, spool *os.File, opts PutOptions) (Object, error) {
 	defer spool.Close()
 	_ = os.Remove(spool.Name()) // the descriptor keeps it until Close, even on a crash
 	if _, err := spool.Write(first); err != nil {
 		return Object{}, fmt.Errorf("spool content: %w", err)
 	}
-	if err := spoolRest(ctx, spool, hr, first[:cap(first)]); err != nil {
+	if err := spoolRest(ctx, spool, hr, make([]byte, 2*s3SmallRead)); err != nil {
 		return Object{}, fmt.Errorf("spool content: %w", err)
 	}
 	sum, digest, key, stored, err := s.address(ctx, kind, hr, opts)
@@ -322,11 +337,17 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	}
 	ct := contentType(opts.ContentType)
 	size := hr.n
+	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
+	if size <= s.partSize {
+		if _, err := s.core.PutObject(ctx, s.bucket, key, io.NewSectionReader(spool, 0, size), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
+			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
+		}
+		return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
+	}
 	next := func(off int64) (io.Reader, int64, error) {
 		n := min(s.partSize, size-off)
 		return io.NewSectionReader(spool, off, n), n, nil
 	}
-	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
 	if err := s.multipart(ctx, key, meta, size, next); err != nil {
 		return Object{}, err
 	}
