@@ -328,12 +328,11 @@ func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, lim
 	var rows []row
 	err = s.retrying(ctx, func() error {
 		rows = rows[:0]
-		st, err := s.prepared(ctx, sqlClaimAlone)
-		if err != nil {
-			return translateError(err)
-		}
-		err = st.SelectContext(ctx, &rows, owner, pq.StringArray(tags), ttl.Seconds(), limit)
-		return translateError(s.retryStale(sqlClaimAlone, err))
+		// Unprepared: planned with its parameters' values. Its generic plan
+		// (a prepared statement's, after five calls) joined the candidates to
+		// the steps by scanning them: a map of 100,000 instances ran at a quarter
+		// of its speed (bench/results/issue18-perf-before-after.md, stop 24).
+		return translateError(s.db.SelectContext(ctx, &rows, sqlClaimAlone, owner, pq.StringArray(tags), ttl.Seconds(), limit))
 	})
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("claim steps: %w", err)

@@ -282,7 +282,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	a.reporting.Store(true)
-	if d.untilWritten(a, "finish", "record the outcome", nil, func() error { return d.finish(p) }) != nil {
+	if d.untilWritten(a, "finish", "record the outcome", nil, func() error { return d.finish(p, a.claim.MapIndex != nil) }) != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()

@@ -16,7 +16,9 @@ const maxCompletionBatch = 256
 
 // completion is an attempt's outcome waiting to be committed.
 type completion struct {
-	p    *catalog.StepFinishParams
+	p *catalog.StepFinishParams
+	// leaf: the step has no dependents to lease (a map's instance).
+	leaf bool
 	done chan error
 }
 
@@ -72,9 +74,10 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 }
 
 // finish commits one outcome through the batcher and returns its result, or
-// errAbandoned once Stop gave up on writing outcomes.
-func (d *Dispatcher) finish(p *catalog.StepFinishParams) error {
-	c := &completion{p: p, done: make(chan error, 1)}
+// errAbandoned once Stop gave up on writing outcomes. leaf says the step has no
+// dependents (claimNext).
+func (d *Dispatcher) finish(p *catalog.StepFinishParams, leaf bool) error {
+	c := &completion{p: p, leaf: leaf, done: make(chan error, 1)}
 	select {
 	case d.completions <- c:
 	case <-d.abandonCtx.Done():
@@ -100,12 +103,14 @@ func (d *Dispatcher) claimNext(batch []*completion) (*catalog.ClaimNext, int) {
 	}
 	succeeded := false
 	for _, c := range batch {
-		if c.p.Outcome == catalog.OutcomeSucceeded {
+		if c.p.Outcome == catalog.OutcomeSucceeded && !c.leaf {
 			succeeded = true
 			break
 		}
 	}
 	if !succeeded {
+		// Nothing can be made ready: the slots stay with the claim loop (a map's
+		// instances finish by the hundred, and their next ones are claimed).
 		return nil, 0
 	}
 	room := 0
