@@ -1,8 +1,6 @@
 package catalog_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"testing"
 	"time"
@@ -143,15 +141,7 @@ func TestClaimNextInWithoutLimitedCandidates(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	var sum [32]byte
-	_, _ = rand.Read(sum[:])
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	def := `{"steps":[{"key":"s","needs":[],"with":{},"rate_limit":{"name":"api","key":"input.acct","limit":1,"per":"1h0m0s","per_ms":3600000}}]}`
-	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "rl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
-		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
-	})
-	require.NoError(t, err)
+	rateLimitedVersion(t, ctx, s, 1)
 	flowRun(t, ctx, s, "rl", `{"acct":"a"}`)
 	flowRun(t, ctx, s, "rl", `{"acct":"a"}`)
 	claimed, next, err := s.StepClaimNext(ctx, "d1", nil, 10, time.Minute)

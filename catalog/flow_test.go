@@ -193,15 +193,7 @@ func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	var sum [32]byte
-	_, _ = rand.Read(sum[:])
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	def := `{"steps":[{"key":"s","needs":[],"with":{},"rate_limit":{"name":"api","key":"input.acct","limit":5,"per":"1h0m0s","per_ms":3600000}}]}`
-	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "rl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
-		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
-	})
-	require.NoError(t, err)
+	rateLimitedVersion(t, ctx, s, 5)
 	var waiting []uuid.UUID
 	for range 8 {
 		waiting = append(waiting, flowRun(t, ctx, s, "rl", `{"acct":"a"}`))
@@ -630,3 +622,18 @@ func TestFlowOfHandlers(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// rateLimitedVersion registers workflow "rl": one step s with the rate limit
+// "api", limit tokens an hour per input.acct.
+func rateLimitedVersion(t *testing.T, ctx context.Context, s *catalog.Store, limit int) {
+	t.Helper()
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	def := fmt.Sprintf(`{"steps":[{"key":"s","needs":[],"with":{},"rate_limit":{"name":"api","key":"input.acct","limit":%d,"per":"1h0m0s","per_ms":3600000}}]}`, limit)
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "rl", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+}
