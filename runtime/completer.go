@@ -113,16 +113,7 @@ func (d *Dispatcher) claimNext(batch []*completion) (*catalog.ClaimNext, int) {
 		// instances finish by the hundred, and their next ones are claimed).
 		return nil, 0
 	}
-	room := 0
-	for room < d.cfg.ClaimBatch {
-		select {
-		case <-d.slots:
-			room++
-			continue
-		default:
-		}
-		break
-	}
+	room := d.takeSlots()
 	if room == 0 {
 		return nil, 0
 	}

@@ -343,19 +343,25 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 	}
 }
 
+// takeSlots takes the free slots, at most ClaimBatch, without waiting, and
+// returns how many it took (given back with release).
+func (d *Dispatcher) takeSlots() int {
+	n := 0
+	for n < d.cfg.ClaimBatch {
+		select {
+		case <-d.slots:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
 // claimOnce claims up to the free slots (at most ClaimBatch) and starts their
 // attempts. full reports that it got all it asked for, so more may be waiting.
 func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	want := 0
-	for want < d.cfg.ClaimBatch {
-		select {
-		case <-d.slots:
-			want++
-			continue
-		default:
-		}
-		break
-	}
+	want := d.takeSlots()
 	if want == 0 {
 		// Every slot is busy: wait for one, or for the end.
 		select {
