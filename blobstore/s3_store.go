@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -212,7 +213,7 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 			return s.putSmall(ctx, kind, hr, data, opts)
 		}
 		if s.spoolDir != "" {
-			if spool, err := os.CreateTemp(s.spoolDir, "cairn-spool-*"); err == nil {
+			if spool, err := newSpoolFile(s.spoolDir); err == nil {
 				return s.putSpooled(ctx, kind, hr, data, spool, opts)
 			}
 			// No spool file (the folder is gone, full, or not ours): the
@@ -321,14 +322,11 @@ func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, 
 
 // putSpooled writes first and the rest of hr's content to spool, then uploads it
 // to its final key, now known: with one PutObject when it fits in a part, else
-// with a multipart upload. Memory: first, and two pieces of s3SmallRead.
-func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader, first []byte, spool *os.File, opts PutOptions) (Object, error) {
+// with a multipart upload. Memory: first, spoolPieces pieces of s3SmallRead
+// while spooling, and one while uploading.
+func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader, first []byte, spool *spoolFile, opts PutOptions) (Object, error) {
 	defer spool.Close()
-	_ = os.Remove(spool.Name()) // the descriptor keeps it until Close, even on a crash
-	if _, err := spool.Write(first); err != nil {
-		return Object{}, fmt.Errorf("spool content: %w", err)
-	}
-	if err := spoolRest(ctx, spool, hr, make([]byte, 2*s3SmallRead)); err != nil {
+	if err := spoolRest(ctx, spool, hr, first); err != nil {
 		return Object{}, fmt.Errorf("spool content: %w", err)
 	}
 	sum, digest, key, stored, err := s.address(ctx, kind, hr, opts)
@@ -338,15 +336,16 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	ct := contentType(opts.ContentType)
 	size := hr.n
 	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
+	buf := alignedBuffer(s3SmallRead)
 	if size <= s.partSize {
-		if _, err := s.core.PutObject(ctx, s.bucket, key, io.NewSectionReader(spool, 0, size), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
+		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, buf), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
 			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
 		}
 		return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
 	}
 	next := func(off int64) (io.Reader, int64, error) {
 		n := min(s.partSize, size-off)
-		return io.NewSectionReader(spool, off, n), n, nil
+		return spool.reader(off, n, buf), n, nil
 	}
 	if err := s.multipart(ctx, key, meta, size, next); err != nil {
 		return Object{}, err
@@ -354,41 +353,79 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
 }
 
-// spoolRest writes what is left of hr to f, each piece as it is read, and hashes
-// it by halves of buf in another goroutine: while one half is hashed, the next
-// is read into the other, so that spooling costs about the time of hashing.
-func spoolRest(ctx context.Context, f *os.File, hr *hashingReader, buf []byte) error {
-	src := ctxReader{ctx: ctx, r: rawReader{hr}}
-	half := len(buf) / 2
-	bufs := [2][]byte{buf[:half], buf[half:]}
-	hashed := make(chan struct{}, 1)
-	hashed <- struct{}{} // no half being hashed
-	for i := 0; ; i ^= 1 {
-		b, n := bufs[i], 0
-		var err error
-		for n < half && err == nil {
-			var m int
-			m, err = src.Read(b[n:])
-			if m > 0 {
-				if _, werr := f.Write(b[n : n+m]); werr != nil {
-					err = werr
-				}
-				n += m
-			}
-		}
-		<-hashed
-		go func() {
-			hr.h.Write(b[:n])
-			hashed <- struct{}{}
-		}()
-		if err != nil {
-			<-hashed
-			if err == io.EOF {
-				return nil
-			}
-			return err
+// spoolRest writes first (read and hashed already) and the rest of hr's
+// content to f, and hashes the rest. Three stages run at once over spoolPieces
+// pieces of s3SmallRead: this goroutine reads, one goroutine writes to f, one
+// hashes, so that spooling costs about the time of the slowest of them
+// (hashing, where writes are direct).
+func spoolRest(ctx context.Context, f *spoolFile, hr *hashingReader, first []byte) error {
+	type piece struct {
+		buf  []byte
+		n    int
+		refs atomic.Int32 // stages yet to be done with it
+	}
+	free := make(chan *piece, spoolPieces)
+	for range spoolPieces {
+		free <- &piece{buf: alignedBuffer(s3SmallRead)}
+	}
+	release := func(p *piece) {
+		if p.refs.Add(-1) == 0 {
+			free <- p
 		}
 	}
+	writes, hashes := make(chan *piece, spoolPieces), make(chan *piece, spoolPieces)
+	var werr error
+	var failed atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for p := range writes {
+			if werr == nil {
+				if werr = f.write(p.buf[:p.n]); werr != nil {
+					failed.Store(true)
+				}
+			}
+			release(p)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for p := range hashes {
+			hr.h.Write(p.buf[:p.n])
+			release(p)
+		}
+	}()
+
+	p := <-free
+	p.n = copy(p.buf, first)
+	p.refs.Store(1)
+	writes <- p
+	src := ctxReader{ctx: ctx, r: rawReader{hr}}
+	var err error
+	for !failed.Load() {
+		p := <-free
+		n, rerr := readFull(src, p.buf)
+		if n > 0 {
+			p.n = n
+			p.refs.Store(2)
+			writes <- p
+			hashes <- p
+		} else {
+			free <- p
+		}
+		if rerr != nil || n < len(p.buf) {
+			err = rerr
+			break
+		}
+	}
+	close(writes)
+	close(hashes)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	return werr
 }
 
 // multipart uploads key as a multipart upload of the parts next returns, from
