@@ -96,7 +96,11 @@ WITH d AS MATERIALIZED (
 
 	// sqlClaimSteps is the part of the claim statements after c, the steps to
 	// lease (locked by the same transaction): $1 is the owner, $3 the lease's
-	// seconds. sqlClaimWrites leases them, sqlClaimSelect returns them.
+	// seconds. sqlClaimWrites leases them, sqlClaimSelect returns them. The
+	// deps of a step are read one by one by primary key (the LATERAL's LIMIT):
+	// joined to unnest(needs), or with key = ANY (needs), PostgreSQL read every
+	// step of the run for each step claimed (a fan-out of 1,000: a million rows,
+	// 18 times slower on a table of 1,000 claims).
 	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
 	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
@@ -128,7 +132,9 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
        r.workflow, r.version, r.input, u.map_index, u.map_item,
        greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
-        FROM unnest(u.needs) AS n(key) JOIN steps d ON d.run_id = u.run_id AND d.key = n.key) AS deps
+        FROM unnest(u.needs) AS n(key)
+        CROSS JOIN LATERAL (SELECT d.key, d.output FROM steps d
+                            WHERE d.run_id = u.run_id AND d.key = n.key LIMIT 1) d) AS deps
 FROM upd u JOIN r ON r.id = u.run_id`
 
 	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)
