@@ -153,7 +153,8 @@ LIMIT $10`
 	// an index (migrations 00001 and 00006):
 	//   $1 workflow            runs_workflow_id_idx (workflow, id DESC)
 	//   $2 status              runs_status_id_idx, runs_workflow_status_id_idx
-	//   $4 labels (all)        runs_labels_idx, GIN on cairn_label_pairs(labels), 'key=value' texts
+	//   $4 labels (all)        runs_labels_idx, GIN on cairn_label_pairs(labels), 'key=value' texts,
+	//                          of the runs with labels only (never empty when given)
 	//   $5 version             runs_workflow_version_id_idx (workflow, version, id DESC)
 	//   $6 error code          runs_error_code_idx ((error->'cause'->>'code'), id DESC) WHERE status = 'failed'
 	//   $7 parent              runs_parent_id_idx (parent_id, id DESC) WHERE parent_id IS NOT NULL
@@ -161,7 +162,7 @@ LIMIT $10`
 	//   $3 the cursor          a bound on the primary key, as $8 and $9
 	runFilter = `($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
   AND ($3::uuid IS NULL OR r.id < $3::uuid)
-  AND ($4::text[] IS NULL OR cairn_label_pairs(r.labels) @> $4::text[])
+  AND ($4::text[] IS NULL OR (r.labels <> '{}'::jsonb AND cairn_label_pairs(r.labels) @> $4::text[]))
   AND ($5::integer = 0 OR r.version = $5::integer)
   AND ($6::text IS NULL OR (r.status = 'failed' AND r.error -> 'cause' ->> 'code' = $6::text))
   AND ($7::uuid IS NULL OR r.parent_id = $7::uuid)
