@@ -104,7 +104,14 @@ WITH d AS MATERIALIZED (
 	// upd finds the steps by TID (ctid = ANY) and r the runs by primary key (id =
 	// ANY), whatever the estimates: a generic plan (prepared statements, after
 	// five calls) takes LIMIT $n for a tenth of the candidates, and with 100,000
-	// map instances ready it joined them by hash to a scan of every step. The
+	// map instances ready it joined them by hash to a scan of every step.
+	//
+	// No CTE is joined to another: PostgreSQL estimates a CTE at a few rows and
+	// joins two by a nested loop, every step of the batch against every run (64
+	// × 64 rows for a batch of 64, each twice). The events take their keys from
+	// arrays that per_run gathers and r returns, in key order; the rows returned
+	// read their run's workflow, version and input by primary key (they never
+	// change, so the statement's snapshot of them is r's). The
 	// deps of a step are read one by one by primary key (the LATERAL's LIMIT):
 	// joined to unnest(needs), or with key = ANY (needs), PostgreSQL read every
 	// step of the run for each step claimed (a fan-out of 1,000: a million rows,
@@ -122,29 +129,31 @@ WITH d AS MATERIALIZED (
     INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token, started_at)
     SELECT run_id, key, attempts, $1, lease_token, clock_timestamp() FROM upd
 ), per_run AS (
-    SELECT run_id, count(*) AS n FROM upd GROUP BY run_id
+    SELECT run_id, count(*) AS n, array_agg(key ORDER BY key) AS keys,
+           array_agg(attempts ORDER BY key) AS atts, array_agg(lease_token ORDER BY key) AS tokens
+    FROM upd GROUP BY run_id
 ), r AS (
     UPDATE runs SET revision = runs.revision + p.n,
         status = CASE WHEN runs.status = 'pending' THEN 'running' ELSE runs.status END,
         started_at = coalesce(runs.started_at, now())
     FROM per_run p WHERE runs.id = p.run_id AND runs.id = ANY (ARRAY(SELECT per_run.run_id FROM per_run))
-    RETURNING runs.id, runs.revision, p.n, runs.workflow, runs.version, runs.input
+    RETURNING runs.id, runs.revision, p.n, p.keys, p.atts, p.tokens
 ), ev AS (
     INSERT INTO events (run_id, seq, type, step_key, attempt, data)
-    SELECT u.run_id, r.revision - r.n + row_number() OVER (PARTITION BY u.run_id ORDER BY u.key),
-           'step.started', u.key, u.attempts,
-           jsonb_build_object('dispatcher', $1::text, 'lease_token', u.lease_token)
-    FROM upd u JOIN r ON r.id = u.run_id
+    SELECT r.id, r.revision - r.n + k.ord, 'step.started', k.key, k.att,
+           jsonb_build_object('dispatcher', $1::text, 'lease_token', k.token)
+    FROM r CROSS JOIN LATERAL unnest(r.keys, r.atts, r.tokens) WITH ORDINALITY AS k(key, att, token, ord)
 )`
 	sqlClaimSelect = `
 SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
-       r.workflow, r.version, r.input, u.map_index, u.map_item,
+       rr.workflow, rr.version, rr.input, u.map_index, u.map_item,
        greatest(extract(epoch FROM now() - u.ready_at), 0)::float8 AS queue_wait,
        (SELECT coalesce(jsonb_object_agg(d.key, coalesce(d.output, 'null'::jsonb)), '{}')
         FROM unnest(u.needs) AS n(key)
         CROSS JOIN LATERAL (SELECT d.key, d.output FROM steps d
                             WHERE d.run_id = u.run_id AND d.key = n.key LIMIT 1) d) AS deps
-FROM upd u JOIN r ON r.id = u.run_id`
+FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FROM runs
+                               WHERE runs.id = u.run_id LIMIT 1) rr`
 
 	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)
 	// in one statement that is its own transaction, for when no concurrency key
