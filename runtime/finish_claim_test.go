@@ -18,9 +18,9 @@ import (
 // the finish, catalog.StepFinishClaim), and starts it at once; the events then
 // show it: a step's step.succeeded and the next step's step.started carry one
 // transaction's time (for most steps: see inFinish). With a single slot, the
-// finishing attempt still holds it
-// when its outcome is written, so the finish leases nothing and the claim loop
-// starts the next step, in a transaction of its own.
+// finishing attempt still holds it when its outcome is written, so the finish
+// leases nothing and the claim loop starts the next step, in a transaction of
+// its own.
 func TestFinishLeasesTheNextStep(t *testing.T) {
 	const steps = 10
 	var manifest strings.Builder
