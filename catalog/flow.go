@@ -46,16 +46,25 @@ UPDATE steps s SET conc_name = f.value ->> 'n', conc_key = f.value ->> 'k', conc
 FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 
 	// sqlClaimableCheap is the part of sqlClaimable an index scan checks as it goes.
-	sqlClaimableCheap = `s.status = 'ready' AND NOT s.held AND s.ready_at <= now()
+	sqlClaimableCheap = `s.status = 'ready' AND ` + sqlClaimableReady
+	sqlClaimableReady = `NOT s.held AND s.ready_at <= now()
       AND s.condition IS DISTINCT FROM 'pending'
       AND (s.runs_on IS NULL OR s.runs_on <@ $2::text[])`
+
+	// sqlClaimableByKey is sqlClaimable for steps found by primary key: its
+	// status test matches no partial index, so PostgreSQL cannot pick one of
+	// them (steps_claim_idx: every ready step, which its statistics can put at
+	// one row) over the primary key (sqlClaimCandidates' c: 182,080 rows compared
+	// to take 64 of 1,487 ready steps, 45 ms a claim).
+	sqlClaimableByKey = `(s.status = 'ready') IS TRUE AND ` + sqlClaimableReady + sqlClaimableLimits
 
 	// sqlClaimable is what makes step s claimable now: ready and not held, ready_at
 	// reached, its condition decided, runs_on within the dispatcher's tags $2, its
 	// concurrency key not full and its rate bucket not empty when the statement began
 	// (a hint only: the claim counts again under the keys' locks). A limit set at run
 	// time (limits) replaces the step's own.
-	sqlClaimable = sqlClaimableCheap + `
+	sqlClaimable       = sqlClaimableCheap + sqlClaimableLimits
+	sqlClaimableLimits = `
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (
               SELECT 1 FROM steps r
@@ -120,7 +129,7 @@ WITH turns AS (
     JOIN steps s ON s.run_id = p.run_id AND s.key = p.key
     LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
     LEFT JOIN limits l ON l.name = s.rate_name
-    WHERE ` + sqlClaimable + `
+    WHERE ` + sqlClaimableByKey + `
     ORDER BY s.priority DESC, greatest(s.ready_at, lk.served_at), s.ready_at
     LIMIT $1
     FOR UPDATE OF s SKIP LOCKED

@@ -113,7 +113,7 @@ func (d *Dispatcher) claimNext(batch []*completion) (*catalog.ClaimNext, int) {
 		// instances finish by the hundred, and their next ones are claimed).
 		return nil, 0
 	}
-	room := d.takeSlots(d.cfg.ClaimBatch)
+	room := d.takeSlots()
 	if room == 0 {
 		return nil, 0
 	}

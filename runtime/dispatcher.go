@@ -343,11 +343,11 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 	}
 }
 
-// takeSlots takes the free slots, at most max, without waiting, and returns
-// how many it took (given back with release).
-func (d *Dispatcher) takeSlots(max int) int {
+// takeSlots takes the free slots, at most ClaimBatch, without waiting, and
+// returns how many it took (given back with release).
+func (d *Dispatcher) takeSlots() int {
 	n := 0
-	for n < max {
+	for n < d.cfg.ClaimBatch {
 		select {
 		case <-d.slots:
 			n++
@@ -360,18 +360,8 @@ func (d *Dispatcher) takeSlots(max int) int {
 
 // claimOnce claims up to the free slots (at most ClaimBatch) and starts their
 // attempts. full reports that it got all it asked for, so more may be waiting.
-//
-// After a claim that got less than it asked for (drained), it asks for one
-// step: what wakes the loop then is mostly the notification of a finish that
-// leased the steps it made ready itself (completer.go, claimNext), and a claim
-// holding every free slot meanwhile would leave the next finishes none to lease
-// theirs. A claim that gets its one step claims again, with every free slot.
 func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error) {
-	limit := d.cfg.ClaimBatch
-	if d.drained.Load() {
-		limit = 1
-	}
-	want := d.takeSlots(limit)
+	want := d.takeSlots()
 	if want == 0 {
 		// Every slot is busy: wait for one, or for the end.
 		select {
