@@ -336,20 +336,24 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	ct := contentType(opts.ContentType)
 	size := hr.n
 	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
-	buf := alignedBuffer(s3SmallRead)
+	// The reading buffer goes back to the pool only after a success: a request
+	// that failed may still be read by the HTTP transport after it returned.
+	bp := spoolPool.Get().(*[]byte)
+	buf := *bp
 	if size <= s.partSize {
 		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, buf), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
 			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
 		}
-		return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
+	} else {
+		next := func(off int64) (io.Reader, int64, error) {
+			n := min(s.partSize, size-off)
+			return spool.reader(off, n, buf), n, nil
+		}
+		if err := s.multipart(ctx, key, meta, size, next); err != nil {
+			return Object{}, err
+		}
 	}
-	next := func(off int64) (io.Reader, int64, error) {
-		n := min(s.partSize, size-off)
-		return spool.reader(off, n, buf), n, nil
-	}
-	if err := s.multipart(ctx, key, meta, size, next); err != nil {
-		return Object{}, err
-	}
+	spoolPool.Put(bp)
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
 }
 
@@ -360,14 +364,24 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 // (hashing, where writes are direct).
 func spoolRest(ctx context.Context, f *spoolFile, hr *hashingReader, first []byte) error {
 	type piece struct {
+		bp   *[]byte // from spoolPool
 		buf  []byte
 		n    int
 		refs atomic.Int32 // stages yet to be done with it
 	}
 	free := make(chan *piece, spoolPieces)
-	for range spoolPieces {
-		free <- &piece{buf: alignedBuffer(s3SmallRead)}
+	pieces := make([]*piece, spoolPieces)
+	for i := range pieces {
+		bp := spoolPool.Get().(*[]byte)
+		pieces[i] = &piece{bp: bp, buf: *bp}
+		free <- pieces[i]
 	}
+	// Every stage is done with every piece once wg.Wait returns.
+	defer func() {
+		for _, p := range pieces {
+			spoolPool.Put(p.bp)
+		}
+	}()
 	release := func(p *piece) {
 		if p.refs.Add(-1) == 0 {
 			free <- p

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -131,6 +132,14 @@ func (r *spoolReader) Seek(offset int64, whence int) (int64, error) {
 	r.pos = abs
 	return abs - r.start, nil
 }
+
+// spoolPool holds aligned pieces of s3SmallRead bytes (*[]byte), for spooling
+// and for reading the spool back, so that each Put over a megabyte does not
+// allocate five of them.
+var spoolPool = sync.Pool{New: func() any {
+	b := alignedBuffer(s3SmallRead)
+	return &b
+}}
 
 // alignedBuffer returns n bytes whose address is a multiple of spoolAlign.
 func alignedBuffer(n int) []byte {
