@@ -111,11 +111,11 @@ WITH d AS MATERIALIZED (
 	// × 64 rows for a batch of 64, each twice). The events take their keys from
 	// arrays that per_run gathers and r returns, in key order; the rows returned
 	// read their run's workflow, version and input by primary key (they never
-	// change, so the statement's snapshot of them is r's). The
-	// deps of a step are read one by one by primary key (the LATERAL's LIMIT):
-	// joined to unnest(needs), or with key = ANY (needs), PostgreSQL read every
-	// step of the run for each step claimed (a fan-out of 1,000: a million rows,
-	// 18 times slower on a table of 1,000 claims).
+	// change, so the statement's snapshot of them is r's). The deps of a step
+	// are read one by one by primary key (the LATERAL's LIMIT): joined to
+	// unnest(needs), or with key = ANY (needs), PostgreSQL read every step of
+	// the run for each step claimed (a fan-out of 1,000: a million rows, 18
+	// times slower on a table of 1,000 claims).
 	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
 	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,

@@ -15,9 +15,9 @@ func handlerProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// growPipe asks for a pipe buffer of outputPipeSize bytes (64 KiB by default), so
-// that a handler printing a large output hands over a megabyte per read instead
-// of 64 KiB. Best effort: past /proc/sys/fs/pipe-max-size, or for an
+// growPipe asks for a pipe buffer of outputPipeSize bytes instead of the
+// default 64 KiB, so that a handler printing a large output hands over a
+// megabyte per read. Best effort: past /proc/sys/fs/pipe-max-size, or for an
 // unprivileged user over its pipe quota, the pipe keeps its size.
 func growPipe(f *os.File) {
 	rc, err := f.SyscallConn()
