@@ -160,7 +160,12 @@ FROM (` + sqlClaimNextInValue + `) v
 WHERE v.next_in IS NOT NULL`
 
 	// sqlClaimNextInValue is next_in alone, NULL when no ready step waits for a
-	// token.
+	// token. It starts from the buckets (none, without rate limits): the ready
+	// steps of each are looked up by steps_rate_ready_idx, one at most (the
+	// LATERAL's LIMIT). As an EXISTS, PostgreSQL turned it into a join that read
+	// every ready step at each claim when its statistics put them at a few rows
+	// (a catalog analyzed while none was ready: 1,570 buffers a claim of 2,000
+	// ready steps, the claim's 192 buffers per step against 41, growth scenario).
 	sqlClaimNextInValue = `
 SELECT min(w.next_in) AS next_in
 FROM (
@@ -169,8 +174,10 @@ FROM (
     FROM rate_buckets b
     LEFT JOIN limits l ON l.name = b.name
     CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, b.lim) AS lim, coalesce(l.rate_per_s, b.per_s) AS per_s) rl
-    WHERE EXISTS (SELECT 1 FROM steps s
-                  WHERE s.status = 'ready' AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held)
+    CROSS JOIN LATERAL (SELECT 1 FROM steps s
+                        WHERE s.status = 'ready' AND s.rate_name IS NOT NULL
+                          AND s.rate_name = b.name AND s.rate_key = b.key AND NOT s.held
+                        LIMIT 1) ready
 ) w
 WHERE w.next_in > 0`
 

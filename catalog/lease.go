@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/google/uuid"
@@ -106,10 +107,15 @@ WITH d AS MATERIALIZED (
 	// five calls) takes LIMIT $n for a tenth of the candidates, and with 100,000
 	// map instances ready it joined them by hash to a scan of every step.
 	//
-	// No CTE is joined to another: PostgreSQL estimates a CTE at a few rows and
-	// joins two by a nested loop, every step of the batch against every run (64
-	// × 64 rows for a batch of 64, each twice). The events take their keys from
-	// arrays that per_run gathers and r returns, in key order; the rows returned
+	// No CTE of many rows is joined to another: PostgreSQL estimates a CTE at a
+	// few rows and joins two by a nested loop, every step of the batch against
+	// every run (64 × 64 rows for a batch of 64, each twice). f is one row, the
+	// batch's leases as arrays in (run, key) order: r reads its runs once by
+	// primary key (id = ANY (f.ids)), and each run's positions in them
+	// (array_positions) are its bump and its events' keys, in key order. Joined
+	// to per-run rows (id = p.run_id AND id = ANY), PostgreSQL scanned the whole
+	// array for each run once the runs table was large (73 buffers a step
+	// claimed, 500,000 runs; growth scenario). The rows returned
 	// read their run's workflow, version and input by primary key (they never
 	// change, so the statement's snapshot of them is r's). The deps of a step
 	// are read one by one by primary key (the LATERAL's LIMIT): joined to
@@ -128,21 +134,22 @@ WITH d AS MATERIALIZED (
 ), att AS (
     INSERT INTO attempts (run_id, step_key, number, dispatcher, lease_token, started_at)
     SELECT run_id, key, attempts, $1, lease_token, clock_timestamp() FROM upd
-), per_run AS (
-    SELECT run_id, count(*) AS n, array_agg(key ORDER BY key) AS keys,
-           array_agg(attempts ORDER BY key) AS atts, array_agg(lease_token ORDER BY key) AS tokens
-    FROM upd GROUP BY run_id
+), f AS (
+    SELECT array_agg(run_id ORDER BY run_id, key) AS runs, array_agg(key ORDER BY run_id, key) AS keys,
+           array_agg(attempts ORDER BY run_id, key) AS atts, array_agg(lease_token ORDER BY run_id, key) AS tokens,
+           array_agg(DISTINCT run_id) AS ids
+    FROM upd
 ), r AS (
-    UPDATE runs SET revision = runs.revision + p.n,
+    UPDATE runs SET revision = runs.revision + cardinality(array_positions(f.runs, runs.id)),
         status = CASE WHEN runs.status = 'pending' THEN 'running' ELSE runs.status END,
         started_at = coalesce(runs.started_at, now())
-    FROM per_run p WHERE runs.id = p.run_id AND runs.id = ANY (ARRAY(SELECT per_run.run_id FROM per_run))
-    RETURNING runs.id, runs.revision, p.n, p.keys, p.atts, p.tokens
+    FROM f WHERE runs.id = ANY (f.ids)
+    RETURNING runs.id, runs.revision, array_positions(f.runs, runs.id) AS at
 ), ev AS (
     INSERT INTO events (run_id, seq, type, step_key, attempt, data)
-    SELECT r.id, r.revision - r.n + k.ord, 'step.started', k.key, k.att,
-           jsonb_build_object('dispatcher', $1::text, 'lease_token', k.token)
-    FROM r CROSS JOIN LATERAL unnest(r.keys, r.atts, r.tokens) WITH ORDINALITY AS k(key, att, token, ord)
+    SELECT r.id, r.revision - cardinality(r.at) + k.ord, 'step.started', f.keys[k.i], f.atts[k.i],
+           jsonb_build_object('dispatcher', $1::text, 'lease_token', f.tokens[k.i])
+    FROM r CROSS JOIN f CROSS JOIN LATERAL unnest(r.at) WITH ORDINALITY AS k(i, ord)
 )`
 	sqlClaimSelect = `
 SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at, u.checkpoint,
@@ -163,21 +170,35 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// (fallback): the claim runs in a transaction that takes the keys' locks. One
 	// last row, with an empty key, carries fallback and next_in (as
 	// sqlClaimNextIn) when either is set.
+	//
+	// It is prepared once for each power of two (claimAloneQuery): cand locks up
+	// to that constant number of candidates (%[1]d), top takes the first $4 of
+	// them. A generic plan of LIMIT $4 in cand took it for a tenth of the ready
+	// steps: over a catalog of 500,000 runs it read every ready step at each claim
+	// (5 times the buffers per step; growth steps/s filled ÷ empty 0.77), and with
+	// a map's 100,000 instances it joined them to a scan of every step (stop 24).
+	// With a constant the generic plan is the custom one, and the claim is not
+	// planned again at each call (≈ 1 ms of PostgreSQL's time). The candidates
+	// past $4 are locked until the statement ends, and skipped by other claims
+	// meanwhile.
 	sqlClaimAlone = `
 WITH cand AS (
-    SELECT s.run_id, s.key, s.ctid AS tid, s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL AS limited
+    SELECT s.run_id, s.key, s.ctid AS tid, s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL AS limited,
+           s.priority, s.ready_at
     FROM steps s
     WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, s.ready_at
-    LIMIT $4
+    LIMIT %[1]d
     FOR UPDATE SKIP LOCKED
+), top AS (
+    SELECT * FROM cand ORDER BY cand.priority DESC, cand.ready_at LIMIT $4
 ), c AS (
-    SELECT cand.run_id, cand.key, cand.tid FROM cand WHERE NOT EXISTS (SELECT 1 FROM cand l WHERE l.limited)
+    SELECT top.run_id, top.key, top.tid FROM top WHERE NOT EXISTS (SELECT 1 FROM top l WHERE l.limited)
 )` + sqlClaimWrites + `
 SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
 UNION ALL
 SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, f.fallback, n.next_in
-FROM (SELECT EXISTS (SELECT 1 FROM cand WHERE cand.limited) AS fallback) f, (` + sqlClaimNextInValue + `) n
+FROM (SELECT EXISTS (SELECT 1 FROM top WHERE top.limited) AS fallback) f, (` + sqlClaimNextInValue + `) n
 WHERE f.fallback OR n.next_in IS NOT NULL`
 
 	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
@@ -339,6 +360,23 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	return out, next, nil
 }
 
+// claimAloneQueries are sqlClaimAlone for candidate limits 1, 2, 4, … (index
+// i for 1 << i), the constant its plan is made for.
+var claimAloneQueries = func() (q [16]string) {
+	for i := range q {
+		q[i] = fmt.Sprintf(sqlClaimAlone, 1<<i)
+	}
+	return q
+}()
+
+// claimAloneQuery is sqlClaimAlone for a claim of limit steps: the one for the
+// smallest power of two not below it (the largest for a larger limit, which
+// then leases at most that many).
+func claimAloneQuery(limit int) string {
+	i := bits.Len(uint(max(limit, 1) - 1))
+	return claimAloneQueries[min(i, len(claimAloneQueries)-1)]
+}
+
 // claimAlone is StepClaimNext's claim in one statement (sqlClaimAlone), for when
 // no concurrency key takes turns; fallback when a candidate has a limit and the
 // claim must take the keys' locks (nothing was leased then).
@@ -350,16 +388,15 @@ func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, lim
 		NextIn   *float64 `db:"next_in"`
 	}
 	var rows []row
+	q := claimAloneQuery(limit)
 	err = s.retrying(ctx, func() error {
 		rows = rows[:0]
-		// Unprepared: planned with its parameters' values, ≈ 1 ms of
-		// PostgreSQL's time at each claim. A generic plan (a prepared
-		// statement's, after five calls) takes LIMIT $4 for a tenth of the ready
-		// steps: over a catalog of 500,000 runs it read every ready step at each
-		// claim (5 times the buffers per step; growth steps/s filled ÷ empty
-		// 0.77), and with a map's 100,000 instances it joined them to a scan of
-		// every step (stop 24).
-		return translateError(s.db.SelectContext(ctx, &rows, sqlClaimAlone, owner, pq.StringArray(tags), ttl.Seconds(), limit))
+		st, err := s.prepared(ctx, q)
+		if err != nil {
+			return translateError(err)
+		}
+		err = st.SelectContext(ctx, &rows, owner, pq.StringArray(tags), ttl.Seconds(), limit)
+		return translateError(s.retryStale(q, err))
 	})
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("claim steps: %w", err)
