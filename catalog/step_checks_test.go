@@ -1,0 +1,58 @@
+package catalog_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/lib/pq"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/internal/testenv"
+)
+
+// TestStepChecksHold: the checks of steps that migration 00030 moved from
+// CHECK constraints to the trigger steps_checks still refuse a bad row, on insert
+// and on an update of one of their columns, and leave the hot path's updates
+// (claim, finish) alone.
+func TestStepChecksHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.DB(t)
+	s := catalog.New(db, nil)
+	run := newRun(t, ctx, s, diamond(3))
+
+	checkViolation := func(t *testing.T, err error) {
+		t.Helper()
+		var pqErr *pq.Error
+		require.True(t, errors.As(err, &pqErr), "want a check violation, got %v", err)
+		require.Equal(t, pq.ErrorCode("23514"), pqErr.Code, pqErr.Message)
+		require.Equal(t, "steps_checks", pqErr.Constraint)
+	}
+	for name, stmt := range map[string]string{
+		"priority above 9":       `UPDATE steps SET priority = 10 WHERE run_id = $1 AND key = 'a'`,
+		"no attempt at all":      `UPDATE steps SET max_attempts = 0 WHERE run_id = $1 AND key = 'b'`,
+		"a key the API refuses":  `UPDATE steps SET key = 'B!' WHERE run_id = $1 AND key = 'b'`,
+		"half a concurrency key": `UPDATE steps SET conc_name = 'n' WHERE run_id = $1 AND key = 'c'`,
+		"an unknown trigger rule": `INSERT INTO steps (run_id, key, status, needs, max_attempts, deps_remaining, trigger_rule)
+		                           VALUES ($1, 'e', 'waiting', '{}', 1, 0, 'sometimes')`,
+		"a map instance named apart": `UPDATE steps SET map_parent = 'a', map_index = 2 WHERE run_id = $1 AND key = 'd'`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := db.ExecContext(ctx, stmt, run.ID)
+			checkViolation(t, err)
+		})
+	}
+
+	// The same columns with good values pass, and the run goes on.
+	_, err := db.ExecContext(ctx, `UPDATE steps SET priority = 9, max_attempts = 2 WHERE run_id = $1 AND key = 'a'`, run.ID)
+	require.NoError(t, err)
+	claimed := claimKeys(t, ctx, s, "d1", 1)
+	a := claimed["a"]
+	_, err = s.StepFinishBatch(ctx, []*catalog.StepFinishParams{{
+		RunID: run.ID, Key: "a", LeaseToken: a.LeaseToken, Outcome: catalog.OutcomeSucceeded,
+	}})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"a": "succeeded", "b": "ready", "c": "ready", "d": "waiting"}, statuses(t, ctx, s, run.ID))
+}
