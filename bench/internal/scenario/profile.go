@@ -102,14 +102,16 @@ LIMIT $1`, limit)
 }
 
 // topLevelCalls sums the calls of top-level statements (BEGIN and COMMIT included:
-// track_utility is on): the catalog's round trips.
-func (e *Env) topLevelCalls(ctx context.Context) (calls float64, execMS float64, err error) {
+// track_utility is on): the catalog's round trips; their execution time, and
+// their buffer accesses (a statement's include those of the functions it calls).
+func (e *Env) topLevelCalls(ctx context.Context) (calls, execMS, buffers float64, err error) {
 	err = e.DB.QueryRow(ctx, `
-SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_exec_time), 0)::float8
+SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_exec_time), 0)::float8,
+       coalesce(sum(shared_blks_hit + shared_blks_read), 0)::float8
 FROM pg_stat_statements
 WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND userid = (SELECT oid FROM pg_roles WHERE rolname = '`+CatalogRole+`')`).Scan(&calls, &execMS)
-	return calls, execMS, err
+  AND userid = (SELECT oid FROM pg_roles WHERE rolname = '`+CatalogRole+`')`).Scan(&calls, &execMS, &buffers)
+	return calls, execMS, buffers, err
 }
 
 // SQLProfile is what Cairn's SQL cost per unit of work (a step, a create-run, a
@@ -120,17 +122,20 @@ type SQLProfile struct {
 	// RoundTripsPer counts top-level statements, BEGIN and COMMIT included.
 	RoundTripsPer float64 `json:"round_trips_per"`
 	// SQLExecMSPer is the server-side execution time of the top-level statements.
-	SQLExecMSPer float64     `json:"sql_exec_ms_per"`
-	Statements   []Statement `json:"statements"`
+	SQLExecMSPer float64 `json:"sql_exec_ms_per"`
+	// BuffersPer counts the top-level statements' buffer accesses (shared_blks_hit
+	// and _read): the work of their plans, which the machine's speed does not move.
+	BuffersPer float64     `json:"buffers_per"`
+	Statements []Statement `json:"statements"`
 }
 
 // sqlProfile reads pg_stat_statements for count units of work named per.
 func (e *Env) sqlProfile(ctx context.Context, per string, count float64, top int) (*SQLProfile, error) {
-	calls, execMS, err := e.topLevelCalls(ctx)
+	calls, execMS, buffers, err := e.topLevelCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &SQLProfile{Per: per, Count: count, RoundTripsPer: calls / count, SQLExecMSPer: execMS / count}
+	p := &SQLProfile{Per: per, Count: count, RoundTripsPer: calls / count, SQLExecMSPer: execMS / count, BuffersPer: buffers / count}
 	if p.Statements, err = e.topStatements(ctx, top); err != nil {
 		return nil, err
 	}
