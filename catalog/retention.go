@@ -79,10 +79,11 @@ var (
 	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
 	// (SKIP LOCKED: a run being retried or read for update is left for a later
 	// pass), with their steps, edges and events (no foreign key since migration
-	// 00025: this statement is the one that deletes runs). Their attempts,
-	// approvals and map rows go with the steps, their signals and live logs with
-	// the runs, by ON DELETE CASCADE; runs that name them (rerun_of, parent_id)
-	// keep a NULL.
+	// 00025: this statement is the one that deletes runs). Their attempts go
+	// with the steps by the trigger steps_deleted (migration 00031), their
+	// approvals and map rows with the steps, their signals and live logs with the
+	// runs, by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep
+	// a NULL.
 	//
 	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
 	// archived_runs row in the same statement, and archived_blobs rows for the

@@ -255,6 +255,9 @@ func TestRunRetryOntoVersion(t *testing.T) {
 	drive(t, ctx, s, "b", "x")
 	failed := getRun(t, ctx, s, r.ID)
 	require.Equal(t, catalog.RunFailed, failed.Status)
+	xs, err := s.AttemptList(ctx, r.ID, "x")
+	require.NoError(t, err)
+	require.Len(t, xs, 1)
 
 	for _, tt := range []struct {
 		version int
@@ -281,6 +284,9 @@ func TestRunRetryOntoVersion(t *testing.T) {
 	after := steps(t, ctx, s, r.ID)
 	require.Equal(t, 1, after["a"].MaxAttempts, "a kept step is kept as it is")
 	require.Equal(t, 3, after["b"].MaxAttempts, "b is laid out from version 2")
+	xs, err = s.AttemptList(ctx, r.ID, "x")
+	require.NoError(t, err)
+	require.Empty(t, xs, "x's attempt went with x (steps_deleted)")
 	e := lastEvent(t, ctx, s, r.ID)
 	require.JSONEq(t, `{"actor":"alice","version":2,"previous_version":1,"steps":["b","c"]}`, string(e.Data))
 

@@ -139,11 +139,12 @@ func (e *Env) DeployFresh(ctx context.Context, files map[string]cairn.File) erro
 	return e.ResetCatalog(ctx)
 }
 
-// ResetCatalog empties the run tables (steps cascade to attempts) and writes a
+// ResetCatalog empties the run tables (attempts named: no foreign key leads to
+// them from steps since migration 00031; their live logs cascade) and writes a
 // checkpoint, so that each measurement starts from the same state. No dispatcher
 // may be running.
 func (e *Env) ResetCatalog(ctx context.Context) error {
-	if _, err := e.DB.Exec(ctx, `TRUNCATE runs, steps, step_edges, events, idempotency_keys CASCADE`); err != nil {
+	if _, err := e.DB.Exec(ctx, `TRUNCATE runs, steps, attempts, step_edges, events, idempotency_keys CASCADE`); err != nil {
 		return fmt.Errorf("reset catalog: %w", err)
 	}
 	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {
