@@ -230,10 +230,16 @@ ORDER BY r.ord`
 SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])
 WHERE cairn_runs_share($1::uuid[])`
 
+	// sqlHeartbeat extends the leases given. Each step is found by primary key:
+	// its status test matches no partial index. As s.status = 'running', it
+	// matched steps_lease_expiry_idx, and PostgreSQL scanned it (every running
+	// step, and the dead entries of the steps finished since the last vacuum)
+	// and joined the leases to it: 4,789 buffers and 41 ms a heartbeat after
+	// 20,000 steps had run, against a few buffers a lease.
 	sqlHeartbeat = `
 UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
 FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS h(run_id, key, token)
-WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND s.status = 'running'
+WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND (s.status = 'running') IS TRUE
 RETURNING s.lease_token`
 
 	sqlCheckpoint = `
