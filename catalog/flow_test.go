@@ -68,6 +68,13 @@ func TestConcurrencyLimit(t *testing.T) {
 	got := claimKeys(t, ctx, s, "d1", 4)
 	_ = got
 	require.Equal(t, map[string]int{"tenant/a": 2, "tenant/b": 2}, runningPerKey(t, ctx, s))
+	// The usage of each key counts its running steps and the ready ones it holds back.
+	use, _, err := s.LimitList(ctx, "")
+	require.NoError(t, err)
+	require.Len(t, use, 2)
+	for _, u := range use {
+		require.Equal(t, []int{2, 3, 2}, []int{u.Running, u.Ready, u.Limit}, "key %s", u.Key)
+	}
 	claimKeys(t, ctx, s, "d2", 0)
 
 	// A waiting step says what holds it.
