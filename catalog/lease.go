@@ -115,13 +115,13 @@ WITH d AS MATERIALIZED (
 	// (array_positions) are its bump and its events' keys, in key order. Joined
 	// to per-run rows (id = p.run_id AND id = ANY), PostgreSQL scanned the whole
 	// array for each run once the runs table was large (73 buffers a step
-	// claimed, 500,000 runs; growth scenario). The rows returned
-	// read their run's workflow, version and input by primary key (they never
-	// change, so the statement's snapshot of them is r's). The deps of a step
-	// are read one by one by primary key (the LATERAL's LIMIT): joined to
-	// unnest(needs), or with key = ANY (needs), PostgreSQL read every step of
-	// the run for each step claimed (a fan-out of 1,000: a million rows, 18
-	// times slower on a table of 1,000 claims).
+	// claimed, 500,000 runs; growth scenario). The rows returned read their
+	// run's workflow, version and input by primary key (they never change, so
+	// the statement's snapshot of them is r's). The deps of a step are read one
+	// by one by primary key (the LATERAL's LIMIT): joined to unnest(needs), or
+	// with key = ANY (needs), PostgreSQL read every step of the run for each step
+	// claimed (a fan-out of 1,000: a million rows, 18 times slower on a table of
+	// 1,000 claims).
 	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
 	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
@@ -397,12 +397,7 @@ func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, lim
 	q := claimAloneQuery(limit)
 	err = s.retrying(ctx, func() error {
 		rows = rows[:0]
-		st, err := s.prepared(ctx, q)
-		if err != nil {
-			return translateError(err)
-		}
-		err = st.SelectContext(ctx, &rows, owner, pq.StringArray(tags), ttl.Seconds(), limit)
-		return translateError(s.retryStale(q, err))
+		return translateError(s.selectPrepared(ctx, &rows, q, owner, pq.StringArray(tags), ttl.Seconds(), limit))
 	})
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("claim steps: %w", err)

@@ -85,9 +85,24 @@ func stalePlan(err error) bool {
 // getPrepared is GetContext through query's prepared statement; it falls back to
 // an unprepared call when the statement cannot be prepared or its plan is stale.
 func (s *Store) getPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	return s.runPrepared(ctx, query, (*sqlx.Stmt).GetContext, s.db.GetContext, dest, args)
+}
+
+// selectPrepared is getPrepared for SelectContext (rows into a slice).
+func (s *Store) selectPrepared(ctx context.Context, dest any, query string, args ...any) error {
+	return s.runPrepared(ctx, query, (*sqlx.Stmt).SelectContext, s.db.SelectContext, dest, args)
+}
+
+// runPrepared runs query through its prepared statement (prepared), or
+// unprepared (direct) when it cannot be prepared or its plan went stale.
+func (s *Store) runPrepared(ctx context.Context, query string,
+	prepared func(*sqlx.Stmt, context.Context, any, ...any) error,
+	direct func(context.Context, any, string, ...any) error,
+	dest any, args []any,
+) error {
 	st, err := s.prepared(ctx, query)
 	if err == nil {
-		err = st.GetContext(ctx, dest, args...)
+		err = prepared(st, ctx, dest, args...)
 		if !stalePlan(err) {
 			return err
 		}
@@ -96,7 +111,7 @@ func (s *Store) getPrepared(ctx context.Context, dest any, query string, args ..
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return s.db.GetContext(ctx, dest, query, args...)
+	return direct(ctx, dest, query, args...)
 }
 
 // pooledQueryer is the pool as runCreateTx's queryer, for a run created outside a
