@@ -408,12 +408,14 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ctx := r.Context()
 	start := time.Now()
-	run, err := s.api.GetRunWithResponse(ctx, id)
+	// The steps first, then the run, as runState does: the page then never shows a
+	// step running in a run still pending.
+	steps, err := s.api.ListStepsWithResponse(ctx, id)
 	if err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
-	steps, err := s.api.ListStepsWithResponse(ctx, id)
+	run, err := s.api.GetRunWithResponse(ctx, id)
 	if err != nil {
 		h.fail(w, r, s, err)
 		return
