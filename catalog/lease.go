@@ -224,11 +224,17 @@ WHERE cairn_runs_share($1::uuid[])
 ORDER BY r.ord`
 
 	// sqlStepsSucceed finishes successful attempts set-based; it returns the
-	// ordinals (1-based) of the rows written, the others lost their lease. Its
-	// WHERE takes the runs' shared locks first, as sqlStepsFail's does.
+	// ordinals (1-based) of the rows written (the others lost their lease) and
+	// how many steps they made ready, which wakes the dispatchers when $6 is true
+	// (migrations/00032_finish_wake.sql). Its WHERE takes the runs' shared locks
+	// first, as sqlStepsFail's does; OFFSET 0 keeps the function to one call.
 	sqlStepsSucceed = `
-SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])
-WHERE cairn_runs_share($1::uuid[])`
+SELECT (x.s).ords, (x.s).ready FROM (
+    SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6) AS s
+    WHERE cairn_runs_share($1::uuid[]) OFFSET 0) x`
+
+	// sqlWake wakes the dispatchers at the commit (cairn_wake).
+	sqlWake = `SELECT cairn_wake()`
 
 	// sqlHeartbeat extends the leases given. Each step is found by primary key:
 	// its status test matches no partial index. As s.status = 'running', it
@@ -498,7 +504,8 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 				return translateError(err)
 			}
 			var ords pq.Int64Array
-			if err := st.QueryRowxContext(ctx, succeeded.succeedArgs()...).Scan(&ords); err != nil {
+			var ready int
+			if err := st.QueryRowxContext(ctx, succeeded.succeedArgs(true)...).Scan(&ords, &ready); err != nil {
 				return translateError(s.retryStale(sqlStepsSucceed, err))
 			}
 			for _, o := range ords {
@@ -518,19 +525,30 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 		}
 		if len(ok) > 0 {
 			a := succeeded
+			leasing := next != nil && next.Limit > 0
 			var ords pq.Int64Array
+			var ready int
 			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
 			if err != nil {
 				return err
 			}
-			if err := st.QueryRowxContext(ctx, a.succeedArgs()...).Scan(&ords); err != nil {
+			if err := st.QueryRowxContext(ctx, a.succeedArgs(!leasing)...).Scan(&ords, &ready); err != nil {
 				return s.retryStale(sqlStepsSucceed, err)
 			}
 			for _, o := range ords {
 				written[ok[o-1]] = true
 			}
-			if next != nil && next.Limit > 0 && len(ords) > 0 {
+			if leasing && len(ords) > 0 {
 				if claimed, err = s.claimDependents(ctx, tx, next, a, ords); err != nil {
+					return err
+				}
+			}
+			// The steps made ready that this finish did not lease wake the
+			// dispatchers, as the function would have (those it leased are this
+			// dispatcher's: a wake-up for them makes every dispatcher poll for
+			// nothing).
+			if leasing && ready > len(claimed) {
+				if _, err := tx.ExecContext(ctx, sqlWake); err != nil {
 					return err
 				}
 			}
@@ -570,9 +588,10 @@ func finishResults(items []*StepFinishParams, written []bool, claimed []Claimed,
 	return out, claimed, nil
 }
 
-// succeedArgs are sqlStepsSucceed's parameters.
-func (a *finishArrays) succeedArgs() []any {
-	return []any{pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens), pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}}
+// succeedArgs are sqlStepsSucceed's parameters; wake says whether the steps
+// made ready wake the dispatchers.
+func (a *finishArrays) succeedArgs(wake bool) []any {
+	return []any{pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens), pq.GenericArray{A: a.outputs}, pq.GenericArray{A: a.logKeys}, wake}
 }
 
 // claimDependents leases the dependents of the successes written (ords, 1-based

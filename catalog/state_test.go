@@ -464,23 +464,28 @@ func stepStatus(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUI
 	return st.Status
 }
 
-// TestWake: dispatchers are woken on catalog.ChannelSteps when steps become ready:
-// by a new run, a success that readies a dependent, and a retry.
-func TestWake(t *testing.T) {
-	t.Parallel()
+// wakeListener listens on catalog.ChannelSteps for a test, as a dispatcher does.
+type wakeListener struct {
+	notes chan catalog.Notification
+	db    *sqlx.DB
+}
+
+// listenWake starts listening on catalog.ChannelSteps, and returns once it does,
+// with a store on the same database.
+func listenWake(t *testing.T) (*catalog.Store, *wakeListener) {
+	t.Helper()
 	ctx := context.Background()
 	url := testenv.DatabaseURL(t)
 	db, err := sqlx.Open("postgres", url)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	s := catalog.New(db, nil)
 	lctx, stop := context.WithCancel(ctx)
-	notes := make(chan catalog.Notification, 16)
+	w := &wakeListener{notes: make(chan catalog.Notification, 16), db: db}
 	listened := make(chan error, 1)
 	go func() {
 		listened <- catalog.Listen(lctx, url, func(n catalog.Notification) {
 			select {
-			case notes <- n:
+			case w.notes <- n:
 			default: // never block the listener: the test reads what it needs
 			}
 		}, catalog.ChannelSteps)
@@ -491,37 +496,115 @@ func TestWake(t *testing.T) {
 	})
 	// The first, empty notification: it listens now.
 	select {
-	case n := <-notes:
+	case n := <-w.notes:
 		require.Empty(t, n.Channel)
 	case err := <-listened:
 		t.Fatalf("listen: %v", err)
 	}
+	return catalog.New(db, nil), w
+}
 
-	// woken waits for the notification of the action before it (each action's
-	// transaction sends one: PostgreSQL folds equal ones of a transaction).
-	woken := func(what string) {
-		t.Helper()
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case n := <-notes:
-				if n.Channel != catalog.ChannelSteps {
-					continue // empty: the listener reconnected
-				}
-				return
-			case <-deadline:
-				t.Fatalf("no wake-up on %s after %s", catalog.ChannelSteps, what)
+// next returns the next notification on catalog.ChannelSteps (the empty ones of
+// a reconnection skipped), or fails after 10 s.
+func (w *wakeListener) next(t *testing.T, what string) catalog.Notification {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case n := <-w.notes:
+			if n.Channel != catalog.ChannelSteps {
+				continue
 			}
+			return n
+		case <-deadline:
+			t.Fatalf("no wake-up on %s after %s", catalog.ChannelSteps, what)
 		}
 	}
+}
+
+// woken waits for the notification of the action before it (each action's
+// transaction sends one: PostgreSQL folds equal ones of a transaction).
+func (w *wakeListener) woken(t *testing.T, what string) {
+	t.Helper()
+	require.Empty(t, w.next(t, what).Payload, "the wake-up of %s", what)
+}
+
+// quiet shows that the actions since the last notification sent none: a
+// notification the test sends now is the next one received (notifications come
+// in the order of their transactions' commits).
+func (w *wakeListener) quiet(t *testing.T, what string) {
+	t.Helper()
+	_, err := w.db.Exec(`SELECT pg_notify($1, 'sentinel')`, catalog.ChannelSteps)
+	require.NoError(t, err)
+	require.Equal(t, "sentinel", w.next(t, what).Payload, "%s woke the dispatchers", what)
+}
+
+// TestWake: dispatchers are woken on catalog.ChannelSteps when steps become ready:
+// by a new run, a success that readies a dependent, and a retry.
+func TestWake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, w := listenWake(t)
 
 	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 2}})
-	woken("RunCreate")
+	w.woken(t, "RunCreate")
 	a := claimKeys(t, ctx, s, "d1", 1)["a"]
 	require.NoError(t, s.StepFinish(ctx, finishParams(a, catalog.OutcomeSucceeded, false, 0)))
-	woken("a success that readied a dependent")
+	w.woken(t, "a success that readied a dependent")
 	b := claimKeys(t, ctx, s, "d1", 1)["b"]
 	require.NoError(t, s.StepFinish(ctx, finishParams(b, catalog.OutcomeFailed, true, 0)))
-	woken("a retryable failure")
+	w.woken(t, "a retryable failure")
+	require.Equal(t, catalog.StepReady, stepStatus(t, ctx, s, r.ID, "b"))
+}
+
+// TestWakeLeasedByFinish: a success whose finish leased every step it made
+// ready (StepFinishClaim) wakes no dispatcher: they would poll for nothing. One
+// that made more ready than it had room for wakes them for the others.
+func TestWakeLeasedByFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, w := listenWake(t)
+
+	newRun(t, ctx, s, diamond(1)) // a → (b, c) → d
+	w.woken(t, "RunCreate")
+	a := claimKeys(t, ctx, s, "d1", 1)["a"]
+	res, claimed, err := s.StepFinishClaim(ctx, []*catalog.StepFinishParams{succeeded(a, `{}`)},
+		&catalog.ClaimNext{Owner: "d1", Limit: 1, TTL: time.Minute})
+	require.NoError(t, err)
+	require.NoError(t, res[0])
+	require.Len(t, claimed, 1, "room for one of b and c")
+	w.woken(t, "a success that leased one of the two steps it made ready")
+	w.quiet(t, "nothing since")
+
+	// The other one, claimed; b and c finish, the second leasing d.
+	others := claimKeys(t, ctx, s, "d1", 1)
+	for _, c := range []catalog.Claimed{claimed[0], others[map[string]string{"b": "c", "c": "b"}[claimed[0].Key]]} {
+		res, got, err := s.StepFinishClaim(ctx, []*catalog.StepFinishParams{succeeded(c, `{}`)},
+			&catalog.ClaimNext{Owner: "d1", Limit: 4, TTL: time.Minute})
+		require.NoError(t, err)
+		require.NoError(t, res[0])
+		claimed = got
+	}
+	require.Len(t, claimed, 1)
+	require.Equal(t, "d", claimed[0].Key)
+	w.quiet(t, "a success that leased the one step it made ready")
+}
+
+// TestStepsSucceedFiveArguments: the finish that servers before migration 00032
+// call during a rolling upgrade still finishes and wakes the dispatchers.
+func TestStepsSucceedFiveArguments(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, w := listenWake(t)
+	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}})
+	w.woken(t, "RunCreate")
+	a := claimKeys(t, ctx, s, "d1", 1)["a"]
+	var ords pq.Int64Array
+	require.NoError(t, s.DB().QueryRowContext(ctx, `SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[])`,
+		pq.Array([]string{a.RunID.String()}), pq.Array([]string{a.Key}), pq.Array([]int64{a.LeaseToken}),
+		pq.Array([]string{`{"v":1}`}), pq.Array([]*string{nil})).Scan(&ords))
+	require.Equal(t, pq.Int64Array{1}, ords)
+	w.woken(t, "the success that readied b")
+	require.Equal(t, catalog.StepSucceeded, stepStatus(t, ctx, s, r.ID, "a"))
 	require.Equal(t, catalog.StepReady, stepStatus(t, ctx, s, r.ID, "b"))
 }

@@ -43,6 +43,10 @@ type attempt struct {
 	// reporting is set before the attempt's outcome is written: from then on the
 	// catalog's answer to that write says whether the lease was lost.
 	reporting atomic.Bool
+	// followed is set when the finish that wrote the outcome also leased steps
+	// and had room left (completeLoop): nothing it made ready waits, and the slot
+	// the attempt gives back needs no look from the claim loop.
+	followed bool
 }
 
 // ending reports whether the attempt is ending on its own: its outcome is being
@@ -88,7 +92,9 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 			d.metrics.running.Dec()
 			d.slots <- struct{}{}
 			d.work.Done()
-			d.nudge()
+			if !a.followed {
+				d.nudge()
+			}
 		}()
 		d.runAttempt(ctx, a)
 	}()
@@ -282,7 +288,10 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	a.reporting.Store(true)
-	if d.untilWritten(a, "finish", "record the outcome", nil, func() error { return d.finish(p, a.claim.MapIndex != nil) }) != nil {
+	if d.untilWritten(a, "finish", "record the outcome", nil, func() (err error) {
+		a.followed, err = d.finish(p, a.claim.MapIndex != nil)
+		return err
+	}) != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()

@@ -19,7 +19,14 @@ type completion struct {
 	p *catalog.StepFinishParams
 	// leaf: the step has no dependents to lease (a map's instance).
 	leaf bool
-	done chan error
+	done chan finished
+}
+
+// finished is the answer to a completion: the write's error, and whether its
+// batch leased steps and had room left (the claim loop then has nothing new).
+type finished struct {
+	err      error
+	followed bool
 }
 
 // completeLoop commits outcomes in batches: a group commit. When idle it commits an
@@ -63,11 +70,12 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 		results, claimed, err := d.store.StepFinishClaim(cctx, params, next)
 		cancel()
 		d.startClaimed(claimed, room, start)
+		followed := len(claimed) > 0 && len(claimed) < room
 		for i, c := range batch {
 			if err != nil {
-				c.done <- err
+				c.done <- finished{err: err}
 			} else {
-				c.done <- results[i]
+				c.done <- finished{err: results[i], followed: followed && results[i] == nil}
 			}
 		}
 	}
@@ -75,19 +83,20 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 
 // finish commits one outcome through the batcher and returns its result, or
 // errAbandoned once Stop gave up on writing outcomes. leaf says the step has no
-// dependents (claimNext).
-func (d *Dispatcher) finish(p *catalog.StepFinishParams, leaf bool) error {
-	c := &completion{p: p, leaf: leaf, done: make(chan error, 1)}
+// dependents (claimNext). followed says the finish also leased steps and had
+// room left: every step it made ready that this dispatcher may claim is leased.
+func (d *Dispatcher) finish(p *catalog.StepFinishParams, leaf bool) (followed bool, err error) {
+	c := &completion{p: p, leaf: leaf, done: make(chan finished, 1)}
 	select {
 	case d.completions <- c:
 	case <-d.abandonCtx.Done():
-		return errAbandoned
+		return false, errAbandoned
 	}
 	select {
-	case err := <-c.done:
-		return err
+	case f := <-c.done:
+		return f.followed, f.err
 	case <-d.abandonCtx.Done():
-		return errAbandoned
+		return false, errAbandoned
 	}
 }
 
