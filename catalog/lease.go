@@ -88,13 +88,15 @@ WITH d AS MATERIALIZED (
     FOR UPDATE OF s SKIP LOCKED
 )` + sqlClaimSteps
 
-	// sqlGenericPlans makes the prepared statements of a transaction run their
-	// generic plan. The finish that leases sets it: on a catalog of 500,000 steps
-	// PostgreSQL judged sqlClaimDependents' generic plan dearer than its custom
-	// ones (their estimates take the arrays' lengths) and planned it again at every
-	// call, ≈ 1 ms in the dispatcher's clock against 0.35 ms of execution (growth
-	// scenario, step-to-step filled ÷ empty 1.1–1.7 before, 0.83–0.92 after).
-	sqlGenericPlans = `SET LOCAL plan_cache_mode = force_generic_plan`
+	// sqlGenericPlans makes the prepared statements of the rest of a transaction
+	// run their generic plan (SET LOCAL, as an expression). The finish that leases
+	// sets it in its first statement (sqlStepsSucceed with $6 false): on a catalog
+	// of 500,000 steps PostgreSQL judged sqlClaimDependents' generic plan dearer
+	// than its custom ones (their estimates take the arrays' lengths) and planned
+	// it again at every call, ≈ 1 ms in the dispatcher's clock against 0.35 ms of
+	// execution (growth scenario, step-to-step filled ÷ empty 1.1–1.7 before,
+	// 0.83–0.92 after). A SET LOCAL statement of its own was a round trip more.
+	sqlGenericPlans = `set_config('plan_cache_mode', 'force_generic_plan', true) IS NOT NULL`
 
 	// sqlClaimSteps is the part of the claim statements after c, the steps to
 	// lease (locked by the same transaction): $1 is the owner, $3 the lease's
@@ -226,12 +228,14 @@ ORDER BY r.ord`
 	// sqlStepsSucceed finishes successful attempts set-based; it returns the
 	// ordinals (1-based) of the rows written (the others lost their lease) and
 	// how many steps they made ready, which wakes the dispatchers when $6 is true
-	// (migrations/00032_finish_wake.sql). Its WHERE takes the runs' shared locks
-	// first, as sqlStepsFail's does; OFFSET 0 keeps the function to one call.
+	// (migrations/00032_finish_wake.sql). $6 false is a finish that leases their
+	// dependents next (sqlClaimDependents), in generic plans (sqlGenericPlans).
+	// Its WHERE takes the runs' shared locks first, as sqlStepsFail's does;
+	// OFFSET 0 keeps the function to one call.
 	sqlStepsSucceed = `
 SELECT (x.s).ords, (x.s).ready FROM (
     SELECT cairn_steps_succeed($1::uuid[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6) AS s
-    WHERE cairn_runs_share($1::uuid[]) OFFSET 0) x`
+    WHERE cairn_runs_share($1::uuid[]) AND ($6 OR ` + sqlGenericPlans + `) OFFSET 0) x`
 
 	// sqlWake wakes the dispatchers at the commit (cairn_wake).
 	sqlWake = `SELECT cairn_wake()`
@@ -518,11 +522,6 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		claimed = claimed[:0]
-		if next != nil && next.Limit > 0 {
-			if _, err := tx.ExecContext(ctx, sqlGenericPlans); err != nil {
-				return err
-			}
-		}
 		if len(ok) > 0 {
 			a := succeeded
 			leasing := next != nil && next.Limit > 0
