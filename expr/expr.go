@@ -31,6 +31,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -59,10 +60,19 @@ const costLimit = 10_000_000
 // maxSource bounds an expression's text.
 const maxSource = 4096
 
+// programCache is how many compiled expressions an Env keeps.
+const programCache = 512
+
 // Env is the set of names an expression is compiled against.
 type Env struct {
 	names []string
 	cel   *cel.Env
+	// programs are the expressions compiled so far, by source (the most recently
+	// used): an expression is evaluated at each decision (each step of a run
+	// created, each step made ready), and compiling one costs ten times its
+	// evaluation (≈ 63 µs and 27 kB against 6 µs for a concurrency key). A
+	// program is immutable and safe for concurrent use.
+	programs *lru.Cache[string, *Program]
 }
 
 var (
@@ -86,7 +96,11 @@ func mustEnv(names ...string) *Env {
 	if err != nil {
 		panic(fmt.Sprintf("expr: CEL environment: %v", err))
 	}
-	return &Env{names: names, cel: e}
+	programs, err := lru.New[string, *Program](programCache)
+	if err != nil {
+		panic(fmt.Sprintf("expr: program cache: %v", err))
+	}
+	return &Env{names: names, cel: e, programs: programs}
 }
 
 // Program is a compiled expression.
@@ -96,8 +110,21 @@ type Program struct {
 }
 
 // Compile parses and checks src against env. Its error says what is wrong, with the
-// position in src; callers add the step and field.
+// position in src; callers add the step and field. The program of a source
+// compiled before comes from env's cache.
 func (env *Env) Compile(src string) (*Program, error) {
+	if p, ok := env.programs.Get(src); ok {
+		return p, nil
+	}
+	p, err := env.compile(src)
+	if err != nil {
+		return nil, err
+	}
+	env.programs.Add(src, p)
+	return p, nil
+}
+
+func (env *Env) compile(src string) (*Program, error) {
 	if strings.TrimSpace(src) == "" {
 		return nil, errors.New("empty expression")
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +129,35 @@ func TestEvalErrors(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Eval(ctx, stepVars())
 	require.ErrorContains(t, err, "cost")
+}
+
+// TestCompiledOnceUsedEverywhere: a source compiled again is the program compiled
+// before (Compile keeps them), checked against its own Env's names only, and one
+// program evaluates concurrently with each caller's values.
+func TestCompiledOnceUsedEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, err := expr.StepEnv.Compile("deps.split.count + input.n")
+	require.NoError(t, err)
+	again, err := expr.StepEnv.Compile("deps.split.count + input.n")
+	require.NoError(t, err)
+	require.Same(t, p, again)
+	_, err = expr.CreateEnv.Compile("deps.split.count + input.n")
+	require.ErrorContains(t, err, "undeclared reference", "no deps when a run is created")
+
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			vars := stepVars()
+			vars[expr.Input] = json.RawMessage(`{"n": ` + strconv.Itoa(i) + `}`)
+			got, err := again.Eval(ctx, vars)
+			if err == nil && string(got) != strconv.Itoa(3+i) {
+				err = fmt.Errorf("input.n %d: got %s", i, got)
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		require.NoError(t, <-errs)
+	}
 }
