@@ -61,7 +61,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	switch {
 	case err == nil:
 		d.metrics.attempts.WithLabelValues("suspended").Inc()
-		a.logger.Debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
+		a.debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
 	case errors.Is(err, catalog.ErrChildLimit):
 		d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: CodeChildLimit}}, step)
 	case errors.Is(err, catalog.ErrChildNotFound):

@@ -24,19 +24,19 @@ func (d *Dispatcher) untilWritten(a *attempt, op, what string, final func(error)
 			return nil
 		case errors.Is(err, catalog.ErrLeaseLost):
 			d.metrics.leaseLost.WithLabelValues(op).Inc()
-			a.logger.Warn(what+" rejected: the lease is no longer ours", "error", err)
+			a.logger().Warn(what+" rejected: the lease is no longer ours", "error", err)
 			return err
 		case final != nil && final(err):
 			return err
 		case errors.Is(err, errAbandoned) || d.abandonCtx.Err() != nil:
-			a.logger.Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
+			a.logger().Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
 			return err
 		}
 		d.noteDBError()
-		a.logger.Warn(what+" failed; retrying", "error", err, "in", backoff)
+		a.logger().Warn(what+" failed; retrying", "error", err, "in", backoff)
 		select {
 		case <-d.abandonCtx.Done():
-			a.logger.Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
+			a.logger().Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
 			return errAbandoned
 		case <-time.After(backoff):
 		}

@@ -88,7 +88,7 @@ func (s *attemptSink) flushLive() {
 	err := s.d.store.LogChunkAppend(ctx, &catalog.LogChunkAppendParams{
 		LeaseToken: s.a.claim.LeaseToken, Offset: off, Data: data, Keep: s.d.cfg.LiveLogTail})
 	if err != nil && ctx.Err() == nil {
-		s.a.logger.Warn("publish the live log", "error", err)
+		s.a.logger().Warn("publish the live log", "error", err)
 	}
 }
 
@@ -176,7 +176,7 @@ func (s *attemptSink) storeLog() string {
 	defer cancel()
 	obj, err := s.d.blobs.Put(ctx, blobstore.KindLogs, s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1, Claim: s.d.store.BlobClaim})
 	if err != nil {
-		s.a.logger.Warn("store attempt log", "error", err)
+		s.a.logger().Warn("store attempt log", "error", err)
 		return ""
 	}
 	s.logKey = obj.Key
@@ -193,7 +193,7 @@ func (s *attemptSink) cleanup() {
 	if s.logKey != "" && s.published.Load() {
 		ctx, cancel := context.WithTimeout(s.d.abandonCtx, 10*time.Second)
 		if err := s.d.store.LogChunkDelete(ctx, s.a.claim.LeaseToken); err != nil {
-			s.a.logger.Warn("delete the live log", "error", err)
+			s.a.logger().Warn("delete the live log", "error", err)
 		}
 		cancel()
 	}

@@ -50,7 +50,7 @@ func (d *Dispatcher) traceEnd(a *attempt, out outcome) {
 	c := a.claim
 	e, err := d.store.StepTraceEndGet(ctx, c.RunID, c.Key)
 	if err != nil {
-		a.logger.Warn("read the step's end for its span", "error", err)
+		a.logger().Warn("read the step's end for its span", "error", err)
 		return
 	}
 	d.emitStepEnd(ctx, c.RunID, c.Key, e)
