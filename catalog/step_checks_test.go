@@ -13,9 +13,9 @@ import (
 )
 
 // TestStepChecksHold: the checks of steps that migration 00030 moved from
-// CHECK constraints to the trigger steps_checks still refuse a bad row, on insert
-// and on an update of one of their columns, and leave the hot path's updates
-// (claim, finish) alone.
+// CHECK constraints to triggers (steps_checks for an update, steps_checks_inserted
+// for an insert since 00034) still refuse a bad row, on insert and on an update of
+// one of their columns, and leave the hot path's updates (claim, finish) alone.
 func TestStepChecksHold(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -38,12 +38,21 @@ func TestStepChecksHold(t *testing.T) {
 		"an unknown trigger rule": `INSERT INTO steps (run_id, key, status, needs, max_attempts, deps_remaining, trigger_rule)
 		                           VALUES ($1, 'e', 'waiting', '{}', 1, 0, 'sometimes')`,
 		"a map instance named apart": `UPDATE steps SET map_parent = 'a', map_index = 2 WHERE run_id = $1 AND key = 'd'`,
+		// An insert is checked once for all its rows (migration 00034): the bad one
+		// of three is found, and none is inserted.
+		"one bad row of three": `INSERT INTO steps (run_id, key, status, needs, max_attempts, deps_remaining, priority)
+		                         VALUES ($1, 'e', 'waiting', '{}', 1, 0, 5), ($1, 'f', 'waiting', '{}', 0, 0, 5),
+		                                ($1, 'g', 'waiting', '{}', 1, 0, 5)`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := db.ExecContext(ctx, stmt, run.ID)
 			checkViolation(t, err)
 		})
 	}
+
+	var n int
+	require.NoError(t, db.GetContext(ctx, &n, `SELECT count(*) FROM steps WHERE run_id = $1`, run.ID))
+	require.Equal(t, 4, n, "no row of a refused insert is left")
 
 	// The same columns with good values pass, and the run goes on.
 	_, err := db.ExecContext(ctx, `UPDATE steps SET priority = 9, max_attempts = 2 WHERE run_id = $1 AND key = 'a'`, run.ID)
