@@ -19,6 +19,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"golang.org/x/sync/errgroup"
 )
 
 // S3 limits and layout.
@@ -37,6 +38,8 @@ const (
 	// s3SmallRead is how much Put reads into a small buffer before it takes a
 	// whole part buffer, so that small objects cost little memory.
 	s3SmallRead = 1 << 20
+	// s3SpoolUploads is how many parts of a spooled content are uploaded at once.
+	s3SpoolUploads = 4
 	// s3TempPrefix holds uploads whose address is not known yet. Keys of kinds
 	// start with a letter, so the prefix cannot collide with one.
 	s3TempPrefix = ".tmp/"
@@ -344,14 +347,8 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, buf), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
 			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
 		}
-	} else {
-		next := func(off int64) (io.Reader, int64, error) {
-			n := min(s.partSize, size-off)
-			return spool.reader(off, n, buf), n, nil
-		}
-		if err := s.multipart(ctx, key, meta, size, next); err != nil {
-			return Object{}, err
-		}
+	} else if err := s.multipartSpool(ctx, key, meta, size, spool); err != nil {
+		return Object{}, err
 	}
 	spoolPool.Put(bp)
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
@@ -484,6 +481,54 @@ func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjec
 		if n < s.partSize {
 			break // a short part is the last one
 		}
+	}
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
+		return fmt.Errorf("complete upload: %w", s3Error(err))
+	}
+	return nil
+}
+
+// multipartSpool uploads the size bytes of spool to key as a multipart upload,
+// s3SpoolUploads parts at a time: the spool is read at any offset, and a part
+// waits on the server more than on the disk (versitygw on 2 cores: 1 GiB at 0.75
+// of a plain PUT's rate part after part, whose reader is memory).
+func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.PutObjectOptions, size int64, spool *spoolFile) (err error) {
+	count := int((size + s.partSize - 1) / s.partSize)
+	if count > s3MaxParts {
+		return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+	}
+	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, meta)
+	if err != nil {
+		return fmt.Errorf("start upload: %w", s3Error(err))
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
+			defer cancel()
+			_ = s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID) // best effort
+		}
+	}()
+	parts := make([]minio.CompletePart, count)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s3SpoolUploads)
+	for i := range count {
+		g.Go(func() error {
+			off := int64(i) * s.partSize
+			n := min(s.partSize, size-off)
+			// The buffer goes back to the pool only after a success (see putSpooled).
+			bp := spoolPool.Get().(*[]byte)
+			p, err := s.core.PutObjectPart(gctx, s.bucket, key, uploadID, i+1, spool.reader(off, n, *bp), n,
+				minio.PutObjectPartOptions{DisableContentSha256: true})
+			if err != nil {
+				return fmt.Errorf("upload part %d: %w", i+1, s3Error(err))
+			}
+			spoolPool.Put(bp)
+			parts[i] = minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
 		return fmt.Errorf("complete upload: %w", s3Error(err))

@@ -26,7 +26,9 @@ const (
 // buffers only. Elsewhere, and for a last piece that is not a whole number of
 // blocks, the writes go through the page cache.
 type spoolFile struct {
-	f      *os.File
+	f *os.File
+	// mu guards direct: parts of one spool are read at once (putSpooled).
+	mu     sync.Mutex
 	direct bool
 }
 
@@ -63,9 +65,11 @@ func (s *spoolFile) write(p []byte) error {
 // seek back within them (a retried request sends its body again). It reads
 // through buf, an aligned buffer, direct when it can.
 func (s *spoolFile) reader(off, n int64, buf []byte) *spoolReader {
+	s.mu.Lock()
 	if !s.direct {
 		s.direct = setDirectIO(s.f, true)
 	}
+	s.mu.Unlock()
 	return &spoolReader{s: s, start: off, end: off + n, pos: off, buf: buf}
 }
 
@@ -100,8 +104,12 @@ func (r *spoolReader) Read(p []byte) (int, error) {
 func (r *spoolReader) fill() error {
 	off := r.pos &^ (spoolAlign - 1)
 	n, err := r.s.f.ReadAt(r.buf, off)
-	if errors.Is(err, syscall.EINVAL) && r.s.direct && n == 0 {
-		r.s.direct = !setDirectIO(r.s.f, false)
+	if errors.Is(err, syscall.EINVAL) && n == 0 {
+		r.s.mu.Lock()
+		if r.s.direct {
+			r.s.direct = !setDirectIO(r.s.f, false)
+		}
+		r.s.mu.Unlock()
 		n, err = r.s.f.ReadAt(r.buf, off)
 	}
 	if err == io.EOF && off+int64(n) > r.pos {
