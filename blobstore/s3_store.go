@@ -439,11 +439,11 @@ func spoolRest(ctx context.Context, f *spoolFile, hr *hashingReader, first []byt
 	return werr
 }
 
-// multipart uploads key as a multipart upload of the parts next returns, from
-// offset 0 until a part is shorter than partSize or size bytes are in (size < 0:
-// unknown), and completes it; on failure the upload is aborted.
-func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjectOptions, size int64,
-	next func(off int64) (io.Reader, int64, error),
+// upload runs a multipart upload of key: parts uploads the parts (uploadPart)
+// and returns them in order; the upload is then completed, or aborted when parts
+// fails.
+func (s *S3Store) upload(ctx context.Context, key string, meta minio.PutObjectOptions,
+	parts func(uploadID string) ([]minio.CompletePart, error),
 ) (err error) {
 	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, meta)
 	if err != nil {
@@ -456,84 +456,92 @@ func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjec
 			_ = s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID) // best effort
 		}
 	}()
-	var parts []minio.CompletePart
-	for off := int64(0); size < 0 || off < size; {
-		r, n, err := next(off)
-		if err != nil {
-			return err
-		}
-		if n == 0 && len(parts) > 0 {
-			break // the previous part ended exactly at the end
-		}
-		if len(parts) == s3MaxParts {
-			return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
-		}
-		p, err := s.core.PutObjectPart(ctx, s.bucket, key, uploadID, len(parts)+1, r, n, minio.PutObjectPartOptions{
-			// Our own sha256 covers the content; signing every part with a
-			// streaming SHA-256 as well costs a second pass for nothing.
-			DisableContentSha256: true,
-		})
-		if err != nil {
-			return fmt.Errorf("upload part %d: %w", len(parts)+1, s3Error(err))
-		}
-		parts = append(parts, minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag})
-		off += n
-		if n < s.partSize {
-			break // a short part is the last one
-		}
+	done, err := parts(uploadID)
+	if err != nil {
+		return err
 	}
-	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
+	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, done, minio.PutObjectOptions{}); err != nil {
 		return fmt.Errorf("complete upload: %w", s3Error(err))
 	}
 	return nil
+}
+
+// uploadPart uploads part number (from 1) of an upload: n bytes of r.
+func (s *S3Store) uploadPart(ctx context.Context, key, uploadID string, number int, r io.Reader, n int64) (minio.CompletePart, error) {
+	p, err := s.core.PutObjectPart(ctx, s.bucket, key, uploadID, number, r, n, minio.PutObjectPartOptions{
+		// Our own sha256 covers the content; signing every part with a
+		// streaming SHA-256 as well costs a second pass for nothing.
+		DisableContentSha256: true,
+	})
+	if err != nil {
+		return minio.CompletePart{}, fmt.Errorf("upload part %d: %w", number, s3Error(err))
+	}
+	return minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}, nil
+}
+
+// multipart uploads key as a multipart upload of the parts next returns, one
+// after the other, from offset 0 until a part is shorter than partSize or size
+// bytes are in (size < 0: unknown).
+func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjectOptions, size int64,
+	next func(off int64) (io.Reader, int64, error),
+) error {
+	return s.upload(ctx, key, meta, func(uploadID string) ([]minio.CompletePart, error) {
+		var parts []minio.CompletePart
+		for off := int64(0); size < 0 || off < size; {
+			r, n, err := next(off)
+			if err != nil {
+				return nil, err
+			}
+			if n == 0 && len(parts) > 0 {
+				break // the previous part ended exactly at the end
+			}
+			if len(parts) == s3MaxParts {
+				return nil, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+			}
+			p, err := s.uploadPart(ctx, key, uploadID, len(parts)+1, r, n)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, p)
+			off += n
+			if n < s.partSize {
+				break // a short part is the last one
+			}
+		}
+		return parts, nil
+	})
 }
 
 // multipartSpool uploads the size bytes of spool to key as a multipart upload,
 // s3SpoolUploads parts at a time: the spool is read at any offset, and a part
 // waits on the server more than on the disk (versitygw on 2 cores: 1 GiB at 0.75
 // of a plain PUT's rate part after part, whose reader is memory).
-func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.PutObjectOptions, size int64, spool *spoolFile) (err error) {
+func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.PutObjectOptions, size int64, spool *spoolFile) error {
 	count := int((size + s.partSize - 1) / s.partSize)
 	if count > s3MaxParts {
 		return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
 	}
-	uploadID, err := s.core.NewMultipartUpload(ctx, s.bucket, key, meta)
-	if err != nil {
-		return fmt.Errorf("start upload: %w", s3Error(err))
-	}
-	defer func() {
-		if err != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s3CleanupTimeout)
-			defer cancel()
-			_ = s.core.AbortMultipartUpload(cctx, s.bucket, key, uploadID) // best effort
+	return s.upload(ctx, key, meta, func(uploadID string) ([]minio.CompletePart, error) {
+		parts := make([]minio.CompletePart, count)
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(s3SpoolUploads)
+		for i := range count {
+			g.Go(func() error {
+				off := int64(i) * s.partSize
+				n := min(s.partSize, size-off)
+				// The buffer goes back to the pool only after a success (see putSpooled).
+				bp := spoolPool.Get().(*[]byte)
+				p, err := s.uploadPart(gctx, key, uploadID, i+1, spool.reader(off, n, *bp), n)
+				if err != nil {
+					return err
+				}
+				spoolPool.Put(bp)
+				parts[i] = p
+				return nil
+			})
 		}
-	}()
-	parts := make([]minio.CompletePart, count)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s3SpoolUploads)
-	for i := range count {
-		g.Go(func() error {
-			off := int64(i) * s.partSize
-			n := min(s.partSize, size-off)
-			// The buffer goes back to the pool only after a success (see putSpooled).
-			bp := spoolPool.Get().(*[]byte)
-			p, err := s.core.PutObjectPart(gctx, s.bucket, key, uploadID, i+1, spool.reader(off, n, *bp), n,
-				minio.PutObjectPartOptions{DisableContentSha256: true})
-			if err != nil {
-				return fmt.Errorf("upload part %d: %w", i+1, s3Error(err))
-			}
-			spoolPool.Put(bp)
-			parts[i] = minio.CompletePart{PartNumber: p.PartNumber, ETag: p.ETag}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	if _, err := s.core.CompleteMultipartUpload(ctx, s.bucket, key, uploadID, parts, minio.PutObjectOptions{}); err != nil {
-		return fmt.Errorf("complete upload: %w", s3Error(err))
-	}
-	return nil
+		return parts, g.Wait()
+	})
 }
 
 // putLarge uploads first and the rest of src as a multipart upload to a
