@@ -113,7 +113,8 @@ func (c S3Config) withDefaults() S3Config {
 // hashed in memory and written to its final key with one PutObject. A larger
 // one's address is only known at its end: it is written to a spool file
 // (S3Config.SpoolDir) while hashed, a few megabytes in memory, then uploaded to
-// its final key (one PutObject up to a part, a multipart upload past it).
+// its final key (one PutObject up to a part, past it a multipart upload of
+// s3SpoolUploads parts at a time).
 // Without a spool folder, content that fits in one part is written from memory
 // with one PutObject, and a larger one is uploaded part by part (one part in
 // memory) to a temporary key under ".tmp/", then copied server-side to its
@@ -339,18 +340,17 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 	ct := contentType(opts.ContentType)
 	size := hr.n
 	meta := minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}}
-	// The reading buffer goes back to the pool only after a success: a request
-	// that failed may still be read by the HTTP transport after it returned.
-	bp := spoolPool.Get().(*[]byte)
-	buf := *bp
 	if size <= s.partSize {
-		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, buf), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
+		// The reading buffer goes back to the pool only after a success: a request
+		// that failed may still be read by the HTTP transport after it returned.
+		bp := spoolPool.Get().(*[]byte)
+		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, *bp), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
 			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
 		}
+		spoolPool.Put(bp)
 	} else if err := s.multipartSpool(ctx, key, meta, size, spool); err != nil {
 		return Object{}, err
 	}
-	spoolPool.Put(bp)
 	return Object{Key: key, Digest: digest, SHA256: sum, Size: size, ContentType: ct}, nil
 }
 
@@ -529,7 +529,7 @@ func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.Put
 			g.Go(func() error {
 				off := int64(i) * s.partSize
 				n := min(s.partSize, size-off)
-				// The buffer goes back to the pool only after a success (see putSpooled).
+				// The buffer goes back to the pool only after a success, as in putSpooled.
 				bp := spoolPool.Get().(*[]byte)
 				p, err := s.uploadPart(gctx, key, uploadID, i+1, spool.reader(off, n, *bp), n)
 				if err != nil {
