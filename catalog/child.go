@@ -109,7 +109,7 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 				return err
 			}
 			run, _, err := runCreateTx(ctx, tx, &RunCreateParams{Workflow: p.Workflow, Version: p.Version, Alias: p.Alias,
-				Input: p.Input, Parent: l.RunID}, 0)
+				Input: p.Input, Parent: l.RunID}, 0, true)
 			if err != nil {
 				if errors.Is(translateError(err), ErrNotFound) {
 					return ErrChildNotFound

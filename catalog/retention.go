@@ -191,17 +191,17 @@ func (s *Store) IdempotencyKeysExpire(ctx context.Context, limit int) (int, erro
 // new run id made with args (sqlRunCreate's), or replays whoever took it over
 // first.
 func idempotencyTakeOver(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Duration,
-	resource string, id uuid.UUID, args []any) (*Run, bool, error) {
+	resource string, id uuid.UUID, args []any, wake bool) (*Run, bool, error) {
 	res, err := q.ExecContext(ctx, sqlIdempotencyTakeOver, p.IdempotencyScope, p.IdempotencyKey, p.RequestHash,
 		id.String(), resource)
 	if err != nil {
 		return nil, false, err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return runCreateTx(ctx, q, p, ttl)
+		return runCreateTx(ctx, q, p, ttl, wake)
 	}
 	run := &Run{}
-	if err := q.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
+	if err := q.GetContext(ctx, run, runCreateStatement(wake), args...); err != nil {
 		return nil, false, err
 	}
 	return run, true, nil

@@ -47,20 +47,30 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// inserts the run (input $4, labels $5, parent $6), its steps (the version's
 	// layout: parallel arrays, needs comma-joined, keys cannot hold commas; their
 	// concurrency limits and keys from $8, see flowKeys), the
-	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers. Foreign keys are checked at the end of the statement,
-	// when all rows exist. No row back means no such version.
+	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers at its
+	// commit (sqlRunCreateWake). Foreign keys are checked at the end of the
+	// statement, when all rows exist. No row back means no such version.
 	//
 	// A run of a paused workflow is created paused (pause_reason workflow, its steps
 	// held). The workflow's row is read FOR KEY SHARE: cairn_workflow_pause locks it
 	// FOR UPDATE before it pauses the workflow's runs, so a run is either committed
 	// before that scan or sees the workflow paused.
-	sqlRunCreate = sqlRunCreateHead + sqlRunCreateTail
+	//
+	// sqlRunCreateQuiet is sqlRunCreate that wakes no one: RunCreate takes it
+	// when other creations are under way in this process, and wakes the
+	// dispatchers after its commit (Store.wakes). A NOTIFY in each statement
+	// made concurrent creations commit one at a time (see waker).
+	sqlRunCreate      = sqlRunCreateHead + sqlRunCreateTail + sqlRunCreateWake
+	sqlRunCreateQuiet = sqlRunCreateHead + sqlRunCreateTail
+	sqlRunCreateWake  = ` CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
 
 	// sqlRunCreateFlowFree is sqlRunCreate for a version none of whose steps or
-	// failure handlers has flow settings (limits, priority, runs_on, queue_timeout: flowKeys), the
-	// common case: it creates nothing (no row) when the version it resolves has
-	// any, so that a run is created in one round trip without flowKeys' read first.
-	sqlRunCreateFlowFree = sqlRunCreateHead + `
+	// failure handlers has flow settings (limits, priority, runs_on,
+	// queue_timeout: flowKeys), the common case: it creates nothing (no row) when
+	// the version it resolves has any, so that a run is created in one round trip
+	// without flowKeys' read first. sqlRunCreateFlowFreeQuiet wakes no one.
+	sqlRunCreateFlowFree      = sqlRunCreateFlowFreeQuiet + sqlRunCreateWake
+	sqlRunCreateFlowFreeQuiet = sqlRunCreateHead + `
       AND jsonb_array_length(v.flow_steps) = 0
       AND jsonb_array_length(coalesce(v.flow_handlers, '[]')) = 0` + sqlRunCreateTail
 
@@ -121,7 +131,7 @@ WITH w AS (
     SELECT $1, 1, 'run.created', jsonb_build_object('workflow', v.workflow, 'version', v.version) FROM v
 )
 SELECT r.* -- the RETURNING list above
-FROM r CROSS JOIN LATERAL (SELECT cairn_wake()) AS wake`
+FROM r`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
@@ -258,7 +268,10 @@ type RunCreateParams struct {
 }
 
 // RunCreate commits a run, all its step rows, its first event and the idempotency
-// record in one transaction, then wakes dispatchers. created is false when an earlier
+// record in one transaction, and wakes the dispatchers: at the commit when it is
+// the only creation under way in this process, else after it (Store.wakes: the
+// wake-ups of concurrent creations are folded, and their commits no longer wait
+// for each other's). created is false when an earlier
 // request with the same idempotency key made the run. ErrNotFound if the workflow,
 // the version or the alias does not exist; ErrInvalidInput if a label breaks the
 // rules.
@@ -269,41 +282,48 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	if p.Priority != nil && (*p.Priority < 0 || *p.Priority > 9) {
 		return nil, false, fmt.Errorf("create run of %s: %w: priority %d is not within 0..9", p.Workflow, ErrInvalidInput, *p.Priority)
 	}
+	alone := s.creating.Add(1) == 1
+	defer s.creating.Add(-1)
 	if p.IdempotencyKey == "" {
-		run, err = s.runCreateFlowFree(ctx, p)
-		if err == nil {
-			return run, true, nil
+		run, err = s.runCreateFlowFree(ctx, p, alone)
+		if errors.Is(err, sql.ErrNoRows) {
+			// The version has flow settings (or none was found: runCreateTx says so).
+			run, _, err = runCreateTx(ctx, pooledQueryer{s.db, s}, p, s.cfg.IdempotencyTTL, alone)
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
-		}
-		// The version has flow settings (or none was found: runCreateTx says so).
-		run, _, err = runCreateTx(ctx, pooledQueryer{s.db, s}, p, s.cfg.IdempotencyTTL)
 		if err != nil {
 			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
 		}
-		return run, true, nil
+		created = true
+	} else {
+		err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+			run, created, err = runCreateTx(ctx, tx, p, s.cfg.IdempotencyTTL, alone)
+			return err
+		})
+		if err != nil {
+			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
+		}
 	}
-	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		run, created, err = runCreateTx(ctx, tx, p, s.cfg.IdempotencyTTL)
-		return err
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, err)
+	if created && !alone {
+		s.wakes.wake()
 	}
 	return run, created, nil
 }
 
 // runCreateFlowFree creates the run p describes in one round trip when the
-// version it resolves has no step with flow settings (sqlRunCreateFlowFree);
-// sql.ErrNoRows when it has, or when there is no such version.
-func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams) (*Run, error) {
+// version it resolves has no step with flow settings (sqlRunCreateFlowFree, or
+// sqlRunCreateFlowFreeQuiet unless wake); sql.ErrNoRows when it has, or when there
+// is no such version.
+func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams, wake bool) (*Run, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("new run id: %w", err)
 	}
 	run := &Run{}
-	if err := s.getPrepared(ctx, run, sqlRunCreateFlowFree, runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
+	q := sqlRunCreateFlowFreeQuiet
+	if wake {
+		q = sqlRunCreateFlowFree
+	}
+	if err := s.getPrepared(ctx, run, q, runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
 		return nil, err
 	}
 	return run, nil
@@ -340,8 +360,10 @@ type queryer interface {
 // when p has a key (an existing record returns its run, created false, or
 // ErrIdempotencyMismatch), then sqlRunCreate. It is RunCreate's body, shared with the
 // callers that create runs inside a transaction of their own (schedule fires). The
-// labels are not checked here.
-func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Duration) (run *Run, created bool, err error) {
+// labels are not checked here. wake: the statement wakes the dispatchers at the
+// commit (sqlRunCreate); else it wakes no one (sqlRunCreateQuiet) and the
+// caller wakes them after the commit.
+func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Duration, wake bool) (run *Run, created bool, err error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, false, fmt.Errorf("new run id: %w", err)
@@ -379,16 +401,24 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 			if errors.Is(err, sql.ErrNoRows) {
 				// The key's run was deleted by retention before the key expired:
 				// the key is free again (retention.go).
-				return idempotencyTakeOver(ctx, q, p, ttl, resource, id, args)
+				return idempotencyTakeOver(ctx, q, p, ttl, resource, id, args, wake)
 			}
 			return run, false, err
 		}
 	}
 	run = &Run{}
-	if err := q.GetContext(ctx, run, sqlRunCreate, args...); err != nil {
+	if err := q.GetContext(ctx, run, runCreateStatement(wake), args...); err != nil {
 		return nil, false, err
 	}
 	return run, true, nil
+}
+
+// runCreateStatement is sqlRunCreate when wake, else sqlRunCreateQuiet.
+func runCreateStatement(wake bool) string {
+	if wake {
+		return sqlRunCreate
+	}
+	return sqlRunCreateQuiet
 }
 
 // layoutArrays are the parallel arrays of a version's layout, as the statements

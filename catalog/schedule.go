@@ -191,7 +191,7 @@ func scheduleRun(ctx context.Context, tx *sqlx.Tx, sc *Schedule, at time.Time) (
 	}
 	// A fire's key never expires: a backfill over old fire times must still
 	// find the runs made for them.
-	run, created, err := runCreateTx(ctx, tx, p, 0)
+	run, created, err := runCreateTx(ctx, tx, p, 0, true)
 	if err != nil {
 		return nil, false, fmt.Errorf("create run of schedule %d (%s/%s): %w", sc.ID, sc.Workflow, sc.Name, err)
 	}

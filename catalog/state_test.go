@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -555,6 +556,69 @@ func TestWake(t *testing.T) {
 	require.NoError(t, s.StepFinish(ctx, finishParams(b, catalog.OutcomeFailed, true, 0)))
 	w.woken(t, "a retryable failure")
 	require.Equal(t, catalog.StepReady, stepStatus(t, ctx, s, r.ID, "b"))
+}
+
+// TestWakeConcurrentCreates: runs created at the same time (whose wake-ups are
+// sent after their commits and folded: Store.wakes) are all found by a dispatcher
+// that claims only when woken: the last wake-up comes after the last commit. A
+// creation held up for the whole test (its workflow's row locked, as a pause
+// does) makes every other one concurrent.
+func TestWakeConcurrentCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, w := listenWake(t)
+	v := catalogtest.Version(t, s, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	held := catalogtest.Version(t, s, "held", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	lock, err := s.DB().BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	_, err = lock.ExecContext(ctx, `SELECT 1 FROM workflows WHERE name = 'held' FOR UPDATE`)
+	require.NoError(t, err)
+	heldDone := make(chan error, 1)
+	go func() {
+		_, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "held", Version: held.Version})
+		heldDone <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, s.DB().GetContext(ctx, &waiting,
+			`SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')`))
+		return waiting
+	}, 10*time.Second, 10*time.Millisecond, "the held creation waits for the workflow's row")
+
+	const creators, each = 8, 5
+	created := make(chan error, creators)
+	for range creators {
+		go func() {
+			for range each {
+				if _, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version}); err != nil {
+					created <- err
+					return
+				}
+			}
+			created <- nil
+		}()
+	}
+	claimed, done := 0, 0
+	for claimed < creators*each || done < creators {
+		select {
+		case err := <-created:
+			require.NoError(t, err)
+			done++
+		case n := <-w.notes:
+			if n.Channel != catalog.ChannelSteps {
+				continue
+			}
+			got, err := s.StepClaim(ctx, "d1", 100, time.Minute)
+			require.NoError(t, err)
+			claimed += len(got)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d runs claimed, %d of %d creators done: a run was left for the poll",
+				claimed, creators*each, done, creators)
+		}
+	}
+	require.Equal(t, creators*each, claimed)
+	require.NoError(t, lock.Rollback())
+	require.NoError(t, <-heldDone)
 }
 
 // TestWakeLeasedByFinish: a success whose finish leased every step it made

@@ -68,6 +68,10 @@ type Store struct {
 	// limitedUntil is when claims try sqlClaimAlone again (unix nanoseconds)
 	// after one fell back because a candidate had a limit.
 	limitedUntil atomic.Int64
+	// wakes sends the dispatchers' wake-ups asked for after a commit (RunCreate).
+	wakes waker
+	// creating counts the RunCreate calls under way.
+	creating atomic.Int64
 }
 
 // Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It
@@ -91,7 +95,15 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 	db.SetMaxOpenConns(c.MaxOpenConns)
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
-	return &Store{db: db, cfg: c, stmts: &preparedCache{}}
+	s := &Store{db: db, cfg: c, stmts: &preparedCache{}}
+	s.wakes.send = func(ctx context.Context) error {
+		_, err := s.db.ExecContext(ctx, sqlWake)
+		if err != nil {
+			s.cfg.Logger.DebugContext(ctx, "wake-up not sent: the dispatchers find the steps at their next poll", "error", err)
+		}
+		return err
+	}
+	return s
 }
 
 // DB returns the underlying handle, for tests that prepare or inspect rows by hand;
