@@ -33,7 +33,7 @@ type ServerConfig struct {
 	Env []string
 	// NoDispatcher serves the API only.
 	NoDispatcher bool
-	// Concurrency is CAIRN_CONCURRENCY; 0 keeps Cairn's default (8 × CPUs).
+	// Concurrency is CAIRN_CONCURRENCY; 0 keeps Cairn's default (128).
 	Concurrency int
 	// LeaseTTL is CAIRN_LEASE_TTL; 0 keeps Cairn's default (30s).
 	LeaseTTL time.Duration

@@ -41,7 +41,7 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 	s := &cfg.Scale
 	scales := []scaleFlag{
 		{"throughput-runs", "throughput: 10-step runs in flight", &s.ThroughputRuns, 2000, 200},
-		{"throughput-concurrency", "throughput: CAIRN_CONCURRENCY of an extra one-dispatcher round (0: none)", &s.ThroughputConcurrency, 128, 128},
+		{"throughput-concurrency", "throughput: CAIRN_CONCURRENCY of an extra one-dispatcher round (0: none; Cairn's default is 128)", &s.ThroughputConcurrency, 0, 0},
 		{"latency-runs", "latency: 10-step runs, one at a time", &s.LatencyRuns, 50, 10},
 		{"fanout-width", "fanout: parallel steps between root and join", &s.FanoutWidth, 1000, 100},
 		{"api-requests", "api: requests per serial measurement (4× with concurrent clients)", &s.APIRequests, 500, 100},

@@ -17,7 +17,7 @@ const createClients = 16
 // Cairn ran during it.
 type Round struct {
 	Dispatchers int `json:"dispatchers"`
-	// Concurrency is CAIRN_CONCURRENCY; 0 for Cairn's default (8 × CPUs).
+	// Concurrency is CAIRN_CONCURRENCY; 0 for Cairn's default (128).
 	Concurrency int         `json:"concurrency"`
 	Steps       int         `json:"steps"`
 	StepsPerS   float64     `json:"steps_per_s"`
@@ -54,7 +54,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	r.Settings["runs"] = e.Scale.ThroughputRuns
 	r.Settings["workflow"] = fmt.Sprintf("%d noop built-in steps in a chain", cairn.ChainSteps)
 	r.Settings["creation"] = fmt.Sprintf("every run is created before the dispatchers start, through the API of a `cairn serve --no-dispatcher` (%d concurrent clients); all runs are in flight at once", createClients)
-	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 8 × CPUs, claim batch 64)"
+	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 128, claim batch 64)"
 	r.Settings["limited_round"] = "a round with 1 dispatcher over the same chain with `defaults: {concurrency: {key: \"run.id\", limit: 1}}` (every claim takes a slot under its key's lock): steps_per_s_1_dispatcher_limited, and ratio_limited_to_unlimited against steps_per_s_1_dispatcher (goal ≥ 0.8)"
 	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; steps_per_s is the better of the two rounds; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
 	if c := e.Scale.ThroughputConcurrency; c > 0 {
