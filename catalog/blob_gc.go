@@ -22,22 +22,37 @@ import (
 //     object is stored (blobstore.PutOptions.Claim), and commits the row that
 //     names it within the grace period. The claim takes the key's advisory lock
 //     in shared mode, so writers never wait for each other.
-//   - The collector only considers objects older than the grace period, and
-//     deletes a batch of them in one transaction (BlobSweep) that first takes
-//     every key's advisory lock in exclusive mode, then, in a later statement
-//     (so that it sees every claim committed before the locks were granted),
-//     keeps the keys that a row names or that were claimed within the grace
+//   - The collector marks: one snapshot of every key a row names (BlobRefs).
+//     It then considers only objects older than the grace period that the mark
+//     did not see, and deletes a batch of them in one transaction (BlobSweep)
+//     that first checks that its pass still holds the collector's lease and
+//     takes every key's advisory lock in exclusive mode, then, in a later
+//     statement (so that it sees every claim committed before the locks were
+//     granted), keeps the keys claimed since the mark began less the grace
 //     period, deletes the other objects while it still holds the locks, and
 //     commits.
 //
-// A claim that commits before the collector's check keeps the object. A claim
-// that comes after the check waits for the collector's locks, so the writer's
-// Put runs after the object's deletion, finds it missing and stores it again.
-// Rows that copy a reference from another row in SQL (a rerun's reused outputs,
-// a child run's output) need no claim: the row they copy from is locked by
-// their foreign key (rerun_of, parent_id) and so cannot be reaped meanwhile.
-// The archive of an archived run is never collected, and the objects it names
-// are recorded in archived_blobs in the transaction that deletes the run.
+// Why the sweep need not read the run tables again: a row committed after the
+// mark's snapshot names a key that either a writer claimed (within the grace
+// before that commit, so after the mark began less the grace), or that it
+// copied from another row (a rerun's reused outputs, a child run's output, an
+// archive's list), which was itself in the mark's snapshot (the key is marked,
+// never swept in this pass) or committed after it (the same again, down to a
+// claim). Only Cairn writes the references it reads back as blobs
+// (blobstore.Ref: an output, checkpoint, signal or callback body from outside
+// that mentions "$blob" is stored as bytes); a run input a client wrote with
+// one is its own value, kept while the mark sees it, and what a map over it
+// reads may be gone. The claims a pass keeps are never expired before it ends:
+// the pass expires claims last, and a pass that lost its lease (another may
+// have started and expired them) sweeps nothing more. A claim that commits
+// before the sweep's check keeps the object; a claim that comes after the check
+// waits for the sweep's locks, so the writer's Put runs after the object's
+// deletion, finds it missing and stores it again. The check reads the places
+// that do not grow with the runs (claims by key, versions' bundles,
+// archived_blobs by key, schedules) again as well: one sweep costs a few index
+// reads, not a scan of the catalog. The archive of an archived run is never
+// collected, and the objects it names are recorded in archived_blobs in the
+// transaction that deletes the run.
 const (
 	// blobLockPrefix namespaces the advisory locks of blob keys.
 	blobLockPrefix = "cairn_blob:"
@@ -118,8 +133,23 @@ UNION ALL SELECT blob_key FROM archived_runs
 UNION ALL SELECT blob_key FROM archived_blobs
 UNION ALL SELECT blob_key FROM blob_claims WHERE claimed_at > now() - make_interval(secs => $1)`
 
-// sqlBlobReferenced returns those of keys $2 that sqlBlobRefs lists.
-var sqlBlobReferenced = `SELECT DISTINCT a.key FROM (` + sqlBlobRefs + `) a (key) WHERE a.key = ANY ($2::text[])`
+// sqlBlobKept returns those of keys $2 that a sweep keeps (see the protocol
+// above): claimed less than $1 seconds ago, a version's bundle, named by an
+// archived run or by a schedule's input. Each is read by key or from a table
+// that stays small, never from the run tables.
+var sqlBlobKept = `
+SELECT blob_key FROM blob_claims WHERE blob_key = ANY ($2::text[]) AND claimed_at > now() - make_interval(secs => $1)
+UNION SELECT b.blob_key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest WHERE b.blob_key = ANY ($2::text[])
+UNION SELECT blob_key FROM archived_blobs WHERE blob_key = ANY ($2::text[])
+UNION SELECT s.key FROM (
+    SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) AS key FROM (
+        SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x) s
+WHERE s.key = ANY ($2::text[])`
+
+// sqlBlobGCHeld is true when owner $1 holds the collector's lease; it
+// share-locks the lease's row, so that no other pass takes it before the
+// sweep that read it commits.
+const sqlBlobGCHeld = `SELECT true FROM blob_gc WHERE owner = $1 AND expires_at > now() FOR SHARE`
 
 // sqlArchivedBlobs records what the runs of $5 (being archived) that are in
 // gone name; it is a CTE of sqlRunsDelete.
@@ -164,12 +194,14 @@ func (s *Store) BlobRefs(ctx context.Context, grace time.Duration, fn func(key s
 	return nil
 }
 
-// BlobsReferenced returns those of keys that a row names or that were claimed
-// within grace, without locking (a dry run's check).
-func (s *Store) BlobsReferenced(ctx context.Context, keys []string, grace time.Duration) (map[string]bool, error) {
+// BlobsKept returns those of keys, unmarked by a mark that began less than
+// window − grace ago, that a sweep would keep (claimed within window, or named
+// where the sweep looks again: see the protocol above), without locking (a dry
+// run's check).
+func (s *Store) BlobsKept(ctx context.Context, keys []string, window time.Duration) (map[string]bool, error) {
 	var refs []string
-	if err := s.db.SelectContext(ctx, &refs, sqlBlobReferenced, grace.Seconds(), pq.Array(keys)); err != nil {
-		return nil, fmt.Errorf("blobs referenced: %w", translateError(err))
+	if err := s.db.SelectContext(ctx, &refs, sqlBlobKept, window.Seconds(), pq.Array(keys)); err != nil {
+		return nil, fmt.Errorf("blobs kept: %w", translateError(err))
 	}
 	out := make(map[string]bool, len(refs))
 	for _, k := range refs {
@@ -178,24 +210,34 @@ func (s *Store) BlobsReferenced(ctx context.Context, keys []string, grace time.D
 	return out, nil
 }
 
-// BlobSweep is the collector's delete of keys, in one transaction: it locks
-// the keys against claims, keeps those a row names or that were claimed
-// within grace, calls del with the others while it holds the locks, drops the
-// claims of what del returns as deleted, and returns it. An error of del
-// (returned as is) ends the transaction; what del deleted before is gone all
-// the same, which is fine: it was unreferenced. See the protocol above.
-func (s *Store) BlobSweep(ctx context.Context, keys []string, grace time.Duration,
+// BlobSweep is the collector's delete of keys, in one transaction, for the
+// pass of owner, whose mark began less than window − grace ago and did not see
+// the keys: it checks that owner still holds the collector's lease
+// (ErrLeaseLost if not), locks the keys against claims, keeps those claimed
+// within window or named where the sweep looks again (see the protocol above),
+// calls del with the others while it holds the locks, drops the claims of what
+// del returns as deleted, and returns it. An error of del (returned as is) ends
+// the transaction; what del deleted before is gone all the same, which is fine:
+// it was unreferenced.
+func (s *Store) BlobSweep(ctx context.Context, owner string, keys []string, window time.Duration,
 	del func(ctx context.Context, unreferenced []string) ([]string, error)) ([]string, error) {
 	var deleted []string
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		deleted = nil
+		var held []bool
+		if err := tx.SelectContext(ctx, &held, sqlBlobGCHeld, owner); err != nil {
+			return fmt.Errorf("check the collector's lease: %w", err)
+		}
+		if len(held) == 0 {
+			return fmt.Errorf("%w: %s no longer holds the collector's lease (another pass may have expired the claims its mark relies on)", ErrLeaseLost, owner)
+		}
 		if _, err := tx.ExecContext(ctx, sqlBlobLock, pq.Array(keys)); err != nil {
 			return fmt.Errorf("lock blobs: %w", err)
 		}
 		// A new statement: its snapshot holds every claim committed before the
 		// locks were granted.
 		var refs []string
-		if err := tx.SelectContext(ctx, &refs, sqlBlobReferenced, grace.Seconds(), pq.Array(keys)); err != nil {
+		if err := tx.SelectContext(ctx, &refs, sqlBlobKept, window.Seconds(), pq.Array(keys)); err != nil {
 			return fmt.Errorf("check blobs: %w", err)
 		}
 		referenced := make(map[string]bool, len(refs))

@@ -2,9 +2,7 @@ package catalog_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -78,31 +76,43 @@ func TestBlobRefs(t *testing.T) {
 	require.False(t, blobRefs(t, s, 0)[k4])
 }
 
-// TestBlobSweep: the sweep hands only unreferenced, unclaimed keys to del, and
-// a claim made while the sweep holds its locks waits for it to end.
+// TestBlobSweep: the sweep of a pass that holds the collector's lease hands
+// del only the keys nobody claimed within its window (the mark's age plus the
+// grace) and that no archive names, without reading the run tables (the mark
+// left out what their rows name); a claim made while the sweep holds its locks
+// waits for it to end; a pass that lost the lease sweeps nothing.
 func TestBlobSweep(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
-	retentionVersion(t, s, "gc", "")
-	run := endedRun(t, ctx, s, "gc", uuid.Nil, catalog.OutcomeSucceeded, 0)
-	d1, k1 := payloadKey("used")
-	_, k2 := payloadKey("claimed")
-	_, k3 := payloadKey("garbage")
-	_, k4 := payloadKey("late")
-	_, err := s.DB().ExecContext(ctx, `UPDATE steps SET output = $2 WHERE run_id = $1`, run,
-		json.RawMessage(fmt.Sprintf(`{"$blob": {"digest": %q, "size": 3}}`, d1)))
+	_, recent := payloadKey("claimed just now")
+	_, early := payloadKey("claimed before the mark")
+	_, stale := payloadKey("claimed before the window")
+	_, archived := payloadKey("named by an archive")
+	_, garbage := payloadKey("garbage")
+	_, late := payloadKey("claimed during the sweep")
+	for _, k := range []string{recent, early, stale} {
+		require.NoError(t, s.BlobClaim(ctx, k))
+	}
+	// The window is three hours: a mark that began two hours ago, a grace of one.
+	_, err := s.DB().ExecContext(ctx, `UPDATE blob_claims SET claimed_at = now() - $2::interval WHERE blob_key = $1`, early, "150 minutes")
 	require.NoError(t, err)
-	require.NoError(t, s.BlobClaim(ctx, k2))
+	_, err = s.DB().ExecContext(ctx, `UPDATE blob_claims SET claimed_at = now() - $2::interval WHERE blob_key = $1`, stale, "200 minutes")
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO archived_blobs (blob_key, run_id) VALUES ($1, $2)`, archived, uuid.New())
+	require.NoError(t, err)
+	const window = 3 * time.Hour
+	keys := []string{recent, early, stale, archived, garbage, late}
 
+	ok, err := s.BlobGCTake(ctx, "pass", time.Minute, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
 	claimed := make(chan error, 1)
-	deleted, err := s.BlobSweep(ctx, []string{k1, k2, k3, k4}, time.Hour, func(ctx context.Context, unref []string) ([]string, error) {
-		slices.Sort(unref)
-		want := []string{k3, k4}
-		slices.Sort(want)
-		require.Equal(t, want, unref)
-		// A writer claims k4 now: it must wait until the sweep commits.
-		go func() { claimed <- s.BlobClaim(context.Background(), k4) }()
+	deleted, err := s.BlobSweep(ctx, "pass", keys, window, func(ctx context.Context, unref []string) ([]string, error) {
+		want := []string{stale, garbage, late}
+		require.ElementsMatch(t, want, unref)
+		// A writer claims late now: it must wait until the sweep commits.
+		go func() { claimed <- s.BlobClaim(context.Background(), late) }()
 		// Wait until the claim is blocked on the sweep's lock.
 		require.Eventually(t, func() bool {
 			var n int
@@ -113,9 +123,23 @@ func TestBlobSweep(t *testing.T) {
 		return unref, nil
 	})
 	require.NoError(t, err)
-	require.Len(t, deleted, 2)
+	require.ElementsMatch(t, []string{stale, garbage, late}, deleted)
 	require.NoError(t, <-claimed)
-	refs, err := s.BlobsReferenced(ctx, []string{k1, k2, k3, k4}, time.Hour)
+	kept, err := s.BlobsKept(ctx, keys, window)
 	require.NoError(t, err)
-	require.Equal(t, map[string]bool{k1: true, k2: true, k4: true}, refs)
+	require.Equal(t, map[string]bool{recent: true, early: true, archived: true, late: true}, kept,
+		"late's claim came after the sweep; stale's was dropped with its object")
+
+	// Another pass takes the lease once this one's has expired: this one's
+	// next sweep deletes nothing.
+	_, err = s.DB().ExecContext(ctx, `UPDATE blob_gc SET expires_at = now() - interval '1 second'`)
+	require.NoError(t, err)
+	ok, err = s.BlobGCTake(ctx, "other pass", time.Minute, 0)
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = s.BlobSweep(ctx, "pass", []string{garbage}, window, func(context.Context, []string) ([]string, error) {
+		t.Error("a pass without the lease deleted something")
+		return nil, nil
+	})
+	require.ErrorIs(t, err, catalog.ErrLeaseLost)
 }

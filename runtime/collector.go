@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -27,9 +28,8 @@ const (
 	DefaultGCInterval = time.Hour
 	// DefaultGCGrace is the age under which an object is never collected.
 	DefaultGCGrace = 24 * time.Hour
-	// DefaultGCBatch is how many objects one sweep transaction deletes at most.
-	// Each sweep reads the referencing tables once, so a large batch keeps a
-	// first collection of a big backlog short.
+	// DefaultGCBatch is how many objects one sweep transaction deletes at most:
+	// it holds an advisory lock per object until it commits.
 	DefaultGCBatch = 1000
 	// gcDeleteConcurrency is how many deletes of one sweep run at once.
 	gcDeleteConcurrency = 8
@@ -70,7 +70,8 @@ type CollectorConfig struct {
 	// Batch bounds the objects one sweep transaction deletes; default
 	// DefaultGCBatch (1000).
 	Batch int
-	// Owner names this collector in the lease; default host-pid.
+	// Owner names this collector in the lease; default host-pid-random. Two
+	// collectors must not share one.
 	Owner string
 	// Logger; default discard.
 	Logger *slog.Logger
@@ -114,10 +115,12 @@ type KindCount struct {
 //
 // A pass marks (catalog.Store.BlobRefs: one scan of every row that may name
 // an object, kept in memory as a set of keys, about 60 bytes each), lists each kind, and sweeps the
-// old unmarked objects in batches (catalog.Store.BlobSweep), which checks them
-// again under locks that claims wait for: the race with writers that find
-// their content already stored is closed there (see catalog/blob_gc.go). One
-// pass runs at a time across servers (a lease row in the catalog).
+// old unmarked objects in batches (catalog.Store.BlobSweep), which checks their
+// claims again under locks that claims wait for: the race with writers that
+// find their content already stored is closed there (see catalog/blob_gc.go),
+// with a few index reads a batch, not another scan of the catalog. One pass
+// runs at a time across servers (a lease row in the catalog); a pass that lost
+// it sweeps nothing more.
 //
 // Create it with NewCollector; every dispatcher runs one (Config.GCInterval),
 // and `cairn gc` runs one pass. It is safe for concurrent use.
@@ -149,8 +152,10 @@ func NewCollector(store *catalog.Store, blobs CollectorBlobs, cfg *CollectorConf
 		c.Batch = DefaultGCBatch
 	}
 	if c.Owner == "" {
+		// Unique to this collector: two passes under one name could share the
+		// lease, and one's expiry of claims could outrun the other's sweeps.
 		host, _ := os.Hostname()
-		c.Owner = fmt.Sprintf("%s-%d", host, os.Getpid())
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -225,8 +230,10 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	// Mark. The listing below starts after this snapshot: an object stored
 	// since is younger than the grace anyway. A row committed after the mark
 	// names an object its writer claimed within the grace before it committed,
+	// or copied from a row that the mark saw or that was committed after it,
 	// so the sweep keeps the claims made since the mark's start less the
-	// grace, however long the pass takes.
+	// grace, however long the pass takes (catalog/blob_gc.go), and the claims
+	// expire only once the sweeps are done.
 	markStart := time.Now()
 	marked := map[markKey]struct{}{}
 	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) {
@@ -312,9 +319,10 @@ func toMarkKey(key string) (markKey, bool) {
 	return k, true
 }
 
-// sweep deletes the objects of batch that are still unreferenced and not
-// claimed within claimGrace (or, in a dry run, counts them).
-func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Listed, claimGrace time.Duration, rep *GCReport) error {
+// sweep deletes the objects of batch (unmarked) whose keys were not claimed
+// within window, the time since the mark began plus the grace, nor named where
+// catalog.Store.BlobSweep looks again (or, in a dry run, counts them).
+func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Listed, window time.Duration, rep *GCReport) error {
 	if len(batch) == 0 {
 		return nil
 	}
@@ -338,7 +346,7 @@ func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Li
 		rep.ByKind[kind] = kc
 	}
 	if c.cfg.DryRun {
-		refs, err := c.store.BlobsReferenced(ctx, keys, claimGrace)
+		refs, err := c.store.BlobsKept(ctx, keys, window)
 		if err != nil {
 			return err
 		}
@@ -352,7 +360,7 @@ func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Li
 		count(would)
 		return nil
 	}
-	deleted, err := c.store.BlobSweep(ctx, keys, claimGrace, func(ctx context.Context, unref []string) ([]string, error) {
+	deleted, err := c.store.BlobSweep(ctx, c.cfg.Owner, keys, window, func(ctx context.Context, unref []string) ([]string, error) {
 		var mu sync.Mutex
 		done := make([]string, 0, len(unref))
 		g, gctx := errgroup.WithContext(ctx)

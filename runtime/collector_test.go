@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -156,14 +157,18 @@ func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) 
 
 // TestCollectorRace is issue 18's race: writers store outputs (some identical
 // across runs, some unique) and finish steps with them while the reaper deletes
-// runs (some archived) and the collector loops with a short grace. No blob that
-// a surviving row or an archive names is ever deleted, including content shared
-// by a run that was reaped and one that was not.
+// runs (some archived) and the collector loops with a short grace; reruns copy
+// outputs from runs the reaper is about to delete (references written without
+// a claim). No blob that a surviving row or an archive names is ever deleted,
+// including content shared by a run that was reaped and one that was not.
 func TestCollectorRace(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
 	catalogtest.Version(t, s, "plain", catalog.NewStep{Key: "s", MaxAttempts: 1})
+	// Reruns from b reuse a's output: the new run's row names it, copied in SQL.
+	catalogtest.Version(t, s, "pair", catalog.NewStep{Key: "a", MaxAttempts: 1},
+		catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 1})
 	var sum [32]byte
 	_, _ = rand.Read(sum[:])
 	digest := "sha256:" + hex.EncodeToString(sum[:])
@@ -191,7 +196,7 @@ func TestCollectorRace(t *testing.T) {
 	for i := range shared {
 		shared[i] = fmt.Sprintf("shared output %d %s", i, strings.Repeat("x", 100))
 	}
-	var writes, reaped, deleted atomic.Int64
+	var writes, reruns, reaped, deleted atomic.Int64
 	done := make(chan struct{})
 	var g errgroup.Group
 	for w := range 4 {
@@ -199,8 +204,11 @@ func TestCollectorRace(t *testing.T) {
 			// Writer 0's runs are archived, so what they name is kept for good: it
 			// stores unique content only. The others share content.
 			workflow := "plain"
-			if w == 0 {
+			switch w {
+			case 0:
 				workflow = "archived"
+			case 3:
+				workflow = "pair"
 			}
 			for i := 0; ; i++ {
 				select {
@@ -246,6 +254,52 @@ func TestCollectorRace(t *testing.T) {
 			}
 		})
 	}
+	g.Go(func() error {
+		for {
+			select {
+			case <-done:
+				return nil
+			default:
+			}
+			var source uuid.UUID
+			if err := s.DB().GetContext(ctx, &source, `
+SELECT id FROM runs WHERE workflow = 'pair' AND status = 'succeeded' ORDER BY random() LIMIT 1`); errors.Is(err, sql.ErrNoRows) {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			} else if err != nil {
+				return err
+			}
+			run, _, _, err := s.RunRerun(ctx, &catalog.RunRerunParams{Source: source, FromStep: "b"})
+			if errors.Is(err, catalog.ErrNotFound) {
+				continue // reaped meanwhile
+			}
+			if err != nil {
+				return fmt.Errorf("rerun %s: %w", source, err)
+			}
+			steps, err := s.StepList(ctx, run.ID)
+			if err != nil {
+				return err
+			}
+			for _, st := range steps {
+				ref, ok := blobstore.ParseRef(json.RawMessage(st.Output))
+				if st.Key != "a" || !ok {
+					continue
+				}
+				key, err := ref.Key()
+				if err != nil {
+					return err
+				}
+				if _, err := tb.blobs.(blobstore.Store).Stat(ctx, key); errors.Is(err, blobstore.ErrNotFound) {
+					if _, err := s.RunGet(ctx, run.ID); err == nil {
+						return fmt.Errorf("rerun %s reuses %s, which was deleted", run.ID, key)
+					}
+				} else if err != nil {
+					return err
+				}
+				reruns.Add(1)
+			}
+		}
+	})
 	var loops sync.WaitGroup
 	loops.Add(2)
 	go func() {
@@ -279,7 +333,7 @@ func TestCollectorRace(t *testing.T) {
 	// reaped, blobs they named collected, and writers reusing shared content all
 	// along.
 	require.Eventually(t, func() bool {
-		return reaped.Load() >= 50 && deleted.Load() >= 30 && writes.Load() >= 200
+		return reaped.Load() >= 50 && deleted.Load() >= 30 && writes.Load() >= 200 && reruns.Load() >= 20
 	}, 5*time.Minute, 50*time.Millisecond)
 	close(done)
 	require.NoError(t, g.Wait())
@@ -301,8 +355,8 @@ func TestCollectorRace(t *testing.T) {
 	}))
 	require.Empty(t, missing, "objects named by rows or archives were deleted")
 	require.Positive(t, checked)
-	t.Logf("writes %d, runs reaped %d, objects collected %d, references checked %d",
-		writes.Load(), reaped.Load(), deleted.Load(), checked)
+	t.Logf("writes %d, reruns %d, runs reaped %d, objects collected %d, references checked %d",
+		writes.Load(), reruns.Load(), reaped.Load(), deleted.Load(), checked)
 }
 
 // TestGCLoop: a started dispatcher's collector deletes an old unreferenced
@@ -403,7 +457,7 @@ func TestDispatcherClaimsOutputs(t *testing.T) {
 	require.True(t, ok, "the output is a blob: %s", steps[0].Output)
 	key, err := ref.Key()
 	require.NoError(t, err)
-	refs, err := tb.store.BlobsReferenced(ctx, []string{key}, time.Hour)
+	refs, err := tb.store.BlobsKept(ctx, []string{key}, time.Hour)
 	require.NoError(t, err)
 	require.True(t, refs[key])
 	var claims int

@@ -111,7 +111,7 @@ func TestRegisterTwice(t *testing.T) {
 	// The bundle's key was claimed against the blob collector, which keeps it.
 	key, err := blobstore.KeyFor(blobstore.KindBundles, first.BundleDigest)
 	require.NoError(t, err)
-	refs, err := tb.store.BlobsReferenced(ctx, []string{key}, time.Hour)
+	refs, err := tb.store.BlobsKept(ctx, []string{key}, time.Hour)
 	require.NoError(t, err)
 	require.True(t, refs[key])
 	var claims int
