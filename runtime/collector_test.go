@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
@@ -153,6 +154,58 @@ func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) 
 	}
 	t.Fatalf("no metric %s{%s}", name, value)
 	return 0
+}
+
+// heldLister holds the listing of payloads until release is closed: its pass
+// is then between its mark and its sweeps.
+type heldLister struct {
+	runtime.CollectorBlobs
+	listing, release chan struct{}
+}
+
+func (h *heldLister) List(ctx context.Context, kind string) iter.Seq2[blobstore.Listed, error] {
+	if kind == blobstore.KindPayloads {
+		close(h.listing)
+		<-h.release
+	}
+	return h.CollectorBlobs.List(ctx, kind)
+}
+
+// TestCollectorKeepsClaimsSinceMark: an old object the mark did not see, which a
+// writer found stored after the mark began (its claim, then its Put) and named
+// in a row, is kept by the sweep even once the claim is older than the grace:
+// the sweep keeps the claims made since the mark began less the grace, and
+// does not read the run tables again.
+func TestCollectorKeepsClaimsSinceMark(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	catalogtest.Version(t, s, "plain", catalog.NewStep{Key: "s", MaxAttempts: 1})
+	const grace = time.Second
+	old := putAged(t, tb, "found again by a writer", time.Hour)
+	garbage := putAged(t, tb, "nobody's", time.Hour)
+	h := &heldLister{CollectorBlobs: tb.blobs.(runtime.CollectorBlobs), listing: make(chan struct{}), release: make(chan struct{})}
+	c, err := runtime.NewCollector(s, h, &runtime.CollectorConfig{Grace: grace})
+	require.NoError(t, err)
+	var rep runtime.GCReport
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		rep, err = c.Collect(ctx, true)
+		done <- err
+	}()
+	<-h.listing // marked: no row names either object
+	obj, err := tb.blobs.Put(ctx, blobstore.KindPayloads, strings.NewReader("found again by a writer"),
+		blobstore.PutOptions{Claim: s.BlobClaim})
+	require.NoError(t, err)
+	require.Equal(t, old.Key, obj.Key)
+	finishedRunWithOutput(t, ctx, s, "plain", blobstore.ObjectRef(obj).JSON())
+	time.Sleep(grace + 500*time.Millisecond) // the claim is older than the grace now
+	close(h.release)
+	require.NoError(t, <-done)
+	require.True(t, exists(t, tb, old.Key), "the object a row named since the mark was deleted")
+	require.False(t, exists(t, tb, garbage.Key))
+	require.Equal(t, 1, rep.DeletedObjects)
 }
 
 // TestCollectorRace is issue 18's race: writers store outputs (some identical
