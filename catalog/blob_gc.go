@@ -133,6 +133,16 @@ UNION ALL SELECT blob_key FROM archived_runs
 UNION ALL SELECT blob_key FROM archived_blobs
 UNION ALL SELECT blob_key FROM blob_claims WHERE claimed_at > now() - make_interval(secs => $1)`
 
+// sqlBlobRefsSizeHint is the rows of the tables sqlBlobRefs reads, by the
+// planner's statistics (a table never analyzed counts 0): an upper bound of the
+// references a mark finds, but for rows naming several, to size its set.
+const sqlBlobRefsSizeHint = `
+SELECT coalesce(sum(greatest(c.reltuples, 0)), 0)::bigint FROM pg_class c
+WHERE c.oid IN ('runs'::regclass, 'steps'::regclass, 'events'::regclass, 'signals'::regclass,
+                'approvals'::regclass, 'step_maps'::regclass, 'attempts'::regclass, 'bundles'::regclass,
+                'schedules'::regclass, 'archived_runs'::regclass, 'archived_blobs'::regclass,
+                'blob_claims'::regclass)`
+
 // sqlBlobKept returns those of keys $2 that a sweep keeps (see the protocol
 // above): claimed less than $1 seconds ago, a version's bundle, named by an
 // archived run or by a schedule's input. Each is read by key or from a table
@@ -192,6 +202,16 @@ func (s *Store) BlobRefs(ctx context.Context, grace time.Duration, fn func(key s
 		return fmt.Errorf("blob references: %w", translateError(err))
 	}
 	return nil
+}
+
+// BlobRefsSizeHint returns about how many keys BlobRefs will find at most: the
+// rows of the tables it reads, by the planner's statistics.
+func (s *Store) BlobRefsSizeHint(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.GetContext(ctx, &n, sqlBlobRefsSizeHint); err != nil {
+		return 0, fmt.Errorf("blob references' size: %w", translateError(err))
+	}
+	return n, nil
 }
 
 // BlobsKept returns those of keys, unmarked by a mark that began less than

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -114,13 +117,14 @@ type KindCount struct {
 // objects and incomplete multipart uploads older than the grace period.
 //
 // A pass marks (catalog.Store.BlobRefs: one scan of every row that may name
-// an object, kept in memory as a set of keys, about 60 bytes each), lists each kind, and sweeps the
-// old unmarked objects in batches (catalog.Store.BlobSweep), which checks their
-// claims again under locks that claims wait for: the race with writers that
-// find their content already stored is closed there (see catalog/blob_gc.go),
-// with a few index reads a batch, not another scan of the catalog. One pass
-// runs at a time across servers (a lease row in the catalog); a pass that lost
-// it sweeps nothing more.
+// an object, kept in memory as a Bloom filter of the keys, markSet), lists
+// each kind, and sweeps the old unmarked objects in batches
+// (catalog.Store.BlobSweep), which checks their claims again under locks that
+// claims wait for: the race with writers that find their content already
+// stored is closed there (see catalog/blob_gc.go), with a few index reads a
+// batch, not another scan of the catalog. One pass runs at a time across
+// servers (a lease row in the catalog); a pass that lost it sweeps nothing
+// more.
 //
 // Create it with NewCollector; every dispatcher runs one (Config.GCInterval),
 // and `cairn gc` runs one pass. It is safe for concurrent use.
@@ -130,6 +134,9 @@ type Collector struct {
 	cfg     CollectorConfig
 	logger  *slog.Logger
 	metrics *gcMetrics
+	// lastMarked is the keys the last pass's mark found: the next sizes its
+	// filter for at least as many.
+	lastMarked atomic.Int64
 }
 
 // NewCollector returns a collector of blobs against store's references. It
@@ -235,13 +242,26 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	// grace, however long the pass takes (catalog/blob_gc.go), and the claims
 	// expire only once the sweeps are done.
 	markStart := time.Now()
-	marked := map[markKey]struct{}{}
+	hint, err := c.store.BlobRefsSizeHint(ctx)
+	if err != nil {
+		return err
+	}
+	marked := newMarkSet(max(hint, c.lastMarked.Load()))
 	if err := c.store.BlobRefs(ctx, c.cfg.Grace, func(key string) {
 		if k, ok := toMarkKey(key); ok {
-			marked[k] = struct{}{}
+			marked.add(k)
 		}
 	}); err != nil {
 		return err
+	}
+	c.lastMarked.Store(int64(marked.n))
+	if fp := marked.falsePositiveRate(); fp > 5*gcMarkFalsePositives {
+		// Stale statistics (a restored database not analyzed yet, say): this
+		// pass keeps more garbage; the next one sizes its filter by this count.
+		c.logger.Warn("the mark found more keys than its filter was sized for: this pass keeps more garbage than usual",
+			"keys", marked.n, "filter_bytes", marked.bytes(), "false_positive_rate", fp)
+	} else {
+		c.logger.Debug("marked", "keys", marked.n, "filter_bytes", marked.bytes(), "false_positive_rate", fp)
 	}
 	if err := renew(); err != nil {
 		return err
@@ -260,7 +280,7 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 			c.metrics.scannedBytes.Add(float64(obj.Size))
 			if k, ok := toMarkKey(obj.Key); !ok || !obj.ModTime.Before(cutoff) {
 				continue
-			} else if _, ok := marked[k]; ok {
+			} else if marked.has(k) {
 				continue
 			}
 			batch = append(batch, obj)
@@ -294,8 +314,58 @@ func (c *Collector) collect(ctx context.Context, rep *GCReport) error {
 	}
 }
 
+// The mark's set is a Bloom filter: about 1.2 bytes a key at the size the
+// catalog's statistics suggest (gcMarkFalsePositives), against 84 for a map of
+// markKey. It never misses a key added; a key it holds by mistake (a false
+// positive) is garbage kept until a later pass, whose filter is salted anew so
+// that it errs on other keys. It is sized for the rows of the tables the mark
+// reads (catalog.Store.BlobRefsSizeHint), or the keys of the collector's last
+// mark if more, within [gcMarkMinKeys, gcMarkMaxKeys]: with more keys than
+// that, it errs more often (a warning says so), never the other way.
+const (
+	gcMarkFalsePositives = 0.01
+	gcMarkMinKeys        = 100_000
+	gcMarkMaxKeys        = 50_000_000
+)
+
+// markSet is a pass's mark.
+type markSet struct {
+	f    *bloom.BloomFilter
+	salt [8]byte
+	buf  []byte
+	n    int // keys added
+}
+
+func newMarkSet(hint int64) *markSet {
+	n := uint(min(max(hint, gcMarkMinKeys), gcMarkMaxKeys))
+	m := &markSet{f: bloom.NewWithEstimates(n, gcMarkFalsePositives)}
+	_, _ = rand.Read(m.salt[:]) // never fails (crypto/rand)
+	return m
+}
+
+func (m *markSet) data(k markKey) []byte {
+	m.buf = append(append(append(m.buf[:0], m.salt[:]...), k.kind), k.digest[:]...)
+	return m.buf
+}
+
+func (m *markSet) add(k markKey) {
+	m.f.Add(m.data(k))
+	m.n++
+}
+
+// has reports whether k was added, or is a false positive.
+func (m *markSet) has(k markKey) bool { return m.f.Test(m.data(k)) }
+
+func (m *markSet) bytes() uint { return m.f.Cap() / 8 }
+
+// falsePositiveRate is the filter's expected rate at the keys added.
+func (m *markSet) falsePositiveRate() float64 {
+	k, bits := float64(m.f.K()), float64(m.f.Cap())
+	return math.Pow(1-math.Exp(-k*float64(m.n)/bits), k)
+}
+
 // markKey is a key in the mark's set: its kind's index in collectedKinds and
-// its digest's bytes, a third of the memory of the key's text.
+// its digest's bytes.
 type markKey struct {
 	kind   uint8
 	digest [sha256.Size]byte
