@@ -333,7 +333,7 @@ type markSet struct {
 	f    *bloom.BloomFilter
 	salt [8]byte
 	buf  []byte
-	n    int // keys added
+	n    int // distinct keys added (those the filter did not hold already)
 }
 
 func newMarkSet(hint int64) *markSet {
@@ -348,9 +348,11 @@ func (m *markSet) data(k markKey) []byte {
 	return m.buf
 }
 
+// add adds k; BlobRefs lists a key once per row naming it.
 func (m *markSet) add(k markKey) {
-	m.f.Add(m.data(k))
-	m.n++
+	if !m.f.TestAndAdd(m.data(k)) {
+		m.n++
+	}
 }
 
 // has reports whether k was added, or is a false positive.
