@@ -126,12 +126,19 @@ UNION ALL SELECT run_id, blob_key FROM step_maps WHERE blob_key IS NOT NULL AND 
 // archives and what they name, and keys claimed less than $1 seconds ago.
 var sqlBlobRefs = `
 SELECT r.key FROM (` + runBlobRefs(func(string) string { return "true" }) + `) r
-UNION ALL SELECT b.blob_key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest
-UNION ALL SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) FROM (
-    SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) s
+UNION ALL SELECT b.key FROM (` + sqlBundleKeys + `) b
+UNION ALL SELECT s.key FROM (` + sqlScheduleKeys + `) s
 UNION ALL SELECT blob_key FROM archived_runs
 UNION ALL SELECT blob_key FROM archived_blobs
 UNION ALL SELECT blob_key FROM blob_claims WHERE claimed_at > now() - make_interval(secs => $1)`
+
+// sqlBundleKeys lists (key) the bundles of versions; sqlScheduleKeys the
+// payloads that schedules' inputs name. sqlBlobRefs and sqlBlobKept read both.
+const sqlBundleKeys = `SELECT b.blob_key AS key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest`
+
+var sqlScheduleKeys = `
+    SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) AS key FROM (
+        SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x`
 
 // sqlBlobRefsSizeHint is the rows of the tables sqlBlobRefs reads, by the
 // planner's statistics (a table never analyzed counts 0): an upper bound of the
@@ -149,12 +156,9 @@ WHERE c.oid IN ('runs'::regclass, 'steps'::regclass, 'events'::regclass, 'signal
 // that stays small, never from the run tables.
 var sqlBlobKept = `
 SELECT blob_key FROM blob_claims WHERE blob_key = ANY ($2::text[]) AND claimed_at > now() - make_interval(secs => $1)
-UNION SELECT b.blob_key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest WHERE b.blob_key = ANY ($2::text[])
+UNION SELECT b.key FROM (` + sqlBundleKeys + `) b WHERE b.key = ANY ($2::text[])
 UNION SELECT blob_key FROM archived_blobs WHERE blob_key = ANY ($2::text[])
-UNION SELECT s.key FROM (
-    SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) AS key FROM (
-        SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x) s
-WHERE s.key = ANY ($2::text[])`
+UNION SELECT s.key FROM (` + sqlScheduleKeys + `) s WHERE s.key = ANY ($2::text[])`
 
 // sqlBlobGCHeld is true when owner $1 holds the collector's lease; it
 // share-locks the lease's row, so that no other pass takes it before the
