@@ -201,7 +201,7 @@ func idempotencyTakeOver(ctx context.Context, q queryer, p *RunCreateParams, ttl
 		return runCreateTx(ctx, q, p, ttl, wake)
 	}
 	run := &Run{}
-	if err := q.GetContext(ctx, run, runCreateStatement(wake), args...); err != nil {
+	if err := q.GetContext(ctx, run, runCreateStatement(false, wake), args...); err != nil {
 		return nil, false, err
 	}
 	return run, true, nil

@@ -319,11 +319,7 @@ func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams, wake 
 		return nil, fmt.Errorf("new run id: %w", err)
 	}
 	run := &Run{}
-	q := sqlRunCreateFlowFreeQuiet
-	if wake {
-		q = sqlRunCreateFlowFree
-	}
-	if err := s.getPrepared(ctx, run, q, runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
+	if err := s.getPrepared(ctx, run, runCreateStatement(true, wake), runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
 		return nil, err
 	}
 	return run, nil
@@ -407,15 +403,21 @@ func runCreateTx(ctx context.Context, q queryer, p *RunCreateParams, ttl time.Du
 		}
 	}
 	run = &Run{}
-	if err := q.GetContext(ctx, run, runCreateStatement(wake), args...); err != nil {
+	if err := q.GetContext(ctx, run, runCreateStatement(false, wake), args...); err != nil {
 		return nil, false, err
 	}
 	return run, true, nil
 }
 
-// runCreateStatement is sqlRunCreate when wake, else sqlRunCreateQuiet.
-func runCreateStatement(wake bool) string {
-	if wake {
+// runCreateStatement is the statement that creates a run: sqlRunCreateFlowFree
+// when flowFree, sqlRunCreate otherwise; their Quiet forms unless wake.
+func runCreateStatement(flowFree, wake bool) string {
+	switch {
+	case flowFree && wake:
+		return sqlRunCreateFlowFree
+	case flowFree:
+		return sqlRunCreateFlowFreeQuiet
+	case wake:
 		return sqlRunCreate
 	}
 	return sqlRunCreateQuiet
