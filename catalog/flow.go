@@ -263,11 +263,11 @@ SELECT g.n, g.k, g.granted,
        CASE WHEN g.granted < g.want THEN (1 - (g.avail - g.granted)) * g.per_s / g.lim END AS next_in
 FROM g`
 
-	// sqlClaimKeyLock takes the transaction-level advisory lock of each (name, key),
-	// in the order of the lock ids, so that two claimers never wait for each other
-	// in a circle.
-	// A rate limit's key is locked as ("rate" 0x1e name, key): apart from a
-	// concurrency limit of the same name.
+	// sqlClaimKeyLock takes the transaction-level advisory lock of each rate
+	// limit's key, ("rate" 0x1e name, key): apart from a concurrency limit of the
+	// same name. In the order of the lock ids, as cairn_conc_usage takes the
+	// concurrency keys' (the same ids), so that two claimers never wait for each
+	// other in a circle.
 	sqlClaimKeyLock = `
 SELECT count(pg_advisory_xact_lock(x.id)) FROM (
     SELECT DISTINCT hashtextextended(u.n || chr(31) || u.k, 16) AS id
@@ -275,14 +275,11 @@ SELECT count(pg_advisory_xact_lock(x.id)) FROM (
     ORDER BY 1
 ) x`
 
-	// sqlClaimKeyUsage counts the running steps of each (name, key) and gives the
-	// limit set at run time, if any. Run after the key locks, in a statement of its
-	// own (a fresh snapshot), it sees every claim of the keys committed before.
-	sqlClaimKeyUsage = `
-SELECT u.n, u.k, (SELECT count(*) FROM steps r
-                  WHERE r.status = 'running' AND r.conc_name = u.n AND r.conc_key = u.k) AS running,
-       (SELECT l.concurrency FROM limits l WHERE l.name = u.n) AS override
-FROM unnest($1::text[], $2::text[]) AS u(n, k)`
+	// sqlClaimKeyUsage takes the locks of concurrency keys ($1 names, $2 keys),
+	// counts each key's running steps after them and gives the limit set at run
+	// time, if any (cairn_conc_usage: its count sees every claim of the keys
+	// committed before the locks).
+	sqlClaimKeyUsage = `SELECT name, key, running, override FROM cairn_conc_usage($1::text[], $2::text[])`
 
 	// sqlLimitUsage counts the running and ready steps of each concurrency key,
 	// each from its partial index (steps_conc_running_idx, steps_conc_ready_idx):
@@ -529,34 +526,22 @@ const rateLockPrefix = "rate\x1e"
 // admit returns the candidates that may start: all those without a limit; of those
 // with a concurrency limit, as many per key as the key has free slots; of those
 // with a rate limit, as many per key as its bucket has tokens (which it takes) — in
-// candidate order. It takes the keys' locks, held until the transaction ends, all
-// in one statement in a fixed order.
+// candidate order. It takes the keys' locks, held until the transaction ends: the
+// concurrency keys' first, then the rate keys' of the candidates left, each set
+// in one statement in the order of the lock ids (every claimer takes them so, and
+// sqlClaimAlone the concurrency keys' alone), so that no two claimers wait for
+// each other in a circle.
 func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, time.Duration, error) {
-	var lockNames, lockKeys, names, keys []string
+	var names, keys []string
 	seen := map[limitKey]bool{}
-	lock := func(name, key string) bool {
-		k := limitKey{name, key}
-		if seen[k] {
-			return false
-		}
-		seen[k] = true
-		lockNames, lockKeys = append(lockNames, name), append(lockKeys, key)
-		return true
-	}
 	for _, c := range cands {
-		if c.ConcName != nil && lock(*c.ConcName, *c.ConcKey) {
-			names, keys = append(names, *c.ConcName), append(keys, *c.ConcKey)
+		if c.ConcName == nil {
+			continue
 		}
-		if c.RateName != nil {
-			lock(rateLockPrefix+*c.RateName, *c.RateKey)
+		if k := (limitKey{*c.ConcName, *c.ConcKey}); !seen[k] {
+			seen[k] = true
+			names, keys = append(names, k.name), append(keys, k.key)
 		}
-	}
-	if len(lockNames) == 0 {
-		return cands, 0, nil
-	}
-	var n int
-	if err := tx.GetContext(ctx, &n, sqlClaimKeyLock, pq.StringArray(lockNames), pq.StringArray(lockKeys)); err != nil {
-		return nil, 0, fmt.Errorf("lock limit keys: %w", err)
 	}
 	if len(names) > 0 {
 		var err error
@@ -564,11 +549,30 @@ func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCan
 			return nil, 0, err
 		}
 	}
+	var lockNames, lockKeys []string
+	clear(seen)
+	for _, c := range cands {
+		if c.RateName == nil {
+			continue
+		}
+		if k := (limitKey{rateLockPrefix + *c.RateName, *c.RateKey}); !seen[k] {
+			seen[k] = true
+			lockNames, lockKeys = append(lockNames, k.name), append(lockKeys, k.key)
+		}
+	}
+	if len(lockNames) == 0 {
+		return cands, 0, nil
+	}
+	var n int
+	if err := tx.GetContext(ctx, &n, sqlClaimKeyLock, pq.StringArray(lockNames), pq.StringArray(lockKeys)); err != nil {
+		return nil, 0, fmt.Errorf("lock rate limit keys: %w", err)
+	}
 	return admitRate(ctx, tx, cands)
 }
 
-// admitConcurrency keeps the candidates whose concurrency key has a free slot
-// (names and keys are the keys, locked).
+// admitConcurrency takes the locks of the concurrency keys (names and keys) and
+// keeps the candidates whose key has a free slot, counted after the locks
+// (cairn_conc_usage).
 func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, names, keys []string) ([]claimCandidate, error) {
 	rows, err := tx.QueryxContext(ctx, sqlClaimKeyUsage, pq.StringArray(names), pq.StringArray(keys))
 	if err != nil {

@@ -164,14 +164,24 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
 FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FROM runs
                                WHERE runs.id = u.run_id LIMIT 1) rr`
 
-	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)
-	// in one statement that is its own transaction, for when no concurrency key
-	// takes turns (Store.fairClaims): it leases up to $4 candidates to $1 (tags
-	// $2, lease $3 seconds) when none of them has a limit, the common case, in
-	// which admit has nothing to do. When one has, it leases nothing and says so
-	// (fallback): the claim runs in a transaction that takes the keys' locks. One
-	// last row, with an empty key, carries fallback and next_in (as
-	// sqlClaimNextIn) when either is set.
+	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim,
+	// serve) in one statement that is its own transaction, for when no
+	// concurrency key takes turns (Store.fairClaims): it leases up to $4
+	// candidates to $1 (tags $2, lease $3 seconds). When one of them has a rate
+	// limit, it leases nothing and says so (fallback): the claim runs in a
+	// transaction that takes the buckets' tokens. One last row, with an empty
+	// key, carries fallback and next_in (as sqlClaimNextIn) when either is set.
+	//
+	// Concurrency limits it applies itself, as admit does: use takes the keys'
+	// locks and counts their running steps after them (cairn_conc_usage, whose
+	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql),
+	// and c keeps, key by key in the candidates' order, those the key has free
+	// slots for (its limit, or the one set at run time). The keys of the steps
+	// leased then take their turn as serve's do (sqlLimitServe): a key with
+	// more ready steps is served now, one with none loses its row. Those "more"
+	// are the ready steps of the statement's snapshot but those it leases.
+	// Without a candidate with a concurrency limit, use calls nothing (the
+	// lateral function of an empty row set).
 	//
 	// It is prepared once for each power of two (claimAloneQuery): cand locks up
 	// to that constant number of candidates (%[1]d), top takes the first $4 of
@@ -181,12 +191,12 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// a map's 100,000 instances it joined them to a scan of every step (stop 24).
 	// With a constant the generic plan is the custom one, and the claim is not
 	// planned again at each call (≈ 1 ms of PostgreSQL's time). The candidates
-	// past $4 are locked until the statement ends, and skipped by other claims
-	// meanwhile.
+	// past $4, and those a full key refuses, are locked until the statement
+	// ends, and skipped by other claims meanwhile.
 	sqlClaimAlone = `
 WITH cand AS (
-    SELECT s.run_id, s.key, s.ctid AS tid, s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL AS limited,
-           s.priority, s.ready_at
+    SELECT s.run_id, s.key, s.ctid AS tid, s.rate_name IS NOT NULL AS rated,
+           s.conc_name, s.conc_key, s.conc_limit, s.priority, s.ready_at
     FROM steps s
     WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, s.ready_at
@@ -194,14 +204,42 @@ WITH cand AS (
     FOR UPDATE SKIP LOCKED
 ), top AS (
     SELECT * FROM cand ORDER BY cand.priority DESC, cand.ready_at LIMIT $4
+), fb AS (
+    SELECT EXISTS (SELECT 1 FROM top WHERE top.rated) AS fallback
+), use AS MATERIALIZED (
+    SELECT u.* FROM (
+        SELECT ARRAY(SELECT top.conc_name FROM top WHERE top.conc_name IS NOT NULL) AS names,
+               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys
+        FROM fb WHERE NOT fb.fallback) a
+    CROSS JOIN LATERAL cairn_conc_usage(a.names, a.keys) u
+    WHERE cardinality(a.names) > 0
 ), c AS (
-    SELECT top.run_id, top.key, top.tid FROM top WHERE NOT EXISTS (SELECT 1 FROM top l WHERE l.limited)
-)` + sqlClaimWrites + `
+    SELECT t.run_id, t.key, t.tid, t.conc_name, t.conc_key FROM (
+        SELECT top.*, row_number() OVER (PARTITION BY top.conc_name, top.conc_key
+                                         ORDER BY top.priority DESC, top.ready_at) AS place
+        FROM top) t
+    CROSS JOIN fb
+    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
+    WHERE NOT fb.fallback
+      AND (t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))
+)` + sqlClaimWrites + `, served AS (
+    SELECT DISTINCT c.conc_name AS n, c.conc_key AS k,
+           EXISTS (SELECT 1 FROM steps s
+                   WHERE s.status = 'ready' AND s.conc_name = c.conc_name AND s.conc_key = c.conc_key
+                     AND NOT EXISTS (SELECT 1 FROM c o WHERE o.run_id = s.run_id AND o.key = s.key)) AS more
+    FROM c WHERE c.conc_name IS NOT NULL
+), gone AS (
+    DELETE FROM limit_keys lk USING served v WHERE lk.name = v.n AND lk.key = v.k AND NOT v.more
+), turn AS (
+    INSERT INTO limit_keys (name, key, served_at)
+    SELECT v.n, v.k, clock_timestamp() FROM served v WHERE v.more
+    ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at
+)
 SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
 UNION ALL
-SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, f.fallback, n.next_in
-FROM (SELECT EXISTS (SELECT 1 FROM top WHERE top.limited) AS fallback) f, (` + sqlClaimNextInValue + `) n
-WHERE f.fallback OR n.next_in IS NOT NULL`
+SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, fb.fallback, n.next_in
+FROM fb, (` + sqlClaimNextInValue + `) n
+WHERE fb.fallback OR n.next_in IS NOT NULL`
 
 	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
 	// of a run's steps takes (migrations/00023_lock_order.sql: the run's advisory
@@ -319,8 +357,8 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		if err != nil || !fallback {
 			return out, next, err
 		}
-		// Steps with limits are ready: the claims of the next second take the
-		// keys' locks at once.
+		// Steps with rate limits are ready: the claims of the next second take
+		// their tokens at once.
 		s.limitedUntil.Store(time.Now().Add(fairCheckEvery).UnixNano())
 	}
 	var out []Claimed
@@ -394,8 +432,8 @@ func claimAloneQuery(limit int) string {
 }
 
 // claimAlone is StepClaimNext's claim in one statement (sqlClaimAlone), for when
-// no concurrency key takes turns; fallback when a candidate has a limit and the
-// claim must take the keys' locks (nothing was leased then).
+// no concurrency key takes turns; fallback when a candidate has a rate limit and
+// the claim must take the buckets' tokens (nothing was leased then).
 func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration) (
 	out []Claimed, next time.Duration, fallback bool, err error) {
 	type row struct {

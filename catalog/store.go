@@ -66,7 +66,7 @@ type Store struct {
 	// (fairClaims).
 	fair fairCache
 	// limitedUntil is when claims try sqlClaimAlone again (unix nanoseconds)
-	// after one fell back because a candidate had a limit.
+	// after one fell back because a candidate had a rate limit.
 	limitedUntil atomic.Int64
 	// wakes sends the dispatchers' wake-ups asked for after a commit (RunCreate).
 	wakes waker
