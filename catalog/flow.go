@@ -221,21 +221,6 @@ FROM jsonb_each(`
 	sqlLimitKeysTail = `::jsonb) AS f WHERE f.value ? 'n'
 ON CONFLICT (name, key) DO NOTHING`
 
-	// sqlLimitServe records that keys ($1 names, $2 keys) of concurrency limits had
-	// a step claimed now: their turn comes after the other keys'. A key with no step
-	// ready any more loses its row (a new run gives it one again: sqlLimitKeys).
-	// After the claim, under the keys' locks.
-	sqlLimitServe = `
-WITH u AS (
-    SELECT DISTINCT n, k, EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND s.conc_name = n AND s.conc_key = k) AS more
-    FROM unnest($1::text[], $2::text[]) AS u(n, k)
-), gone AS (
-    DELETE FROM limit_keys lk USING u WHERE lk.name = u.n AND lk.key = u.k AND NOT u.more
-)
-INSERT INTO limit_keys (name, key, served_at)
-SELECT n, k, clock_timestamp() FROM u WHERE u.more
-ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at`
-
 	// sqlRateBuckets makes the buckets a claim takes tokens from that do not exist
 	// yet, full; after the keys' locks.
 	sqlRateBuckets = `
@@ -647,30 +632,6 @@ func (s *Store) fairClaims(ctx context.Context) (bool, error) {
 	s.fair.fair.Store(fair)
 	s.fair.until.Store(now + int64(fairCheckEvery))
 	return fair, nil
-}
-
-// serve records the turns of the concurrency keys of claimed steps
-// (sqlLimitServe); after the claim, under the keys' locks.
-func serve(ctx context.Context, tx *sqlx.Tx, claimed []claimCandidate) error {
-	seen := map[limitKey]bool{}
-	var names, keys []string
-	for _, c := range claimed {
-		if c.ConcName == nil {
-			continue
-		}
-		k := limitKey{*c.ConcName, *c.ConcKey}
-		if !seen[k] {
-			seen[k] = true
-			names, keys = append(names, k.name), append(keys, k.key)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, sqlLimitServe, pq.StringArray(names), pq.StringArray(keys)); err != nil {
-		return fmt.Errorf("record limit turns: %w", err)
-	}
-	return nil
 }
 
 // admitRate keeps the candidates whose rate bucket gives them a token, and takes

@@ -26,7 +26,8 @@ const (
 	// sqlClaim leases up to $2 ready steps to $1 for $3 seconds in one statement: each
 	// step gets a fresh fencing token and an attempt row; each run touched gets one
 	// revision bump for all its step.started events (seq = the run's revisions, in
-	// key order), and leaves pending. The deps of each step come back with it.
+	// key order), and leaves pending; the concurrency keys of the steps take their
+	// turn (sqlClaimTurns). The deps of each step come back with it.
 	//
 	// attempts numbers the tries (the attempt row's number); counted_attempts is
 	// what max_attempts limits. The claim counts every attempt up front, so that an
@@ -45,9 +46,30 @@ const (
 	// clock after that wait.
 	sqlClaim = `
 WITH c AS (
-    SELECT c.run_id, c.key, s.ctid AS tid FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
+    SELECT c.run_id, c.key, s.ctid AS tid, s.conc_name, s.conc_key FROM unnest($2::uuid[], $4::text[]) AS c(run_id, key)
     JOIN steps s ON s.run_id = c.run_id AND s.key = c.key
-)` + sqlClaimSteps
+)` + sqlClaimWrites + sqlClaimTurns + sqlClaimSelect
+
+	// sqlClaimTurns is the part of sqlClaim and sqlClaimAlone after their writes
+	// that gives the concurrency keys of the steps they lease (c's conc_name and
+	// conc_key) their turn, under the keys' locks: a key with more ready steps is
+	// served now (its turn comes after the other keys'), one with none loses its
+	// row (a new run gives it one again: sqlLimitKeys). Those "more" are the
+	// ready steps of the statement's snapshot but those it leases (which are
+	// still ready in that snapshot). Nothing to do when c has no key.
+	sqlClaimTurns = `, served AS (
+    SELECT DISTINCT c.conc_name AS n, c.conc_key AS k,
+           EXISTS (SELECT 1 FROM steps s
+                   WHERE s.status = 'ready' AND s.conc_name = c.conc_name AND s.conc_key = c.conc_key
+                     AND NOT EXISTS (SELECT 1 FROM c o WHERE o.run_id = s.run_id AND o.key = s.key)) AS more
+    FROM c WHERE c.conc_name IS NOT NULL
+), gone AS (
+    DELETE FROM limit_keys lk USING served v WHERE lk.name = v.n AND lk.key = v.k AND NOT v.more
+), turn AS (
+    INSERT INTO limit_keys (name, key, served_at)
+    SELECT v.n, v.k, clock_timestamp() FROM served v WHERE v.more
+    ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at
+)`
 
 	// sqlClaimDependents is sqlClaim in the transaction that finished steps ($5 run
 	// ids, $6 keys) successfully: it leases to $1 up to $4 of their dependents that
@@ -164,8 +186,8 @@ SELECT u.run_id, u.key, u.attempts AS attempt, u.lease_token, u.lease_expires_at
 FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FROM runs
                                WHERE runs.id = u.run_id LIMIT 1) rr`
 
-	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim,
-	// serve) in one statement that is its own transaction, for when no
+	// sqlClaimAlone is the claim by age (sqlClaimCandidatesByAge, admit, sqlClaim)
+	// in one statement that is its own transaction, for when no
 	// concurrency key takes turns (Store.fairClaims): it leases up to $4
 	// candidates to $1 (tags $2, lease $3 seconds). When one of them has a rate
 	// limit, it leases nothing and says so (fallback): the claim runs in a
@@ -176,12 +198,10 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// locks and counts their running steps after them (cairn_conc_usage, whose
 	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql),
 	// and c keeps, key by key in the candidates' order, those the key has free
-	// slots for (its limit, or the one set at run time). The keys of the steps
-	// leased then take their turn as serve's do (sqlLimitServe): a key with
-	// more ready steps is served now, one with none loses its row. Those "more"
-	// are the ready steps of the statement's snapshot but those it leases.
-	// Without a candidate with a concurrency limit, use calls nothing (the
-	// lateral function of an empty row set).
+	// slots for (its limit, or the one set at run time); the keys of the steps
+	// leased take their turn (sqlClaimTurns). Without a candidate with a
+	// concurrency limit, use calls nothing (the lateral function of an empty
+	// row set).
 	//
 	// It is prepared once for each power of two (claimAloneQuery): cand locks up
 	// to that constant number of candidates (%[1]d), top takes the first $4 of
@@ -222,19 +242,7 @@ WITH cand AS (
     LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
     WHERE NOT fb.fallback
       AND (t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))
-)` + sqlClaimWrites + `, served AS (
-    SELECT DISTINCT c.conc_name AS n, c.conc_key AS k,
-           EXISTS (SELECT 1 FROM steps s
-                   WHERE s.status = 'ready' AND s.conc_name = c.conc_name AND s.conc_key = c.conc_key
-                     AND NOT EXISTS (SELECT 1 FROM c o WHERE o.run_id = s.run_id AND o.key = s.key)) AS more
-    FROM c WHERE c.conc_name IS NOT NULL
-), gone AS (
-    DELETE FROM limit_keys lk USING served v WHERE lk.name = v.n AND lk.key = v.k AND NOT v.more
-), turn AS (
-    INSERT INTO limit_keys (name, key, served_at)
-    SELECT v.n, v.k, clock_timestamp() FROM served v WHERE v.more
-    ON CONFLICT (name, key) DO UPDATE SET served_at = excluded.served_at
-)
+)` + sqlClaimWrites + sqlClaimTurns + `
 SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
 UNION ALL
 SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, fb.fallback, n.next_in
@@ -406,7 +414,7 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 		if err := st.SelectContext(ctx, &out, owner, pq.StringArray(ids), ttl.Seconds(), pq.StringArray(keys)); err != nil {
 			return s.retryStale(sqlClaim, err)
 		}
-		return serve(ctx, tx, cands)
+		return nil
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim steps: %w", err)
