@@ -54,6 +54,44 @@ func (c *retryCounter) Handle(_ context.Context, r slog.Record) error {
 // dependents they make ready (StepFinishClaim), in the same order.
 func TestCancelWhileStepsFinish(t *testing.T) {
 	t.Parallel()
+	whileStepsFinish(t, func(ctx context.Context, s *catalog.Store, run *catalog.Run) {
+		require.NoError(t, s.RunCancel(ctx, run.ID, "operator")) // its t steps never finish: the run cannot end first
+	}, func(t *testing.T, ctx context.Context, s *catalog.Store, run *catalog.Run) {
+		for key, st := range statuses(t, ctx, s, run.ID) {
+			require.NotContains(t, []string{"waiting", "ready", "running", "suspended"}, st, "step %s", key)
+		}
+	})
+}
+
+// TestPauseWhileStepsFinish pauses and resumes a wide run while four dispatchers
+// finish its steps in batches: pause and resume take the run's locks in the
+// finishers' order too, so no transaction is retried for a deadlock, and the run
+// is no longer paused, no step of it held. (Its dependents left ready are claimed
+// by the next round's dispatchers, whose run may then not have started.)
+func TestPauseWhileStepsFinish(t *testing.T) {
+	t.Parallel()
+	whileStepsFinish(t, func(ctx context.Context, s *catalog.Store, run *catalog.Run) {
+		changed, err := s.RunPause(ctx, run.ID, "alice", "")
+		require.NoError(t, err)
+		require.True(t, changed)
+		require.NoError(t, s.RunResume(ctx, run.ID, "alice", ""))
+	}, func(t *testing.T, ctx context.Context, s *catalog.Store, run *catalog.Run) {
+		var held int
+		require.NoError(t, s.DB().GetContext(ctx, &held, `SELECT count(*) FROM steps WHERE run_id = $1 AND held`, run.ID))
+		require.Zero(t, held)
+		r, err := s.RunGet(ctx, run.ID)
+		require.NoError(t, err)
+		require.Contains(t, []catalog.RunStatus{catalog.RunPending, catalog.RunRunning}, r.Status)
+	})
+}
+
+// whileStepsFinish runs control on a run of 240 pairs of steps (a leaf and its
+// dependent) while four dispatchers finish the leaves in batches of 8, half of
+// them leasing the dependents they make ready; three rounds, control a little
+// later each time. check looks at the run after each round; no transaction may be
+// retried.
+func whileStepsFinish(t *testing.T, control func(context.Context, *catalog.Store, *catalog.Run),
+	check func(*testing.T, context.Context, *catalog.Store, *catalog.Run)) {
 	ctx := context.Background()
 	counter := &retryCounter{}
 	s := catalog.New(testenv.DB(t), &catalog.Config{Logger: slog.New(counter)})
@@ -104,12 +142,9 @@ func TestCancelWhileStepsFinish(t *testing.T) {
 		}
 		close(start)
 		time.Sleep(time.Duration(round+1) * 5 * time.Millisecond)
-		cerr := s.RunCancel(ctx, run.ID, "operator")
+		control(ctx, s, run)
 		require.NoError(t, g.Wait())
-		require.NoError(t, cerr) // its t steps never finish: the run cannot end first
-		for key, st := range statuses(t, ctx, s, run.ID) {
-			require.NotContains(t, []string{"waiting", "ready", "running", "suspended"}, st, "step %s", key)
-		}
+		check(t, ctx, s, run)
 	}
 	require.Zero(t, counter.n.Load(), "transactions retried: %s", strings.Join(counter.errors, "; "))
 }

@@ -130,9 +130,13 @@ var operationActions = map[OperationAction]string{
 	ActionCancel: `SELECT true FROM cairn_run_cancel($1, 'canceled by ' || $2::text || ' (operation ' || $3::text || ')')`,
 	// The run.retried event names the actor; the operation's record of the run
 	// names the operation.
-	ActionRetry:  `SELECT true FROM cairn_run_retry($1, 0, $2::text), (SELECT $3::text) op`,
-	ActionPause:  `SELECT cairn_run_pause($1, $2::text, 'operation ' || $3::text)`,
-	ActionResume: `SELECT true FROM cairn_run_resume($1, $2::text, 'operation ' || $3::text)`,
+	ActionRetry: `SELECT true FROM cairn_run_retry($1, 0, $2::text), (SELECT $3::text) op`,
+	// Pause and resume take the run's locks first, as RunPause and RunResume do:
+	// in the WHERE of a statement without FROM, a one-time filter evaluated
+	// before the function (with a FROM, a volatile filter comes after it).
+	ActionPause: `SELECT cairn_run_pause($1, $2::text, 'operation ' || $3::text) WHERE cairn_run_control_lock($1)`,
+	ActionResume: `SELECT true FROM (SELECT cairn_run_resume($1, $2::text, 'operation ' || $3::text)
+                                WHERE cairn_run_control_lock($1)) r`,
 }
 
 // operationUnchanged is the reason a run is skipped whose action changed nothing

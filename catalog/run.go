@@ -183,8 +183,12 @@ LIMIT $10`
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
 
-	sqlRunPause  = `SELECT cairn_run_pause($1, $2, $3)`
-	sqlRunResume = `SELECT cairn_run_resume($1, $2, $3)`
+	// sqlRunPause and sqlRunResume take the run's locks in the order of migration
+	// 00023 first (cairn_run_control_lock, in their WHERE: a one-time filter,
+	// evaluated before the function), so that they never wait for the run's
+	// finishers in a circle.
+	sqlRunPause  = `SELECT cairn_run_pause($1, $2, $3) WHERE cairn_run_control_lock($1)`
+	sqlRunResume = `SELECT cairn_run_resume($1, $2, $3) WHERE cairn_run_control_lock($1)`
 )
 
 // Run is a run of a pinned workflow version.
