@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -209,4 +210,33 @@ func TestClaimAloneRace(t *testing.T) {
 	}
 	require.Equal(t, 6, total)
 	require.Equal(t, map[string]int{"t0": 2, "t1": 2, "t2": 2}, runningPerTenant(t, s))
+}
+
+// TestConcSlotsPlans: the statements that count a concurrency key's running steps
+// (the claim's hint, GET /v1/limits, a waiting step's blocked_by) read them from
+// steps_conc_running_idx even when the statistics were taken with no step running
+// (here: an ANALYZE after the runs were created), not by steps_lease_expiry_idx,
+// which would read every running step at each count.
+func TestConcSlotsPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(testenv.DB(t), nil)
+	claimAloneVersion(t, s, "limited", `,"concurrency":{"name":"tenant","key":"run.id","limit":1}`)
+	ids := claimAloneRuns(t, s, "limited", `{}`, 200)
+	_, err := s.DB().ExecContext(ctx, `ANALYZE steps`)
+	require.NoError(t, err)
+	plan := func(q string, args ...any) string {
+		t.Helper()
+		var lines []string
+		require.NoError(t, s.DB().SelectContext(ctx, &lines, `EXPLAIN `+q, args...))
+		return strings.Join(lines, "\n")
+	}
+	for name, p := range map[string]string{
+		"claim hint":  plan(sqlClaimCandidatesByAge, 64, pq.StringArray{}),
+		"limit usage": plan(sqlLimitUsage, "", MaxLimitKeys),
+		"blocked by":  plan(sqlStepBlocked, ids[0], DispatcherLive.Seconds()),
+	} {
+		require.Contains(t, p, "steps_conc_running_idx", "%s:\n%s", name, p)
+		require.NotContains(t, p, "steps_lease_expiry_idx", "%s:\n%s", name, p)
+	}
 }

@@ -62,13 +62,16 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 	// reached, its condition decided, runs_on within the dispatcher's tags $2, its
 	// concurrency key not full and its rate bucket not empty when the statement began
 	// (a hint only: the claim counts again under the keys' locks). A limit set at run
-	// time (limits) replaces the step's own.
+	// time (limits) replaces the step's own. A key's running steps are counted as
+	// (status = 'running') IS TRUE: the predicate of steps_conc_running_idx alone
+	// (migrations/00039_conc_slots_index.sql), so that the count never scans every
+	// running step by steps_lease_expiry_idx; so are they wherever they are counted.
 	sqlClaimable       = sqlClaimableCheap + sqlClaimableLimits
 	sqlClaimableLimits = `
       AND (s.conc_name IS NULL OR (
           SELECT count(*) FROM (
               SELECT 1 FROM steps r
-              WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key
+              WHERE (r.status = 'running') IS TRUE AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key
               LIMIT coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit)) x
           ) < coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit))
       AND (s.rate_name IS NULL OR coalesce((
@@ -278,7 +281,7 @@ SELECT u.name, u.key, sum(u.running)::bigint AS running, sum(u.ready)::bigint AS
        (SELECT l.concurrency FROM limits l WHERE l.name = u.name) AS override
 FROM (
     SELECT s.conc_name AS name, s.conc_key AS key, 1 AS running, 0 AS ready, s.conc_limit AS step_limit
-    FROM steps s WHERE s.status = 'running' AND s.conc_name IS NOT NULL AND ($1 = '' OR s.conc_name = $1)
+    FROM steps s WHERE (s.status = 'running') IS TRUE AND s.conc_name IS NOT NULL AND ($1 = '' OR s.conc_name = $1)
     UNION ALL
     SELECT s.conc_name, s.conc_key, 0, 1, s.conc_limit
     FROM steps s WHERE s.status = 'ready' AND s.conc_name IS NOT NULL AND ($1 = '' OR s.conc_name = $1)
@@ -308,7 +311,7 @@ RETURNING name, concurrency, rate_limit, rate_per_s, updated_at, updated_by`
 SELECT s.key, s.conc_name, s.conc_key,
        coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
        (SELECT count(*) FROM steps r
-        WHERE r.status = 'running' AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
+        WHERE (r.status = 'running') IS TRUE AND r.conc_name = s.conc_name AND r.conc_key = s.conc_key) AS in_use,
        s.rate_name, s.rate_key, rl.lim AS rate_limit,
        (SELECT least(rl.lim, b.tokens + extract(epoch FROM clock_timestamp() - b.at) * rl.lim / rl.per_s)
         FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
