@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/internal/testenv"
 )
@@ -177,39 +176,6 @@ WHERE run_id = $1`, ids[1])
 	var running int
 	require.NoError(t, s.DB().GetContext(ctx, &running, `SELECT count(*) FROM steps WHERE status = 'running'`))
 	require.Equal(t, 1, running)
-}
-
-// TestClaimAloneRace: claims in one statement racing for the steps of three keys
-// never start more than each key's limit between them.
-func TestClaimAloneRace(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := New(testenv.DB(t), nil)
-	claimAloneVersion(t, s, "race", `,"concurrency":{"name":"race","key":"input.tenant","limit":2}`)
-	for i := range 60 {
-		claimAloneRuns(t, s, "race", fmt.Sprintf(`{"tenant":"t%d"}`, i%3), 1)
-	}
-	var g errgroup.Group
-	counts := make([]int, 8)
-	for i := range counts {
-		g.Go(func() error {
-			for range 5 {
-				out, _, _, err := s.claimAlone(ctx, fmt.Sprintf("d%d", i), []string{}, 3, time.Minute)
-				if err != nil {
-					return err
-				}
-				counts[i] += len(out)
-			}
-			return nil
-		})
-	}
-	require.NoError(t, g.Wait())
-	total := 0
-	for _, n := range counts {
-		total += n
-	}
-	require.Equal(t, 6, total)
-	require.Equal(t, map[string]int{"t0": 2, "t1": 2, "t2": 2}, runningPerTenant(t, s))
 }
 
 // TestConcSlotsPlans: the statements that count a concurrency key's running steps

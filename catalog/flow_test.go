@@ -136,36 +136,46 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 }
 
 // TestConcurrencyClaimRace: claimers racing for the steps of one key never start
-// more than the limit between them.
+// more than the limit between them, whether they claim in a transaction that
+// takes the keys' turns (StepClaim, the keys having rows) or in one statement
+// (the claim by age, when no key takes turns).
 func TestConcurrencyClaimRace(t *testing.T) {
 	t.Parallel()
-	ctx, tb := setup(t)
-	s := tb.store
-	flowVersion(t, s, "race", `{"name":"race","key":"string(input.n % 3)","limit":2}`)
-	for i := range 60 {
-		flowRun(t, ctx, s, "race", fmt.Sprintf(`{"n":%d}`, i))
-	}
-	var g errgroup.Group
-	counts := make([]int, 8)
-	for i := range counts {
-		g.Go(func() error {
-			for range 5 {
-				c, err := s.StepClaim(ctx, fmt.Sprintf("d%d", i), 3, time.Minute)
-				if err != nil {
-					return err
-				}
-				counts[i] += len(c)
+	for name, claim := range map[string]func(*catalog.Store, context.Context, string, int, time.Duration) ([]catalog.Claimed, error){
+		"turns":         (*catalog.Store).StepClaim,
+		"one statement": catalog.ClaimAlone,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx, tb := setup(t)
+			s := tb.store
+			flowVersion(t, s, "race", `{"name":"race","key":"string(input.n % 3)","limit":2}`)
+			for i := range 60 {
+				flowRun(t, ctx, s, "race", fmt.Sprintf(`{"n":%d}`, i))
 			}
-			return nil
+			var g errgroup.Group
+			counts := make([]int, 8)
+			for i := range counts {
+				g.Go(func() error {
+					for range 5 {
+						c, err := claim(s, ctx, fmt.Sprintf("d%d", i), 3, time.Minute)
+						if err != nil {
+							return err
+						}
+						counts[i] += len(c)
+					}
+					return nil
+				})
+			}
+			require.NoError(t, g.Wait())
+			total := 0
+			for _, n := range counts {
+				total += n
+			}
+			require.Equal(t, 6, total)
+			require.Equal(t, map[string]int{"race/0": 2, "race/1": 2, "race/2": 2}, runningPerKey(t, ctx, s))
 		})
 	}
-	require.NoError(t, g.Wait())
-	total := 0
-	for _, n := range counts {
-		total += n
-	}
-	require.Equal(t, 6, total)
-	require.Equal(t, map[string]int{"race/0": 2, "race/1": 2, "race/2": 2}, runningPerKey(t, ctx, s))
 }
 
 // TestConcurrencyKey: the key is evaluated once, when the run's steps are created; a

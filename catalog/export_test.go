@@ -1,0 +1,13 @@
+package catalog
+
+import (
+	"context"
+	"time"
+)
+
+// ClaimAlone is the claim in one statement (claimAlone), which StepClaim uses
+// only when no concurrency key takes turns: for tests that race it alone.
+func ClaimAlone(s *Store, ctx context.Context, owner string, limit int, ttl time.Duration) ([]Claimed, error) {
+	out, _, _, err := s.claimAlone(ctx, owner, []string{}, limit, ttl)
+	return out, err
+}
