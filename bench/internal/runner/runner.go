@@ -81,11 +81,6 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 	if err := prepareCatalog(ctx, e); err != nil {
 		return err
 	}
-	e.DB, err = pgxpool.New(ctx, e.PG.URL(scenario.CatalogDB))
-	if err != nil {
-		return err
-	}
-	defer e.DB.Close()
 
 	e.Logf("starting versitygw")
 	e.S3, err = s3server.Start(ctx, filepath.Join(work, "s3"), bucket)
@@ -94,6 +89,13 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 	}
 	defer e.S3.Stop()
 
+	// The catalog's pool and the API server; a scenario may move them to a copy
+	// of the catalog (Env.UseCatalog), so they are closed as they are at the end.
+	defer e.Disconnect()
+	if err := e.Connect(ctx); err != nil {
+		return err
+	}
+
 	e.Machine = proc.Host()
 	var pgVersion string
 	if err := e.DB.QueryRow(ctx, `SHOW server_version`).Scan(&pgVersion); err != nil {
@@ -101,14 +103,6 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 	}
 	e.Machine.PGVersion = pgVersion
 	e.Versions = versions(bin, pgVersion, e.S3.Version)
-
-	e.API, err = cairn.StartServer(ctx, withNoDispatcher(e.ServerConfig("api")))
-	if err != nil {
-		return err
-	}
-	defer e.API.Stop()
-	e.Client = cairn.NewClient(e.API.URL)
-	defer e.Client.Close()
 
 	var results []*report.Result
 	var floor, peer *report.Result
@@ -186,11 +180,6 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 		return fmt.Errorf("scenarios that could not finish: %s", strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-func withNoDispatcher(c cairn.ServerConfig) cairn.ServerConfig {
-	c.NoDispatcher = true
-	return c
 }
 
 // prepareCatalog creates Cairn's role and database, pg_stat_statements in it, and

@@ -3,6 +3,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cairnrun/cairn/bench/internal/cairn"
@@ -68,6 +70,9 @@ type Env struct {
 	Profiles []Profile
 
 	serverSeq atomic.Int64
+	// catalog is the database Cairn's servers and DB are on: CatalogDB unless a
+	// scenario switched to a copy (UseCatalog).
+	catalog string
 }
 
 // CatalogDB is the name of Cairn's database, and CatalogRole the role Cairn connects
@@ -77,6 +82,85 @@ const (
 	CatalogDB   = "cairn"
 	CatalogRole = "cairn"
 )
+
+// Catalog returns the name of the database Cairn's servers and DB are on.
+func (e *Env) Catalog() string { return cmp.Or(e.catalog, CatalogDB) }
+
+// Connect opens DB on the current catalog and starts the API server and its client.
+func (e *Env) Connect(ctx context.Context) error {
+	var err error
+	if e.DB, err = pgxpool.New(ctx, e.PG.URL(e.Catalog())); err != nil {
+		return err
+	}
+	cfg := e.ServerConfig("api")
+	cfg.NoDispatcher = true
+	if e.API, err = cairn.StartServer(ctx, cfg); err != nil {
+		return err
+	}
+	e.Client = cairn.NewClient(e.API.URL)
+	return nil
+}
+
+// Disconnect stops the API server and closes DB: every connection of the
+// benchmark's to the catalog, once no dispatcher runs.
+func (e *Env) Disconnect() {
+	if e.Client != nil {
+		e.Client.Close()
+	}
+	if e.API != nil {
+		e.API.Stop()
+	}
+	if e.DB != nil {
+		e.DB.Close()
+	}
+	e.Client, e.API, e.DB = nil, nil, nil
+}
+
+// CopyCatalog makes database to a copy of the current catalog (CREATE DATABASE …
+// TEMPLATE, which needs the catalog without connections: the API server is
+// restarted). No dispatcher may be running.
+func (e *Env) CopyCatalog(ctx context.Context, to string) error {
+	e.Disconnect()
+	err := e.superuser(ctx, `CREATE DATABASE `+pgx.Identifier{to}.Sanitize()+
+		` TEMPLATE `+pgx.Identifier{e.Catalog()}.Sanitize()+` OWNER `+CatalogRole)
+	if cerr := e.Connect(ctx); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// UseCatalog moves DB and the API server to database db (CatalogDB, or a copy
+// CopyCatalog made); the servers started after it connect to db too. No
+// dispatcher may be running.
+func (e *Env) UseCatalog(ctx context.Context, db string) error {
+	if db == e.Catalog() {
+		return nil
+	}
+	e.Disconnect()
+	e.catalog = db
+	return e.Connect(ctx)
+}
+
+// DropCatalog drops database db, which must not be the current catalog.
+func (e *Env) DropCatalog(ctx context.Context, db string) error {
+	if db == e.Catalog() {
+		return fmt.Errorf("drop catalog %s: it is in use", db)
+	}
+	return e.superuser(ctx, `DROP DATABASE IF EXISTS `+pgx.Identifier{db}.Sanitize()+` WITH (FORCE)`)
+}
+
+// superuser runs q as the superuser on the postgres database.
+func (e *Env) superuser(ctx context.Context, q string) error {
+	conn, err := pgx.Connect(ctx, e.PG.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, q); err != nil {
+		return fmt.Errorf("%s: %w", q, err)
+	}
+	return nil
+}
 
 // Logf prints a progress line.
 func (e *Env) Logf(format string, args ...any) {
@@ -95,7 +179,7 @@ func (e *Env) NewResult(scenario string) *report.Result {
 func (e *Env) ServerConfig(name string) cairn.ServerConfig {
 	return cairn.ServerConfig{
 		Bin:         e.CairnBin,
-		DatabaseURL: e.PG.URLAs(CatalogRole, CatalogDB),
+		DatabaseURL: e.PG.URLAs(CatalogRole, e.Catalog()),
 		BlobURL:     e.S3.BlobURL(e.Bucket),
 		Env:         e.S3.Env(),
 		Dir:         filepath.Join(e.Work, "cairn"),

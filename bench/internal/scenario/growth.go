@@ -21,15 +21,16 @@ const growthSpread = 30 * 24 * time.Hour
 
 // Growth measures throughput, step-to-step latency, create-run and get-run on an
 // empty catalog, then fills the catalog with GrowthRuns finished runs (bulk-loaded
-// with SQL) and measures the same again, in the same run: each figure filled ÷
-// empty. The measurements are the throughput, latency and api scenarios' own
+// with SQL) and measures the same on it, on an empty copy of the catalog and on it
+// again, in the same run: each figure filled (the mean of two) ÷ empty. The
+// measurements are the throughput, latency and api scenarios' own
 // (burnRound, measureLatency, measureAPI), at their scales.
 func Growth(ctx context.Context, e *Env) *report.Result {
 	r := e.NewResult("growth")
 	r.Settings["runs"] = e.Scale.GrowthRuns
 	r.Settings["fill"] = fmt.Sprintf("copies of one finished run of the %d-step noop chain (its run, steps, step_edges, attempts and events rows, every column copied: %d steps, %d attempts, about 2 events per step), bulk-loaded with INSERT … SELECT generate_series in transactions of %d runs; UUIDv7 ids and timestamps spread over the %s before the template; then VACUUM ANALYZE and CHECKPOINT",
 		cairn.ChainSteps, cairn.ChainSteps, cairn.ChainSteps, growthBatch, growthSpread)
-	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure), then on the filled one: steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
+	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure) before the fill; then on the filled catalog, on an empty copy of the catalog (made with CREATE DATABASE … TEMPLATE after the deploy, emptied before each figure) and on the filled one again, one after the other; each filled figure is the mean of its two, against the empty copy's between them (the figures before the fill are reported, _empty_before_fill, not compared): steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
 		e.Scale.ThroughputRuns, e.Scale.LatencyRuns, e.Scale.APIRequests)
 	r.Settings["ratios"] = "steps_per_s_ratio = filled ÷ empty (goal ≥ 0.9); the latency ratios filled ÷ empty (goal ≤ 1.1); buffers_per_step_ratio, no goal: the throughput round's buffer accesses per step (pg_stat_statements, top-level statements), filled ÷ empty, which the machine's speed does not move (deeper indexes alone make it ≈ 1.2; a plan that reads what it need not shows as several times that)"
 	err := growth(ctx, e, r)
@@ -51,18 +52,35 @@ type growthFigures struct {
 	Template string
 }
 
+// growthEmptyDB is the empty copy of the catalog the empty figures are taken on.
+const growthEmptyDB = "cairn_growth_empty"
+
 func growth(ctx context.Context, e *Env, r *report.Result) error {
 	start := time.Now()
 	if err := e.DeployFresh(ctx, cairn.ChainBundle()); err != nil {
 		return err
 	}
-	defer func() { _ = e.ResetCatalog(context.WithoutCancel(ctx)) }()
-	empty, err := growthMeasure(ctx, e, "empty", true)
+	// A copy of the catalog as deployed, with no run: the empty catalog the
+	// figures between the filled ones are taken on.
+	if err := e.CopyCatalog(ctx, growthEmptyDB); err != nil {
+		return err
+	}
+	defer func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := e.UseCatalog(ctx, CatalogDB); err != nil {
+			e.Logf("growth: back to the catalog: %v", err)
+		}
+		_ = e.DropCatalog(ctx, growthEmptyDB)
+		_ = e.ResetCatalog(ctx)
+	}()
+	// The figures before the fill: their latency round's runs are the template
+	// the fill copies.
+	first, err := growthMeasure(ctx, e, "empty catalog, before the fill", true)
 	if err != nil {
 		return err
 	}
 	fillStart := time.Now()
-	if err := e.fillFinishedRuns(ctx, empty.Template, e.Scale.GrowthRuns); err != nil {
+	if err := e.fillFinishedRuns(ctx, first.Template, e.Scale.GrowthRuns); err != nil {
 		return err
 	}
 	r.Set("fill_s", time.Since(fillStart).Seconds())
@@ -71,30 +89,47 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 		return err
 	}
 	r.Set("filled_database_mib", float64(size)/(1<<20))
-	filled, err := growthMeasure(ctx, e, "filled", false)
+	// Filled, empty, filled: the machine's speed drifts by a third within minutes
+	// on a small VM, and a filled figure taken on each side of the empty one
+	// cancels a steady drift, which one after the other would count as growth.
+	filled1, err := growthMeasure(ctx, e, "filled catalog, 1 of 2", false)
 	if err != nil {
 		return err
 	}
+	if err := e.UseCatalog(ctx, growthEmptyDB); err != nil {
+		return err
+	}
+	empty, err := growthMeasure(ctx, e, "empty copy of the catalog", true)
+	if err != nil {
+		return err
+	}
+	if err := e.UseCatalog(ctx, CatalogDB); err != nil {
+		return err
+	}
+	filled2, err := growthMeasure(ctx, e, "filled catalog, 2 of 2", false)
+	if err != nil {
+		return err
+	}
+	mean := func(f func(*growthFigures) float64) float64 { return (f(filled1) + f(filled2)) / 2 }
 	for _, f := range []struct {
-		name          string
-		empty, filled float64
+		name string
+		of   func(*growthFigures) float64
 	}{
-		{"steps_per_s", empty.StepsPerS, filled.StepsPerS},
-		{"step_to_step_p50", empty.StepToStepP50, filled.StepToStepP50},
-		{"create_run_p50", empty.CreateP50, filled.CreateP50},
-		{"get_run_p50", empty.GetP50, filled.GetP50},
+		{"steps_per_s", func(g *growthFigures) float64 { return g.StepsPerS }},
+		{"step_to_step_p50", func(g *growthFigures) float64 { return g.StepToStepP50 }},
+		{"create_run_p50", func(g *growthFigures) float64 { return g.CreateP50 }},
+		{"get_run_p50", func(g *growthFigures) float64 { return g.GetP50 }},
+		{"buffers_per_step", func(g *growthFigures) float64 { return g.BuffersPerStep }},
 	} {
 		unit := "_ms"
-		if f.name == "steps_per_s" {
+		if f.name == "steps_per_s" || f.name == "buffers_per_step" {
 			unit = ""
 		}
-		r.Set(f.name+unit+"_empty", f.empty)
-		r.Set(f.name+unit+"_filled", f.filled)
-		r.Set(f.name+"_ratio", f.filled/f.empty)
+		r.Set(f.name+unit+"_empty_before_fill", f.of(first))
+		r.Set(f.name+unit+"_empty", f.of(empty))
+		r.Set(f.name+unit+"_filled", mean(f.of))
+		r.Set(f.name+"_ratio", mean(f.of)/f.of(empty))
 	}
-	r.Set("buffers_per_step_empty", empty.BuffersPerStep)
-	r.Set("buffers_per_step_filled", filled.BuffersPerStep)
-	r.Set("buffers_per_step_ratio", filled.BuffersPerStep/empty.BuffersPerStep)
 	r.Set("scenario_s", time.Since(start).Seconds())
 	return nil
 }
@@ -111,7 +146,7 @@ func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*grow
 		return e.ResetCatalog(ctx)
 	}
 	g := &growthFigures{}
-	e.Logf("growth: %s catalog", phase)
+	e.Logf("growth: %s", phase)
 	if err := reset(); err != nil {
 		return nil, err
 	}
@@ -119,7 +154,7 @@ func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*grow
 	if err != nil {
 		return nil, err
 	}
-	e.AddProfile("growth, "+phase+" catalog: throughput, 1 dispatcher", &round)
+	e.AddProfile("growth, "+phase+": throughput, 1 dispatcher", &round)
 	g.StepsPerS = round.StepsPerS
 	g.BuffersPerStep = round.Profile.SQL.BuffersPer
 	if err := reset(); err != nil {
@@ -129,8 +164,8 @@ func growthMeasure(ctx context.Context, e *Env, phase string, fresh bool) (*grow
 	if err != nil {
 		return nil, err
 	}
-	e.AddProfile("growth, "+phase+" catalog: create-run, 1 client", a.CreateSQL)
-	e.AddProfile("growth, "+phase+" catalog: get-run, 1 client", a.GetSQL)
+	e.AddProfile("growth, "+phase+": create-run, 1 client", a.CreateSQL)
+	e.AddProfile("growth, "+phase+": get-run, 1 client", a.GetSQL)
 	g.CreateP50, g.GetP50 = report.Percentile(a.Create, 50), report.Percentile(a.Get, 50)
 	// The API's runs are pending (no dispatcher ran them): the latency server
 	// would run them first.
@@ -149,14 +184,14 @@ DELETE FROM events USING p WHERE events.run_id = p.id`); err != nil {
 	if err != nil {
 		return nil, err
 	}
-	e.AddProfile("growth, "+phase+" catalog: latency, one run at a time", l.SQL)
+	e.AddProfile("growth, "+phase+": latency, one run at a time", l.SQL)
 	g.StepToStepP50 = report.Percentile(l.Gaps, 50)
 	if err := e.DB.QueryRow(ctx, `
 SELECT id::text FROM runs WHERE workflow = $1 AND status = 'succeeded' ORDER BY created_at DESC LIMIT 1`,
 		cairn.WorkflowChain).Scan(&g.Template); err != nil {
 		return nil, fmt.Errorf("template run: %w", err)
 	}
-	e.Logf("growth: %s catalog: %.0f steps/s, step-to-step p50 %.2f ms, create p50 %.2f ms, get p50 %.3f ms",
+	e.Logf("growth: %s: %.0f steps/s, step-to-step p50 %.2f ms, create p50 %.2f ms, get p50 %.3f ms",
 		phase, g.StepsPerS, g.StepToStepP50, g.CreateP50, g.GetP50)
 	return g, nil
 }
