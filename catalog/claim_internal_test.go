@@ -142,7 +142,7 @@ func TestClaimAloneCountsAfterLock(t *testing.T) {
 	tx, err := s.DB().BeginTxx(ctx, nil)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback() }()
-	_, err = tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('solo' || chr(31) || 'k', 16))`)
+	_, err = tx.ExecContext(ctx, `SELECT cairn_limit_lock('{solo}', '{k}')`)
 	require.NoError(t, err)
 
 	type result struct {

@@ -253,21 +253,39 @@ FROM g`
 
 	// sqlClaimKeyLock takes the transaction-level advisory lock of each rate
 	// limit's key, ("rate" 0x1e name, key): apart from a concurrency limit of the
-	// same name. In the order of the lock ids, as cairn_conc_usage takes the
-	// concurrency keys' (the same ids), so that two claimers never wait for each
-	// other in a circle.
-	sqlClaimKeyLock = `
-SELECT count(pg_advisory_xact_lock(x.id)) FROM (
-    SELECT DISTINCT hashtextextended(u.n || chr(31) || u.k, 16) AS id
-    FROM unnest($1::text[], $2::text[]) AS u(n, k)
-    ORDER BY 1
-) x`
+	// same name. cairn_limit_lock takes them in the order of their ids, as
+	// cairn_conc_usage takes the concurrency keys' (by the same function), so
+	// that two claimers never wait for each other in a circle.
+	sqlClaimKeyLock = `SELECT cairn_limit_lock($1::text[], $2::text[])`
 
-	// sqlClaimKeyUsage takes the locks of concurrency keys ($1 names, $2 keys),
-	// counts each key's running steps after them and gives the limit set at run
-	// time, if any (cairn_conc_usage: its count sees every claim of the keys
-	// committed before the locks).
-	sqlClaimKeyUsage = `SELECT name, key, running, override FROM cairn_conc_usage($1::text[], $2::text[])`
+	// sqlConcAdmitted is the one home of the concurrency limits' admission rule:
+	// of the candidates in admit_src (conc_name, conc_key and conc_limit NULL
+	// for a step without a limit; ord, the order in which they get the slots),
+	// it keeps those without a limit and, key by key in ord, those the key has a
+	// free slot for: the key's running steps (use: cairn_conc_usage, counted
+	// after the keys' locks) and the candidates before it at most the limit set
+	// at run time (limits), or else the step's own. A candidate refused still
+	// counts for those after it. The claim in one statement (sqlClaimAlone) and
+	// the claim transaction's (sqlClaimConcAdmit) apply it alike.
+	sqlConcAdmitted = `
+    SELECT t.* FROM (
+        SELECT a.*, row_number() OVER (PARTITION BY a.conc_name, a.conc_key ORDER BY a.ord) AS place
+        FROM admit_src a) t
+    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
+    WHERE t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit)`
+
+	// sqlClaimConcAdmit takes the locks of the concurrency keys of the claim
+	// transaction's candidates with a limit ($1 names, $2 keys, $3 limits, in
+	// the candidates' order) and returns the ordinals (1-based) of those that
+	// get a slot (sqlConcAdmitted).
+	sqlClaimConcAdmit = `
+WITH admit_src AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::integer[]) WITH ORDINALITY AS s(conc_name, conc_key, conc_limit, ord)
+), use AS MATERIALIZED (
+    SELECT * FROM cairn_conc_usage($1::text[], $2::text[])
+)
+SELECT c.ord FROM (` + sqlConcAdmitted + `) c
+ORDER BY c.ord`
 
 	// sqlLimitUsage counts the running and ready steps of each concurrency key,
 	// each from its partial index (steps_conc_running_idx, steps_conc_ready_idx):
@@ -520,25 +538,12 @@ const rateLockPrefix = "rate\x1e"
 // sqlClaimAlone the concurrency keys' alone), so that no two claimers wait for
 // each other in a circle.
 func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, time.Duration, error) {
-	var names, keys []string
-	seen := map[limitKey]bool{}
-	for _, c := range cands {
-		if c.ConcName == nil {
-			continue
-		}
-		if k := (limitKey{*c.ConcName, *c.ConcKey}); !seen[k] {
-			seen[k] = true
-			names, keys = append(names, k.name), append(keys, k.key)
-		}
-	}
-	if len(names) > 0 {
-		var err error
-		if cands, err = admitConcurrency(ctx, tx, cands, names, keys); err != nil {
-			return nil, 0, err
-		}
+	var err error
+	if cands, err = admitConcurrency(ctx, tx, cands); err != nil {
+		return nil, 0, err
 	}
 	var lockNames, lockKeys []string
-	clear(seen)
+	seen := map[limitKey]bool{}
 	for _, c := range cands {
 		if c.RateName == nil {
 			continue
@@ -558,50 +563,35 @@ func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCan
 	return admitRate(ctx, tx, cands)
 }
 
-// admitConcurrency takes the locks of the concurrency keys (names and keys) and
-// keeps the candidates whose key has a free slot, counted after the locks
-// (cairn_conc_usage).
-func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate, names, keys []string) ([]claimCandidate, error) {
-	rows, err := tx.QueryxContext(ctx, sqlClaimKeyUsage, pq.StringArray(names), pq.StringArray(keys))
-	if err != nil {
+// admitConcurrency keeps the candidates without a concurrency limit and, of
+// those with one, the ones their key has a free slot for (sqlClaimConcAdmit,
+// which takes the keys' locks first).
+func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, error) {
+	var names, keys []string
+	var limits []int64
+	var limited []int // index in cands of each ordinal's candidate
+	for i, c := range cands {
+		if c.ConcName != nil {
+			names, keys = append(names, *c.ConcName), append(keys, *c.ConcKey)
+			limits = append(limits, int64(*c.ConcLimit))
+			limited = append(limited, i)
+		}
+	}
+	if len(limited) == 0 {
+		return cands, nil
+	}
+	var ords []int
+	if err := tx.SelectContext(ctx, &ords, sqlClaimConcAdmit,
+		pq.StringArray(names), pq.StringArray(keys), pq.Int64Array(limits)); err != nil {
 		return nil, fmt.Errorf("count limit slots: %w", err)
 	}
-	running := map[limitKey]int{}
-	override := map[limitKey]int{}
-	for rows.Next() {
-		var (
-			k   limitKey
-			r   int
-			ovr *int
-		)
-		if err := rows.Scan(&k.name, &k.key, &r, &ovr); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		running[k] = r
-		if ovr != nil {
-			override[k] = *ovr
-		}
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	admitted := make([]bool, len(cands))
+	for _, o := range ords {
+		admitted[limited[o-1]] = true
 	}
 	out := cands[:0:0]
-	for _, c := range cands {
-		if c.ConcName == nil {
-			out = append(out, c)
-			continue
-		}
-		k := limitKey{*c.ConcName, *c.ConcKey}
-		lim := *c.ConcLimit
-		if o, ok := override[k]; ok {
-			lim = o
-		}
-		if running[k] < lim {
-			running[k]++
+	for i, c := range cands {
+		if c.ConcName == nil || admitted[i] {
 			out = append(out, c)
 		}
 	}

@@ -194,12 +194,11 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// transaction that takes the buckets' tokens. One last row, with an empty
 	// key, carries fallback and next_in (as sqlClaimNextIn) when either is set.
 	//
-	// Concurrency limits it applies itself, as admit does: use takes the keys'
+	// Concurrency limits it applies itself, by the rule admit applies
+	// (sqlConcAdmitted, over the candidates in their order): use takes the keys'
 	// locks and counts their running steps after them (cairn_conc_usage, whose
-	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql),
-	// and c keeps, key by key in the candidates' order, those the key has free
-	// slots for (its limit, or the one set at run time); the keys of the steps
-	// leased take their turn (sqlClaimTurns). Without a candidate with a
+	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql);
+	// the keys of the steps leased take their turn (sqlClaimTurns). Without a candidate with a
 	// concurrency limit, use calls nothing (the lateral function of an empty
 	// row set).
 	//
@@ -233,15 +232,10 @@ WITH cand AS (
         FROM fb WHERE NOT fb.fallback) a
     CROSS JOIN LATERAL cairn_conc_usage(a.names, a.keys) u
     WHERE cardinality(a.names) > 0
-), c AS (
-    SELECT t.run_id, t.key, t.tid, t.conc_name, t.conc_key FROM (
-        SELECT top.*, row_number() OVER (PARTITION BY top.conc_name, top.conc_key
-                                         ORDER BY top.priority DESC, top.ready_at) AS place
-        FROM top) t
-    CROSS JOIN fb
-    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
-    WHERE NOT fb.fallback
-      AND (t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))
+), admit_src AS (
+    SELECT top.*, row_number() OVER (ORDER BY top.priority DESC, top.ready_at) AS ord
+    FROM top, fb WHERE NOT fb.fallback
+), c AS (` + sqlConcAdmitted + `
 )` + sqlClaimWrites + sqlClaimTurns + `
 SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
 UNION ALL
