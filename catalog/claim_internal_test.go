@@ -206,3 +206,52 @@ func TestConcSlotsPlans(t *testing.T) {
 		require.NotContains(t, p, "steps_lease_expiry_idx", "%s:\n%s", name, p)
 	}
 }
+
+// TestAdmitConcurrency: the claim transaction admits concurrency-limited
+// candidates by the rule of the claim in one statement (sqlConcAdmitted): key by
+// key in the candidates' order, a candidate gets a slot when the key's running
+// steps and the candidates before it fit under the limit set at run time, or
+// else its own; a candidate refused still counts for those after it; one
+// without a limit always passes.
+func TestAdmitConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(testenv.DB(t), nil)
+	claimAloneVersion(t, s, "limited", `,"concurrency":{"name":"tenant","key":"input.tenant","limit":1}`)
+	claimAloneRuns(t, s, "limited", `{"tenant":"busy"}`, 1)
+	out, _, fallback, err := s.claimAlone(ctx, "d1", []string{}, 10, time.Minute)
+	require.NoError(t, err)
+	require.False(t, fallback)
+	require.Len(t, out, 1, "one step of key busy runs")
+	_, err = s.LimitSet(ctx, "wide", LimitSetParams{Concurrency: 2}, "alice")
+	require.NoError(t, err)
+
+	cand := func(id, name, key string, limit int) claimCandidate {
+		c := claimCandidate{Key: &id}
+		if name != "" {
+			c.ConcName, c.ConcKey, c.ConcLimit = &name, &key, &limit
+		}
+		return c
+	}
+	cands := []claimCandidate{
+		cand("busy-1", "tenant", "busy", 2), // 1 running + 1st ≤ 2: in
+		cand("busy-2", "tenant", "busy", 2), // 1 + 2nd > 2: out
+		cand("free", "", "", 0),             // no limit: in
+		cand("busy-3", "tenant", "busy", 4), // 1 + 3rd ≤ 4: in (its own limit)
+		cand("idle-1", "tenant", "idle", 1), // 0 + 1st ≤ 1: in
+		cand("idle-2", "tenant", "idle", 1), // 0 + 2nd > 1: out
+		cand("wide-1", "wide", "k", 1),      // limit set at run time, 2: in
+		cand("wide-2", "wide", "k", 1),      // in
+		cand("wide-3", "wide", "k", 9),      // 0 + 3rd > 2: out
+	}
+	tx, err := s.DB().BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	admitted, err := admitConcurrency(ctx, tx, cands)
+	require.NoError(t, err)
+	var got []string
+	for _, c := range admitted {
+		got = append(got, *c.Key)
+	}
+	require.Equal(t, []string{"busy-1", "free", "busy-3", "idle-1", "wide-1", "wide-2"}, got)
+}

@@ -198,9 +198,9 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// (sqlConcAdmitted, over the candidates in their order): use takes the keys'
 	// locks and counts their running steps after them (cairn_conc_usage, whose
 	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql);
-	// the keys of the steps leased take their turn (sqlClaimTurns). Without a candidate with a
-	// concurrency limit, use calls nothing (the lateral function of an empty
-	// row set).
+	// the keys of the steps leased take their turn (sqlClaimTurns). Without a
+	// candidate with a concurrency limit, use calls nothing (the lateral
+	// function of an empty row set).
 	//
 	// It is prepared once for each power of two (claimAloneQuery): cand locks up
 	// to that constant number of candidates (%[1]d), top takes the first $4 of
