@@ -21,16 +21,16 @@ const growthSpread = 30 * 24 * time.Hour
 
 // Growth measures throughput, step-to-step latency, create-run and get-run on an
 // empty catalog, then fills the catalog with GrowthRuns finished runs (bulk-loaded
-// with SQL) and measures the same on it, on an empty copy of the catalog and on it
-// again, in the same run: each figure filled (the mean of two) ÷ empty. The
-// measurements are the throughput, latency and api scenarios' own
-// (burnRound, measureLatency, measureAPI), at their scales.
+// with SQL) and measures the same on it and on an empty copy of the catalog in
+// turn, five times in the same run: each figure filled ÷ empty. The measurements
+// are the throughput, latency and api scenarios' own (burnRound, measureLatency,
+// measureAPI), at their scales.
 func Growth(ctx context.Context, e *Env) *report.Result {
 	r := e.NewResult("growth")
 	r.Settings["runs"] = e.Scale.GrowthRuns
 	r.Settings["fill"] = fmt.Sprintf("copies of one finished run of the %d-step noop chain (its run, steps, step_edges, attempts and events rows, every column copied: %d steps, %d attempts, about 2 events per step), bulk-loaded with INSERT … SELECT generate_series in transactions of %d runs; UUIDv7 ids and timestamps spread over the %s before the template; then VACUUM ANALYZE and CHECKPOINT",
 		cairn.ChainSteps, cairn.ChainSteps, cairn.ChainSteps, growthBatch, growthSpread)
-	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure) before the fill; then on the filled catalog, on an empty copy of the catalog (made with CREATE DATABASE … TEMPLATE after the deploy, emptied before each figure) and on the filled one again, one after the other; each filled figure is the mean of its two, against the empty copy's between them (the figures before the fill are reported, _empty_before_fill, not compared): steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
+	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure) before the fill; then five times, one after the other, on the filled catalog and on an empty copy of the catalog (made with CREATE DATABASE … TEMPLATE after the deploy, emptied before each figure) in turn: filled, empty, filled, empty, filled (rounds: each figure in that order); a filled figure is its three weighted 1, 2, 1, an empty one its two's mean, both centred on the same moment (the figures before the fill are reported, _empty_before_fill, not compared): steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
 		e.Scale.ThroughputRuns, e.Scale.LatencyRuns, e.Scale.APIRequests)
 	r.Settings["ratios"] = "steps_per_s_ratio = filled ÷ empty (goal ≥ 0.9); the latency ratios filled ÷ empty (goal ≤ 1.1); buffers_per_step_ratio, no goal: the throughput round's buffer accesses per step (pg_stat_statements, top-level statements), filled ÷ empty, which the machine's speed does not move (deeper indexes alone make it ≈ 1.2; a plan that reads what it need not shows as several times that)"
 	err := growth(ctx, e, r)
@@ -89,28 +89,31 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 		return err
 	}
 	r.Set("filled_database_mib", float64(size)/(1<<20))
-	// Filled, empty, filled: the machine's speed drifts by a third within minutes
-	// on a small VM, and a filled figure taken on each side of the empty one
-	// cancels a steady drift, which one after the other would count as growth.
-	filled1, err := growthMeasure(ctx, e, "filled catalog, 1 of 2", false)
-	if err != nil {
-		return err
+	// Filled, empty, filled, empty, filled: the machine's speed drifts by a third
+	// within minutes on a small VM, and one figure after the other would count
+	// the drift as growth. The filled figures weighted 1, 2, 1 and the empty ones
+	// 1, 1 are centred on the same moment, so a steady drift cancels, and each
+	// side is measured more than once.
+	var filled, empty []*growthFigures
+	for i := range 5 {
+		db, phase := CatalogDB, fmt.Sprintf("filled catalog, %d of 3", i/2+1)
+		if i%2 == 1 {
+			db, phase = growthEmptyDB, fmt.Sprintf("empty copy of the catalog, %d of 2", i/2+1)
+		}
+		if err := e.UseCatalog(ctx, db); err != nil {
+			return err
+		}
+		g, err := growthMeasure(ctx, e, phase, db == growthEmptyDB)
+		if err != nil {
+			return err
+		}
+		if db == growthEmptyDB {
+			empty = append(empty, g)
+		} else {
+			filled = append(filled, g)
+		}
 	}
-	if err := e.UseCatalog(ctx, growthEmptyDB); err != nil {
-		return err
-	}
-	empty, err := growthMeasure(ctx, e, "empty copy of the catalog", true)
-	if err != nil {
-		return err
-	}
-	if err := e.UseCatalog(ctx, CatalogDB); err != nil {
-		return err
-	}
-	filled2, err := growthMeasure(ctx, e, "filled catalog, 2 of 2", false)
-	if err != nil {
-		return err
-	}
-	mean := func(f func(*growthFigures) float64) float64 { return (f(filled1) + f(filled2)) / 2 }
+	rounds := map[string][]float64{}
 	for _, f := range []struct {
 		name string
 		of   func(*growthFigures) float64
@@ -125,11 +128,15 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 		if f.name == "steps_per_s" || f.name == "buffers_per_step" {
 			unit = ""
 		}
+		fv := (f.of(filled[0]) + 2*f.of(filled[1]) + f.of(filled[2])) / 4
+		ev := (f.of(empty[0]) + f.of(empty[1])) / 2
 		r.Set(f.name+unit+"_empty_before_fill", f.of(first))
-		r.Set(f.name+unit+"_empty", f.of(empty))
-		r.Set(f.name+unit+"_filled", mean(f.of))
-		r.Set(f.name+"_ratio", mean(f.of)/f.of(empty))
+		r.Set(f.name+unit+"_empty", ev)
+		r.Set(f.name+unit+"_filled", fv)
+		r.Set(f.name+"_ratio", fv/ev)
+		rounds[f.name+unit] = []float64{f.of(filled[0]), f.of(empty[0]), f.of(filled[1]), f.of(empty[1]), f.of(filled[2])}
 	}
+	r.Settings["rounds"] = rounds
 	r.Set("scenario_s", time.Since(start).Seconds())
 	return nil
 }
