@@ -13,6 +13,7 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -470,8 +471,17 @@ func TestCollectorRaceDispatcher(t *testing.T) {
 	close(stop)
 	<-starter
 
+	// Once the newest run has ended, the runs are checked newest first: those
+	// that ended last, before the reaper (a second after their end) deletes
+	// them. Oldest first, a slow machine reached them only after they were
+	// reaped, and checked none.
+	last := runs[len(runs)-1]
+	require.Eventually(t, func() bool {
+		r, err := tb.store.RunGet(ctx, last)
+		return errors.Is(err, catalog.ErrNotFound) || (err == nil && r.Status.Terminal())
+	}, time.Minute, 10*time.Millisecond)
 	checked := 0
-	for _, id := range runs {
+	for _, id := range slices.Backward(runs) {
 		steps, err := tb.store.StepList(ctx, id)
 		if errors.Is(err, catalog.ErrNotFound) || (err == nil && len(steps) == 0) {
 			continue // reaped
