@@ -30,7 +30,7 @@ func Growth(ctx context.Context, e *Env) *report.Result {
 	r.Settings["runs"] = e.Scale.GrowthRuns
 	r.Settings["fill"] = fmt.Sprintf("copies of one finished run of the %d-step noop chain (its run, steps, step_edges, attempts and events rows, every column copied: %d steps, %d attempts, about 2 events per step), bulk-loaded with INSERT … SELECT generate_series in transactions of %d runs; UUIDv7 ids and timestamps spread over the %s before the template; then VACUUM ANALYZE and CHECKPOINT",
 		cairn.ChainSteps, cairn.ChainSteps, cairn.ChainSteps, growthBatch, growthSpread)
-	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure) before the fill; then five times, one after the other, on the filled catalog and on an empty copy of the catalog (made with CREATE DATABASE … TEMPLATE after the deploy, emptied before each figure) in turn: filled, empty, filled, empty, filled (rounds: each figure in that order); a filled figure is its three weighted 1, 2, 1, an empty one its two's mean, both centred on the same moment (the figures before the fill are reported, _empty_before_fill, not compared): steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
+	r.Settings["measured"] = fmt.Sprintf("on the empty catalog (emptied before each figure) before the fill; then five times, one after the other, on the filled catalog and on an empty copy of the catalog (made with CREATE DATABASE … TEMPLATE after the deploy, emptied before each figure) in turn: filled, empty, filled, empty, filled (rounds: each figure in that order), with autovacuum off for the run tables of both catalogs (storage parameter autovacuum_enabled; rounds.autovacuums counts what still ran); a filled figure is its three weighted 1, 2, 1, an empty one its two's mean, both centred on the same moment (the figures before the fill are reported, _empty_before_fill, not compared): steps/s of the throughput scenario's 1-dispatcher round (%d runs); step-to-step p50 of the latency scenario (%d runs); create-run and get-run p50 of the api scenario, one client (%d requests)",
 		e.Scale.ThroughputRuns, e.Scale.LatencyRuns, e.Scale.APIRequests)
 	r.Settings["ratios"] = "steps_per_s_ratio = filled ÷ empty (goal ≥ 0.9); the latency ratios filled ÷ empty (goal ≤ 1.1); buffers_per_step_ratio, no goal: the throughput round's buffer accesses per step (pg_stat_statements, top-level statements), filled ÷ empty, which the machine's speed does not move (deeper indexes alone make it ≈ 1.2; a plan that reads what it need not shows as several times that)"
 	err := growth(ctx, e, r)
@@ -76,6 +76,7 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 		}
 		_ = e.DropCatalog(ctx, growthEmptyDB)
 		_ = e.ResetCatalog(ctx)
+		_ = e.setAutovacuum(ctx, true)
 	}()
 	// The figures before the fill: their latency round's runs are the template
 	// the fill copies.
@@ -105,6 +106,15 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 			db, phase = growthEmptyDB, fmt.Sprintf("empty copy of the catalog, %d of 2", i/2+1)
 		}
 		if err := e.UseCatalog(ctx, db); err != nil {
+			return err
+		}
+		// No autovacuum during the rounds, on either side: the empty copy's
+		// tables, emptied before each figure, crossed its thresholds within a
+		// round and were vacuumed and analyzed while it ran (4 to 7 times in
+		// the empty rounds of a full run, never in the filled ones, whose
+		// thresholds are a fifth of millions of rows), which slowed the empty
+		// side alone.
+		if err := e.setAutovacuum(ctx, false); err != nil {
 			return err
 		}
 		g, err := growthMeasure(ctx, e, phase, db == growthEmptyDB)
@@ -147,6 +157,25 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 	r.Set("autovacuums_empty", empty[0].Autovacuums+empty[1].Autovacuums)
 	r.Settings["rounds"] = rounds
 	r.Set("scenario_s", time.Since(start).Seconds())
+	return nil
+}
+
+// growthTables are the tables the rounds write, whose autovacuum setAutovacuum
+// turns off and on (ResetCatalog's).
+var growthTables = []string{"runs", "steps", "attempts", "step_edges", "events", "idempotency_keys"}
+
+// setAutovacuum turns autovacuum on or off for growthTables in the current
+// catalog (a storage parameter; VACUUM and ANALYZE statements still run).
+func (e *Env) setAutovacuum(ctx context.Context, on bool) error {
+	for _, t := range growthTables {
+		q := `ALTER TABLE ` + pgx.Identifier{t}.Sanitize() + ` SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)`
+		if on {
+			q = `ALTER TABLE ` + pgx.Identifier{t}.Sanitize() + ` RESET (autovacuum_enabled, toast.autovacuum_enabled)`
+		}
+		if _, err := e.DB.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
 	return nil
 }
 
