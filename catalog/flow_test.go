@@ -135,6 +135,32 @@ WHERE run_id = $1 AND key = 's'`, one["s"].RunID)
 	require.ErrorIs(t, err, catalog.ErrInvalidInput)
 }
 
+// raceClaims runs 8 claimers at once (owners d0 to d7), each calling claim
+// rounds times, and returns how many steps they claimed in all.
+func raceClaims(t *testing.T, rounds int, claim func(owner string) ([]catalog.Claimed, error)) int {
+	t.Helper()
+	var g errgroup.Group
+	counts := make([]int, 8)
+	for i := range counts {
+		g.Go(func() error {
+			for range rounds {
+				c, err := claim(fmt.Sprintf("d%d", i))
+				if err != nil {
+					return err
+				}
+				counts[i] += len(c)
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total
+}
+
 // TestConcurrencyClaimRace: claimers racing for the steps of one key never start
 // more than the limit between them, whether they claim in a transaction that
 // takes the keys' turns (StepClaim, the keys having rows) or in one statement
@@ -153,25 +179,9 @@ func TestConcurrencyClaimRace(t *testing.T) {
 			for i := range 60 {
 				flowRun(t, ctx, s, "race", fmt.Sprintf(`{"n":%d}`, i))
 			}
-			var g errgroup.Group
-			counts := make([]int, 8)
-			for i := range counts {
-				g.Go(func() error {
-					for range 5 {
-						c, err := claim(s, ctx, fmt.Sprintf("d%d", i), 3, time.Minute)
-						if err != nil {
-							return err
-						}
-						counts[i] += len(c)
-					}
-					return nil
-				})
-			}
-			require.NoError(t, g.Wait())
-			total := 0
-			for _, n := range counts {
-				total += n
-			}
+			total := raceClaims(t, 5, func(owner string) ([]catalog.Claimed, error) {
+				return claim(s, ctx, owner, 3, time.Minute)
+			})
 			require.Equal(t, 6, total)
 			require.Equal(t, map[string]int{"race/0": 2, "race/1": 2, "race/2": 2}, runningPerKey(t, ctx, s))
 		})
@@ -276,25 +286,9 @@ func TestRateLimitRace(t *testing.T) {
 	for range 40 {
 		flowRun(t, ctx, s, "rr", `{}`)
 	}
-	var g errgroup.Group
-	counts := make([]int, 8)
-	for i := range counts {
-		g.Go(func() error {
-			for range 4 {
-				c, err := s.StepClaim(ctx, fmt.Sprintf("d%d", i), 2, time.Minute)
-				if err != nil {
-					return err
-				}
-				counts[i] += len(c)
-			}
-			return nil
-		})
-	}
-	require.NoError(t, g.Wait())
-	total := 0
-	for _, n := range counts {
-		total += n
-	}
+	total := raceClaims(t, 4, func(owner string) ([]catalog.Claimed, error) {
+		return s.StepClaim(ctx, owner, 2, time.Minute)
+	})
 	require.Equal(t, 7, total)
 }
 
