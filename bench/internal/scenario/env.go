@@ -10,6 +10,7 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,12 +224,15 @@ func (e *Env) DeployFresh(ctx context.Context, files map[string]cairn.File) erro
 	return e.ResetCatalog(ctx)
 }
 
+// measuredTables are the tables a measurement writes, which ResetCatalog empties.
+var measuredTables = []string{"runs", "steps", "attempts", "step_edges", "events", "idempotency_keys"}
+
 // ResetCatalog empties the run tables (attempts named: no foreign key leads to
 // them from steps since migration 00031; their live logs cascade) and writes a
 // checkpoint, so that each measurement starts from the same state. No dispatcher
 // may be running.
 func (e *Env) ResetCatalog(ctx context.Context) error {
-	if _, err := e.DB.Exec(ctx, `TRUNCATE runs, steps, attempts, step_edges, events, idempotency_keys CASCADE`); err != nil {
+	if _, err := e.DB.Exec(ctx, `TRUNCATE `+strings.Join(measuredTables, ", ")+` CASCADE`); err != nil {
 		return fmt.Errorf("reset catalog: %w", err)
 	}
 	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {

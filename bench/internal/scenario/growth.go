@@ -160,14 +160,10 @@ func growth(ctx context.Context, e *Env, r *report.Result) error {
 	return nil
 }
 
-// growthTables are the tables the rounds write, whose autovacuum setAutovacuum
-// turns off and on (ResetCatalog's).
-var growthTables = []string{"runs", "steps", "attempts", "step_edges", "events", "idempotency_keys"}
-
-// setAutovacuum turns autovacuum on or off for growthTables in the current
+// setAutovacuum turns autovacuum on or off for measuredTables in the current
 // catalog (a storage parameter; VACUUM and ANALYZE statements still run).
 func (e *Env) setAutovacuum(ctx context.Context, on bool) error {
-	for _, t := range growthTables {
+	for _, t := range measuredTables {
 		q := `ALTER TABLE ` + pgx.Identifier{t}.Sanitize() + ` SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)`
 		if on {
 			q = `ALTER TABLE ` + pgx.Identifier{t}.Sanitize() + ` RESET (autovacuum_enabled, toast.autovacuum_enabled)`
