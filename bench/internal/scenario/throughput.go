@@ -54,10 +54,10 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	r.Settings["runs"] = e.Scale.ThroughputRuns
 	r.Settings["workflow"] = fmt.Sprintf("%d noop built-in steps in a chain", cairn.ChainSteps)
 	r.Settings["creation"] = fmt.Sprintf("every run is created before the dispatchers start, through the API of a `cairn serve --no-dispatcher` (%d concurrent clients); all runs are in flight at once", createClients)
-	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 128, claim batch 64)"
-	r.Settings["limited_round"] = "a round with 1 dispatcher over the same chain with `defaults: {concurrency: {key: \"run.id\", limit: 1}}` (every claim takes a slot under its key's lock): steps_per_s_1_dispatcher_limited, and ratio_limited_to_unlimited against steps_per_s_1_dispatcher (goal ≥ 0.8)"
-	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; steps_per_s is the better of the two rounds; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
-	r.Settings["river"] = "River at its best measured twice, by the river scenario before these rounds and again after the two default rounds (before the limited one): river_jobs_per_s and river_cpu_ms_per_job are the means of the two (_before, _after), so that ratio_to_river compares figures centred on the same moment"
+	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 128, claim batch 64); the rounds in the order 1 dispatcher, 1 limited, 1 again, 2"
+	r.Settings["limited_round"] = "a round with 1 dispatcher over the same chain with `defaults: {concurrency: {key: \"run.id\", limit: 1}}` (every claim takes a slot under its key's lock), between two unlimited rounds of 1 dispatcher: steps_per_s_1_dispatcher_limited, and ratio_limited_to_unlimited against steps_per_s_1_dispatcher, the mean of those two (_before_limited, _after_limited; goal ≥ 0.8)"
+	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; the 1-dispatcher figures are the means of its two unlimited rounds; steps_per_s is the better of 1 and 2 dispatchers; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
+	r.Settings["river"] = "River at its best measured twice, by the river scenario before these rounds and again after the 2-dispatcher round: river_jobs_per_s and river_cpu_ms_per_job are the means of the two (_before, _after), so that ratio_to_river compares figures centred on the same moment"
 	if c := e.Scale.ThroughputConcurrency; c > 0 {
 		r.Settings["tuned_round"] = fmt.Sprintf("a third round, not in steps_per_s: 1 dispatcher with CAIRN_CONCURRENCY=%d (steps_per_s_1_dispatcher_c%d)", c, c)
 	}
@@ -71,18 +71,21 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 		type roundConfig struct {
 			dispatchers, concurrency int
 			limited                  bool
+			again                    bool // the 1-dispatcher round again, after the limited one
 		}
-		rounds := []roundConfig{{1, 0, false}, {2, 0, false}, {1, 0, true}}
+		// The limited round between two unlimited ones of 1 dispatcher (its ratio
+		// is to their mean), then 2 dispatchers, then River again (riverAfter):
+		// the VM slows over consecutive minutes of load, and a figure taken
+		// later than the one it is divided by read low.
+		rounds := []roundConfig{{dispatchers: 1}, {dispatchers: 1, limited: true}, {dispatchers: 1, again: true}, {dispatchers: 2}}
 		if c := e.Scale.ThroughputConcurrency; c > 0 {
-			rounds = append(rounds, roundConfig{1, c, false})
+			rounds = append(rounds, roundConfig{dispatchers: 1, concurrency: c})
 		}
+		var oneDispatcher []Round
 		for _, rc := range rounds {
 			workflow := cairn.WorkflowChain
 			if rc.limited {
 				workflow = cairn.WorkflowChainLimited
-				if err := riverAfter(ctx, e, r, peer); err != nil {
-					return err
-				}
 			}
 			round, err := throughputRound(ctx, e, workflow, rc.dispatchers, rc.concurrency)
 			if err != nil {
@@ -94,7 +97,8 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				suffix += fmt.Sprintf("_c%d", rc.concurrency)
 				name += fmt.Sprintf(", CAIRN_CONCURRENCY=%d", rc.concurrency)
 			}
-			if rc.limited {
+			switch {
+			case rc.limited:
 				// Not in steps_per_s: beside the unlimited figure of the same
 				// dispatcher count (ratio_limited_to_unlimited, goal ≥ 0.8).
 				suffix += "_limited"
@@ -103,12 +107,20 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				r.Set("steps_per_s"+suffix, round.StepsPerS)
 				r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
 				r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
-				if u := r.Metrics["steps_per_s_1_dispatcher"]; u > 0 {
-					r.Set("ratio_limited_to_unlimited", round.StepsPerS/u)
-				}
 				continue
+			case rc.again:
+				name += ", again after the limited round"
 			}
 			e.AddProfile(name, &round)
+			if rc.dispatchers == 1 && rc.concurrency == 0 {
+				oneDispatcher = append(oneDispatcher, round)
+				if !rc.again {
+					continue
+				}
+				r.Set("steps_per_s"+suffix+"_before_limited", oneDispatcher[0].StepsPerS)
+				r.Set("steps_per_s"+suffix+"_after_limited", oneDispatcher[1].StepsPerS)
+				round = meanRound(oneDispatcher)
+			}
 			r.Set("steps_per_s"+suffix, round.StepsPerS)
 			r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
 			r.Set("commits_per_step"+suffix, round.Profile.CommitsPerStep)
@@ -118,6 +130,14 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 			if rc.concurrency == 0 && round.StepsPerS > r.Metrics["steps_per_s"] {
 				r.Set("steps_per_s", round.StepsPerS)
 			}
+			if rc.dispatchers == 2 {
+				if err := riverAfter(ctx, e, r, peer); err != nil {
+					return err
+				}
+			}
+		}
+		if u, l := r.Metrics["steps_per_s_1_dispatcher"], r.Metrics["steps_per_s_1_dispatcher_limited"]; u > 0 && l > 0 {
+			r.Set("ratio_limited_to_unlimited", l/u)
 		}
 		return nil
 	}()
@@ -157,6 +177,23 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	return r
 }
 
+// meanRound is the mean of rounds' rates and of their profiles' figures per step
+// that throughput reports (rate, round trips, commits, processor times).
+func meanRound(rounds []Round) Round {
+	m := Round{Dispatchers: rounds[0].Dispatchers, Concurrency: rounds[0].Concurrency,
+		Profile: &RunProfile{SQL: &SQLProfile{}}}
+	n := float64(len(rounds))
+	for _, r := range rounds {
+		m.Steps += r.Steps
+		m.StepsPerS += r.StepsPerS / n
+		m.Profile.SQL.RoundTripsPer += r.Profile.SQL.RoundTripsPer / n
+		m.Profile.CommitsPerStep += r.Profile.CommitsPerStep / n
+		m.Profile.CairnCPUMSPerStep += r.Profile.CairnCPUMSPerStep / n
+		m.Profile.PostgresCPUMSPerStep += r.Profile.PostgresCPUMSPerStep / n
+	}
+	return m
+}
+
 // riverAfter measures River at its best again after the default rounds
 // (riverAgain), when the river scenario ran before them (peer): River's figures
 // (river_jobs_per_s, river_cpu_ms_per_job) are the means of the two, the one
@@ -164,7 +201,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 // A drift of the VM's speed over those minutes, a third at times, then moves
 // both sides of ratio_to_river alike.
 func riverAfter(ctx context.Context, e *Env, r, peer *report.Result) error {
-	if peer == nil || peer.Metrics["river_jobs_per_s"] <= 0 || r.Metrics["river_jobs_per_s_after"] > 0 {
+	if peer == nil || peer.Metrics["river_jobs_per_s"] <= 0 {
 		return nil
 	}
 	perS, cpu, err := riverAgain(ctx, e)

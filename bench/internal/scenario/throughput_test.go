@@ -34,3 +34,21 @@ FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS r(run_id, key, ord)`, "fi
 		assert.Equal(t, tt.want, batchKind(tt.query), tt.query)
 	}
 }
+
+// The 1-dispatcher figures are the means of the rounds before and after the
+// limited one, rate and profile alike.
+func TestMeanRound(t *testing.T) {
+	round := func(perS, trips, commits, cairnCPU, pgCPU float64) Round {
+		return Round{Dispatchers: 1, Steps: 100, StepsPerS: perS, Profile: &RunProfile{
+			CommitsPerStep: commits, CairnCPUMSPerStep: cairnCPU, PostgresCPUMSPerStep: pgCPU,
+			SQL: &SQLProfile{RoundTripsPer: trips}}}
+	}
+	m := meanRound([]Round{round(4000, 0.06, 0.1, 0.1, 0.4), round(3000, 0.08, 0.2, 0.2, 0.5)})
+	assert.Equal(t, 1, m.Dispatchers)
+	assert.Equal(t, 200, m.Steps)
+	assert.InDelta(t, 3500, m.StepsPerS, 1e-9)
+	assert.InDelta(t, 0.07, m.Profile.SQL.RoundTripsPer, 1e-9)
+	assert.InDelta(t, 0.15, m.Profile.CommitsPerStep, 1e-9)
+	assert.InDelta(t, 0.15, m.Profile.CairnCPUMSPerStep, 1e-9)
+	assert.InDelta(t, 0.45, m.Profile.PostgresCPUMSPerStep, 1e-9)
+}
