@@ -71,13 +71,12 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 		type roundConfig struct {
 			dispatchers, concurrency int
 			limited                  bool
-			again                    bool // the 1-dispatcher round again, after the limited one
 		}
 		// The limited round between two unlimited ones of 1 dispatcher (its ratio
 		// is to their mean), then 2 dispatchers, then River again (riverAfter):
 		// the VM slows over consecutive minutes of load, and a figure taken
 		// later than the one it is divided by read low.
-		rounds := []roundConfig{{dispatchers: 1}, {dispatchers: 1, limited: true}, {dispatchers: 1, again: true}, {dispatchers: 2}}
+		rounds := []roundConfig{{dispatchers: 1}, {dispatchers: 1, limited: true}, {dispatchers: 1}, {dispatchers: 2}}
 		if c := e.Scale.ThroughputConcurrency; c > 0 {
 			rounds = append(rounds, roundConfig{dispatchers: 1, concurrency: c})
 		}
@@ -97,8 +96,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				suffix += fmt.Sprintf("_c%d", rc.concurrency)
 				name += fmt.Sprintf(", CAIRN_CONCURRENCY=%d", rc.concurrency)
 			}
-			switch {
-			case rc.limited:
+			if rc.limited {
 				// Not in steps_per_s: beside the unlimited figure of the same
 				// dispatcher count (ratio_limited_to_unlimited, goal ≥ 0.8).
 				suffix += "_limited"
@@ -108,18 +106,22 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
 				r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
 				continue
-			case rc.again:
-				name += ", again after the limited round"
 			}
-			e.AddProfile(name, &round)
 			if rc.dispatchers == 1 && rc.concurrency == 0 {
+				// Its figures once both rounds, before and after the limited one, ran.
+				if len(oneDispatcher) == 1 {
+					name += ", again after the limited round"
+				}
+				e.AddProfile(name, &round)
 				oneDispatcher = append(oneDispatcher, round)
-				if !rc.again {
+				if len(oneDispatcher) < 2 {
 					continue
 				}
 				r.Set("steps_per_s"+suffix+"_before_limited", oneDispatcher[0].StepsPerS)
 				r.Set("steps_per_s"+suffix+"_after_limited", oneDispatcher[1].StepsPerS)
 				round = meanRound(oneDispatcher)
+			} else {
+				e.AddProfile(name, &round)
 			}
 			r.Set("steps_per_s"+suffix, round.StepsPerS)
 			r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
@@ -145,10 +147,8 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	r.AtLeast("ratio_limited_to_unlimited", 0.8)
 	best := r.Metrics["steps_per_s"]
 	if peer != nil {
-		for _, k := range []string{"river_jobs_per_s_default"} {
-			if v, ok := peer.Metrics[k]; ok {
-				r.Set(k, v)
-			}
+		if v, ok := peer.Metrics["river_jobs_per_s_default"]; ok {
+			r.Set("river_jobs_per_s_default", v)
 		}
 		if v := r.Metrics["river_jobs_per_s"]; v > 0 && best > 0 {
 			r.Set("ratio_to_river", best/v)
