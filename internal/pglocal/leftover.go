@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,7 +37,8 @@ const (
 //
 // Then any postgres process still working in the data directory is an orphaned
 // backend of a killed postmaster. It keeps the old shared memory attached,
-// which makes the new postmaster refuse to start, so it is killed. Finally the
+// which makes the new postmaster refuse to start, so it is killed, and the
+// start waits until nothing holds that memory any more. Finally the
 // Unix socket files left in the data directory by a killed server are removed:
 // their lock files would stop a server on the same port when their process id
 // has been reused.
@@ -77,6 +79,13 @@ func reclaim(ctx context.Context, dataDir string, log func(msg string, args ...a
 		if !waitGone(ctx, orphans, leftoverImmediateTimeout) {
 			return fmt.Errorf("orphaned postgres processes %v of %s did not exit after SIGKILL", orphans, dataDir)
 		}
+	}
+	// The killed server's processes may have exited before the kernel let go of
+	// their memory (it drops the last reference later when another task, such as
+	// a memory monitor, held one): PostgreSQL refuses to start while its old
+	// shared memory segment is attached.
+	if !waitFor(ctx, func() bool { return !shmAttached(pidPath) }, leftoverImmediateTimeout) {
+		return fmt.Errorf("the shared memory of a killed postgres of %s is still attached after %v", dataDir, leftoverImmediateTimeout)
 	}
 
 	sockets, _ := filepath.Glob(filepath.Join(dataDir, ".s.PGSQL.*"))
@@ -119,19 +128,17 @@ func stopForeign(ctx context.Context, pid int) error {
 // waitGone polls until none of pids is alive, for at most timeout. It polls
 // because the processes are not our children: there is nothing to wait on.
 func waitGone(ctx context.Context, pids []int, timeout time.Duration) bool {
+	return waitFor(ctx, func() bool { return !slices.ContainsFunc(pids, processAlive) }, timeout)
+}
+
+// waitFor polls done every 20 ms until it holds, for at most timeout.
+func waitFor(ctx context.Context, done func() bool, timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		alive := false
-		for _, p := range pids {
-			if processAlive(p) {
-				alive = true
-				break
-			}
-		}
-		if !alive {
+		if done() {
 			return true
 		}
 		select {

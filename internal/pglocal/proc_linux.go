@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setDeathSignal asks the kernel to send sig to the child when the thread
@@ -77,4 +79,38 @@ func serverProcessesOf(dataDir string) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// shmAttached reports whether anything is still attached to the shared memory
+// segment a postmaster recorded in pidPath (its postmaster.pid). False when the
+// file, its record or the segment is gone.
+func shmAttached(pidPath string) bool {
+	id, ok := pidFileShmID(pidPath)
+	if !ok {
+		return false
+	}
+	var desc unix.SysvShmDesc
+	if _, err := unix.SysvShmCtl(id, unix.IPC_STAT, &desc); err != nil {
+		return false
+	}
+	return desc.Nattch > 0
+}
+
+// pidFileShmID returns the id of the shared memory segment recorded in a
+// postmaster.pid (its seventh line: the segment's key and id).
+func pidFileShmID(pidPath string) (int, bool) {
+	b, err := os.ReadFile(pidPath)
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return 0, false
+	}
+	fields := strings.Fields(lines[6])
+	if len(fields) != 2 {
+		return 0, false
+	}
+	id, err := strconv.Atoi(fields[1])
+	return id, err == nil
 }
