@@ -216,13 +216,16 @@ func TestTrickledBodyIsCut(t *testing.T) {
 // that takes several windows but keeps above the rate is read whole.
 func TestSlowButSteadyBodyPasses(t *testing.T) {
 	t.Parallel()
-	const window = 200 * time.Millisecond
+	// A window long enough that a busy CI machine pausing the client or the
+	// server for a few hundred milliseconds (a 200 ms window was cut once) does
+	// not make a steady body look slow.
+	const window = 500 * time.Millisecond
 	tb := setupWith(t, api.Config{BodyReadTimeout: window, MinBodyRate: 1000, InlineLimit: 1024})
 	id, c, cred := tb.claimFirst(t)
 	pr, pw := io.Pipe()
 	go func() {
 		chunk := bytes.Repeat([]byte("z"), 500) // 10 KB/s, ten times the minimum
-		for range 30 {
+		for range 60 {
 			if _, err := pw.Write(chunk); err != nil {
 				return
 			}
