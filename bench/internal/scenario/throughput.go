@@ -107,6 +107,9 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
 				continue
 			}
+			// fig is what the metrics say of the round: its own figures, or
+			// the mean of two rounds (round itself is the profile printed).
+			fig := round
 			if rc.dispatchers == 1 && rc.concurrency == 0 {
 				// Its figures once both rounds, before and after the limited one, ran.
 				if len(oneDispatcher) == 1 {
@@ -119,18 +122,18 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				}
 				r.Set("steps_per_s"+suffix+"_before_limited", oneDispatcher[0].StepsPerS)
 				r.Set("steps_per_s"+suffix+"_after_limited", oneDispatcher[1].StepsPerS)
-				round = meanRound(oneDispatcher)
+				fig = meanRound(oneDispatcher)
 			} else {
 				e.AddProfile(name, &round)
 			}
-			r.Set("steps_per_s"+suffix, round.StepsPerS)
-			r.Set("round_trips_per_step"+suffix, round.Profile.SQL.RoundTripsPer)
-			r.Set("commits_per_step"+suffix, round.Profile.CommitsPerStep)
-			r.Set("cairn_cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep)
-			r.Set("postgres_cpu_ms_per_step"+suffix, round.Profile.PostgresCPUMSPerStep)
-			r.Set("cpu_ms_per_step"+suffix, round.Profile.CairnCPUMSPerStep+round.Profile.PostgresCPUMSPerStep)
-			if rc.concurrency == 0 && round.StepsPerS > r.Metrics["steps_per_s"] {
-				r.Set("steps_per_s", round.StepsPerS)
+			r.Set("steps_per_s"+suffix, fig.StepsPerS)
+			r.Set("round_trips_per_step"+suffix, fig.Profile.SQL.RoundTripsPer)
+			r.Set("commits_per_step"+suffix, fig.Profile.CommitsPerStep)
+			r.Set("cairn_cpu_ms_per_step"+suffix, fig.Profile.CairnCPUMSPerStep)
+			r.Set("postgres_cpu_ms_per_step"+suffix, fig.Profile.PostgresCPUMSPerStep)
+			r.Set("cpu_ms_per_step"+suffix, fig.Profile.CairnCPUMSPerStep+fig.Profile.PostgresCPUMSPerStep)
+			if rc.concurrency == 0 && fig.StepsPerS > r.Metrics["steps_per_s"] {
+				r.Set("steps_per_s", fig.StepsPerS)
 			}
 			if rc.dispatchers == 2 {
 				if err := riverAfter(ctx, e, r, peer); err != nil {
