@@ -345,13 +345,15 @@ steps:
 func TestShutdownHandsLeasesBack(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
-	d, err := runtime.New(tb.store, tb.blobs, &runtime.Config{CacheDir: t.TempDir(), PollInterval: 50 * time.Millisecond, ShutdownGrace: 200 * time.Millisecond, DatabaseURL: tb.dbURL})
+	// A grace of a second (its hand-back is recorded within another), far under the
+	// step's sleep: 200 ms could be cut on a busy machine, as TestStopTwice's was.
+	d, err := runtime.New(tb.store, tb.blobs, &runtime.Config{CacheDir: t.TempDir(), PollInterval: 50 * time.Millisecond, ShutdownGrace: time.Second, DatabaseURL: tb.dbURL})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	v := deploy(t, tb, map[string]string{"cairn.yaml": `
 name: handback
 steps:
-  - {key: long, builtin: sleep, with: {duration: 2s}, retry: {max_attempts: 1}}
+  - {key: long, builtin: sleep, with: {duration: 4s}, retry: {max_attempts: 1}}
 `})
 	id := startRun(t, tb, v, "")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
