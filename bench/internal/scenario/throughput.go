@@ -110,12 +110,13 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 			// fig is what the metrics say of the round: its own figures, or
 			// the mean of two rounds (round itself is the profile printed).
 			fig := round
-			if rc.dispatchers == 1 && rc.concurrency == 0 {
+			oneUnlimited := rc.dispatchers == 1 && rc.concurrency == 0
+			if oneUnlimited && len(oneDispatcher) == 1 {
+				name += ", again after the limited round"
+			}
+			e.AddProfile(name, &round)
+			if oneUnlimited {
 				// Its figures once both rounds, before and after the limited one, ran.
-				if len(oneDispatcher) == 1 {
-					name += ", again after the limited round"
-				}
-				e.AddProfile(name, &round)
 				oneDispatcher = append(oneDispatcher, round)
 				if len(oneDispatcher) < 2 {
 					continue
@@ -123,8 +124,6 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				r.Set("steps_per_s"+suffix+"_before_limited", oneDispatcher[0].StepsPerS)
 				r.Set("steps_per_s"+suffix+"_after_limited", oneDispatcher[1].StepsPerS)
 				fig = meanRound(oneDispatcher)
-			} else {
-				e.AddProfile(name, &round)
 			}
 			r.Set("steps_per_s"+suffix, fig.StepsPerS)
 			r.Set("round_trips_per_step"+suffix, fig.Profile.SQL.RoundTripsPer)
