@@ -107,6 +107,17 @@ func startCluster(t *testing.T, cfg Config) *Cluster {
 	return c
 }
 
+// startKeeping starts a cluster (its caller stops or kills it) and commits a
+// table kept holding v, for a later cluster on the same data directory to find.
+func startKeeping(t *testing.T, cfg Config, v int) *Cluster {
+	t.Helper()
+	c, err := Start(t.Context(), cfg)
+	require.NoError(t, err)
+	_, err = openDB(t, c.URL("postgres")).ExecContext(t.Context(), fmt.Sprintf("CREATE TABLE kept (v int); INSERT INTO kept VALUES (%d)", v))
+	require.NoError(t, err)
+	return c
+}
+
 func openDB(t *testing.T, url string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("postgres", url)
@@ -177,10 +188,7 @@ func TestStopStartKeepsPortAndData(t *testing.T) {
 func TestReuseDataDir(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	first, err := Start(t.Context(), cfg)
-	require.NoError(t, err)
-	_, err = openDB(t, first.URL("postgres")).ExecContext(t.Context(), "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
-	require.NoError(t, err)
+	first := startKeeping(t, cfg, 42)
 	require.NoError(t, first.Stop(t.Context()))
 
 	second := startCluster(t, cfg)
@@ -192,10 +200,7 @@ func TestReuseDataDir(t *testing.T) {
 func TestLeftoverDeadServer(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	c, err := Start(t.Context(), cfg)
-	require.NoError(t, err)
-	_, err = openDB(t, c.URL("postgres")).ExecContext(t.Context(), "CREATE TABLE kept (v int); INSERT INTO kept VALUES (7)")
-	require.NoError(t, err)
+	c := startKeeping(t, cfg, 7)
 	require.NoError(t, c.Kill())
 	require.FileExists(t, filepath.Join(c.DataDir(), pidFileName), "a killed server leaves its pid file")
 

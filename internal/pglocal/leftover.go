@@ -153,14 +153,37 @@ func waitFor(ctx context.Context, done func() bool, timeout time.Duration) bool 
 
 // readPidFile returns the process id on the first line of a postmaster.pid.
 func readPidFile(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	lines, err := pidFileLines(path)
 	if err != nil {
 		return 0, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	pid, err := strconv.Atoi(strings.TrimSpace(lines[0]))
 	if err != nil {
 		return 0, fmt.Errorf("parse %s: %w", path, err)
 	}
 	return pid, nil
+}
+
+// pidFileShmID returns the id of the shared memory segment recorded in a
+// postmaster.pid (its seventh line: the segment's key and id).
+func pidFileShmID(path string) (int, bool) {
+	lines, err := pidFileLines(path)
+	if err != nil || len(lines) < 7 {
+		return 0, false
+	}
+	fields := strings.Fields(lines[6])
+	if len(fields) != 2 {
+		return 0, false
+	}
+	id, err := strconv.Atoi(fields[1])
+	return id, err == nil
+}
+
+// pidFileLines reads a postmaster.pid's lines (at least one).
+func pidFileLines(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\n"), nil
 }

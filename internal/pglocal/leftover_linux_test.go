@@ -17,10 +17,7 @@ import (
 func TestLeftoverAttachedSharedMemory(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	c, err := Start(t.Context(), cfg)
-	require.NoError(t, err)
-	_, err = openDB(t, c.URL("postgres")).ExecContext(t.Context(), "CREATE TABLE kept (v int); INSERT INTO kept VALUES (3)")
-	require.NoError(t, err)
+	c := startKeeping(t, cfg, 3)
 	require.NoError(t, c.Kill())
 
 	pidPath := filepath.Join(c.DataDir(), pidFileName)

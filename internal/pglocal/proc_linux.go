@@ -95,22 +95,3 @@ func shmAttached(pidPath string) bool {
 	}
 	return desc.Nattch > 0
 }
-
-// pidFileShmID returns the id of the shared memory segment recorded in a
-// postmaster.pid (its seventh line: the segment's key and id).
-func pidFileShmID(pidPath string) (int, bool) {
-	b, err := os.ReadFile(pidPath)
-	if err != nil {
-		return 0, false
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) < 7 {
-		return 0, false
-	}
-	fields := strings.Fields(lines[6])
-	if len(fields) != 2 {
-		return 0, false
-	}
-	id, err := strconv.Atoi(fields[1])
-	return id, err == nil
-}
