@@ -175,9 +175,7 @@ func TestHeartbeatCountsOnlyRealLeaseLosses(t *testing.T) {
 		run := waitRun(t, tb, id, time.Minute)
 		require.Equal(t, catalog.RunSucceeded, run.Status, "run error: %s", run.Error)
 		for i := range 20 {
-			attempts, err := tb.store.AttemptList(context.Background(), id, fmt.Sprintf("s%02d", i))
-			require.NoError(t, err)
-			for _, a := range attempts {
+			for _, a := range attempts(t, tb, id, fmt.Sprintf("s%02d", i)) {
 				if a.Status == catalog.AttemptInterrupted {
 					interrupted++
 				}
