@@ -35,11 +35,16 @@ func TestServerStartedAfterPostgresOutage(t *testing.T) {
 	}
 	api.deploy(map[string]string{
 		"cairn.yaml": yaml.String(),
-		"bin/work":   "#!/bin/bash\nsleep 14\necho '{\"done\":true}'\n",
+		"bin/work":   "#!/bin/bash\necho started >&2\nsleep 16\necho '{\"done\":true}'\n",
 	})
 	runID := api.startRun("outage-newcomer", 0, nil)
 	for _, k := range keys {
 		api.waitStep(runID, k, 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
+		// Its handler has started (the live log has its first line): a step is
+		// running from its claim, before the dispatcher has loaded the definition,
+		// and an outage in between fails that attempt (a clean-clone CI's did).
+		require.Eventually(t, func() bool { return strings.Contains(api.logs(runID, k, 1), "started") }, 20*time.Second,
+			50*time.Millisecond, "step %s's handler started", k)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
