@@ -21,8 +21,12 @@ const DefinitionSchema = 1
 // Default retry values, used when neither a step nor the defaults set a field.
 const (
 	DefaultMaxAttempts = 1
-	DefaultBackoff     = BackoffFixed
-	DefaultRetryDelay  = time.Second
+	// DefaultMaxInterruptions is RetryPolicy.MaxInterruptions' default. The
+	// catalog applies it (cairn_step_max_interruptions, migration 00041) to a
+	// step whose definition has none.
+	DefaultMaxInterruptions = 5
+	DefaultBackoff          = BackoffFixed
+	DefaultRetryDelay       = time.Second
 	// DefaultMaxDelayFloor is the default max_delay when the delay is shorter; a
 	// longer delay is its own default max_delay.
 	DefaultMaxDelayFloor = time.Hour
@@ -157,6 +161,10 @@ type RetryDefinition struct {
 	Jitter float64 `json:"jitter"`
 	// OnExhausted is fail or pause (see RetryPolicy.OnExhausted).
 	OnExhausted OnExhausted `json:"on_exhausted"`
+	// MaxInterruptions is RetryPolicy.MaxInterruptions; 0 when unset (the
+	// catalog then applies DefaultMaxInterruptions), so that definitions without
+	// it keep their fingerprint.
+	MaxInterruptions int `json:"max_interruptions,omitempty"`
 }
 
 // Normalize validates m without file checks (see Validate; use Validate with the
@@ -330,6 +338,9 @@ func effectiveRetry(p, defaults RetryPolicy) RetryDefinition {
 		}
 		if src.OnExhausted != "" {
 			r.OnExhausted = src.OnExhausted
+		}
+		if src.MaxInterruptions != nil {
+			r.MaxInterruptions = *src.MaxInterruptions
 		}
 	}
 	switch {

@@ -190,6 +190,11 @@ type RetryPolicy struct {
 	// pause (the step is parked with a fresh attempt budget and the run paused
 	// until an operator resumes or cancels it); "" is unset.
 	OnExhausted OnExhausted `yaml:"on_exhausted,omitempty" json:"on_exhausted,omitempty"`
+	// MaxInterruptions bounds the attempts in a row that end because the
+	// dispatcher running them died (lease expired): 1..100, default
+	// DefaultMaxInterruptions (5). Such attempts never use up MaxAttempts; the
+	// one that reaches the bound fails the step with code interrupted_too_often.
+	MaxInterruptions *int `yaml:"max_interruptions,omitempty" json:"max_interruptions,omitempty"`
 }
 
 // OnExhausted is a retry policy's on_exhausted.

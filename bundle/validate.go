@@ -28,7 +28,7 @@ const (
 	// MaxTimeout bounds a step's timeout, and MaxRetryDelay its retry delays.
 	MaxTimeout    = 24 * time.Hour
 	MaxRetryDelay = 24 * time.Hour
-	// MaxAttempts bounds RetryPolicy.MaxAttempts.
+	// MaxAttempts bounds RetryPolicy.MaxAttempts and MaxInterruptions.
 	MaxAttempts = 100
 	// DefaultTimeout is a step's timeout when neither it nor the defaults set one.
 	DefaultTimeout = 5 * time.Minute
@@ -398,6 +398,9 @@ func (v *validator) timeout(key, f string, d Duration) {
 func (v *validator) retry(key, f string, p, defaults RetryPolicy) {
 	if p.MaxAttempts != nil && (*p.MaxAttempts < 1 || *p.MaxAttempts > MaxAttempts) {
 		v.add(key, f+".max_attempts", "%d is out of range 1..%d", *p.MaxAttempts, MaxAttempts)
+	}
+	if p.MaxInterruptions != nil && (*p.MaxInterruptions < 1 || *p.MaxInterruptions > MaxAttempts) {
+		v.add(key, f+".max_interruptions", "%d is out of range 1..%d", *p.MaxInterruptions, MaxAttempts)
 	}
 	switch p.Backoff {
 	case "", BackoffFixed, BackoffLinear, BackoffExponential:

@@ -250,7 +250,7 @@ func TestLeaseFencingAndSweep(t *testing.T) {
 	require.Greater(t, second.LeaseToken, first.LeaseToken)
 	// The stale dispatcher's completion is fenced out; the newer attempt's stands.
 	require.ErrorIs(t, finish(t, ctx, s, first, catalog.OutcomeSucceeded, false, `"stale"`), catalog.ErrLeaseLost)
-	held, err := s.LeaseExtend(ctx, []catalog.Lease{{RunID: run.ID, Key: "a", Token: first.LeaseToken}, {RunID: run.ID, Key: "a", Token: second.LeaseToken}}, time.Minute)
+	held, err := s.LeaseExtend(ctx, "d1", []catalog.Lease{{RunID: run.ID, Key: "a", Token: first.LeaseToken}, {RunID: run.ID, Key: "a", Token: second.LeaseToken}}, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, map[int64]bool{second.LeaseToken: true}, held)
 	require.NoError(t, finish(t, ctx, s, second, catalog.OutcomeSucceeded, false, `"fresh"`))

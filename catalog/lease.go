@@ -280,17 +280,42 @@ SELECT (x.s).ords, (x.s).ready FROM (
 	// sqlWake wakes the dispatchers at the commit (cairn_wake).
 	sqlWake = `SELECT cairn_wake()`
 
-	// sqlHeartbeat extends the leases given. Each step is found by primary key:
-	// its status test matches no partial index. As s.status = 'running', it
-	// matched steps_lease_expiry_idx, and PostgreSQL scanned it (every running
-	// step, and the dead entries of the steps finished since the last vacuum)
-	// and joined the leases to it: 4,789 buffers and 41 ms a heartbeat after
-	// 20,000 steps had run, against a few buffers a lease.
+	// sqlHeartbeat renews dispatcher $5's liveness (dispatchers.lease_until, which
+	// cairn_sweep reads: migrations/00041_interruptions.sql) and extends the
+	// leases given, in one statement that waits for no row lock: a step row that
+	// another transaction holds locked (a finisher, a claim, a pause) is skipped
+	// this time, not waited for, so a heartbeat is never queued behind the
+	// catalog's writers, and never meets them in a deadlock. It returns each
+	// lease that is still held (extended, or skipped as busy: its token is still
+	// the step's); the others are lost.
+	//
+	// Each step is found by primary key: its status test matches no partial
+	// index. As s.status = 'running', it matched steps_lease_expiry_idx, and
+	// PostgreSQL scanned it (every running step, and the dead entries of the
+	// steps finished since the last vacuum) and joined the leases to it: 4,789
+	// buffers and 41 ms a heartbeat after 20,000 steps had run, against a few
+	// buffers a lease. The busy test reads the row again without a lock, in the
+	// statement's snapshot (before upd's writes: a row it extended is found too).
 	sqlHeartbeat = `
-UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
-FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS h(run_id, key, token)
-WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND (s.status = 'running') IS TRUE
-RETURNING s.lease_token`
+WITH me AS (
+    INSERT INTO dispatchers (id, lease_until) VALUES ($5, now() + make_interval(secs => $4))
+    ON CONFLICT (id) DO UPDATE SET lease_until = excluded.lease_until
+), h AS MATERIALIZED (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[]) AS h(run_id, key, token)
+), l AS (
+    SELECT s.ctid AS tid FROM h CROSS JOIN LATERAL (
+        SELECT s.ctid FROM steps s
+        WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND (s.status = 'running') IS TRUE
+        FOR UPDATE OF s SKIP LOCKED) s
+), upd AS (
+    UPDATE steps s SET lease_expires_at = now() + make_interval(secs => $4)
+    WHERE s.ctid = ANY (ARRAY(SELECT l.tid FROM l))
+    RETURNING s.lease_token
+)
+SELECT h.token FROM h
+WHERE EXISTS (SELECT 1 FROM steps s
+              WHERE s.run_id = h.run_id AND s.key = h.key AND s.lease_token = h.token AND (s.status = 'running') IS TRUE)
+   OR h.token IN (SELECT lease_token FROM upd)`
 
 	sqlCheckpoint = `
 UPDATE steps SET checkpoint = $4
@@ -304,11 +329,17 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 
 	sqlSweep = `SELECT cairn_sweep($1, make_interval(secs => $2))`
 
-	// The earliest expiry, but not before the sweep grace after the database's
-	// start has passed (see cairn_sweep).
+	// When cairn_sweep may next take a lease: a lease of a dead owner at its
+	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
+	// liveness ends or the lease is $1 past its expiry, whichever comes first; but
+	// not before the sweep grace after the database's start (see cairn_sweep).
 	sqlNextLeaseExpiry = `
-SELECT greatest(min(lease_expires_at), pg_postmaster_start_time() + make_interval(secs => $1))
-FROM steps WHERE status = 'running'`
+SELECT greatest(min(CASE WHEN d.lease_until > now()
+                         THEN least(d.lease_until, s.lease_expires_at + make_interval(secs => $1))
+                         ELSE s.lease_expires_at END),
+                pg_postmaster_start_time() + make_interval(secs => $1))
+FROM steps s LEFT JOIN dispatchers d ON d.id = s.lease_owner
+WHERE s.status = 'running'`
 )
 
 // Claimed is a step leased to a dispatcher, with what its envelope needs.
@@ -692,9 +723,14 @@ type Lease struct {
 	Token int64
 }
 
-// LeaseExtend extends every lease that is still held by ttl from now, in one
-// statement, and returns the tokens that were extended; the others are lost.
-func (s *Store) LeaseExtend(ctx context.Context, leases []Lease, ttl time.Duration) (map[int64]bool, error) {
+// LeaseExtend renews the liveness of dispatcher owner and extends by ttl from now
+// every lease given that it still holds, in one statement that waits for no row
+// lock (sqlHeartbeat). It returns the tokens still held: extended, or left as they
+// were this time because another transaction had the step's row locked (the
+// owner's liveness covers them: cairn_sweep); the others are lost. It runs on the
+// store's lease connection (Open), so that it does not queue for the pool behind
+// the claims and finishes of a busy dispatcher.
+func (s *Store) LeaseExtend(ctx context.Context, owner string, leases []Lease, ttl time.Duration) (map[int64]bool, error) {
 	runs := make([]string, len(leases))
 	keys := make([]string, len(leases))
 	tokens := make([]int64, len(leases))
@@ -702,7 +738,7 @@ func (s *Store) LeaseExtend(ctx context.Context, leases []Lease, ttl time.Durati
 		runs[i], keys[i], tokens[i] = l.RunID.String(), l.Key, l.Token
 	}
 	var held []int64
-	if err := s.db.SelectContext(ctx, &held, sqlHeartbeat, pq.Array(runs), pq.Array(keys), pq.Array(tokens), ttl.Seconds()); err != nil {
+	if err := s.leaseDB.SelectContext(ctx, &held, sqlHeartbeat, pq.Array(runs), pq.Array(keys), pq.Array(tokens), ttl.Seconds(), owner); err != nil {
 		return nil, fmt.Errorf("extend leases: %w", translateError(err))
 	}
 	out := make(map[int64]bool, len(held))

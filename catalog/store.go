@@ -59,9 +59,14 @@ func (c *Config) withDefaults() Config {
 
 // Store is the catalog. It is safe for concurrent use.
 type Store struct {
-	db    *sqlx.DB
-	cfg   Config
-	stmts *preparedCache
+	db *sqlx.DB
+	// leaseDB carries the heartbeats (LeaseExtend): a pool of its own (Open),
+	// so that a renewal never waits for a connection behind the claims and
+	// finishes of a busy dispatcher, whose leases it must keep. db itself for
+	// a Store made by New.
+	leaseDB *sqlx.DB
+	cfg     Config
+	stmts   *preparedCache
 	// fair caches whether claims take turns between concurrency keys
 	// (fairClaims).
 	fair fairCache
@@ -86,8 +91,22 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	lease, err := sqlx.Open("postgres", url)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	// Two connections: a heartbeat whose statement was cut by its deadline may
+	// leave its connection to be reset while the next one starts.
+	lease.SetMaxOpenConns(leaseConns)
+	lease.SetMaxIdleConns(leaseConns)
+	lease.SetConnMaxLifetime(s.cfg.ConnMaxLifetime)
+	s.leaseDB = lease
 	return s, nil
 }
+
+// leaseConns is the size of a Store's lease pool (Store.leaseDB).
+const leaseConns = 2
 
 // New wraps an open database handle and applies the pool settings of cfg.
 func New(db *sqlx.DB, cfg *Config) *Store {
@@ -95,7 +114,7 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 	db.SetMaxOpenConns(c.MaxOpenConns)
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
-	s := &Store{db: db, cfg: c, stmts: &preparedCache{}}
+	s := &Store{db: db, leaseDB: db, cfg: c, stmts: &preparedCache{}}
 	s.wakes.send = func(ctx context.Context) error {
 		_, err := s.db.ExecContext(ctx, sqlWake)
 		if err != nil {
@@ -113,6 +132,9 @@ func (s *Store) DB() *sqlx.DB { return s.db }
 // Close closes the connection pool.
 func (s *Store) Close() error {
 	s.stmts.closeAll()
+	if s.leaseDB != s.db {
+		_ = s.leaseDB.Close() // its connections only carry heartbeats
+	}
 	return s.db.Close()
 }
 
