@@ -337,6 +337,9 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		}
 		err := r.start(ctx, cmd, payload)
 		if err == nil {
+			if inv.Started != nil {
+				inv.Started()
+			}
 			break
 		}
 		// ETXTBSY: a fork elsewhere in this process (another attempt starting)

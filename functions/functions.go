@@ -109,6 +109,10 @@ type Invocation struct {
 	// Secrets are the secret values in Spec (Env, HTTP headers). Invokers do not
 	// read it: the caller masks them in what the handler produces (NewMasker).
 	Secrets []string
+	// Started, when set, is called once the handler's process has started (exec);
+	// the dispatcher measures how long attempts take to start (admission). Other
+	// invokers do not call it.
+	Started func()
 }
 
 // Sink receives what a handler produces. The dispatcher implements it; invokers call

@@ -123,6 +123,42 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 	}()
 }
 
+// loadVersion returns the compiled version of a's run. While the database is
+// unavailable it tries again (backing off from 100 ms to 2 s) for as long as the
+// attempt holds its lease: an outage must not fail the attempt, and the lease is
+// kept through it (heartbeats resume, sweepers wait; docs/operations.md). It
+// returns an error when the attempt's context ends (lease lost, run canceled,
+// shutdown) or the database refuses for another reason.
+func (d *Dispatcher) loadVersion(ctx context.Context, a *attempt) (*compiledVersion, error) {
+	wait := 100 * time.Millisecond
+	for {
+		ver, err := d.versions.get(ctx, a.claim.Workflow, a.claim.Version)
+		// A load that ran out of its own time (definitionLoadTimeout) met a
+		// database that did not answer: unavailable too.
+		unavailable := errors.Is(err, catalog.ErrUnavailable) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil)
+		if err == nil || !unavailable {
+			return ver, err
+		}
+		a.debug("definition not loaded: the database is unavailable; trying again", "error", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// observeStart records how long attempt a took from its claim to its handler's
+// start, for the admission of later claims (admission.go).
+func (d *Dispatcher) observeStart(a *attempt) {
+	latency := time.Since(a.start)
+	d.metrics.startLatency.Observe(latency.Seconds())
+	d.metrics.admissionLimit.Set(float64(d.admit.observe(latency)))
+}
+
 // outcome is what an attempt reports to the catalog.
 type outcome struct {
 	status    catalog.Outcome
@@ -142,10 +178,17 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		ctx = d.traceAttempt(ctx, a)
 		defer a.span.End()
 	}
-	ver, err := d.versions.get(ctx, c.Workflow, c.Version)
+	ver, err := d.loadVersion(ctx, a)
 	if err != nil {
-		a.logger().Error("load definition", "error", err)
-		d.report(a, infraOutcome(a, "load the definition", err), nil)
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errLeaseLost) || errors.Is(cause, errRunCanceled):
+			a.logger().Info("attempt abandoned", "reason", cause)
+		case errors.Is(cause, errShutdown):
+			d.report(a, outcome{status: catalog.OutcomeHandback, err: &functions.Error{Message: "handed back at dispatcher shutdown", Retryable: true, Code: "shutdown"}}, nil)
+		default:
+			a.logger().Error("load definition", "error", err)
+			d.report(a, infraOutcome(a, "load the definition", err), nil)
+		}
 		return
 	}
 	key := c.Key
@@ -205,6 +248,11 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	if d.cfg.Tracer != nil {
 		runCtx, invokeSpan = d.cfg.Tracer.Start(runCtx, "invoke", trace.WithAttributes(attribute.String("cairn.kind", string(step.Kind))))
 		inv.Envelope.Traceparent = tracing.Traceparent(runCtx)
+	}
+	if step.Kind == bundle.KindExec {
+		inv.Started = func() { d.observeStart(a) }
+	} else {
+		d.observeStart(a)
 	}
 	invErr := invoker.Invoke(runCtx, inv, masked)
 	cancelTimeout()

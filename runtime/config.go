@@ -37,8 +37,10 @@ const (
 	DefaultPollInterval  = time.Second
 	DefaultInlineLimit   = 256 << 10
 	DefaultShutdownGrace = 10 * time.Second
-	DefaultPresignExpiry = time.Hour
-	DefaultMaxLogSize    = 16 << 20
+	// DefaultStartLatencyTarget is Config.StartLatencyTarget's default.
+	DefaultStartLatencyTarget = time.Second
+	DefaultPresignExpiry      = time.Hour
+	DefaultMaxLogSize         = 16 << 20
 	// DefaultLiveLogInterval is Config.LiveLogInterval's default.
 	DefaultLiveLogInterval = time.Second
 	// DefaultLiveLogTail is Config.LiveLogTail's default.
@@ -85,6 +87,10 @@ type Config struct {
 	// ShutdownGrace is how long Stop lets running attempts finish before handing
 	// their leases back; default DefaultShutdownGrace (10s).
 	ShutdownGrace time.Duration
+	// StartLatencyTarget is how long an attempt may take from its claim to the
+	// start of its handler before the dispatcher runs fewer attempts at once
+	// (admission.go); default DefaultStartLatencyTarget (1s).
+	StartLatencyTarget time.Duration
 	// CacheDir holds extracted bundles and downloaded inputs; default
 	// $TMPDIR/cairn-cache.
 	CacheDir string
@@ -201,6 +207,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.InlineLimit <= 0 {
 		out.InlineLimit = DefaultInlineLimit
+	}
+	if out.StartLatencyTarget <= 0 {
+		out.StartLatencyTarget = DefaultStartLatencyTarget
 	}
 	if out.ShutdownGrace <= 0 {
 		out.ShutdownGrace = DefaultShutdownGrace

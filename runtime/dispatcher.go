@@ -47,6 +47,8 @@ type Dispatcher struct {
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
 	slots       chan struct{}    // one token per free concurrency slot
+	// admit lowers how many attempts run at once while handlers start slowly.
+	admit *admission
 
 	mu      sync.Mutex
 	active  map[int64]*attempt // by lease token
@@ -123,6 +125,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
+		admit:       newAdmission(c.Concurrency, c.StartLatencyTarget),
 		active:      map[int64]*attempt{},
 		noClaim:     make(chan struct{}),
 		stopDone:    make(chan struct{}),
@@ -373,6 +376,18 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 			return 0, false, nil
 		}
 	}
+	// Below the concurrency, what the machine starts promptly (admission.go):
+	// the rest stays ready in the catalog. An attempt that ends nudges the claim
+	// loop, which looks again.
+	d.mu.Lock()
+	running := len(d.active)
+	d.mu.Unlock()
+	if allowed := d.admit.allowed(running); allowed < want {
+		d.release(want - allowed)
+		if want = allowed; want == 0 {
+			return 0, false, nil
+		}
+	}
 	claimStart := time.Now()
 	claimed, next, err := d.store.StepClaimNext(ctx, d.cfg.ID, d.cfg.Tags, want, d.cfg.LeaseTTL)
 	if err != nil {
@@ -447,19 +462,26 @@ func (d *Dispatcher) scheduleWake(t time.Time) {
 	d.nudge()
 }
 
-// heartbeatLoop extends every held lease at a third of the TTL. Leases the catalog
-// no longer grants (swept after a long pause, run canceled) end their attempts.
+// heartbeatLoop renews this dispatcher's liveness and extends every held lease at
+// a third of the TTL (catalog.LeaseExtend: on a connection of its own, waiting for
+// no row lock). A renewal that fails is tried again after a ninth of the TTL, and
+// each one may take up to a whole TTL: a slow database delays a renewal, it does
+// not cancel it, since a lease is only lost to a sweeper once it has not been
+// renewed for a TTL. Leases the catalog no longer grants (swept after a long
+// pause, run canceled) end their attempts.
 func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 	interval := d.cfg.LeaseTTL / 3
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	lastOK := time.Now()
+	var lastWarn time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		t.Reset(interval)
 		d.mu.Lock()
 		leases := make([]catalog.Lease, 0, len(d.active))
 		for tok, a := range d.active {
@@ -470,8 +492,8 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			lastOK = time.Now()
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, interval)
-		held, err := d.store.LeaseExtend(hctx, leases, d.cfg.LeaseTTL)
+		hctx, cancel := context.WithTimeout(ctx, d.cfg.LeaseTTL)
+		held, err := d.store.LeaseExtend(hctx, d.cfg.ID, leases, d.cfg.LeaseTTL)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -481,7 +503,12 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			// renewed (sweepers wait a lease TTL after an outage) or found lost.
 			// Only the catalog's answer ends an attempt.
 			d.noteDBError()
-			d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases), "since_last_renewal", time.Since(lastOK))
+			d.metrics.heartbeatFailed.Inc()
+			if time.Since(lastWarn) >= interval {
+				lastWarn = time.Now()
+				d.logger.Warn("heartbeat failed", "error", err, "leases", len(leases), "since_last_renewal", time.Since(lastOK))
+			}
+			t.Reset(interval / 3)
 			continue
 		}
 		lastOK = time.Now()

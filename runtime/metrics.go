@@ -27,6 +27,14 @@ type metrics struct {
 	runsReaped   prometheus.Counter
 	runsArchived prometheus.Counter
 	keysExpired  prometheus.Counter
+	// heartbeatFailed counts lease renewals that failed (the database did not
+	// answer within a lease TTL, or refused).
+	heartbeatFailed prometheus.Counter
+	// startLatency is how long claimed attempts took to start their handler
+	// (claim → handler started); admissionLimit is how many attempts the
+	// dispatcher lets run at once now (admission.go).
+	startLatency   prometheus.Histogram
+	admissionLimit prometheus.Gauge
 }
 
 // durationBuckets spans a builtin's milliseconds to a long batch job's hour.
@@ -78,10 +86,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_idempotency_keys_expired_total", Help: "Expired idempotency keys deleted by this dispatcher's reaper.",
 		}),
+		heartbeatFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_heartbeats_failed_total", Help: "Lease renewals of this dispatcher that failed (retried until the leases expire).",
+		}),
+		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cairn_attempt_start_seconds", Help: "Time from the claim of a step to the start of its handler, on this dispatcher.",
+			Buckets: durationBuckets,
+		}),
+		admissionLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cairn_admission_limit", Help: "How many attempts this dispatcher lets run at once now: its concurrency, lowered while handlers start slowly (overload).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
-			m.mapInstances, m.queueWait, m.attemptDuration, m.runsReaped, m.runsArchived, m.keysExpired)
+			m.mapInstances, m.queueWait, m.attemptDuration, m.runsReaped, m.runsArchived, m.keysExpired,
+			m.heartbeatFailed, m.startLatency, m.admissionLimit)
 	}
 	return m
 }
