@@ -79,3 +79,59 @@ steps:
 	out := api.output(id, "each")
 	require.JSONEq(t, "["+strings.Join(nums, ",")+"]", string(out))
 }
+
+// TestMapDefaultRetrySurvivesKill: a map of 400 exec items with the default retry
+// policy (max_attempts 1) on one server, SIGKILLed while items run, then started
+// again on the same catalog and blob store: the interrupted items run again
+// (their interruption counts against nothing), and the run succeeds with 400
+// outputs in order, each item succeeded by exactly one attempt.
+func TestMapDefaultRetrySurvivesKill(t *testing.T) {
+	t.Parallel()
+	const items = 400
+	st := newStack(t, stackOptions{})
+	srv := st.start(serverOptions{name: "a"})
+	api := srv.api()
+	var nums []string
+	for i := range items {
+		nums = append(nums, fmt.Sprint(i))
+	}
+	api.deploy(map[string]string{"cairn.yaml": `name: mapcrash
+steps:
+  - {key: split, builtin: echo, with: {value: [` + strings.Join(nums, ",") + `]}}
+  - key: each
+    needs: [split]
+    map: {over: "deps.split", max_parallel: 40}
+    exec: ["./bin/item"]
+  - {key: join, needs: [each], builtin: noop}
+`, "bin/item": "#!/bin/bash\n# The envelope's index is the item (0..399); a little work.\nsleep 0.1\nsed -n 's/.*\"index\": *\\([0-9]*\\).*/\\1/p' | head -1\n"})
+	id := api.startRun("mapcrash", 0, map[string]any{})
+	each := api.waitStep(id, "each", 2*time.Minute, "a third of the items done", func(s client.Step) bool {
+		return s.Map != nil && s.Map.Succeeded >= items/3
+	})
+	srv.kill()
+	t.Logf("killed %s with %d items succeeded", srv.name, each.Map.Succeeded)
+
+	srv = st.start(serverOptions{name: "b"})
+	api = srv.api()
+	run := api.waitRun(id, 3*time.Minute)
+	require.Equal(t, client.RunStatusSucceeded, run.Status, "%v", run.Error)
+	require.JSONEq(t, "["+strings.Join(nums, ",")+"]", string(api.output(id, "each")))
+	interrupted := 0
+	for i := range items {
+		succeeded := 0
+		for _, a := range api.mustAttempts(id, fmt.Sprintf("each[%d]", i)) {
+			switch a.Status {
+			case "succeeded":
+				succeeded++
+			case "interrupted":
+				interrupted++
+				require.False(t, a.Counted)
+			default:
+				t.Fatalf("item %d: attempt %d %s: %v", i, a.Number, a.Status, jsonOf(a.Error))
+			}
+		}
+		require.Equal(t, 1, succeeded, "item %d", i)
+	}
+	t.Logf("%d attempts interrupted by the kill, all run again", interrupted)
+	require.Positive(t, interrupted, "the kill interrupted running items")
+}

@@ -2,10 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -230,6 +234,77 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 				require.Equal(m.t, "shutdown", errorOf(as[0].Error).Code)
 				require.True(m.t, m.srv.owns(as[1].Dispatcher))
 				require.True(m.t, m.hasEvent("step.handed_back", "work"))
+			},
+		},
+		{
+			// SIGKILL while a step runs, with the default retry policy (max_attempts
+			// 1): the lease expires, the attempt is interrupted and does not count,
+			// and the next server finishes the step. A crash never fails a run.
+			name: "server-killed-mid-step",
+			bundle: func(m *matrixCase) map[string]string {
+				return m.files(`name: matrix
+steps:
+  - key: work
+    exec: ["./bin/work"]
+`, map[string]string{"bin/work": `#!/bin/bash
+if [ "$CAIRN_ATTEMPT" = 1 ]; then sleep 60; fi
+echo '{"done":'$CAIRN_ATTEMPT'}'
+`})
+			},
+			during: func(m *matrixCase) {
+				m.api.waitStep(m.runID, "work", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
+				m.srv.kill()
+				m.srv = m.st.start(serverOptions{})
+				m.api = m.srv.api()
+			},
+			wantRun:      "succeeded",
+			wantAttempts: map[string][]string{"work": {"interrupted", "succeeded"}},
+			check: func(m *matrixCase) {
+				as := m.api.mustAttempts(m.runID, "work")
+				require.False(m.t, as[0].Counted, "an attempt whose server died does not count")
+				require.Equal(m.t, "lease_expired", errorOf(as[0].Error).Code)
+				require.True(m.t, m.srv.owns(as[1].Dispatcher))
+				require.JSONEq(m.t, `{"done":2}`, string(m.api.output(m.runID, "work")))
+			},
+		},
+		{
+			// A poison pill: the dispatcher of every attempt dies while it runs
+			// (the test SIGKILLs the server as soon as the handler has started,
+			// as the kernel's out-of-memory killer would). After max_interruptions
+			// in a row (default 5) the step fails with interrupted_too_often
+			// instead of taking down server after server.
+			name: "handler-kills-its-dispatcher",
+			bundle: func(m *matrixCase) map[string]string {
+				return m.files(`name: matrix
+steps:
+  - key: work
+    exec: ["./bin/work"]
+    retry: {max_attempts: 3}
+`, map[string]string{"bin/work": `#!/bin/bash
+touch '{{dir}}/started-'$CAIRN_ATTEMPT
+sleep 60
+`})
+			},
+			during: func(m *matrixCase) {
+				for n := 1; n <= bundle.DefaultMaxInterruptions; n++ {
+					started := filepath.Join(m.dir, "started-"+strconv.Itoa(n))
+					require.Eventually(m.t, func() bool { _, err := os.Stat(started); return err == nil },
+						30*time.Second, 20*time.Millisecond, "attempt %d did not start", n)
+					m.srv.kill()
+					m.srv = m.st.start(serverOptions{})
+					m.api = m.srv.api()
+				}
+			},
+			wantRun:      "failed",
+			wantAttempts: map[string][]string{"work": slices.Repeat([]string{"interrupted"}, bundle.DefaultMaxInterruptions)},
+			check: func(m *matrixCase) {
+				st := m.api.mustStep(m.runID, "work")
+				e := errorOf(st.LastError)
+				require.Equal(m.t, "interrupted_too_often", e.Code)
+				require.Contains(m.t, e.Message, fmt.Sprintf("interrupted %d times in a row", bundle.DefaultMaxInterruptions))
+				for _, a := range m.api.mustAttempts(m.runID, "work") {
+					require.False(m.t, a.Counted, "attempt %d", a.Number)
+				}
 			},
 		},
 		{
