@@ -142,6 +142,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 			return nil, err
 		}
 	}
+	d.metrics.admissionLimit.Set(float64(c.Concurrency))
 	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
 		d.slots <- struct{}{}
