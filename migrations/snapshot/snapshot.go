@@ -1,0 +1,380 @@
+// Package snapshot reads catalog/sql, the current definition of every cairn_*
+// function and trigger, and writes the migration that takes the database from one
+// snapshot to another (go run ./migrations/gen NAME).
+//
+// A snapshot is a set of .sql files holding only CREATE OR REPLACE FUNCTION and
+// CREATE OR REPLACE TRIGGER statements, each under its comment. A function is known
+// by its name and input argument types, a trigger by its name and table. Parameters
+// are written with names (p_run uuid), as every cairn_* function's are: a parameter
+// written as a bare type is read as a name.
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Kind tells a function from a trigger.
+type Kind int
+
+// The kinds of object a snapshot holds.
+const (
+	Function Kind = iota
+	Trigger
+)
+
+// Object is one definition of a snapshot.
+type Object struct {
+	Kind Kind
+	// Key identifies the object across snapshots: for a function its name and
+	// input argument types (cairn_sweep(integer, interval)), for a trigger its name
+	// and table (runs_child_ended ON runs).
+	Key string
+	// Drop is the statement that removes the object (DROP FUNCTION …(types) or
+	// DROP TRIGGER … ON …).
+	Drop string
+	// Returns is a function's RETURNS clause as written (with its OUT parameters):
+	// when it changes, CREATE OR REPLACE cannot replace the function, which is
+	// dropped first.
+	Returns string
+	// SQL is the statement as written, without its leading comment, ending in ';'.
+	SQL string
+	// File is the snapshot file that holds it.
+	File string
+}
+
+// Snapshot is every object of a snapshot, in the order of its files (by name) and
+// of the statements in each.
+type Snapshot []Object
+
+var (
+	createFunction = regexp.MustCompile(`(?is)^CREATE\s+OR\s+REPLACE\s+FUNCTION\s+([a-z_][a-z0-9_]*)\s*\(`)
+	createTrigger  = regexp.MustCompile(`(?is)^CREATE\s+OR\s+REPLACE\s+(?:CONSTRAINT\s+)?TRIGGER\s+([a-z_][a-z0-9_]*)\s.*?\sON\s+([a-z_][a-z0-9_.]*)\s`)
+	returnsClause  = regexp.MustCompile(`(?is)\bRETURNS\s+(.*?)\s+(?:LANGUAGE|AS)\b`)
+	spaces         = regexp.MustCompile(`\s+`)
+)
+
+// Read parses every .sql file at the root of fsys. It fails on a statement other
+// than CREATE OR REPLACE FUNCTION or TRIGGER, and on an object defined twice.
+func Read(fsys fs.FS) (Snapshot, error) {
+	names, err := fs.Glob(fsys, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	var snap Snapshot
+	seen := map[string]string{}
+	for _, name := range names {
+		b, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		objs, err := Parse(name, string(b))
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if first, ok := seen[o.Key]; ok {
+				return nil, fmt.Errorf("%s: %s is defined again (first in %s)", name, o.Key, first)
+			}
+			seen[o.Key] = name
+			snap = append(snap, o)
+		}
+	}
+	return snap, nil
+}
+
+// Parse reads the statements of one snapshot file.
+func Parse(file, text string) ([]Object, error) {
+	stmts, err := Split(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	var out []Object
+	for _, st := range stmts {
+		o, err := parseObject(st)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		o.File = file
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+func parseObject(st string) (Object, error) {
+	if m := createFunction.FindStringSubmatchIndex(st); m != nil {
+		name := strings.ToLower(st[m[2]:m[3]])
+		params, rest, err := paramList(st[m[1]-1:])
+		if err != nil {
+			return Object{}, fmt.Errorf("function %s: %w", name, err)
+		}
+		var in []string
+		for _, p := range params {
+			if mode, typ := paramModeType(p); mode != "OUT" {
+				in = append(in, typ)
+			}
+		}
+		sig := name + "(" + strings.Join(in, ", ") + ")"
+		o := Object{Kind: Function, Key: sig, Drop: "DROP FUNCTION " + sig + ";", SQL: st}
+		if r := returnsClause.FindStringSubmatch(rest); r != nil {
+			o.Returns = normalize(strings.Join(outParams(params), ", ") + " " + r[1])
+		}
+		return o, nil
+	}
+	if m := createTrigger.FindStringSubmatch(st); m != nil {
+		name, table := strings.ToLower(m[1]), strings.ToLower(m[2])
+		return Object{Kind: Trigger, Key: name + " ON " + table, Drop: "DROP TRIGGER " + name + " ON " + table + ";", SQL: st}, nil
+	}
+	first, _, _ := strings.Cut(st, "\n")
+	return Object{}, fmt.Errorf("not a CREATE OR REPLACE FUNCTION or TRIGGER: %s", first)
+}
+
+// paramList returns the top-level parameters of the list that s opens with '(',
+// and the text after its ')'.
+func paramList(s string) (params []string, rest string, err error) {
+	depth, start := 0, 1
+	for i, r := range s {
+		switch r {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				if p := strings.TrimSpace(s[start:i]); p != "" {
+					params = append(params, p)
+				}
+				return params, s[i+1:], nil
+			}
+		case ',':
+			if depth == 1 {
+				params = append(params, strings.TrimSpace(s[start:i]))
+				start = i + 1
+			}
+		}
+	}
+	return nil, "", errors.New("parameter list does not end")
+}
+
+// paramModeType splits "[mode] name type [DEFAULT x | = x]" into its mode (IN when
+// unwritten) and its type, lower case with single spaces.
+func paramModeType(p string) (mode, typ string) {
+	fields := strings.Fields(p)
+	mode = "IN"
+	if len(fields) > 0 {
+		switch strings.ToUpper(fields[0]) {
+		case "IN", "OUT", "INOUT", "VARIADIC":
+			mode, fields = strings.ToUpper(fields[0]), fields[1:]
+		}
+	}
+	if len(fields) > 0 {
+		fields = fields[1:] // the name
+	}
+	var t []string
+	for _, f := range fields {
+		if strings.EqualFold(f, "DEFAULT") || f == "=" {
+			break
+		}
+		t = append(t, f)
+	}
+	return mode, strings.ToLower(strings.Join(t, " "))
+}
+
+func outParams(params []string) []string {
+	var out []string
+	for _, p := range params {
+		if mode, typ := paramModeType(p); mode == "OUT" || mode == "INOUT" {
+			out = append(out, mode+" "+typ)
+		}
+	}
+	return out
+}
+
+func normalize(s string) string { return strings.ToLower(strings.TrimSpace(spaces.ReplaceAllString(s, " "))) }
+
+// Split cuts SQL text into statements, each without the comments before it and
+// ending in its ';'. It knows -- and /* */ comments, quoted strings and
+// identifiers, and dollar-quoted bodies.
+func Split(text string) ([]string, error) {
+	var out []string
+	start := -1
+	for i := 0; i < len(text); {
+		c := text[i]
+		switch {
+		case strings.HasPrefix(text[i:], "--"):
+			j := strings.IndexByte(text[i:], '\n')
+			if j < 0 {
+				j = len(text) - i
+			}
+			i += j
+			continue
+		case strings.HasPrefix(text[i:], "/*"):
+			j := strings.Index(text[i+2:], "*/")
+			if j < 0 {
+				return nil, errors.New("a /* comment does not end")
+			}
+			i += j + 4
+			continue
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+		switch c {
+		case '\'', '"':
+			j := i + 1
+			for {
+				k := strings.IndexByte(text[j:], c)
+				if k < 0 {
+					return nil, fmt.Errorf("a %c quote does not end", c)
+				}
+				j += k + 1
+				if j < len(text) && text[j] == c { // doubled: an escaped quote
+					j++
+					continue
+				}
+				break
+			}
+			i = j
+			continue
+		case '$':
+			if tag := dollarTag.FindString(text[i:]); tag != "" {
+				k := strings.Index(text[i+len(tag):], tag)
+				if k < 0 {
+					return nil, fmt.Errorf("body quoted by %s does not end", tag)
+				}
+				i += len(tag) + k + len(tag)
+				continue
+			}
+		case ';':
+			out = append(out, text[start:i+1])
+			start = -1
+		}
+		i++
+	}
+	if start >= 0 {
+		return nil, fmt.Errorf("statement does not end in ';': %.60s", text[start:])
+	}
+	return out, nil
+}
+
+var dollarTag = regexp.MustCompile(`^\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$`)
+
+// Migration is the goose migration that takes a database from snapshot prev to
+// next: Up writes what next changed, added or removed, Down puts back prev's.
+// Changed reports the keys of the objects it touches; it is empty, and the text
+// too, when the snapshots define the same objects with the same statements.
+func Migration(prev, next Snapshot, command string) (text string, changed []string) {
+	old := map[string]Object{}
+	for _, o := range prev {
+		old[o.Key] = o
+	}
+	cur := map[string]Object{}
+	for _, o := range next {
+		cur[o.Key] = o
+	}
+	var up, down []string
+	// Up: triggers and functions next removes, then next's new or changed
+	// functions, then its triggers. Down undoes it in the other order.
+	var upDrops, downCreates, downDrops []string
+	for _, o := range reversed(prev) {
+		if _, ok := cur[o.Key]; !ok {
+			upDrops = append(upDrops, o.Drop)
+			changed = append(changed, o.Key+" (removed)")
+		}
+	}
+	var upFuncs, upTrigs []string
+	for _, o := range next {
+		p, ok := old[o.Key]
+		if ok && normalizeStatement(p.SQL) == normalizeStatement(o.SQL) {
+			continue
+		}
+		stmt := o.SQL
+		if ok && p.Returns != o.Returns {
+			stmt = o.Drop + "\n" + stmt
+		}
+		if !ok {
+			downDrops = append(downDrops, o.Drop)
+			changed = append(changed, o.Key+" (new, "+o.File+")")
+		} else {
+			changed = append(changed, o.Key+" ("+o.File+")")
+		}
+		if o.Kind == Function {
+			upFuncs = append(upFuncs, "-- catalog/sql/"+o.File+"\n"+block(stmt))
+		} else {
+			upTrigs = append(upTrigs, "-- catalog/sql/"+o.File+"\n"+block(stmt))
+		}
+	}
+	var downFuncs, downTrigs []string
+	for _, p := range prev {
+		o, ok := cur[p.Key]
+		if ok && normalizeStatement(p.SQL) == normalizeStatement(o.SQL) {
+			continue
+		}
+		stmt := p.SQL
+		if ok && p.Returns != o.Returns {
+			stmt = p.Drop + "\n" + stmt
+		}
+		if p.Kind == Function {
+			downFuncs = append(downFuncs, block(stmt))
+		} else {
+			downTrigs = append(downTrigs, block(stmt))
+		}
+	}
+	downCreates = append(downFuncs, downTrigs...)
+	if len(changed) == 0 {
+		return "", nil
+	}
+	// Drops of triggers come before drops of functions in both lists: reversed
+	// order of the snapshot puts triggers.sql's triggers after their functions.
+	sortDrops(upDrops)
+	sortDrops(downDrops)
+	up = append(up, upDrops...)
+	up = append(up, upFuncs...)
+	up = append(up, upTrigs...)
+	down = append(down, downDrops...)
+	down = append(down, downCreates...)
+
+	var b strings.Builder
+	b.WriteString("-- +goose Up\n")
+	fmt.Fprintf(&b, "-- Code generated by %s from catalog/sql; DO NOT EDIT.\n", command)
+	b.WriteString("-- The reviewed text is catalog/sql: this file is its change, and its Down the\n")
+	b.WriteString("-- previous definitions. It changes:\n")
+	for _, c := range changed {
+		b.WriteString("--   " + c + "\n")
+	}
+	b.WriteString("SET LOCAL check_function_bodies = off;\n\n")
+	b.WriteString(strings.Join(up, "\n"))
+	b.WriteString("\n-- +goose Down\nSET LOCAL check_function_bodies = off;\n\n")
+	b.WriteString(strings.Join(down, "\n"))
+	return b.String(), changed
+}
+
+func block(stmt string) string {
+	return "-- +goose StatementBegin\n" + strings.TrimSpace(stmt) + "\n-- +goose StatementEnd\n"
+}
+
+// sortDrops puts DROP TRIGGER before DROP FUNCTION, keeping the order within each.
+func sortDrops(s []string) {
+	sort.SliceStable(s, func(i, j int) bool {
+		return strings.HasPrefix(s[i], "DROP TRIGGER") && !strings.HasPrefix(s[j], "DROP TRIGGER")
+	})
+}
+
+func reversed(s Snapshot) Snapshot {
+	out := make(Snapshot, len(s))
+	for i, o := range s {
+		out[len(s)-1-i] = o
+	}
+	return out
+}
+
+// normalizeStatement is the statement as PostgreSQL keeps it: everything inside
+// a body (its comments and spaces too) is part of the function's definition.
+func normalizeStatement(s string) string { return strings.TrimSpace(s) }
