@@ -6,18 +6,25 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	_ "github.com/lib/pq"
 	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/testenv"
 	"github.com/cairnrun/cairn/migrations"
+	"github.com/cairnrun/cairn/migrations/snapshot"
 )
 
 // landedFile lists every landed migration with its SHA-256, in sha256sum's format.
@@ -57,8 +64,11 @@ func TestLandedMigrationsUnchanged(t *testing.T) {
 
 // TestMigrationsUpDownUp applies the migrations one at a time to an empty database,
 // noting the schema after each, then rolls them back one at a time: after each Down
-// the schema must be the one noted at that version (tables, sequences, and
-// functions with their result types and bodies). Then all of them go up again.
+// the schema must be the one noted at that version (tables, sequences, triggers,
+// and functions with their result types and bodies). Then all of them go up again.
+// The migrations are the landed ones and two that the generator writes from
+// catalog/sql changed on purpose (withGeneratedMigrations): their Down sections
+// must restore the previous definitions too.
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
 	c := testenv.PG(t)
@@ -68,7 +78,8 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	db, err := sql.Open("postgres", c.URL("updownup"))
 	require.NoError(t, err)
 	defer db.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	fsys, probes := withGeneratedMigrations(t)
+	provider, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithDisableGlobalRegistry(true))
 	require.NoError(t, err)
 
 	objects := func() []string {
@@ -76,6 +87,9 @@ func TestMigrationsUpDownUp(t *testing.T) {
 SELECT 'table ' || tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'goose_db_version'
 UNION ALL SELECT 'function ' || p.oid::regprocedure::text || ' returns ' || pg_get_function_result(p.oid) || ' body ' || md5(p.prosrc)
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+UNION ALL SELECT 'trigger ' || t.tgname || ' ON ' || c.relname || ' ' || pg_get_triggerdef(t.oid)
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE n.nspname = 'public' AND NOT t.tgisinternal
 UNION ALL SELECT 'sequence ' || sequencename FROM pg_sequences WHERE schemaname = 'public' AND sequencename <> 'goose_db_version_id_seq'
 ORDER BY 1`)
 		require.NoError(t, err)
@@ -112,6 +126,86 @@ ORDER BY 1`)
 	_, err = provider.Up(ctx)
 	require.NoError(t, err, "up again")
 	require.Equal(t, top, objects(), "up after down made another schema")
+
+	// The generated migrations did what catalog/sql says.
+	var changed, trigger, widened string
+	var gone bool
+	require.NoError(t, db.QueryRowContext(ctx, `
+SELECT (SELECT prosrc FROM pg_proc WHERE oid = $1::regprocedure),
+       (SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'events_probe'),
+       (SELECT pg_get_function_result('cairn_probe_widen(integer)'::regprocedure)),
+       (SELECT to_regprocedure('cairn_probe_gone(integer)') IS NULL)`, probes.changed).
+		Scan(&changed, &trigger, &widened, &gone))
+	require.Contains(t, changed, probes.marker, "the changed body of %s", probes.changed)
+	require.Contains(t, trigger, "BEFORE TRUNCATE ON public.events")
+	require.Equal(t, "bigint", widened)
+	require.True(t, gone, "cairn_probe_gone was dropped from catalog/sql")
+}
+
+// generatedProbes names what withGeneratedMigrations changed.
+type generatedProbes struct {
+	changed string // the function whose body the first migration changes
+	marker  string // the line it adds to that body
+}
+
+// withGeneratedMigrations is migrations.FS with two more migrations, written by
+// migrations/snapshot (as `go run ./migrations/gen NAME` writes them) from
+// catalog/sql changed on purpose. The first changes the body of the snapshot's
+// first function and adds three functions and a trigger; the second changes that
+// trigger (AFTER to BEFORE), one new function's result type (integer to bigint,
+// which CREATE OR REPLACE cannot do alone), and drops another.
+func withGeneratedMigrations(t *testing.T) (fs.FS, generatedProbes) {
+	t.Helper()
+	sqlFS, err := fs.Sub(catalog.SQLFiles, "sql")
+	require.NoError(t, err)
+	base, err := snapshot.Read(sqlFS)
+	require.NoError(t, err)
+
+	probes := generatedProbes{marker: "-- changed by TestMigrationsUpDownUp"}
+	first := slices.Clone(base)
+	bodyStart := regexp.MustCompile(`(?s)\bAS\s+\$[A-Za-z_]*\$`)
+	for i, o := range first {
+		if o.Kind != snapshot.Function {
+			continue
+		}
+		at := bodyStart.FindStringIndex(o.SQL)
+		require.NotNil(t, at, "no body in %s", o.Key)
+		o.SQL = o.SQL[:at[1]] + "\n" + probes.marker + o.SQL[at[1]:]
+		first[i], probes.changed = o, o.Key
+		break
+	}
+	probe := func(text string) snapshot.Snapshot {
+		objs, err := snapshot.Parse("probe.sql", text)
+		require.NoError(t, err)
+		return objs
+	}
+	first = append(first, probe(`
+CREATE OR REPLACE FUNCTION cairn_probe_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION cairn_probe_gone(p_n integer) RETURNS integer LANGUAGE sql AS $$ SELECT p_n $$;
+CREATE OR REPLACE FUNCTION cairn_probe_widen(p_n integer) RETURNS integer LANGUAGE sql AS $$ SELECT p_n $$;
+CREATE OR REPLACE TRIGGER events_probe AFTER TRUNCATE ON events FOR EACH STATEMENT EXECUTE FUNCTION cairn_probe_trigger();`)...)
+	second := append(slices.Clone(first[:len(base)]), probe(`
+CREATE OR REPLACE FUNCTION cairn_probe_trigger() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE OR REPLACE FUNCTION cairn_probe_widen(p_n integer) RETURNS bigint LANGUAGE sql AS $$ SELECT p_n::bigint $$;
+CREATE OR REPLACE TRIGGER events_probe BEFORE TRUNCATE ON events FOR EACH STATEMENT EXECUTE FUNCTION cairn_probe_trigger();`)...)
+
+	fsys := fstest.MapFS{}
+	names, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	for _, name := range names {
+		b, err := fs.ReadFile(migrations.FS, name)
+		require.NoError(t, err)
+		fsys[name] = &fstest.MapFile{Data: b}
+	}
+	last, err := strconv.Atoi(strings.SplitN(names[len(names)-1], "_", 2)[0])
+	require.NoError(t, err)
+	for i, step := range [][2]snapshot.Snapshot{{base, first}, {first, second}} {
+		text, changed := snapshot.Migration(step[0], step[1], "TestMigrationsUpDownUp")
+		require.NotEmpty(t, changed)
+		require.Contains(t, text, "Code generated by TestMigrationsUpDownUp from catalog/sql; DO NOT EDIT.")
+		fsys[fmt.Sprintf("%05d_generated_%d.sql", last+1+i, i+1)] = &fstest.MapFile{Data: []byte(text)}
+	}
+	return fsys, probes
 }
 
 // TestAliasesBackfillLatest: migration 00007 gives every existing workflow the alias

@@ -121,9 +121,11 @@ func parseObject(st string) (Object, error) {
 		}
 		sig := name + "(" + strings.Join(in, ", ") + ")"
 		o := Object{Kind: Function, Key: sig, Drop: "DROP FUNCTION " + sig + ";", SQL: st}
+		o.Returns = strings.Join(outParams(params), ", ")
 		if r := returnsClause.FindStringSubmatch(rest); r != nil {
-			o.Returns = normalize(strings.Join(outParams(params), ", ") + " " + r[1])
+			o.Returns += " RETURNS " + r[1]
 		}
+		o.Returns = normalize(o.Returns)
 		return o, nil
 	}
 	if m := createTrigger.FindStringSubmatch(st); m != nil {
@@ -194,7 +196,9 @@ func outParams(params []string) []string {
 	return out
 }
 
-func normalize(s string) string { return strings.ToLower(strings.TrimSpace(spaces.ReplaceAllString(s, " "))) }
+func normalize(s string) string {
+	return strings.ToLower(strings.TrimSpace(spaces.ReplaceAllString(s, " ")))
+}
 
 // Split cuts SQL text into statements, each without the comments before it and
 // ending in its ';'. It knows -- and /* */ comments, quoted strings and
