@@ -1,4 +1,7 @@
--- [from 00007_aliases.sql]
+-- Aliases: named pointers to a workflow's versions (latest, stable, …), with their
+-- history of changes. Go callers: catalog/alias.go, and run creation
+-- (catalog/run.go, catalog/retry.go) through cairn_alias_version.
+
 -- cairn_alias_version returns the version that alias p_alias of workflow p_workflow
 -- names, or NULL. It is the one place that resolves an alias; statements use it
 -- where they take a version (run creation; retry and rerun onto an alias).
@@ -7,7 +10,6 @@ RETURNS integer LANGUAGE sql STABLE AS $$
     SELECT version FROM workflow_aliases WHERE workflow = p_workflow AND alias = p_alias
 $$;
 
--- [from 00007_aliases.sql]
 -- cairn_alias_set points alias p_alias of p_workflow at p_version (creating the alias
 -- if need be) and records the change (p_kind deploy or promote) with p_actor. Changes
 -- of one workflow's aliases are serialized by the workflow's row lock (which a deploy
@@ -44,7 +46,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00007_aliases.sql]
 -- cairn_alias_rollback moves alias p_alias of p_workflow back to the version it named
 -- before the change that set its current one (the parent of its head), records the
 -- rollback with p_actor, and returns that version. Raises CA404 when the workflow or

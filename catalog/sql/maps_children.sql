@@ -1,4 +1,12 @@
--- [from 00015_map.sql]
+-- Maps and child runs. A map step is suspended (wait_kind map) while its instances,
+-- one row of steps per item (key "<map key>[<index>]"), run; cairn_map_expand
+-- creates them in batches. A workflow step can wait for a child run it created
+-- (cairn_child_suspend); the child's end resolves it (cairn_child_resolve, run by
+-- the trigger runs_child_ended), and a parent's cancel, pause or resume reaches its
+-- children (runs_children_follow): both triggers are in triggers.sql. Lock order:
+-- a parent's rows before its children's. Go callers: catalog/map.go,
+-- catalog/child.go.
+
 -- cairn_map_expand creates the next instances of the map step p_key of p_run: from
 -- its inline items (p_items NULL: up to p_limit of them), or the items p_items (a JSON
 -- array, read from its blob by the caller, which then gives the blob offset after
@@ -50,7 +58,6 @@ BEGIN
     RETURN v_n;
 END $$;
 
--- [from 00015_map.sql]
 -- cairn_child_suspend: the running step p_key of p_run, fenced by its lease token
 -- (false, nothing written, when the token is not its current lease), waits for its
 -- child run p_child, created in the same transaction (its parent_step is set here).
@@ -90,7 +97,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00015_map.sql]
 -- cairn_child_resolve ends the parent step that waits for the ended run p_child, if
 -- one does (else nothing: the parent step was canceled, or resolved already):
 -- succeeded with {sink step key: output} when the child succeeded; else failed with

@@ -1,4 +1,24 @@
--- [from 00023_lock_order.sql]
+-- Run control: cancel, pause and resume (of a run or a whole workflow), deadlines,
+-- retry and rerun, and the locks they take. Go callers: catalog/run.go,
+-- catalog/operation.go (bulk operations), catalog/retry.go, catalog/workflow.go,
+-- catalog/flow.go (deadlines).
+--
+-- The lock order for the writers of a run, so that cancelling a run while its
+-- steps finish cannot deadlock (function bodies written before this folder existed
+-- call it "the lock order at the top of migration 00023"):
+--   1. a transaction level advisory lock per run (cairn_run_lock): exclusive for
+--      cancel, a run's deadline, and an operator's pause or resume
+--      (cairn_run_control_lock); shared for the writers of its steps
+--      (cairn_runs_share, taken by the statements in catalog/ that finish, suspend,
+--      resolve, decide or expand steps, before they write anything), so a cancel
+--      waits for the batches in flight and new ones wait for it; the writers do not
+--      wait for each other;
+--   2. the steps, in key order;
+--   3. the run's row.
+-- A claim takes no advisory lock: it skips locked steps, and then only waits for
+-- the run's row, which cancel takes last. Retry and rerun take the run's row first
+-- (they meet running finishers far less often).
+
 -- cairn_run_lock takes run p_run's advisory lock, exclusive, until the end of the
 -- transaction.
 CREATE OR REPLACE FUNCTION cairn_run_lock(p_run uuid)
@@ -7,18 +27,16 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('cairn_run:' || p_run::text, 0));
 END $$;
 
--- [from 00038_control_lock_order.sql]
--- cairn_run_control_lock takes the locks of run p_run in the order of migration
--- 00023 (its advisory lock, exclusive; then its steps that are not finished or
+-- cairn_run_control_lock takes the locks of run p_run in the order at the top of
+-- this file (its advisory lock, exclusive; then its steps that are not finished or
 -- are held, in key order) for an operator's pause or resume, which call it before
 -- cairn_run_pause or cairn_run_resume (they lock the steps, unordered, then the
--- run's row). Before, a pause or a resume of a run whose steps were finishing
--- could wait for a finisher in a circle (catalog TestPauseWhileStepsFinish: 1 to
--- 3 of 3 pauses and resumes of a wide run retried for a deadlock); now it waits
--- for the finishing batches in flight, and new ones wait for it. It returns true,
--- so that a statement can take the locks in its WHERE clause before it writes.
--- A run paused or resumed with its parent (runs_children_follow) is not: that
--- trigger holds the parent's row already.
+-- run's row): a pause or a resume of a run whose steps are finishing waits for the
+-- finishing batches in flight, and new ones wait for it, instead of waiting for a
+-- finisher in a circle (catalog TestPauseWhileStepsFinish). It returns true, so
+-- that a statement can take the locks in its WHERE clause before it writes. A run
+-- paused or resumed with its parent (runs_children_follow) is not: that trigger
+-- holds the parent's row already.
 CREATE OR REPLACE FUNCTION cairn_run_control_lock(p_run uuid)
 RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
@@ -29,7 +47,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00023_lock_order.sql]
 -- cairn_runs_share takes the advisory lock of each run in p_runs, shared, until
 -- the end of the transaction, in descending order of the run's ID (the order in
 -- which a bulk operation visits runs, catalog/operation.go). It returns true, so
@@ -42,13 +59,12 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00023_lock_order.sql]
--- cairn_run_cancel cancels a run: waiting, ready and running steps become canceled
--- (running attempts canceled, their leases revoked so a late completion is fenced
--- out) and the dispatchers are told on channel cairn_cancel. Returns 'canceled',
--- 'finished' (already terminal) or 'not_found'.
---
--- cairn_run_cancel: as in 00014, taking its locks in the order above.
+-- cairn_run_cancel cancels a run: its waiting, ready, running and suspended steps
+-- become canceled (running attempts canceled, their leases revoked so a late
+-- completion is fenced out), its held steps released, and the dispatchers are told
+-- on channel cairn_cancel (run.canceled with p_reason). Raises CA404 for no such
+-- run, CA409 for a run that has ended. It takes its locks in the order at the top of
+-- this file (which its body calls "the lock order at the top of migration 00023").
 CREATE OR REPLACE FUNCTION cairn_run_cancel(p_run uuid, p_reason text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -81,16 +97,13 @@ BEGIN
     PERFORM pg_notify('cairn_cancel', p_run::text);
 END $$;
 
--- [from 00023_lock_order.sql]
 -- cairn_run_deadlines fails up to p_limit unended runs whose deadline has passed,
--- SKIP LOCKED, as cairn_run_cancel cancels one (its running attempts end canceled,
--- its unfinished steps are canceled, dispatchers are told on cairn_cancel), but the
--- run fails: error {"message", "cause": {"code": "deadline_exceeded"}}, run.failed
--- {"reason": "deadline_exceeded"}. Returns how many it failed.
---
--- cairn_run_deadlines: as in 00016, taking its locks in the order above (it took
--- the run's row first, SKIP LOCKED); the earliest deadlines first, locked in
--- descending order of their IDs, as a bulk operation visits runs.
+-- as cairn_run_cancel cancels one (its running attempts end canceled, its unfinished
+-- steps are canceled, dispatchers are told on cairn_cancel), but the run fails:
+-- error {"message", "cause": {"code": "deadline_exceeded"}}, run.failed {"reason":
+-- "deadline_exceeded"}. The earliest deadlines first, SKIP LOCKED, locked in the
+-- order at the top of this file (descending run IDs, as a bulk operation visits
+-- runs). Returns how many it failed.
 CREATE OR REPLACE FUNCTION cairn_run_deadlines(p_limit integer)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -135,7 +148,6 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00005_pause.sql]
 -- cairn_run_pause pauses a run at an operator's request. A pending or running run is
 -- paused (true). A paused run stays so and nothing is written (false), except that a
 -- run paused by its workflow is from then on paused by the operator too (true, one
@@ -171,14 +183,11 @@ BEGIN
         USING ERRCODE = 'CAR09';
 END $$;
 
--- [from 00010_waits.sql]
 -- cairn_run_hold pauses a pending or running run for p_kind (run, workflow): its
--- unfinished steps are held, the run is paused, and run.paused records the actor
--- and the operator's note. Returns false, and writes nothing, when the run is not
--- pending or running once its row is locked. The caller has checked that it exists.
---
--- cairn_run_hold: as in 00005, holding suspended steps too (the sweeper does not
--- wake them while the run is paused).
+-- unfinished steps are held (suspended ones too: the wake sweeper leaves them while
+-- the run is paused), the run is paused, and run.paused records the actor and the
+-- operator's note. Returns false, and writes nothing, when the run is not pending or
+-- running once its row is locked. The caller has checked that it exists.
 CREATE OR REPLACE FUNCTION cairn_run_hold(p_run uuid, p_kind text, p_actor text, p_note text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -199,7 +208,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00005_pause.sql]
 -- cairn_run_release resumes a paused run: its steps are released and it is running
 -- again (pending if no step ever started); run.resumed records the actor, the note
 -- and the pause_reason it had. Raises CAR09 when the run is not paused once its row
@@ -226,7 +234,6 @@ BEGIN
     PERFORM cairn_wake();
 END $$;
 
--- [from 00005_pause.sql]
 -- cairn_run_resume releases a paused run, whatever paused it. Raises CA404 for no
 -- such run, CAR09 for a run that is not paused.
 CREATE OR REPLACE FUNCTION cairn_run_resume(p_run uuid, p_actor text, p_note text)
@@ -239,7 +246,6 @@ BEGIN
     PERFORM cairn_run_release(p_run, p_actor, p_note, NULL);
 END $$;
 
--- [from 00005_pause.sql]
 -- cairn_workflow_pause pauses a workflow: it is marked paused (by p_actor, now; a
 -- workflow paused already keeps who and when), every pending or running run of it
 -- is paused (pause_reason workflow), and runs created from now on start paused.
@@ -269,7 +275,6 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00005_pause.sql]
 -- cairn_workflow_resume resumes a workflow: it is no longer paused, and the runs its
 -- pause held (pause_reason workflow) are released; runs paused one by one, or parked
 -- by on_exhausted, stay paused. Resuming a workflow that is not paused changes
@@ -301,11 +306,10 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00009_control_together.sql]
 -- cairn_version_layout returns the steps a run of a version starts with, in the
--- definition's order (ord, from 1): key, needs, max_attempts. The one place that
--- reads the layout arrays for retry and rerun: a column added to the layout is read
--- here and written where these functions insert or update steps (lay_out below).
+-- definition's order (ord, from 1): key, needs, max_attempts, on_exhausted. The one
+-- place that reads the layout arrays for retry and rerun: a column added to the
+-- layout is read here and written where these functions insert or update steps.
 CREATE OR REPLACE FUNCTION cairn_version_layout(p_workflow text, p_version integer)
 RETURNS TABLE (ord bigint, key text, needs text[], max_attempts integer, on_exhausted text)
 LANGUAGE sql STABLE AS $$
@@ -315,10 +319,9 @@ LANGUAGE sql STABLE AS $$
     WHERE v.workflow = p_workflow AND v.version = p_version
 $$;
 
--- [from 00014_conditions.sql]
--- cairn_condition_layout returns, per step of a version, what 00014 adds to its
--- layout: its trigger rule, whether it has a condition, its compensation's
--- max_attempts (NULL: none). Versions deployed before have none of them.
+-- cairn_condition_layout returns, per step of a version, the rest of its layout:
+-- its trigger rule, whether it has a condition, its compensation's max_attempts
+-- (NULL: none). Versions deployed before conditions existed have none of them.
 CREATE OR REPLACE FUNCTION cairn_condition_layout(p_workflow text, p_version integer)
 RETURNS TABLE (key text, trigger_rule text, has_when boolean, compensate_attempts integer)
 LANGUAGE sql STABLE AS $$
@@ -328,7 +331,6 @@ LANGUAGE sql STABLE AS $$
     WHERE v.workflow = p_workflow AND v.version = p_version
 $$;
 
--- [from 00004_retry_rerun.sql]
 -- cairn_version_mismatch names the steps of p_keys (steps a run keeps, with their
 -- needs p_needs) that version p_version of p_workflow lacks or gives other needs
 -- (compared as sets): '' when it has them all. The compatibility rule of retry and
@@ -348,7 +350,6 @@ RETURNS text LANGUAGE sql STABLE AS $$
        OR NOT (coalesce(k.needs, '{}') @> l.needs AND l.needs @> coalesce(k.needs, '{}'))
 $$;
 
--- [from 00015_map.sql]
 -- cairn_run_retry runs a failed or canceled run again, in place, under its row lock
 -- (of concurrent retries exactly one takes effect; the others find it running and
 -- raise CAR09). Succeeded steps and their outputs are kept and never run again;
@@ -368,7 +369,7 @@ $$;
 -- runnable}; dispatchers are woken. A run left with no step to run (the version
 -- dropped its failed steps) ends at once (cairn_run_settle).
 --
--- cairn_run_retry: as in 00009, but a map's instances are not steps of the version's
+-- A map's instances are not steps of the version's
 -- layout: a retry onto another version keeps them (the map step takes them up again),
 -- does not compare them with the new version, and draws no edges to them.
 CREATE OR REPLACE FUNCTION cairn_run_retry(p_run uuid, p_version integer, p_actor text)
@@ -467,7 +468,6 @@ BEGIN
     END IF;
 END $$;
 
--- [from 00009_control_together.sql]
 -- cairn_run_rerun makes run p_new from finished run p_source: the same workflow,
 -- on p_version (0: the source's version), with input p_input (NULL: the source's).
 -- The steps are that version's; each step not downstream of p_from (neither p_from
@@ -482,7 +482,9 @@ END $$;
 -- It returns the plan: the keys reused and the keys to run, in the version's order.
 -- With p_dry_run nothing is written. Otherwise the new run's events are run.created
 -- {workflow, version, rerun_of, from_step, actor} and, when steps are reused,
--- step.reused {steps, rerun_of}; dispatchers are woken.
+-- step.reused {steps, rerun_of}; dispatchers are woken. The run.created event fires
+-- events_run_relayout (triggers.sql), which adds conditions, trigger rules and
+-- compensations to the steps laid out here.
 CREATE OR REPLACE FUNCTION cairn_run_rerun(p_new uuid, p_source uuid, p_from text, p_input jsonb,
                                 p_version integer, p_actor text, p_dry_run boolean)
 RETURNS TABLE (reused text[], fresh text[]) LANGUAGE plpgsql AS $$

@@ -1,4 +1,8 @@
--- [from 00011_schedules.sql]
+-- Schedules: a workflow's cron schedules follow the version its alias latest names
+-- (cairn_schedules_sync, run by the trigger workflow_aliases_schedules in
+-- triggers.sql); the fire loop (runtime, catalog/schedule.go) is plain SQL. Go
+-- caller: catalog/schedule.go.
+
 -- cairn_schedule_pause pauses (p_paused true) or resumes (false) schedule p_id, with
 -- p_actor; a resumed schedule's next fire is computed afresh (fires missed while it
 -- was paused are not made up). Returns whether it changed (an event is written

@@ -1,8 +1,8 @@
--- [from 00012_hooks.sql]
+-- Secrets: sealed values, versioned. Go caller: catalog/secret.go.
+
 -- cairn_secret_put records the next version of a secret and returns its number and
--- time.
--- The upsert of the secret's row takes its lock, so concurrent PUTs of one name get
--- consecutive versions, none lost and none shared.
+-- time. The upsert of the secret's row takes its lock, so concurrent PUTs of one
+-- name get consecutive versions, none lost and none shared.
 CREATE OR REPLACE FUNCTION cairn_secret_put(p_name text, p_key_id text, p_sealed bytea, p_actor text)
 RETURNS TABLE (version integer, created_at timestamptz) LANGUAGE plpgsql AS $$
 DECLARE

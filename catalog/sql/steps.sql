@@ -1,4 +1,19 @@
--- [from 00001_catalog.sql]
+-- Steps and finishing: how an attempt ends and what follows from it. A claimed step
+-- (catalog/lease.go's claim, plain SQL) runs; its attempt ends through
+-- cairn_steps_succeed (a batch of successes) or cairn_step_finish (every other end),
+-- both fenced by the lease token; cairn_sweep takes back the leases of dead
+-- dispatchers. What follows an end: dependents readied, or settled by their trigger
+-- rule (cairn_skip_dependents), the run counted down and ended (cairn_run_settle),
+-- failure handlers laid out (cairn_run_compensate). Go callers: catalog/lease.go,
+-- catalog/wait.go, catalog/flow.go.
+--
+-- Lock order, as in every writer of a run (run_control.sql): the run's advisory
+-- lock (shared here, cairn_runs_share, taken by the Go statement), the steps in key
+-- order, then the run's row.
+--
+-- This folder is the current definition of every cairn_* function and trigger; a
+-- change is an edit here followed by `go run ./migrations/gen NAME` (README.md).
+
 -- cairn_event appends an event to a run, bumping its revision.
 CREATE OR REPLACE FUNCTION cairn_event(p_run uuid, p_type text, p_step text, p_attempt integer, p_data jsonb)
 RETURNS bigint LANGUAGE plpgsql AS $$
@@ -11,27 +26,38 @@ BEGIN
     RETURN v_seq;
 END $$;
 
--- [from 00041_interruptions.sql]
--- cairn_step_finish records the end of an attempt, fenced by its lease token.
--- p_outcome: succeeded, failed, timed_out, interrupted (count against the budget),
--- handback (interrupted, does not count, ready at once) or infra_failed (Cairn's own
--- infrastructure failed, not the handler: the attempt is failed but does not count,
--- and the step is ready again at p_retry_at). A retryable failure with budget left
--- returns the step to ready at p_retry_at; otherwise the step fails and its
--- dependents are skipped. Returns 'ok', or 'lease_lost' when the token is not the
--- step's current lease (nothing is written then).
+-- cairn_step_finish records the end of an attempt that did not succeed (successes go
+-- through cairn_steps_succeed), fenced by its lease token: false, and nothing
+-- written, when p_token is not the step's current lease. p_outcome is one of:
+--   failed, timed_out  the handler failed: the attempt counts against max_attempts;
+--   interrupted        its dispatcher died (cairn_sweep took the lease back, code
+--                      lease_expired): the attempt does not count; interruptions
+--                      are bounded on their own (below);
+--   handback           handed back at a dispatcher's shutdown: recorded as
+--                      interrupted, does not count, ready at once, last_error kept;
+--   infra_failed       Cairn's own infrastructure failed, not the handler: the
+--                      attempt is failed but does not count.
+-- The step is then ready again (at p_retry_at, never before now) when the attempt
+-- did not count, or p_retryable with counted attempts left. Otherwise, with
+-- on_exhausted pause, it is parked: ready with a fresh budget (counted_attempts 0)
+-- and its last error, held; the run's other unfinished steps (suspended ones too)
+-- are held and the run is paused (pause_reason exhausted, a run.paused event naming
+-- the step, its attempt and its error) until an operator resumes or cancels it.
+-- Else it fails: its dependents are settled (cairn_skip_dependents) and the run may
+-- end (cairn_run_settle).
 --
--- It is on the hot path: the common case is five statements (the step, its attempt,
--- its dependents, the run, the event), each touching only the rows it must.
--- cairn_step_finish: as in 00003, with the step's on_exhausted. An outcome that
--- would fail a step whose on_exhausted is pause (its counted attempts used up, or a
--- failure not retryable) parks it instead: the attempt is recorded as it ended, the
--- step is ready at once with a fresh attempt budget (counted_attempts 0) and its
--- last error, and held; the run's other unfinished steps are held too and the run
--- is paused (pause_reason exhausted, whatever paused it before), with a run.paused
--- event naming the step, its attempt and its error. An operator resumes the run
--- (the step runs again) or cancels it.
--- cairn_step_finish: as in 00005; a parked step holds the run's suspended steps too.
+-- A crash never fails a run, but a handler that kills its dispatcher every time
+-- (out of memory, a poison pill) must stop taking servers down: when the step has
+-- been interrupted max_interruptions times in a row (cairn_step_max_interruptions),
+-- the interruption that reaches the bound fails it (or parks it) with code
+-- interrupted_too_often. "In a row" counts the step's interrupted attempts after
+-- the newest one that ended otherwise and counted, and after the newest
+-- interrupted_too_often: a run retried or a step resumed after that failure gets a
+-- fresh bound.
+--
+-- Events: step.failed, run.paused, step.handed_back or step.retrying. Raises CA400
+-- for another outcome. Go calls it through catalog.StepFinishBatch
+-- (catalog/lease.go); the sweep calls it with interrupted.
 CREATE OR REPLACE FUNCTION cairn_step_finish(p_run uuid, p_key text, p_token bigint, p_outcome text,
     p_output jsonb, p_error jsonb, p_retryable boolean, p_retry_at timestamptz, p_log_key text)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -149,7 +175,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00041_interruptions.sql]
 -- cairn_step_max_interruptions is the max_interruptions of step p_key of run
 -- p_run: its retry policy's, read from the run's version's definition (a map
 -- instance's is its map step's, p_map_parent), 5 when unset
@@ -172,59 +197,35 @@ RETURNS integer LANGUAGE sql STABLE AS $$
         LIMIT 1), 5)
 $$;
 
--- [from 00032_finish_wake.sql]
--- cairn_steps_succeed records a batch of successful attempts, set-based: the common
--- case of a group commit in a handful of statements whatever the batch size. Each
--- item is fenced by its lease token; it returns the ordinals (1-based) of the items
--- written, the others lost their lease. Dependents are readied by how many of their
--- needs the batch completed; each run gets one revision bump for its events.
--- cairn_steps_succeed: as in 00001, waking the dispatchers through cairn_wake.
--- cairn_steps_succeed: as in 00003, and a dependent whose upstream all succeeded
--- but whose rule is any_failed is skipped (no_upstream_failed) instead of readied.
--- cairn_steps_succeed finds the steps it finishes by primary key. Its function
--- plan is generic, so PostgreSQL took the batch (unnest of the arrays) for 10
--- rows and the running steps for 1 (steps_lease_expiry_idx, whose predicate
--- status = 'running' matched), and joined every running step to every row of
--- the batch: 64 running steps and a batch of 62 compared 3,968 pairs, a third
--- of the statement's time. "(status = 'running') IS TRUE" says the same, but no
--- partial index matches it, so each row of the batch is looked up by the
--- primary key. The rest is 00014's body unchanged.
--- cairn_steps_succeed joins no CTE to another. PostgreSQL estimates a CTE at a
--- few rows and joined two by a nested loop: the events joined every finished
--- step to every run of the batch, and so did the statement's result (62 × 62
--- rows each for a batch of 62). The events now take their keys, attempts and
--- outputs from arrays that per_run gathers and r returns, in key order as
--- before; the result reads the finished steps and the ended runs apart. The rest
--- is 00026's body unchanged.
--- cairn_steps_succeed(…, p_wake) is 00029's body that wakes the dispatchers
--- (cairn_wake) only when p_wake is true, and says how many steps its successes
--- made ready (ready) beside the rows written (ords). A finish that leases the
--- dependents it made ready (catalog.StepFinishClaim) passes false and wakes them
--- itself when it leased fewer than became ready: a wake-up for steps already
--- leased made every dispatcher poll for nothing (two queries a step, one run at a
--- time). The five-argument function, which older servers call during a rolling
--- upgrade, is the new one with p_wake true.
+-- The five-argument cairn_steps_succeed, which older servers call during a rolling
+-- upgrade, is the six-argument one with p_wake true.
 CREATE OR REPLACE FUNCTION cairn_steps_succeed(p_runs uuid[], p_keys text[], p_tokens bigint[],
                                                p_outputs text[], p_log_keys text[])
 RETURNS bigint[] LANGUAGE sql AS $$
     SELECT s.ords FROM cairn_steps_succeed(p_runs, p_keys, p_tokens, p_outputs, p_log_keys, true) AS s;
 $$;
 
--- [from 00032_finish_wake.sql]
--- cairn_steps_succeed records a batch of successful attempts, set-based: the common
--- case of a group commit in a handful of statements whatever the batch size. Each
--- item is fenced by its lease token; it returns the ordinals (1-based) of the items
--- written, the others lost their lease. Dependents are readied by how many of their
--- needs the batch completed; each run gets one revision bump for its events.
+-- cairn_steps_succeed records a batch of successful attempts, set-based: a group
+-- commit in a handful of statements whatever the batch size. Each item is fenced by
+-- its lease token; ords are the ordinals (1-based) of the items written, the others
+-- lost their lease. Dependents are readied by how many of their needs the batch
+-- completed (one whose upstream all succeeded but whose rule is any_failed is
+-- skipped instead, no_upstream_failed); each run gets one revision bump for its
+-- events, and a run left with no step to go ends (cairn_run_settle). ready says how
+-- many steps the successes made ready. The dispatchers are woken (cairn_wake) only
+-- when p_wake is true: a finish that leases the dependents it made ready
+-- (catalog.StepFinishClaim) passes false and wakes them itself when it leased fewer
+-- than became ready (a wake-up for steps already leased made every dispatcher poll
+-- for nothing).
 --
--- cairn_steps_succeed(…, p_wake) is 00029's body that wakes the dispatchers
--- (cairn_wake) only when p_wake is true, and says how many steps its successes
--- made ready (ready) beside the rows written (ords). A finish that leases the
--- dependents it made ready (catalog.StepFinishClaim) passes false and wakes them
--- itself when it leased fewer than became ready: a wake-up for steps already
--- leased made every dispatcher poll for nothing (two queries a step, one run at a
--- time). The five-argument function, which older servers call during a rolling
--- upgrade, is the new one with p_wake true.
+-- Its plan is generic, which explains two shapes. The steps it finishes are found
+-- with "(status = 'running') IS TRUE": no partial index matches it, so each row of
+-- the batch is looked up by the primary key (with status = 'running' PostgreSQL
+-- took steps_lease_expiry_idx and joined every running step to every row of the
+-- batch). And no CTE is joined to another: PostgreSQL estimates a CTE at a few rows
+-- and joined two by a nested loop, so the events take their keys, attempts and
+-- outputs from arrays that per_run gathers and r returns, and the result reads the
+-- finished steps and the ended runs apart.
 CREATE OR REPLACE FUNCTION cairn_steps_succeed(p_runs uuid[], p_keys text[], p_tokens bigint[],
                                     p_outputs text[], p_log_keys text[], p_wake boolean,
                                     OUT ords bigint[], OUT ready bigint)
@@ -294,17 +295,24 @@ BEGIN
     END IF;
 END $$;
 
--- [from 00041_interruptions.sql]
--- cairn_sweep returns steps whose lease expired (their dispatcher died or lost the
--- database) to ready with the attempt interrupted, or fails them when no attempts
--- remain. Safe to run from every dispatcher at once (SKIP LOCKED).
+-- cairn_sweep takes back up to p_limit leases that expired (their dispatcher died or
+-- lost the database): the attempt ends interrupted, code lease_expired
+-- (cairn_step_finish, which does not count it against max_attempts), and the step is
+-- ready again. Safe to run from every dispatcher at once (SKIP LOCKED). Returns how
+-- many it took.
 --
--- cairn_sweep returns expired leases (see 00002 for the grace after the
--- database's start). A lease whose owner renewed its liveness within the last
--- lease TTL (dispatchers.lease_until still ahead) is left to it until it is
--- p_grace past its expiry: its row was locked by other transactions at the
--- owner's renewals (the heartbeat skips locked rows), or the owner no longer
--- holds it (a lease a live dispatcher forgot is still swept, later).
+-- No lease is swept until p_grace after the database itself started: while
+-- PostgreSQL is down no dispatcher can renew its leases, so every lease runs out
+-- during a long enough outage although its owner is alive; a server started just
+-- after the database came back has seen no error of its own and would take every
+-- step from the servers that lived through the outage. pg_postmaster_start_time()
+-- is the one memory every dispatcher shares.
+--
+-- A lease whose owner renewed its own liveness within the last lease TTL
+-- (dispatchers.lease_until still ahead) is left to it until it is p_grace past its
+-- expiry: its row was locked by other transactions at the owner's renewals (the
+-- heartbeat skips locked rows), or the owner no longer holds it (a lease a live
+-- dispatcher forgot is still swept, later).
 CREATE OR REPLACE FUNCTION cairn_sweep(p_limit integer, p_grace interval)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -333,7 +341,6 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00016_flow.sql]
 -- cairn_queue_timeouts fails up to p_limit ready steps (not held: a paused run's
 -- wait is not the queue's) whose queue_timeout has passed, SKIP LOCKED: terminal,
 -- last_error {"message", "code": "queue_timeout"}, dependents skipped, step.failed,
@@ -367,17 +374,14 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00014_conditions.sql]
 -- cairn_step_resolve ends a suspended step: p_outcome succeeded (output p_output;
--- its dependents whose needs are all met become ready) or failed (terminal whatever
--- its retry policy: last_error p_error; its dependents are skipped). Events:
--- step.resumed {kind, outcome, reason} then step.succeeded or step.failed; the run
--- may end. p_reason says why (sleep_done, signal, timeout, approved, …).
--- Raises CA404 for no such step, CAR09 when the step is not suspended (a late or
--- repeated completion; nothing is written), CA400 for another outcome.
---
--- cairn_step_resolve: as in 00010, and a dependent whose rule is any_failed is
--- skipped (no_upstream_failed) when its upstream all succeeded.
+-- its dependents whose needs are all met become ready, one whose rule is any_failed
+-- is skipped, no_upstream_failed) or failed (terminal whatever its retry policy:
+-- last_error p_error; its dependents are settled). Events: step.resumed {kind,
+-- outcome, reason} then step.succeeded or step.failed; the run may end. p_reason
+-- says why (sleep_done, signal, timeout, approved, …). Raises CA404 for no such
+-- step, CAR09 when the step is not suspended (a late or repeated completion;
+-- nothing is written), CA400 for another outcome.
 CREATE OR REPLACE FUNCTION cairn_step_resolve(p_run uuid, p_key text, p_outcome text, p_output jsonb, p_error jsonb,
                                               p_reason text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql AS $$
@@ -445,7 +449,6 @@ BEGIN
     END IF;
 END $$;
 
--- [from 00014_conditions.sql]
 -- cairn_step_skip skips a waiting or ready step for p_reason (condition_false,
 -- no_upstream_failed), p_because naming the step that decided it if any
 -- (step.skipped), and settles its dependents. Returns how many steps it skipped (0
@@ -466,10 +469,6 @@ BEGIN
     RETURN 1 + cairn_skip_dependents(p_run, p_key);
 END $$;
 
--- [from 00014_conditions.sql]
--- cairn_skip_dependents marks every transitive dependent of a step that did not
--- succeed as skipped and returns how many.
---
 -- cairn_skip_dependents settles the dependents of a step that ended without
 -- succeeding (failed, canceled or skipped): each counts it (deps_failed or
 -- deps_skipped) and applies its trigger rule. all_succeeded: skipped at once
@@ -542,18 +541,13 @@ BEGIN
     RETURN cardinality(v_skipped);
 END $$;
 
--- [from 00028_settle_writes.sql]
 -- cairn_run_settle counts p_done more steps of a run as terminal; when none remain,
--- the run ends: failed if a step failed, else succeeded. With p_done = 0 it only
--- ends a run that has no steps left.
---
--- cairn_run_settle writes its run's row less often. Called with nothing to count
--- (p_done = 0: the finish of successes, for the runs it left with no step to
--- go), it updated steps_remaining by 0 to read and lock the row, writing a new
--- version of it; it now reads it FOR UPDATE. A run that succeeds takes its
--- run.succeeded event's revision in the update of its status, instead of one
--- more update in cairn_event. Per run of the throughput scenario: 4 writes of
--- the row at its end before, 2 now. The rest is 00015's body unchanged.
+-- the run ends: failed if a step failed (after its failure handlers, which
+-- cairn_run_compensate lays out: the run is compensating meanwhile), else
+-- succeeded. With p_done = 0 it only ends a run that has no steps left, reading the
+-- run's row FOR UPDATE rather than writing it; a run that succeeds takes its
+-- run.succeeded event's revision in the update of its status (two writes of the
+-- row at a run's end, not four).
 CREATE OR REPLACE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -632,7 +626,6 @@ BEGIN
     END IF;
 END $$;
 
--- [from 00014_conditions.sql]
 -- cairn_run_compensate lays out the failure handlers of a run that would end
 -- failed: one step per succeeded step of the DAG that has a compensation (key
 -- compensate-<key>, needs that step: its output is in the envelope's deps),

@@ -1,12 +1,24 @@
--- [from 00014_conditions.sql]
+-- Triggers: every trigger of the schema, with the function it runs. Each says what
+-- fires it and what it changes, and whether it stays in SQL or should move into
+-- the function that causes it, and why. The rule: a trigger stays when it is an
+-- integrity rule of a table (checks, a foreign key's cascade or restriction), or
+-- when the change it reacts to has many writers that it spares from knowing it (a
+-- run's end, a suspended step's end); it should move when the transitions it
+-- follows are made by a few functions that own them, so that a reader of those
+-- functions sees all they do. catalog/state.go lists them for a reader of the Go
+-- code.
+--
+-- The messages of the steps checks name migrations/00030_hot_checks.sql: a
+-- function body's text changes only through a migration (go run ./migrations/gen).
+
 -- cairn_run_relayout completes the steps that a retry (cairn_run_retry) made
 -- runnable again, or that a rerun (cairn_run_rerun) created, with what they know
 -- nothing of (both lay steps out through cairn_version_layout): the trigger rules,
 -- conditions (to decide again) and compensations of the run's version, counters
 -- cleared. A retried run's failure handlers are removed: should it fail again, it
 -- compensates anew. It runs as a trigger on the event both write last
--- (run.retried, run.created with rerun_of), in their transaction, so that neither
--- function is copied here to add a few columns.
+-- (run.retried, run.created with rerun_of), in their transaction (events_run_relayout,
+-- below).
 CREATE OR REPLACE FUNCTION cairn_run_relayout()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -32,14 +44,20 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- [from 00014_conditions.sql]
--- TODO comment
+-- events_run_relayout: inserting a run.retried event, or a run.created event with
+-- rerun_of, runs cairn_run_relayout on that run's steps (above).
+-- Decision: should move into the functions that cause it. cairn_run_retry and
+-- cairn_run_rerun write these events last, and this trigger exists only so that
+-- neither body was copied into another migration to add a few columns; with
+-- catalog/sql and the generator a change to them is an edit here, so the relayout
+-- should become a plain function they call at their end (a reader of retry then
+-- sees all of it). Not moved yet: it needs a migration of its own.
 CREATE OR REPLACE TRIGGER events_run_relayout AFTER INSERT ON events FOR EACH ROW
     WHEN (NEW.type = 'run.retried' OR (NEW.type = 'run.created' AND NEW.data ? 'rerun_of'))
     EXECUTE FUNCTION cairn_run_relayout();
 
--- [from 00015_map.sql]
--- TODO comment
+-- cairn_child_ended resolves the parent step waiting for a child run that has just
+-- ended (cairn_child_resolve, maps_children.sql).
 CREATE OR REPLACE FUNCTION cairn_child_ended()
 RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -47,15 +65,19 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- [from 00015_map.sql]
--- TODO comment
+-- runs_child_ended: a child run (parent_step set) whose status becomes succeeded,
+-- failed or canceled resolves its parent's step: succeeded with the child's output,
+-- or failed (code child_failed or child_canceled).
+-- Decision: stays in SQL. A run ends through many writers (cairn_run_settle,
+-- cairn_steps_succeed, cairn_run_cancel, cairn_run_deadlines, a parent's cancel by
+-- runs_children_follow); the status column is the one place every end passes, and
+-- a writer added later cannot forget the parent.
 CREATE OR REPLACE TRIGGER runs_child_ended AFTER UPDATE OF status ON runs
     FOR EACH ROW
     WHEN (NEW.parent_step IS NOT NULL AND NEW.status IN ('succeeded', 'failed', 'canceled')
           AND OLD.status NOT IN ('succeeded', 'failed', 'canceled'))
     EXECUTE FUNCTION cairn_child_ended();
 
--- [from 00015_map.sql]
 -- cairn_children_follow makes a parent's children follow it: canceled, they are
 -- canceled (those not ended); paused by an operator (pause_reason run), the pending
 -- and running ones are paused (actor parent:<id>); resumed, the children paused that
@@ -99,15 +121,21 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- [from 00015_map.sql]
--- TODO comment
+-- runs_children_follow: a run whose status or pause_reason changes makes its child
+-- runs follow (cairn_children_follow): canceled, paused by an operator, resumed.
+-- Decision: should move into the functions that cause it: cairn_run_cancel,
+-- cairn_run_hold (kind run) and cairn_run_release make every transition it follows,
+-- and a reader of cancel or pause should see that children go with the run. It
+-- would keep its lock order (the parent's rows before its children's). Not moved
+-- yet: it changes three functions and needs a migration of its own.
 CREATE OR REPLACE TRIGGER runs_children_follow AFTER UPDATE OF status, pause_reason ON runs
     FOR EACH ROW
     WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.pause_reason IS DISTINCT FROM NEW.pause_reason)
     EXECUTE FUNCTION cairn_children_follow();
 
--- [from 00020_live_log.sql]
--- TODO comment
+-- cairn_span_outbox_run queues the span of a run that was canceled (span_outbox,
+-- step_key NULL): no attempt records it. The dispatchers drain the queue (SKIP
+-- LOCKED) and record the spans, or only drain it when they do not trace.
 CREATE OR REPLACE FUNCTION cairn_span_outbox_run() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO span_outbox (run_id) VALUES (NEW.id);
@@ -115,14 +143,18 @@ BEGIN
 END
 $$;
 
--- [from 00020_live_log.sql]
--- TODO comment
+-- runs_span_outbox: a run's status becoming canceled queues its span.
+-- Decision: stays in SQL, with steps_span_outbox. The ends it reports are written by
+-- several functions (cairn_run_cancel, and through runs_children_follow a parent's
+-- cancel), none of which should know about tracing; the queue row is written in the
+-- ending transaction, so no end is lost.
 CREATE OR REPLACE TRIGGER runs_span_outbox AFTER UPDATE OF status ON runs FOR EACH ROW
     WHEN (NEW.status = 'canceled' AND OLD.status <> 'canceled')
     EXECUTE FUNCTION cairn_span_outbox_run();
 
--- [from 00020_live_log.sql]
--- TODO comment
+-- cairn_span_outbox_step queues the span of a suspended step that ended (sleep,
+-- signal, approval, callback, child run, map): the write that ends it (a wake, the
+-- API, a child run's end) is made by no attempt of the step.
 CREATE OR REPLACE FUNCTION cairn_span_outbox_step() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO span_outbox (run_id, step_key) VALUES (NEW.run_id, NEW.key);
@@ -130,14 +162,19 @@ BEGIN
 END
 $$;
 
--- [from 00020_live_log.sql]
--- TODO comment
+-- steps_span_outbox: a step going from suspended to succeeded, failed, canceled or
+-- skipped queues its span.
+-- Decision: stays in SQL, for the reason given at runs_span_outbox (the writers are
+-- cairn_step_resolve, cairn_step_wake, cairn_run_cancel, cairn_skip_dependents…).
 CREATE OR REPLACE TRIGGER steps_span_outbox AFTER UPDATE OF status ON steps FOR EACH ROW
     WHEN (OLD.status = 'suspended' AND NEW.status IN ('succeeded', 'failed', 'canceled', 'skipped'))
     EXECUTE FUNCTION cairn_span_outbox_step();
 
--- [from 00021_flow_fair_rate.sql]
--- TODO comment
+-- cairn_step_flow_inherit fills in a new step's flow settings (limits and keys,
+-- priority, runs_on, queue_timeout): a map instance takes its map step's; a
+-- compensation or an on_failure step takes its own from runs.handler_flow (its
+-- limit keys evaluated when the run was created, as every step's are), else keeps
+-- the defaults it was inserted with.
 CREATE OR REPLACE FUNCTION cairn_step_flow_inherit()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -167,14 +204,16 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- [from 00021_flow_fair_rate.sql]
--- TODO comment
+-- steps_flow_inherit: before a map instance or a failure handler is inserted.
+-- Decision: stays in SQL. It is the one home of "a map instance or a handler has
+-- these flow settings" whatever inserts the row (cairn_map_expand,
+-- cairn_run_compensate, a retry's relayout); moving it would copy the rule into each.
 CREATE OR REPLACE TRIGGER steps_flow_inherit BEFORE INSERT ON steps
     FOR EACH ROW WHEN (NEW.map_parent IS NOT NULL OR NEW.phase <> 'main')
     EXECUTE FUNCTION cairn_step_flow_inherit();
 
--- [from 00030_hot_checks.sql]
--- TODO comment
+-- cairn_steps_check_failed raises the check_violation that one of steps' checks
+-- would have raised (steps_checks).
 CREATE OR REPLACE FUNCTION cairn_steps_check_failed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'new row for relation "steps" violates check trigger "steps_checks"'
@@ -183,8 +222,18 @@ BEGIN
               HINT = 'The checks are those of the trigger steps_checks (migrations/00030_hot_checks.sql).';
 END $$;
 
--- [from 00034_insert_checks.sql]
--- TODO comment
+-- steps_checks: the checks of steps that no update on the hot path touches are
+-- tested by this trigger when one of their columns is updated, instead of at every
+-- update: PostgreSQL tests every check of a table at every update of a row,
+-- whatever the columns set (28 checks cost about 4 µs per row updated, and a step
+-- is updated three times on its way). A check passes unless its expression is false
+-- (NULL passes): the WHEN is true when one of them is false, each as the
+-- constraint it replaces (named in a comment). It fires only for the columns it
+-- lists (UPDATE OF), and after the row, so it takes no lock. Inserts are checked by
+-- steps_checks_inserted; the two lists are the same (a change to one is a change to
+-- both).
+-- Decision: stays in SQL: it is a table's integrity rule, which must hold whatever
+-- writes the row.
 CREATE OR REPLACE TRIGGER steps_checks
 AFTER UPDATE OF approval_required, approvals, callback_outcome, compensate_attempts, phase, compensates, conc_name, conc_key, conc_limit, condition, deps_failed, deps_skipped, key, map_parent, map_index, max_attempts, on_exhausted, on_timeout, priority, queue_timeout_s, rate_name, rate_key, rate_limit, rate_per_s, trigger_rule, wait_kind
 ON steps FOR EACH ROW
@@ -212,14 +261,13 @@ WHEN (
 )
 EXECUTE FUNCTION cairn_steps_check_failed();
 
--- [from 00034_insert_checks.sql]
 -- An insert into steps is checked once per statement over the rows inserted
 -- (steps_checks_inserted, a transition table) instead of row by row by the WHEN of
--- steps_checks, which now fires on updates of the checks' columns only. A row
+-- steps_checks, which fires on updates of the checks' columns only. A row
 -- trigger's WHEN is read and compiled again at every statement, and create-run
 -- inserts its run's steps in one; the statement trigger's query is planned once per
--- connection. The checks are 00030's, the same as steps_checks' WHEN (a change to
--- one is a change to both). Runs of 10 steps created through the catalog
+-- connection. The checks are the same as steps_checks' WHEN (a change to one is a
+-- change to both). Runs of 10 steps created through the catalog
 -- (synchronous_commit off, blocks of 400 alternated), p50: 0.62–0.88 ms with the
 -- row trigger, 0.56–0.74 ms with the statement trigger. (As one SQL function of a
 -- steps row that both triggers call, the checks were slower than the row trigger:
@@ -259,27 +307,31 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- [from 00034_insert_checks.sql]
--- TODO comment
+-- steps_checks_inserted: after an insert into steps, once per statement.
+-- Decision: stays in SQL, as steps_checks.
 CREATE OR REPLACE TRIGGER steps_checks_inserted
 AFTER INSERT ON steps REFERENCING NEW TABLE AS inserted
 FOR EACH STATEMENT EXECUTE FUNCTION cairn_steps_check_inserted();
 
--- [from 00031_attempts_fk.sql]
--- TODO comment
+-- cairn_steps_deleted deletes the attempts of deleted steps (their live log chunks
+-- go with them: attempt_log_chunks' key to attempts cascades). It stands for a
+-- foreign key from attempts to steps, dropped because its check share-locked the
+-- step row the claim had just updated (a WAL record and a query per attempt).
+-- Attempts are inserted only by the claim, for the steps it updates.
 CREATE OR REPLACE FUNCTION cairn_steps_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM attempts a USING gone g WHERE a.run_id = g.run_id AND a.step_key = g.key;
     RETURN NULL;
 END $$;
 
--- [from 00031_attempts_fk.sql]
--- TODO comment
+-- steps_deleted: after a delete from steps (the reaper's deletes, a retry's or
+-- rerun's new layout, failure handlers laid out anew), once per statement, with the
+-- deleted rows as a transition table.
+-- Decision: stays in SQL: it is a foreign key's cascade in another form.
 CREATE OR REPLACE TRIGGER steps_deleted AFTER DELETE ON steps
 REFERENCING OLD TABLE AS gone
 FOR EACH STATEMENT EXECUTE FUNCTION cairn_steps_deleted();
 
--- [from 00011_schedules.sql]
 -- cairn_schedules_sync makes the schedules of NEW.workflow those of the version
 -- NEW.version (the alias latest's new version): it is the one home of that sync, run
 -- by a trigger on workflow_aliases whatever moved latest (deploy, promote,
@@ -309,27 +361,35 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- [from 00011_schedules.sql]
--- TODO comment
+-- workflow_aliases_schedules: the alias latest created or moved (deploy, promote,
+-- rollback: cairn_alias_set, cairn_alias_rollback) syncs the workflow's schedules
+-- with the version it names (cairn_schedules_sync, above).
+-- Decision: stays in SQL. Both alias writers would have to call the sync, and a
+-- third way to move latest would have to remember it; aliases move rarely, so the
+-- trigger costs nothing on a hot path.
 CREATE OR REPLACE TRIGGER workflow_aliases_schedules
 AFTER INSERT OR UPDATE OF version ON workflow_aliases
 FOR EACH ROW WHEN (NEW.alias = 'latest')
 EXECUTE FUNCTION cairn_schedules_sync();
 
--- [from 00035_runs_version_fk.sql]
--- TODO comment
+-- cairn_workflow_versions_kept refuses to delete, renumber or truncate workflow
+-- versions (errcode restrict_violation): runs name their version without a foreign
+-- key (its check share-locked the one row every run of a version shares), so a
+-- version must always be there to read. No code deletes one.
 CREATE OR REPLACE FUNCTION cairn_workflow_versions_kept() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     RAISE EXCEPTION 'workflow versions are never deleted or renumbered (runs name them)'
         USING ERRCODE = 'restrict_violation';
 END $$;
 
--- [from 00035_runs_version_fk.sql]
--- TODO comment
+-- workflow_versions_kept: before a delete, or an update of workflow or version, of
+-- a workflow_versions row.
+-- Decision: stays in SQL: an integrity rule (a foreign key's restriction in another
+-- form).
 CREATE OR REPLACE TRIGGER workflow_versions_kept BEFORE DELETE OR UPDATE OF workflow, version ON workflow_versions
 FOR EACH ROW EXECUTE FUNCTION cairn_workflow_versions_kept();
 
--- [from 00035_runs_version_fk.sql]
--- TODO comment
+-- workflow_versions_kept_truncate: before a TRUNCATE of workflow_versions (row
+-- triggers do not fire on it). Stays in SQL, as workflow_versions_kept.
 CREATE OR REPLACE TRIGGER workflow_versions_kept_truncate BEFORE TRUNCATE ON workflow_versions
 FOR EACH STATEMENT EXECUTE FUNCTION cairn_workflow_versions_kept();

@@ -1,4 +1,11 @@
--- [from 00003_state_machine.sql]
+-- Waits: a step that suspends (sleep, signal, approval, callback) and what ends its
+-- wait: the wake sweeper (cairn_wake_due), a signal (cairn_signal_send), an
+-- approver's decision (cairn_step_decide), a callback (cairn_callback_complete), a
+-- condition decided in Go (cairn_condition_decide). A suspended step ends through
+-- cairn_step_resolve (steps.sql). cairn_wake is the NOTIFY that tells idle
+-- dispatchers to poll. Go callers: catalog/wait.go, catalog/approval.go,
+-- catalog/condition.go.
+
 -- cairn_wake wakes idle dispatchers: steps may have become ready. A hint (they poll
 -- too); notifications of one transaction with the same payload are sent once.
 CREATE OR REPLACE FUNCTION cairn_wake()
@@ -6,7 +13,6 @@ RETURNS void LANGUAGE sql AS $$
     SELECT pg_notify('cairn_steps', '');
 $$;
 
--- [from 00017_signal_race.sql]
 -- cairn_step_suspend: a running step, fenced by its lease token (false, nothing
 -- written, when the token is not its current lease), gives up its lease and waits:
 --   p_kind        sleep, signal, approval or callback;
@@ -17,7 +23,10 @@ $$;
 -- Its attempt ends succeeded (it did its part: start the wait) and the step is
 -- suspended (step.suspended with the wait). A signal step that finds a buffered
 -- signal of its name takes the oldest at once and succeeds without suspending (no
--- step.suspended); a wait already due is woken at once (cairn_step_wake).
+-- step.suspended); a wait already due is woken at once (cairn_step_wake). A signal
+-- step first takes a transaction-scoped advisory lock on (run, signal name), as
+-- cairn_signal_send does, so that a signal sent while the step suspends is either
+-- found here or finds the step waiting: one of them sees the other's work.
 -- Raises CA422 for a bad kind, a missing until or name, or a bad on_timeout.
 CREATE OR REPLACE FUNCTION cairn_step_suspend(p_run uuid, p_key text, p_token bigint, p_kind text,
                                    p_until timestamptz, p_name text, p_timeout_at timestamptz,
@@ -81,7 +90,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00010_waits.sql]
 -- cairn_step_wake ends the wait of a suspended step that is due, if it is: a sleep
 -- whose time has come succeeds with {"slept_until": …}; a wait whose timeout_at has
 -- passed fails (code timeout) or, with on_timeout continue, succeeds with a null
@@ -117,7 +125,6 @@ BEGIN
     RETURN false;
 END $$;
 
--- [from 00010_waits.sql]
 -- cairn_wake_due is the wake sweeper: up to p_limit due suspended steps (sleeps whose
 -- time has come, waits whose timeout has passed) are woken (cairn_step_wake), oldest
 -- due first. Held steps (of a paused run) are not: they wake once it resumes. Safe
@@ -141,13 +148,14 @@ BEGIN
     RETURN n;
 END $$;
 
--- [from 00017_signal_race.sql]
 -- cairn_signal_send delivers a signal p_name with p_payload to run p_run, sent by
 -- p_actor. With p_idempotency_key, a repeat (same run, name and key) is the same
 -- signal: nothing is written and its seq is returned with duplicate true. Otherwise
 -- the signal is stored (signal.received with actor, name, seq) and, when a step of
 -- the run waits for that name, the oldest buffered signal of that name (this one,
 -- unless older ones wait) completes it (cairn_step_resolve); else it stays buffered.
+-- It takes the advisory lock on (run, signal name) first, as cairn_step_suspend
+-- does (see there).
 -- Returns the signal's seq, the step it completed (NULL while buffered) and
 -- whether it was a repeat. Raises CA404 for no such run, CA409 for a run that has
 -- ended. The caller checks that the run's version has a signal step of that name.
@@ -212,7 +220,6 @@ BEGIN
     END IF;
 END $$;
 
--- [from 00013_approvals.sql]
 -- cairn_approval_suspend: a running approval step, fenced by its lease token (false,
 -- nothing written, when the token is not its lease), suspends (cairn_step_suspend,
 -- wait_kind approval) with its rule: p_required distinct approvals of tokens whose
@@ -236,7 +243,6 @@ BEGIN
     RETURN cairn_step_suspend(p_run, p_key, p_token, 'approval', NULL, NULL, p_timeout_at, p_on_timeout);
 END $$;
 
--- [from 00013_approvals.sql]
 -- cairn_step_decide records the decision (approved or rejected) of approver
 -- p_approver, whose token has role p_role, on approval step p_key of run p_run.
 -- An approver who decided on the step's current attempt before is answered with
@@ -309,7 +315,6 @@ BEGIN
     RETURN QUERY SELECT p_decision, true;
 END $$;
 
--- [from 00013_approvals.sql]
 -- cairn_callback_take: step p_key of run p_run, just suspended for its callback,
 -- takes the callback kept for its attempt, if any (cairn_step_resolve, reason
 -- callback). Returns whether there was one.
@@ -332,7 +337,6 @@ BEGIN
     RETURN true;
 END $$;
 
--- [from 00013_approvals.sql]
 -- cairn_callback_complete ends step p_key of run p_run, suspended for the callback
 -- of its attempt p_attempt: succeeded with p_output or failed (terminal) with
 -- p_error (cairn_step_resolve, reason callback); it returns false. While that
@@ -373,7 +377,6 @@ BEGIN
         p_key, p_run, p_attempt, s.status, s.attempts USING ERRCODE = 'CAR09';
 END $$;
 
--- [from 00014_conditions.sql]
 -- cairn_condition_decide writes the decision on a ready step's condition (when), taken
 -- in Go under the step's row lock: p_error set, the expression failed and the step
 -- fails (last_error p_error, step.failed, dependents settled); else p_pass true
