@@ -22,7 +22,7 @@ const DefinitionSchema = 1
 const (
 	DefaultMaxAttempts = 1
 	// DefaultMaxInterruptions is RetryPolicy.MaxInterruptions' default. The
-	// catalog applies it (cairn_step_max_interruptions, migration 00041) to a
+	// catalog applies it (cairn_step_max_interruptions, catalog/sql/steps.sql) to a
 	// step whose definition has none.
 	DefaultMaxInterruptions = 5
 	DefaultBackoff          = BackoffFixed

@@ -12,7 +12,7 @@ import (
 	"github.com/lib/pq"
 )
 
-// Approvals and callbacks (issue 14), on the waits of wait.go (migration 00013).
+// Approvals and callbacks, on the waits of wait.go (catalog/sql/waits.sql).
 // An approval step suspends (ApprovalSuspend) until its required approvals are in
 // (StepDecide), one approver rejects it, or its timeout passes. A step whose
 // function answered that it completes later suspends for a callback

@@ -9,7 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Conditions and failure handling (issue 15; migration 00014). Trigger rules and
+// Conditions and failure handling (catalog/sql/steps.sql). Trigger rules and
 // compensation are decided in SQL (cairn_skip_dependents, cairn_steps_succeed,
 // cairn_run_settle); a step's when is a CEL expression, evaluated in Go: the
 // steps waiting for that decision are read and decided here, under their row

@@ -17,9 +17,9 @@ import (
 	"github.com/cairnrun/cairn/expr"
 )
 
-// Flow control (issue 16, migration 00016): concurrency and rate limits per key,
+// Flow control (catalog/sql/flow.sql): concurrency and rate limits per key,
 // priority, placement (runs_on and the dispatchers' registry), queue timeouts and
-// run deadlines. A concurrency slot is a running step; see the migration for why
+// run deadlines. A concurrency slot is a running step; see catalog/sql/flow.sql for why
 // nothing can leak one.
 
 const (

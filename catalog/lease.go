@@ -197,7 +197,7 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// Concurrency limits it applies itself, by the rule admit applies
 	// (sqlConcAdmitted, over the candidates in their order): use takes the keys'
 	// locks and counts their running steps after them (cairn_conc_usage, whose
-	// count has a snapshot of its own: migrations/00037_claim_concurrency.sql);
+	// count has a snapshot of its own: catalog/sql/flow.sql);
 	// the keys of the steps leased take their turn (sqlClaimTurns). Without a
 	// candidate with a concurrency limit, use calls nothing (the lateral
 	// function of an empty row set).
@@ -244,7 +244,7 @@ FROM fb, (` + sqlClaimNextInValue + `) n
 WHERE fb.fallback OR n.next_in IS NOT NULL`
 
 	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
-	// of a run's steps takes (migrations/00023_lock_order.sql: the run's advisory
+	// of a run's steps takes (catalog/sql/run_control.sql: the run's advisory
 	// lock, its steps, its row), so that a cancel never waits for it in a circle.
 	// The statements that call one catalog function take it in their WHERE
 	// instead, evaluated before the function (a one-time filter).
@@ -255,7 +255,7 @@ WHERE fb.fallback OR n.next_in IS NOT NULL`
 	// (the caller sorts by run and key so concurrent batches lock in one order).
 	// One boolean per row: written, or false when the lease was lost. Its WHERE
 	// takes the runs' shared locks (cairn_runs_share) before a row is finished, as
-	// every writer of a run does first (migrations/00023_lock_order.sql).
+	// every writer of a run does first (catalog/sql/run_control.sql).
 	sqlStepsFail = `
 SELECT cairn_step_finish(r.run_id, r.key, r.token, r.outcome, NULL, r.error::jsonb,
                          r.retryable, now() + make_interval(secs => r.retry_in), r.log_key)
@@ -268,7 +268,7 @@ ORDER BY r.ord`
 	// sqlStepsSucceed finishes successful attempts set-based; it returns the
 	// ordinals (1-based) of the rows written (the others lost their lease) and
 	// how many steps they made ready, which wakes the dispatchers when $6 is true
-	// (migrations/00032_finish_wake.sql). $6 false is a finish that leases their
+	// (catalog/sql/steps.sql). $6 false is a finish that leases their
 	// dependents next (sqlClaimDependents), in generic plans (sqlGenericPlans).
 	// Its WHERE takes the runs' shared locks first, as sqlStepsFail's does;
 	// OFFSET 0 keeps the function to one call.
@@ -281,7 +281,7 @@ SELECT (x.s).ords, (x.s).ready FROM (
 	sqlWake = `SELECT cairn_wake()`
 
 	// sqlHeartbeat renews dispatcher $5's liveness (dispatchers.lease_until, which
-	// cairn_sweep reads: migrations/00041_interruptions.sql) and extends the
+	// cairn_sweep reads: catalog/sql/steps.sql) and extends the
 	// leases given, in one statement that waits for no row lock: a step row that
 	// another transaction holds locked (a finisher, a claim, a pause) is skipped
 	// this time, not waited for, so a heartbeat is never queued behind the

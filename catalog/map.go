@@ -12,9 +12,9 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Maps (issue 15): a map step runs one instance per item. Its instances are step
-// rows ("key[index]", migration 00015) claimed, leased, retried and finished like any
-// step. The map step is suspended (WaitMap) while they run; the dispatchers'
+// Maps (catalog/sql/maps_children.sql): a map step runs one instance per item.
+// Its instances are step rows ("key[index]") claimed, leased, retried and
+// finished like any step. The map step is suspended (WaitMap) while they run; the dispatchers'
 // expanders (MapWork) create the instances in pages, the cursor moving in the same
 // transaction, and resolve the map step when every instance has ended.
 

@@ -80,7 +80,7 @@ var (
 	// (SKIP LOCKED: a run being retried or read for update is left for a later
 	// pass), with their steps, edges and events (no foreign key since migration
 	// 00025: this statement is the one that deletes runs). Their attempts go
-	// with the steps by the trigger steps_deleted (migration 00031), their
+	// with the steps by the trigger steps_deleted (catalog/sql/triggers.sql), their
 	// approvals and map rows with the steps, their signals and live logs with the
 	// runs, by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep
 	// a NULL.

@@ -13,7 +13,7 @@ import (
 
 const (
 	// sqlRunRetry: cairn_run_retry decides and writes a retry under the run's row
-	// lock (migrations/00004_retry_rerun.sql).
+	// lock (catalog/sql/run_control.sql).
 	sqlRunRetry = `SELECT cairn_run_retry($1, $2, $3)`
 
 	// sqlRunAliasVersion resolves an alias of a run's workflow (cairn_alias_version,

@@ -67,8 +67,8 @@ WHERE id = $1`
 
 // Schedule is a schedule of a workflow's manifest (bundle.Schedule), as the catalog
 // keeps it: one row per (workflow, name), following the version the workflow's alias
-// latest names (migration 00011's trigger on workflow_aliases is the one place that
-// syncs it).
+// latest names (the trigger workflow_aliases_schedules in catalog/sql/triggers.sql
+// is the one place that syncs it).
 type Schedule struct {
 	ID       int64  `db:"id"`
 	Workflow string `db:"workflow"`

@@ -1,8 +1,9 @@
 package catalog
 
-// The state machine of DESIGN §4: its states and outcomes as types. The rules that
-// move between them are stated once, in the catalog's SQL functions (migrations), and
-// pinned by TestStepFinishTransitions; this file names what those functions write.
+// The state machine (docs/architecture.md): its states and outcomes as types. The
+// rules that move between them are stated once, in the catalog's SQL functions
+// (catalog/sql, steps.sql first), and pinned by TestStepFinishTransitions; this file
+// names what those functions write.
 //
 // What follows the end of an attempt (cairn_steps_succeed writes successes,
 // cairn_step_finish the rest; the sweeper reports an expired lease as a retryable
@@ -10,10 +11,14 @@ package catalog
 //
 //   - succeeded: the attempt succeeded, the step succeeded, and its dependents whose
 //     needs are all met become ready (step.succeeded).
-//   - failed, timed_out, interrupted: the attempt is recorded so and counts against
+//   - failed, timed_out: the attempt is recorded so and counts against
 //     max_attempts. The step is ready again at RetryIn when the outcome is retryable
 //     and counted attempts remain (step.retrying); otherwise it failed and its
 //     dependents, transitively, are skipped (step.failed, step.skipped).
+//   - interrupted (the sweeper took back the lease of a dispatcher that died): the
+//     attempt is recorded so and does not count against max_attempts; the step is
+//     ready again (step.retrying) unless it was interrupted max_interruptions times
+//     in a row, which fails it with code interrupted_too_often.
 //   - handback: the attempt is interrupted and does not count; the step is ready at
 //     once (step.handed_back).
 //   - infra_failed: the attempt failed and does not count; the step is ready at
@@ -46,6 +51,37 @@ package catalog
 // token or a dispatcher with its tags stays ready (no attempt is used). Past its
 // queue_timeout the queue sweeper (QueueTimeouts) fails it, terminal, code
 // queue_timeout (step.failed), its dependents skipped as for any failure.
+//
+// Triggers: writes that no Go function names do work of their own. Each is in
+// catalog/sql/triggers.sql, with why it stays in SQL or should move into the
+// function that causes it.
+//
+//   - events_run_relayout (an insert into events of run.retried, or of run.created
+//     with rerun_of; so RunRetry and RunRerun): the run's steps get the trigger
+//     rules, conditions and compensations of its version, counters cleared; a
+//     retried run's failure handlers are deleted. Should move into cairn_run_retry
+//     and cairn_run_rerun.
+//   - runs_child_ended (a child run's status becoming succeeded, failed or
+//     canceled, whoever ends it): its parent's waiting step is resolved, succeeded
+//     with the child's output or failed (child_failed, child_canceled). Stays.
+//   - runs_children_follow (a run's status or pause_reason changing; so RunCancel,
+//     RunPause, RunResume and bulk operations): its child runs are canceled, paused
+//     or resumed with it, and theirs in turn. Should move into cairn_run_cancel,
+//     cairn_run_hold and cairn_run_release.
+//   - runs_span_outbox, steps_span_outbox (a run canceled; a suspended step ended
+//     by a wake, the API or a child run): a row in span_outbox, from which the
+//     dispatchers record the span no attempt recorded. Stay.
+//   - steps_flow_inherit (an insert of a map instance or a failure handler): its
+//     flow settings (limits, priority, runs_on, queue_timeout) from its map step or
+//     from runs.handler_flow. Stays.
+//   - steps_checks, steps_checks_inserted (an update of a checked column, an
+//     insert): steps' CHECK rules, raising check_violation. Stay.
+//   - steps_deleted (a delete from steps: the reaper, a retry's or rerun's
+//     layout): the deleted steps' attempts are deleted. Stays.
+//   - workflow_aliases_schedules (the alias latest created or moved: deploy,
+//     promote, rollback): the workflow's schedules follow its version. Stays.
+//   - workflow_versions_kept, workflow_versions_kept_truncate (a delete, renumber or
+//     truncate of workflow_versions): refused, restrict_violation. Stay.
 
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,

@@ -12,9 +12,9 @@ import (
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
-// TestStepChecksHold: the checks of steps that migration 00030 moved from
-// CHECK constraints to triggers (steps_checks for an update, steps_checks_inserted
-// for an insert since 00034) still refuse a bad row, on insert and on an update of
+// TestStepChecksHold: the checks of steps that are triggers, not CHECK constraints
+// (catalog/sql/triggers.sql: steps_checks for an update, steps_checks_inserted
+// for an insert) refuse a bad row, on insert and on an update of
 // one of their columns, and leave the hot path's updates (claim, finish) alone.
 func TestStepChecksHold(t *testing.T) {
 	t.Parallel()
@@ -35,7 +35,7 @@ func TestStepChecksHold(t *testing.T) {
 		"an unknown trigger rule": `INSERT INTO steps (run_id, key, status, needs, max_attempts, deps_remaining, trigger_rule)
 		                           VALUES ($1, 'e', 'waiting', '{}', 1, 0, 'sometimes')`,
 		"a map instance named apart": `UPDATE steps SET map_parent = 'a', map_index = 2 WHERE run_id = $1 AND key = 'd'`,
-		// An insert is checked once for all its rows (migration 00034): the bad one
+		// An insert is checked once for all its rows (steps_checks_inserted): the bad one
 		// of three is found, and none is inserted.
 		"one bad row of three": `INSERT INTO steps (run_id, key, status, needs, max_attempts, deps_remaining, priority)
 		                         VALUES ($1, 'e', 'waiting', '{}', 1, 0, 5), ($1, 'f', 'waiting', '{}', 0, 0, 5),
@@ -73,7 +73,7 @@ func refusedWith(t *testing.T, err error, code pq.ErrorCode) *pq.Error {
 	return pqErr
 }
 
-// TestVersionsKept: since migration 00035 a run does not check its version with a
+// TestVersionsKept: a run does not check its version with a
 // foreign key; the rule it kept holds otherwise. A run is created only for a
 // version that exists, and a version that runs name can be neither deleted nor
 // renumbered (workflow_versions_kept), so every run's version can be read.

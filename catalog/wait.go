@@ -10,9 +10,9 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Durable waits (issue 14). A step that waits (a sleep, a signal, an approval, a
+// Durable waits. A step that waits (a sleep, a signal, an approval, a
 // callback) is suspended: it holds no lease, no dispatcher slot and no memory, only
-// its row. It is woken by the SQL of migration 00010: the sweeper (WakeDue, run by
+// its row. It is woken by the SQL of catalog/sql/waits.sql: the sweeper (WakeDue, run by
 // every dispatcher) for due sleeps and timeouts, SignalSend for signals, StepResolve
 // for whatever else completes a wait.
 

@@ -22,7 +22,7 @@ SELECT digest, size, blob_key, created_at FROM bundles WHERE digest = $1`
 	// Bumping latest_version takes the workflow's row lock, so concurrent uploads of
 	// one workflow get consecutive numbers, none lost and none shared. The column is
 	// the highest number given out; the version runs start on is the alias latest
-	// (migration 00007).
+	// (cairn_alias_version, catalog/sql/aliases.sql).
 	sqlWorkflowBumpVersion = `
 INSERT INTO workflows (name, latest_version, description) VALUES ($1, 1, $2)
 ON CONFLICT (name) DO UPDATE

@@ -1,5 +1,8 @@
 -- Flow control: concurrency and rate limits per key. A concurrency slot is the
--- running step itself (its conc_name, conc_key and conc_limit); the claim
+-- running step itself (its conc_name, conc_key and conc_limit): nothing else counts
+-- slots, so nothing can leak one; the claim takes a slot in the statement that
+-- makes the step running, and whatever ends the lease (finish, suspend, sweep,
+-- cancel) frees it in its own transaction. The claim
 -- (catalog/lease.go, catalog/flow.go) serializes the claimers of one key with a
 -- transaction-level advisory lock on (name, key), taken here in a fixed order. Queue
 -- timeouts are in steps.sql (cairn_queue_timeouts), deadlines in run_control.sql,
