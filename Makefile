@@ -8,12 +8,16 @@ GOTESTSUM_VERSION   := v1.13.0
 # AWS's Lambda Runtime Interface Emulator: a pseudo-version, as the module has no
 # tag the Go module proxy serves. internal/testenv/lambda.go names it too.
 RIE_VERSION         := v0.0.0-20261030222936-bef5c4ba774d
-# Fuzz budget per target inside `make test` (a count: Go 1.26's -fuzztime=Ns can overrun).
+# What each fuzz target runs for (a count: Go 1.26's -fuzztime=Ns can overrun).
 FUZZTIME  ?= 1000x
+# Seconds `make test` gives fuzzing: its instrumented builds (one per package) and
+# runs, as many as fit, starting from another package each day; `make fuzz` runs
+# every target.
+TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-ts fuzz dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
@@ -31,8 +35,9 @@ tools: lambda-emulator
 lambda-emulator:
 	@command -v aws-lambda-rie >/dev/null 2>&1 || { echo "installing aws-lambda-rie $(RIE_VERSION)"; $(GO) install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION); }
 
-## test: everything, with the race detector, against real PostgreSQL and S3 servers.
-test: tools build test-go test-ts fuzz
+## test: everything, with the race detector, against real PostgreSQL and S3 servers; fuzzing within TEST_FUZZ_BUDGET seconds; then the wall time of each stage.
+test:
+	@MAKE="$(MAKE)" scripts/test.sh
 
 # One line per test (the blob store conformance suite against each backend, the
 # catalog against PostgreSQL, the web UI in Chromium, …), then gotestsum's summary.
@@ -42,18 +47,31 @@ TEST_OUTPUT ?= $(CURDIR)/test-output
 # in every second) are about how promptly a dispatcher claims at each token, which
 # the other packages' load on a 2-core machine disturbs.
 QUIET_TESTS = ^TestRateLimitStarts$$
-test-go:
+test-go: test-go-parallel test-go-quiet
+
+test-go-parallel:
 	@mkdir -p $(TEST_OUTPUT)
 	gotestsum --format testname -- -race -count=1 -artifacts -outputdir=$(TEST_OUTPUT) -skip '$(QUIET_TESTS)' ./...
+
+test-go-quiet:
 	gotestsum --format testname -- -count=1 -run '$(QUIET_TESTS)' ./internal/e2e/
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build
 	scripts/ts-client-test.sh
 
-## fuzz: each fuzz target briefly (FUZZTIME, default 1000x).
+## fuzz: every fuzz target for FUZZTIME (default 1000x), one instrumented build per package.
 fuzz:
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+# fuzz-budget: the fuzz stage of `make test`, within TEST_FUZZ_BUDGET seconds.
+fuzz-budget:
+	FUZZTIME=$(FUZZTIME) FUZZ_BUDGET=$(TEST_FUZZ_BUDGET) scripts/fuzz.sh
+
+## migration: NAME=name writes the next migration from the change of catalog/sql since git HEAD (go run ./migrations/gen).
+migration:
+	@test -n "$(NAME)" || { echo "usage: make migration NAME=name"; exit 2; }
+	$(GO) run ./migrations/gen $(NAME)
 
 ## dev: run `cairn dev` in ./.cairn.
 dev: build
