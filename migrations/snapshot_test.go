@@ -68,7 +68,7 @@ func requireSameDefinitions(t *testing.T, wantName string, want map[string]strin
 		case !inWant:
 			t.Errorf("%s is only in %s", name, gotName)
 		case w != g:
-			t.Errorf("%s differs (- %s, + %s):\n%s", name, wantName, gotName, lineDiff(w, g))
+			t.Errorf("%s differs (- %s, + %s):\n%s", name, wantName, gotName, firstDifference(w, g))
 		}
 	}
 	require.False(t, t.Failed(), "%s and %s define other functions or triggers", wantName, gotName)
@@ -139,49 +139,24 @@ END $$;`)
 		"catalog/sql", sqlDefinitions(ctx, t, scratch))
 }
 
-// lineDiff shows the lines of a that b lacks (-) and those b adds (+), with a
-// line of context either side, from a longest common subsequence of lines.
-func lineDiff(a, b string) string {
+// firstDifference shows where texts a and b part: the line numbers, a few lines
+// before it, and the next lines of each from there (- a, + b).
+func firstDifference(a, b string) string {
 	x, y := strings.Split(a, "\n"), strings.Split(b, "\n")
-	// lcs[i][j]: length of the longest common subsequence of x[i:] and y[j:].
-	lcs := make([][]int, len(x)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(y)+1)
-	}
-	for i := len(x) - 1; i >= 0; i-- {
-		for j := len(y) - 1; j >= 0; j-- {
-			if x[i] == y[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	type line struct {
-		mark byte
-		text string
-	}
-	var lines []line
-	i, j := 0, 0
-	for i < len(x) || j < len(y) {
-		switch {
-		case i < len(x) && j < len(y) && x[i] == y[j]:
-			lines = append(lines, line{' ', x[i]})
-			i, j = i+1, j+1
-		case i < len(x) && (j == len(y) || lcs[i+1][j] >= lcs[i][j+1]):
-			lines = append(lines, line{'-', x[i]})
-			i++
-		default:
-			lines = append(lines, line{'+', y[j]})
-			j++
-		}
+	i := 0
+	for i < len(x) && i < len(y) && x[i] == y[i] {
+		i++
 	}
 	var out strings.Builder
-	for k, l := range lines {
-		near := l.mark != ' ' || (k > 0 && lines[k-1].mark != ' ') || (k+1 < len(lines) && lines[k+1].mark != ' ')
-		if near {
-			fmt.Fprintf(&out, "%c %s\n", l.mark, l.text)
-		}
+	fmt.Fprintf(&out, "from line %d:\n", i+1)
+	for _, l := range x[max(i-2, 0):i] {
+		fmt.Fprintf(&out, "  %s\n", l)
+	}
+	for _, l := range x[i:min(i+4, len(x))] {
+		fmt.Fprintf(&out, "- %s\n", l)
+	}
+	for _, l := range y[i:min(i+4, len(y))] {
+		fmt.Fprintf(&out, "+ %s\n", l)
 	}
 	return out.String()
 }

@@ -275,75 +275,11 @@ var dollarTag = regexp.MustCompile(`^\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$`)
 // Changed reports the keys of the objects it touches; it is empty, and the text
 // too, when the snapshots define the same objects with the same statements.
 func Migration(prev, next Snapshot, command string) (text string, changed []string) {
-	old := map[string]Object{}
-	for _, o := range prev {
-		old[o.Key] = o
-	}
-	cur := map[string]Object{}
-	for _, o := range next {
-		cur[o.Key] = o
-	}
-	var up, down []string
-	// Up: triggers and functions next removes, then next's new or changed
-	// functions, then its triggers. Down undoes it in the other order.
-	var upDrops, downCreates, downDrops []string
-	for _, o := range reversed(prev) {
-		if _, ok := cur[o.Key]; !ok {
-			upDrops = append(upDrops, o.Drop)
-			changed = append(changed, o.Key+" (removed)")
-		}
-	}
-	var upFuncs, upTrigs []string
-	for _, o := range next {
-		p, ok := old[o.Key]
-		if ok && normalizeStatement(p.SQL) == normalizeStatement(o.SQL) {
-			continue
-		}
-		stmt := o.SQL
-		if ok && p.Returns != o.Returns {
-			stmt = o.Drop + "\n" + stmt
-		}
-		if !ok {
-			downDrops = append(downDrops, o.Drop)
-			changed = append(changed, o.Key+" (new, "+o.File+")")
-		} else {
-			changed = append(changed, o.Key+" ("+o.File+")")
-		}
-		if o.Kind == Function {
-			upFuncs = append(upFuncs, "-- catalog/sql/"+o.File+"\n"+block(stmt))
-		} else {
-			upTrigs = append(upTrigs, "-- catalog/sql/"+o.File+"\n"+block(stmt))
-		}
-	}
-	var downFuncs, downTrigs []string
-	for _, p := range prev {
-		o, ok := cur[p.Key]
-		if ok && normalizeStatement(p.SQL) == normalizeStatement(o.SQL) {
-			continue
-		}
-		stmt := p.SQL
-		if ok && p.Returns != o.Returns {
-			stmt = p.Drop + "\n" + stmt
-		}
-		if p.Kind == Function {
-			downFuncs = append(downFuncs, block(stmt))
-		} else {
-			downTrigs = append(downTrigs, block(stmt))
-		}
-	}
-	downCreates = append(downFuncs, downTrigs...)
+	up, changed := delta(prev, next)
 	if len(changed) == 0 {
 		return "", nil
 	}
-	// Drops of triggers come before drops of functions in both lists: reversed
-	// order of the snapshot puts triggers.sql's triggers after their functions.
-	sortDrops(upDrops)
-	sortDrops(downDrops)
-	up = append(up, upDrops...)
-	up = append(up, upFuncs...)
-	up = append(up, upTrigs...)
-	down = append(down, downDrops...)
-	down = append(down, downCreates...)
+	down, _ := delta(next, prev)
 
 	var b strings.Builder
 	b.WriteString("-- +goose Up\n")
@@ -360,25 +296,59 @@ func Migration(prev, next Snapshot, command string) (text string, changed []stri
 	return b.String(), changed
 }
 
-func block(stmt string) string {
-	return "-- +goose StatementBegin\n" + strings.TrimSpace(stmt) + "\n-- +goose StatementEnd\n"
-}
-
-// sortDrops puts DROP TRIGGER before DROP FUNCTION, keeping the order within each.
-func sortDrops(s []string) {
-	sort.SliceStable(s, func(i, j int) bool {
-		return strings.HasPrefix(s[i], "DROP TRIGGER") && !strings.HasPrefix(s[j], "DROP TRIGGER")
-	})
-}
-
-func reversed(s Snapshot) Snapshot {
-	out := make(Snapshot, len(s))
-	for i, o := range s {
-		out[len(s)-1-i] = o
+// delta is the statements that take a database from snapshot from to snapshot to,
+// in the order they run: the drops of what to lacks (triggers before functions),
+// then to's new or changed functions, then its new or changed triggers. A function
+// whose result type changes is dropped first: CREATE OR REPLACE cannot change it.
+// changed names each object, with its file.
+func delta(from, to Snapshot) (stmts, changed []string) {
+	was := map[string]Object{}
+	for _, o := range from {
+		was[o.Key] = o
 	}
-	return out
+	is := map[string]bool{}
+	for _, o := range to {
+		is[o.Key] = true
+	}
+	var dropTrigs, dropFuncs, funcs, trigs []string
+	for _, o := range from {
+		if is[o.Key] {
+			continue
+		}
+		changed = append(changed, o.Key+" (removed)")
+		if o.Kind == Trigger {
+			dropTrigs = append(dropTrigs, o.Drop)
+		} else {
+			dropFuncs = append(dropFuncs, o.Drop)
+		}
+	}
+	for _, o := range to {
+		p, ok := was[o.Key]
+		if ok && strings.TrimSpace(p.SQL) == strings.TrimSpace(o.SQL) {
+			continue
+		}
+		stmt := "-- catalog/sql/" + o.File + "\n"
+		if ok && p.Returns != o.Returns {
+			stmt += o.Drop + "\n"
+		}
+		stmt = block(stmt + strings.TrimSpace(o.SQL))
+		if ok {
+			changed = append(changed, o.Key+" ("+o.File+")")
+		} else {
+			changed = append(changed, o.Key+" (new, "+o.File+")")
+		}
+		if o.Kind == Trigger {
+			trigs = append(trigs, stmt)
+		} else {
+			funcs = append(funcs, stmt)
+		}
+	}
+	for _, list := range [][]string{dropTrigs, dropFuncs, funcs, trigs} {
+		stmts = append(stmts, list...)
+	}
+	return stmts, changed
 }
 
-// normalizeStatement is the statement as PostgreSQL keeps it: everything inside
-// a body (its comments and spaces too) is part of the function's definition.
-func normalizeStatement(s string) string { return strings.TrimSpace(s) }
+func block(stmt string) string {
+	return "-- +goose StatementBegin\n" + stmt + "\n-- +goose StatementEnd\n"
+}
