@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,4 +113,56 @@ func TestDefinitionsCallerStopsWaiting(t *testing.T) {
 	res := <-second
 	require.NoError(t, res.err)
 	require.Same(t, want, res.v)
+}
+
+// TestDefinitionLoadWaitsOutAnOutage: an attempt whose definition cannot be loaded
+// because PostgreSQL is down waits for it while it holds its lease, and goes on
+// when the database is back, instead of failing; an attempt whose lease is lost
+// meanwhile stops waiting, with that cause.
+func TestDefinitionLoadWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := testenv.PG(t)
+	store, err := catalog.Open(ctx, testenv.ClusterDatabaseURL(t, pg), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	manifest, err := bundle.ParseManifest([]byte("name: small\nsteps:\n  - {key: a, builtin: noop}\n"))
+	require.NoError(t, err)
+	def, err := manifest.Normalize()
+	require.NoError(t, err)
+	defJSON, err := def.CanonicalJSON()
+	require.NoError(t, err)
+	digest := "sha256:" + strings.Repeat("ef", 32)
+	_, _, err = store.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "small", Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
+	})
+	require.NoError(t, err)
+
+	d := &Dispatcher{versions: newDefinitions(store)}
+	newAttempt := func() (*attempt, context.Context, context.CancelCauseFunc) {
+		actx, cancel := context.WithCancelCause(ctx)
+		return &attempt{claim: catalog.Claimed{Workflow: "small", Version: 1}, base: slog.New(slog.DiscardHandler),
+			done: actx.Done(), cancel: cancel}, actx, cancel
+	}
+
+	require.NoError(t, pg.Kill())
+	// The lease is lost during the outage: the wait ends with that cause.
+	a, actx, cancel := newAttempt()
+	time.AfterFunc(500*time.Millisecond, func() { cancel(errLeaseLost) })
+	_, err = d.loadVersion(actx, a)
+	require.ErrorIs(t, err, errLeaseLost)
+
+	// The database comes back while the attempt waits: it loads.
+	a, actx, cancel = newAttempt()
+	defer cancel(nil)
+	restarted := make(chan error, 1)
+	time.AfterFunc(time.Second, func() {
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		restarted <- pg.Start(sctx)
+	})
+	ver, err := d.loadVersion(actx, a)
+	require.NoError(t, <-restarted)
+	require.NoError(t, err, "the definition loads once the database is back")
+	require.NotNil(t, ver.steps["a"])
 }
