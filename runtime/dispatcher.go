@@ -494,6 +494,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		hctx, cancel := context.WithTimeout(ctx, d.cfg.LeaseTTL)
+		began := time.Now()
 		held, err := d.store.LeaseExtend(hctx, d.cfg.ID, leases, d.cfg.LeaseTTL)
 		cancel()
 		if err != nil {
@@ -513,6 +514,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		lastOK = time.Now()
+		d.metrics.heartbeat.Observe(lastOK.Sub(began).Seconds())
 		var lost []catalog.Lease
 		for _, l := range leases {
 			if !held[l.Token] {
