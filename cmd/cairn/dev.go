@@ -81,7 +81,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			logger.Info("PostgreSQL stopped")
 		}
 	}()
-	if err := cluster.CreateDatabase(ctx, devDatabase); err != nil {
+	if err := cluster.CreateDatabase(ctx, devDatabase, ""); err != nil {
 		return fmt.Errorf("create database: %w", err)
 	}
 	store, err := openStore(ctx, cluster.URL(devDatabase), logger, rf.idempotencyTTL)
