@@ -62,7 +62,9 @@ func (c *Cluster) ensureAuth(ctx context.Context) error {
 	stored := strings.TrimSpace(string(b))
 	switch {
 	case err == nil && stored != "" && (c.password == "" || stored == c.password):
-		c.password = stored
+		if c.password == "" { // written once: URL reads it without the lock
+			c.password = stored
+		}
 		return nil
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("read the superuser's password: %w", err)
@@ -81,7 +83,9 @@ func (c *Cluster) ensureAuth(ctx context.Context) error {
 	if err := c.writeOwned(path, []byte(password+"\n")); err != nil {
 		return err
 	}
-	c.password = password
+	if c.password == "" {
+		c.password = password
+	}
 	return nil
 }
 
