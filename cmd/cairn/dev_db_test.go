@@ -1,7 +1,6 @@
 package main
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/pglocal"
+	"github.com/cairnrun/cairn/internal/testenv"
 )
 
 // newDevDir returns a new folder for `cairn dev` owned by uid. As root,
@@ -44,20 +44,6 @@ func devPGPort(t *testing.T, p *devProcess) int {
 	port, err := strconv.Atoi(m[1])
 	require.NoError(t, err)
 	return port
-}
-
-// requireNoLogin checks that PostgreSQL turns a connection to dsn away for want
-// of a password: the server answers with an authentication error (class 28).
-func requireNoLogin(t *testing.T, dsn string) {
-	t.Helper()
-	db, err := sql.Open("postgres", dsn)
-	require.NoError(t, err)
-	defer db.Close()
-	err = db.PingContext(t.Context())
-	require.Error(t, err, "%s got in without a password", dsn)
-	var pqErr *pq.Error
-	require.True(t, errors.As(err, &pqErr), "want the server's refusal, got %v", err)
-	require.Equal(t, pq.ErrorClass("28"), pqErr.Code.Class(), "want an authentication error, got %v", err)
 }
 
 // TestDevDatabaseNeedsPassword is the database side of the second security
@@ -93,8 +79,8 @@ func TestDevDatabaseNeedsPassword(t *testing.T) {
 			pgDir := filepath.Join(dir, ".cairn", "pg")
 
 			for _, role := range []string{"cairn", "postgres", "cairn_app", "cairn_owner"} {
-				requireNoLogin(t, fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=cairn sslmode=disable", port, role))
-				requireNoLogin(t, fmt.Sprintf("host=%s port=%d user=%s dbname=cairn sslmode=disable", pgDir, port, role))
+				testenv.RequireNoLogin(t, fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=cairn sslmode=disable", port, role))
+				testenv.RequireNoLogin(t, fmt.Sprintf("host=%s port=%d user=%s dbname=cairn sslmode=disable", pgDir, port, role))
 			}
 
 			// The superuser's password: in the data dir, for the server's account only.
@@ -201,7 +187,7 @@ func TestDevUpgradesTrustDataDir(t *testing.T) {
 
 	p, _ := startDev(t, dir)
 	port := devPGPort(t, p)
-	requireNoLogin(t, fmt.Sprintf("host=127.0.0.1 port=%d user=cairn dbname=cairn sslmode=disable", port))
+	testenv.RequireNoLogin(t, fmt.Sprintf("host=127.0.0.1 port=%d user=cairn dbname=cairn sslmode=disable", port))
 	require.Contains(t, p.deployHello(t), "hello")
 	password, err := os.ReadFile(filepath.Join(pgDir, pglocal.PasswordFileName))
 	require.NoError(t, err)

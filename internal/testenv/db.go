@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // the "postgres" driver
+	"github.com/lib/pq"
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
 	"github.com/peterldowns/pgtestdb"
@@ -476,4 +476,24 @@ func dbRandomSuffix(t testing.TB) string {
 		t.Fatalf("testenv: random name: %v", err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// RequireNoLogin fails the test unless PostgreSQL turns a connection to dsn
+// away at authentication (SQLSTATE class 28, e.g. for want of a password): the
+// connection reached the server and the server refused it.
+func RequireNoLogin(t testing.TB, dsn string) {
+	t.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatalf("testenv: open %s: %v", dsn, err)
+	}
+	defer db.Close()
+	err = db.PingContext(context.Background())
+	var pqErr *pq.Error
+	switch {
+	case err == nil:
+		t.Fatalf("%s got in without a password", dsn)
+	case !errors.As(err, &pqErr) || pqErr.Code.Class() != "28":
+		t.Fatalf("%s: want the server's refusal at authentication, got %v", dsn, err)
+	}
 }

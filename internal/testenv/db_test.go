@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"errors"
 	"io/fs"
 	"net/url"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/lib/pq"
 	"github.com/peterldowns/pgtestdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -84,13 +82,7 @@ func TestDBNeedsPassword(t *testing.T) {
 		url.User("postgres"),
 	} {
 		u.User = user
-		db, err := sqlx.Open("postgres", u.String())
-		require.NoError(t, err)
-		err = db.PingContext(t.Context())
-		db.Close()
-		var pqErr *pq.Error
-		require.True(t, errors.As(err, &pqErr), "%s: want the server's refusal, got %v", u.Redacted(), err)
-		require.Equal(t, pq.ErrorClass("28"), pqErr.Code.Class(), "%s: want an authentication error, got %v", u.Redacted(), err)
+		RequireNoLogin(t, u.String())
 	}
 }
 
