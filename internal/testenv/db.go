@@ -88,10 +88,10 @@ var dbStaleOnce sync.Once
 // the application's, and that owns the database. On the servers testenv starts
 // itself that role's password is random (and so is the superuser's, which only
 // creates and drops the databases); on a server from CAIRN_TEST_DATABASE_URL it
-// is pgtestdb's default role. The pool is closed and the database dropped when the test
-// ends (kept if the test failed, for inspection; its URL is logged). Backends
-// still connected then, such as those of a killed cairn subprocess, are
-// terminated first.
+// is pgtestdb's default role. The pool is closed and the database dropped when
+// the test ends (kept if the test failed, for inspection; its URL is logged).
+// Backends still connected then, such as those of a killed cairn subprocess,
+// are terminated first.
 //
 // The server is shared by every test of the test binary and chosen once, in
 // order: the server named by CAIRN_TEST_DATABASE_URL; a private cluster from
