@@ -31,7 +31,9 @@ func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run everything in one process: API, dispatcher, a private PostgreSQL and a file blob store",
 		Long: `dev needs no configuration. It keeps its state under --data-dir (default ./.cairn):
 a PostgreSQL cluster started from the installed binaries, the blob store, and a
-credentials file with the URL and freshly generated tokens that the CLI reads.`,
+credentials file with the URL and freshly generated tokens that the CLI reads.
+PostgreSQL asks every connection for a password (the superuser's is in
+pg/superuser-password); the server works as cairn_app, which is no superuser.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(rf.check(), lf.check()); err != nil {
@@ -81,17 +83,11 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			logger.Info("PostgreSQL stopped")
 		}
 	}()
-	if err := cluster.CreateDatabase(ctx, devDatabase); err != nil {
-		return fmt.Errorf("create database: %w", err)
-	}
-	store, err := openStore(ctx, cluster.URL(devDatabase), logger, rf.idempotencyTTL)
+	store, dbURL, err := openDevCatalog(ctx, cluster, logger, rf.idempotencyTTL)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if _, err := store.Migrate(ctx, logger.With("component", "migrate")); err != nil {
-		return err
-	}
 	blobs, err := blobstore.NewFile(filepath.Join(dataDir, "blobs"), nil)
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
@@ -126,7 +122,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	if err != nil {
 		return err
 	}
-	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, getenv: e}
+	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, getenv: e}
 	return runServer(ctx, parts, func(addr string) {
 		creds.server = "http://" + addr
 		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {

@@ -41,8 +41,9 @@ func (p *devProcess) wait() error {
 }
 
 // startDev starts `cairn dev` in dir and waits until it is ready; it returns the
-// process and how long readiness took.
-func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
+// process and how long readiness took. Each opt may change the command before it
+// starts (its user, its environment).
+func startDev(t *testing.T, dir string, opts ...func(*exec.Cmd)) (*devProcess, time.Duration) {
 	t.Helper()
 	credPath := filepath.Join(dir, ".cairn", "credentials")
 	_ = os.Remove(credPath)
@@ -53,6 +54,9 @@ func startDev(t *testing.T, dir string) (*devProcess, time.Duration) {
 	stdout := &syncBuffer{}
 	cmd.Stderr = stderr
 	cmd.Stdout = stdout
+	for _, opt := range opts {
+		opt(cmd)
+	}
 	require.NoError(t, cmd.Start())
 	p := &devProcess{cmd: cmd, stdout: stdout, stderr: stderr, exited: make(chan struct{})}
 	go func() {
@@ -128,12 +132,7 @@ func (p *devProcess) workflows(t *testing.T) string {
 // and starts it again: the data survives both.
 func TestDevKeepsDataAcrossRestarts(t *testing.T) {
 	t.Parallel()
-	// PostgreSQL runs as an unprivileged account when we are root: the folder must
-	// be reachable by it, which t.TempDir() (mode 0700) is not.
-	dir, err := os.MkdirTemp("", "cairn-dev-test-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755))
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := newDevDir(t, os.Geteuid())
 
 	first, took := startDev(t, dir)
 	t.Logf("first start (initdb included): ready in %s", took)
