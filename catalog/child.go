@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,16 +20,36 @@ const (
 	sqlChildSuspend = `SELECT cairn_child_suspend($1, $2, $3, $4)
 WHERE cairn_runs_share(ARRAY[$1::uuid])`
 
-	// sqlRunDepth is how many ancestors the run $1 has (0 for a run without a
-	// parent), through parent_id, counted up to $2 + 1 (a cycle cannot exist:
-	// children are created after their parent, but the bound costs nothing).
-	sqlRunDepth = `
+	// sqlRunAncestry is how many ancestors the run $1 has (0 for a run without a
+	// parent), through parent_id, and the farthest one (its tree's root, or $1
+	// itself), followed up to $2 + 1 levels (a cycle cannot exist: children are
+	// created after their parent, but the bound costs nothing).
+	sqlRunAncestry = `
 WITH RECURSIVE up(id, parent_id, depth) AS (
     SELECT id, parent_id, 0 FROM runs WHERE id = $1
     UNION ALL
     SELECT r.id, r.parent_id, up.depth + 1 FROM runs r JOIN up ON r.id = up.parent_id WHERE up.depth <= $2
 )
-SELECT max(depth) FROM up`
+SELECT depth, id AS root FROM up ORDER BY depth DESC LIMIT 1`
+
+	// sqlTreeGrow counts one more child run in the tree of root $1 (run_trees),
+	// and returns how many it has now; no row when the tree has no count yet.
+	sqlTreeGrow = `UPDATE run_trees SET runs = runs + 1 WHERE root_id = $1 RETURNING runs`
+	// sqlTreeStart gives the tree of root $1 its count: its child runs so far (a
+	// tree that grew before run_trees existed), the new one included. A count
+	// made meanwhile by another transaction grows instead.
+	sqlTreeStart = `
+INSERT INTO run_trees AS t (root_id, runs)
+SELECT $1, count(*) + 1 FROM (
+    WITH RECURSIVE down(id) AS (
+        SELECT id FROM runs WHERE parent_id = $1 AND parent_step IS NOT NULL
+        UNION ALL
+        SELECT r.id FROM runs r JOIN down ON r.parent_id = down.id WHERE r.parent_step IS NOT NULL
+    )
+    SELECT id FROM down
+) d
+ON CONFLICT (root_id) DO UPDATE SET runs = t.runs + 1
+RETURNING runs`
 
 	// sqlChildCount is how many child runs the run $1's steps started.
 	sqlChildCount = `SELECT count(*) FROM runs WHERE parent_id = $1 AND parent_step IS NOT NULL`
@@ -41,7 +62,8 @@ SELECT id, status FROM runs WHERE parent_id = $1 AND parent_step = $2 ORDER BY i
 )
 
 // ErrChildLimit means a child run would go over a limit of ChildStartParams (its
-// depth, or its parent's number of children). Nothing was written.
+// depth, its parent's number of children, or its tree's number of runs). Nothing
+// was written.
 var ErrChildLimit = errors.New("catalog: child run limit")
 
 // ErrChildNotFound means the child's workflow, version or alias does not exist.
@@ -63,6 +85,10 @@ type ChildStartParams struct {
 	// MaxChildren bounds how many child runs the steps of one run may start in
 	// all; 0 means no bound.
 	MaxChildren int
+	// MaxTreeRuns bounds how many child runs one tree of runs may hold in all:
+	// every descendant of its root (the run without a parent), at any depth,
+	// counted when created; 0 means no bound.
+	MaxTreeRuns int
 }
 
 // ChildStartResult is the run a workflow step waits for.
@@ -83,7 +109,8 @@ type ChildStartResult struct {
 // started a child before (its run was retried) takes that child up again: a failed
 // or canceled child is retried, keeping its succeeded steps; one that has not
 // ended is waited for; one that succeeded gives its output at once. Errors:
-// ErrLeaseLost (nothing written), ErrChildLimit (over MaxDepth or MaxChildren),
+// ErrLeaseLost (nothing written), ErrChildLimit (over MaxDepth, MaxChildren or
+// MaxTreeRuns),
 // ErrChildNotFound (no such workflow, version or alias).
 func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*ChildStartResult, error) {
 	var out ChildStartResult
@@ -135,17 +162,20 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 	return &out, nil
 }
 
-// childLimits checks p's depth and fan-out bounds for a new child of run parent.
+// childLimits checks p's depth, fan-out and tree bounds for a new child of run
+// parent, and counts the child in its tree (run_trees; undone with the
+// transaction when the child is not created).
 func childLimits(ctx context.Context, tx *sqlx.Tx, parent uuid.UUID, p *ChildStartParams) error {
-	if p.MaxDepth > 0 {
-		var depth int
-		if err := tx.GetContext(ctx, &depth, sqlRunDepth, parent, p.MaxDepth); err != nil {
-			return err
-		}
-		if depth+1 > p.MaxDepth {
-			return fmt.Errorf("%w: a child run here would be %d levels deep, over the limit of %d (CAIRN_MAX_CHILD_DEPTH)",
-				ErrChildLimit, depth+1, p.MaxDepth)
-		}
+	var up struct {
+		Depth int       `db:"depth"`
+		Root  uuid.UUID `db:"root"`
+	}
+	if err := tx.GetContext(ctx, &up, sqlRunAncestry, parent, max(p.MaxDepth, maxTreeDepth)); err != nil {
+		return err
+	}
+	if p.MaxDepth > 0 && up.Depth+1 > p.MaxDepth {
+		return fmt.Errorf("%w: a child run here would be %d levels deep, over the limit of %d (CAIRN_MAX_CHILD_DEPTH)",
+			ErrChildLimit, up.Depth+1, p.MaxDepth)
 	}
 	if p.MaxChildren > 0 {
 		var n int
@@ -157,5 +187,25 @@ func childLimits(ctx context.Context, tx *sqlx.Tx, parent uuid.UUID, p *ChildSta
 				ErrChildLimit, parent, n)
 		}
 	}
+	if p.MaxTreeRuns > 0 {
+		// Counted on the root's row of run_trees, which serializes the children
+		// of one tree as they are created (not as they run): the count is exact.
+		var n int
+		err := tx.GetContext(ctx, &n, sqlTreeGrow, up.Root)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = tx.GetContext(ctx, &n, sqlTreeStart, up.Root)
+		}
+		if err != nil {
+			return err
+		}
+		if n > p.MaxTreeRuns {
+			return fmt.Errorf("%w: the runs below run %s have started %d child runs in all, the limit (CAIRN_MAX_TREE_RUNS)",
+				ErrChildLimit, up.Root, n-1)
+		}
+	}
 	return nil
 }
+
+// maxTreeDepth bounds how far sqlRunAncestry follows parents to find a tree's root
+// when MaxDepth sets no bound (runs nest that deep only when MaxDepth allows it).
+const maxTreeDepth = 1000

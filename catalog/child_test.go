@@ -193,3 +193,50 @@ func mustRun(t *testing.T, ctx context.Context, s *catalog.Store, kid int) uuid.
 	require.NoError(t, err)
 	return r.ID
 }
+
+// TestChildRunTreeLimit (audit 2, I6): child runs were bounded per run and by
+// depth only, so a workflow that starts itself twice grew its tree exponentially.
+// MaxTreeRuns bounds a tree's child runs at every depth, counted at the root: a
+// child over it is ErrChildLimit naming the root and CAIRN_MAX_TREE_RUNS, and
+// nothing is written (the count included). A tree grown before the count existed
+// is counted from its runs.
+func TestChildRunTreeLimit(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	root, call, kid := childSetup(t, ctx, s)
+	treeRuns := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, s.DB().GetContext(ctx, &n, `SELECT runs FROM run_trees WHERE root_id = $1`, root.ID))
+		return n
+	}
+	p := &catalog.ChildStartParams{Workflow: "kid", Version: kid, MaxTreeRuns: 2}
+
+	child, err := s.ChildStart(ctx, lease(call), p)
+	require.NoError(t, err)
+	a := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, child.Run, a.RunID)
+	grandchild, err := s.ChildStart(ctx, lease(a), p)
+	require.NoError(t, err, "two runs below the root: the limit")
+	require.Equal(t, 2, treeRuns())
+
+	ga := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, grandchild.Run, ga.RunID)
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	require.ErrorContains(t, err, "the runs below run "+root.ID.String()+" have started 2 child runs in all")
+	require.ErrorContains(t, err, "CAIRN_MAX_TREE_RUNS")
+	require.Equal(t, 2, treeRuns(), "a refused child is not counted")
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, ga.RunID, "a"))
+
+	// A tree that grew before run_trees: counted from its runs.
+	_, err = s.DB().ExecContext(ctx, `DELETE FROM run_trees`)
+	require.NoError(t, err)
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	p.MaxTreeRuns = 3
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.NoError(t, err)
+	require.Equal(t, 3, treeRuns())
+}

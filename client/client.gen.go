@@ -803,7 +803,7 @@ type DecisionBody struct {
 
 // DecisionResult defines model for DecisionResult.
 type DecisionResult struct {
-	// Counted false when this approver had decided before: the same approver counts once, nothing was recorded
+	// Counted false when this approver had decided before on the step, which still waits: the same approver counts once, nothing was recorded
 	Counted bool `json:"counted"`
 
 	// Decision the approver's decision on the step: this one, or the first one when counted is false
@@ -1964,7 +1964,7 @@ type ClientInterface interface {
 
 	// CompleteCallbackWithBody Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1973,7 +1973,7 @@ type ClientInterface interface {
 
 	// CompleteCallback Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1982,7 +1982,7 @@ type ClientInterface interface {
 
 	// DeliverHookWithBody Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1991,7 +1991,7 @@ type ClientInterface interface {
 
 	// DeliverHook Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2235,7 +2235,7 @@ type ClientInterface interface {
 
 	// ApproveStepWithBody Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2246,7 +2246,7 @@ type ClientInterface interface {
 
 	// ApproveStep Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2343,7 +2343,7 @@ type ClientInterface interface {
 
 	// RejectStepWithBody Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -2354,7 +2354,7 @@ type ClientInterface interface {
 
 	// RejectStep Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -2724,7 +2724,7 @@ func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...
 
 // CompleteCallbackWithBody Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2743,7 +2743,7 @@ func (c *APIClient) CompleteCallbackWithBody(ctx context.Context, token string, 
 
 // CompleteCallback Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2762,7 +2762,7 @@ func (c *APIClient) CompleteCallback(ctx context.Context, token string, params *
 
 // DeliverHookWithBody Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2781,7 +2781,7 @@ func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, ho
 
 // DeliverHook Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3265,7 +3265,7 @@ func (c *APIClient) ListSteps(ctx context.Context, id openapi_types.UUID, reqEdi
 
 // ApproveStepWithBody Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3286,7 +3286,7 @@ func (c *APIClient) ApproveStepWithBody(ctx context.Context, id openapi_types.UU
 
 // ApproveStep Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3493,7 +3493,7 @@ func (c *APIClient) GetStepOutput(ctx context.Context, id openapi_types.UUID, ke
 
 // RejectStepWithBody Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -3514,7 +3514,7 @@ func (c *APIClient) RejectStepWithBody(ctx context.Context, id openapi_types.UUI
 
 // RejectStep Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -7111,7 +7111,7 @@ type ClientWithResponsesInterface interface {
 
 	// CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7120,7 +7120,7 @@ type ClientWithResponsesInterface interface {
 
 	// CompleteCallbackWithResponse Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7129,7 +7129,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7138,7 +7138,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeliverHookWithResponse Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7400,7 +7400,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveStepWithBodyWithResponse Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7411,7 +7411,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveStepWithResponse Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7524,7 +7524,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectStepWithBodyWithResponse Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -7535,7 +7535,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectStepWithResponse Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -13753,7 +13753,7 @@ func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest 
 
 // CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13768,7 +13768,7 @@ func (c *ClientWithResponses) CompleteCallbackWithBodyWithResponse(ctx context.C
 
 // CompleteCallbackWithResponse Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13783,7 +13783,7 @@ func (c *ClientWithResponses) CompleteCallbackWithResponse(ctx context.Context, 
 
 // DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13798,7 +13798,7 @@ func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Contex
 
 // DeliverHookWithResponse Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14204,7 +14204,7 @@ func (c *ClientWithResponses) ListStepsWithResponse(ctx context.Context, id open
 
 // ApproveStepWithBodyWithResponse Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14221,7 +14221,7 @@ func (c *ClientWithResponses) ApproveStepWithBodyWithResponse(ctx context.Contex
 
 // ApproveStepWithResponse Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14400,7 +14400,7 @@ func (c *ClientWithResponses) GetStepOutputWithResponse(ctx context.Context, id 
 
 // RejectStepWithBodyWithResponse Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -14417,7 +14417,7 @@ func (c *ClientWithResponses) RejectStepWithBodyWithResponse(ctx context.Context
 
 // RejectStepWithResponse Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //

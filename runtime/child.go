@@ -19,8 +19,8 @@ import (
 
 // Error codes of a workflow step that fails before its child starts.
 const (
-	// CodeChildLimit: the child would go over Config.MaxChildDepth or
-	// Config.MaxChildRuns.
+	// CodeChildLimit: the child would go over Config.MaxChildDepth,
+	// Config.MaxChildRuns or Config.MaxTreeRuns.
 	CodeChildLimit = "child_limit"
 	// CodeChildNotFound: the child's workflow, version or alias does not exist.
 	CodeChildNotFound = "child_not_found"
@@ -34,7 +34,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	c := a.claim
 	w := step.Workflow
 	p := &catalog.ChildStartParams{Workflow: w.Name, Version: w.Version, Alias: w.Alias,
-		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns}
+		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns, MaxTreeRuns: d.cfg.MaxTreeRuns}
 	if w.Input != "" {
 		run, err := d.store.RunGet(ctx, c.RunID)
 		if err != nil {

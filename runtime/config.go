@@ -52,6 +52,9 @@ const (
 	DefaultMaxChildDepth = 8
 	// DefaultMaxChildRuns bounds the child runs one run starts (Config.MaxChildRuns).
 	DefaultMaxChildRuns = 10000
+	// DefaultMaxTreeRuns bounds the child runs of one tree of runs, at every depth
+	// (Config.MaxTreeRuns).
+	DefaultMaxTreeRuns = 10000
 )
 
 // MinLeaseTTL is the shortest Config.LeaseTTL: a shorter lease leaves no time for
@@ -133,6 +136,12 @@ type Config struct {
 	// MaxChildRuns bounds how many child runs the workflow steps of one run may
 	// start in all (code child_limit past it). Default DefaultMaxChildRuns (10000).
 	MaxChildRuns int
+	// MaxTreeRuns bounds how many child runs one tree of runs may hold in all (the
+	// descendants of a run without a parent, at every depth: a workflow that starts
+	// itself twice grows its tree exponentially within MaxChildDepth): a workflow
+	// step that would start one more fails with code child_limit. Default
+	// DefaultMaxTreeRuns (10000).
+	MaxTreeRuns int
 	// Retention is the server's retention of finished runs, for the versions that
 	// set none (cairn serve --retention); default: runs are kept forever.
 	Retention catalog.RetentionDefaults
@@ -234,6 +243,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxChildRuns <= 0 {
 		out.MaxChildRuns = DefaultMaxChildRuns
+	}
+	if out.MaxTreeRuns <= 0 {
+		out.MaxTreeRuns = DefaultMaxTreeRuns
 	}
 	if out.ReapInterval <= 0 {
 		out.ReapInterval = DefaultReapInterval

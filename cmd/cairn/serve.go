@@ -53,9 +53,10 @@ type runtimeFlags struct {
 	execCgroup    string
 	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
 	httpAllowLocal bool
-	// maxChildDepth and maxChildRuns bound child runs (workflow steps).
+	// maxChildDepth, maxChildRuns and maxTreeRuns bound child runs (workflow steps).
 	maxChildDepth int
 	maxChildRuns  int
+	maxTreeRuns   int
 	// retention, archiveRuns and idempotencyTTL: retention.go.
 	retention      retentionFlag
 	archiveRuns    bool
@@ -96,6 +97,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringVar(&f.execCgroup, "exec-cgroup", "/sys/fs/cgroup", "the cgroup v2 mount where exec steps' resources are enforced with a cgroup per attempt, when the server's cgroup there is delegated (else rlimits); none: rlimits always")
 	fs.IntVar(&f.maxChildDepth, "max-child-depth", runtime.DefaultMaxChildDepth, "how deep child runs (workflow steps) may nest: a step that would start a deeper one fails with code child_limit")
 	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
+	fs.IntVar(&f.maxTreeRuns, "max-tree-runs", runtime.DefaultMaxTreeRuns, "most child runs one tree of runs (a run without a parent and its descendants, at every depth) may hold in all (code child_limit past it)")
 	bindEnv(fs, map[string]string{
 		"concurrency":      "CAIRN_CONCURRENCY",
 		"tags":             "CAIRN_TAGS",
@@ -113,6 +115,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"exec-cgroup":      "CAIRN_EXEC_CGROUP",
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
+		"max-tree-runs":    "CAIRN_MAX_TREE_RUNS",
 	})
 	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
 	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
@@ -137,6 +140,8 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--idempotency-ttl (CAIRN_IDEMPOTENCY_TTL) must be at least 1m")
 	case f.maxChildRuns < 1:
 		return errors.New("--max-child-runs (CAIRN_MAX_CHILD_RUNS) must be at least 1")
+	case f.maxTreeRuns < 1:
+		return errors.New("--max-tree-runs (CAIRN_MAX_TREE_RUNS) must be at least 1")
 	}
 	for _, tag := range f.tags {
 		if !bundle.ValidTag(tag) {
@@ -462,6 +467,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ShutdownGrace: p.rt.shutdownGrace,
 			MaxChildDepth: p.rt.maxChildDepth,
 			MaxChildRuns:  p.rt.maxChildRuns,
+			MaxTreeRuns:   p.rt.maxTreeRuns,
 			Retention:     p.rt.retentionDefaults(),
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
@@ -496,7 +502,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		Capabilities: capabilities,
 		SecretKeys:   secretKeys,
 	})
-	if err := mountUI(srv, p.tokens, p.logger); err != nil {
+	if err := mountUI(srv, p.tokens, p.store, p.logger); err != nil {
 		ln.Close()
 		return err
 	}
@@ -539,9 +545,9 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 }
 
 // mountUI serves the web UI under /ui (and sends / there), calling the API in
-// process with each user's token.
-func mountUI(srv *api.Server, tokens *api.Tokens, logger *slog.Logger) error {
-	h, err := ui.New(srv.Handler(), tokens, &ui.Config{Logger: logger})
+// process as each session's user; its sessions are kept in the catalog.
+func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, logger *slog.Logger) error {
+	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("web UI: %w", err)
 	}

@@ -121,7 +121,7 @@ export interface paths {
         put?: never;
         /**
          * Complete a step waiting for a callback
-         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
          */
         post: operations["completeCallback"];
         delete?: never;
@@ -141,7 +141,7 @@ export interface paths {
         put?: never;
         /**
          * Start a run from a signed webhook delivery
-         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
          */
         post: operations["deliverHook"];
         delete?: never;
@@ -497,7 +497,7 @@ export interface paths {
         put?: never;
         /**
          * Approve an approval step
-         * @description Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+         * @description Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
          *
          *     Requires the `operator` role.
          */
@@ -695,7 +695,7 @@ export interface paths {
         put?: never;
         /**
          * Reject an approval step
-         * @description Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+         * @description Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
          *
          *     Requires the `operator` role.
          */
@@ -1292,7 +1292,7 @@ export interface components {
             input?: unknown;
         };
         DecisionResult: {
-            /** @description false when this approver had decided before: the same approver counts once, nothing was recorded */
+            /** @description false when this approver had decided before on the step, which still waits: the same approver counts once, nothing was recorded */
             counted: boolean;
             /**
              * @description the approver's decision on the step: this one, or the first one when counted is false
@@ -2194,7 +2194,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2337,7 +2337,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2466,7 +2466,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2632,7 +2632,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored.
+             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already), or another request for it is being received at this moment. Nothing changed, and the body was not stored.
              */
             409: {
                 headers: {
@@ -2887,7 +2887,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3007,7 +3007,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3147,7 +3147,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3263,7 +3263,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3398,7 +3398,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3545,7 +3545,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3661,7 +3661,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3794,7 +3794,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3981,7 +3981,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4116,7 +4116,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4249,7 +4249,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4288,7 +4288,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4447,7 +4447,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4487,7 +4487,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -4634,7 +4634,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4673,7 +4673,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4822,7 +4822,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4862,7 +4862,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -5017,7 +5017,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5185,7 +5185,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5320,7 +5320,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5359,7 +5359,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -5503,7 +5503,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5635,7 +5635,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5927,7 +5927,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6060,7 +6060,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6198,7 +6198,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6332,7 +6332,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6472,7 +6472,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6604,7 +6604,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6739,7 +6739,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6778,7 +6778,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -6922,7 +6922,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7081,7 +7081,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7184,7 +7184,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7317,7 +7317,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7472,7 +7472,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7588,7 +7588,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7704,7 +7704,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7848,7 +7848,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7968,7 +7968,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8126,7 +8126,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8229,7 +8229,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8363,7 +8363,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8481,7 +8481,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8616,7 +8616,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8773,7 +8773,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8919,7 +8919,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9091,7 +9091,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9267,7 +9267,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9453,7 +9453,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9571,7 +9571,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
