@@ -336,7 +336,7 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
 	case errors.Is(err, catalog.ErrIdempotencyMismatch):
-		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
+		return classIdempotencyReused.problem(detailOr(err, "this Idempotency-Key was used with a different request"))
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
 	case errors.Is(err, catalog.ErrCallbackNotWaiting):

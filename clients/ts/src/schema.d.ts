@@ -453,7 +453,7 @@ export interface paths {
         put?: never;
         /**
          * Send a signal to a run
-         * @description Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+         * @description Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
          *
          *     Requires the `operator` role.
          */
@@ -4961,7 +4961,7 @@ export interface operations {
             header?: {
                 /** @description application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store */
                 "Content-Type"?: string;
-                /** @description a repeat with the same key (same run and name) is the same signal, applied once */
+                /** @description a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused */
                 "Idempotency-Key"?: string;
             };
             path: {
@@ -5056,6 +5056,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
+             *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
              *     - `run_finished`: The run has already finished: it cannot be canceled or signaled.
              */
             409: {
