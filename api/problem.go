@@ -404,7 +404,7 @@ func bundleProblem(err error) *Problem {
 		if ve.Field != "" {
 			loc = strings.TrimPrefix(loc+"#"+ve.Field, "#")
 		}
-		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Message})
+		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Describe()})
 		msgs = append(msgs, ve.Error())
 	}
 	detail := "invalid bundle"

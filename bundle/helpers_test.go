@@ -129,3 +129,13 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// errorFields lists the Field of every *ValidationError in err (the path into the
+// document a tool would point at).
+func errorFields(err error) []string {
+	var fields []string
+	for _, ve := range ValidationErrors(err) {
+		fields = append(fields, ve.Field)
+	}
+	return fields
+}
