@@ -63,6 +63,21 @@ func (l *logSink) requireNoErrorLogs(t *testing.T) {
 	}
 }
 
+// requireWarnedPerRequest fails unless msg was logged n times, each at WARN with
+// its request's ID.
+func (l *logSink) requireWarnedPerRequest(t *testing.T, msg string, n int) {
+	t.Helper()
+	warned := 0
+	for _, rec := range l.records(t) {
+		if rec["msg"] == msg {
+			require.Equal(t, "WARN", rec["level"])
+			require.NotEmpty(t, rec["request_id"])
+			warned++
+		}
+	}
+	require.Equal(t, n, warned, "one WARN line %q per request", msg)
+}
+
 // newOutageServer serves the API over store with a file blob store, logging at
 // DEBUG into the returned sink.
 func newOutageServer(t *testing.T, store *catalog.Store) (url string, logs *logSink) {
@@ -142,15 +157,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	require.Equal(t, "unreachable", ready.Checks["database"])
 
 	logs.requireNoErrorLogs(t)
-	warned := 0
-	for _, rec := range logs.records(t) {
-		if rec["msg"] == "database unavailable" {
-			require.Equal(t, "WARN", rec["level"])
-			require.NotEmpty(t, rec["request_id"])
-			warned++
-		}
-	}
-	require.Equal(t, len(tests), warned, "one WARN line per request")
+	logs.requireWarnedPerRequest(t, "database unavailable", len(tests))
 }
 
 // TestClientClosedRequest: a client that gives up while its request waits on the
@@ -280,15 +287,7 @@ func TestBlobStoreUnavailable(t *testing.T) {
 		require.Equal(t, "the blob store is unavailable; try again later", p.Detail, name)
 	}
 	logs.requireNoErrorLogs(t)
-	warned := 0
-	for _, rec := range logs.records(t) {
-		if rec["msg"] == "blob store unavailable" {
-			require.Equal(t, "WARN", rec["level"])
-			require.NotEmpty(t, rec["request_id"])
-			warned++
-		}
-	}
-	require.Equal(t, len(paths), warned, "one WARN line per request")
+	logs.requireWarnedPerRequest(t, "blob store unavailable", len(paths))
 
 	s3.Start()
 	for name, path := range paths {

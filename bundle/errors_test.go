@@ -46,10 +46,7 @@ func TestErrorsNameStepsByKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			require.Contains(t, err.Error(), tt.want)
 			if !strings.Contains(tt.name, "keeps the place") {
 				require.NotContains(t, err.Error(), "steps[", "no step is named by its place")

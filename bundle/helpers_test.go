@@ -139,3 +139,14 @@ func errorFields(err error) []string {
 	}
 	return fields
 }
+
+// validateError parses yaml, which must parse, and returns what Validate (no files)
+// refuses it for, which must be something.
+func validateError(t *testing.T, yaml string) error {
+	t.Helper()
+	m, err := ParseManifest([]byte(yaml))
+	require.NoError(t, err)
+	err = m.Validate(nil)
+	require.Error(t, err)
+	return err
+}
