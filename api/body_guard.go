@@ -122,9 +122,33 @@ func (s *Server) withBodyGuard(next http.Handler) http.Handler {
 				"min_rate", s.cfg.MinBodyRate, "window", s.cfg.BodyReadTimeout)
 		}
 		if !g.eof && !g.slow {
-			_ = g.rc.SetReadDeadline(time.Now().Add(g.window))
+			g.drain(drainLimit)
 		}
 	})
+}
+
+// drainLimit is how much of a request body the server reads and drops after it
+// answered without reading it all (a bundle refused at its first tar header, a 401):
+// enough for the body of a decompression bomb (a 4 GiB entry compresses to about
+// 4 MiB), small enough not to matter. A longer body is cut: the connection is
+// closed on it.
+const drainLimit = 16 << 20
+
+// drain sends the answer the handler wrote, then reads what is left of the body,
+// up to limit bytes, within one window at the body's minimum rate. Closing the
+// connection on unread data makes the kernel reset it, and a client that sends its
+// whole request before it reads (most simple clients, curl while it sends) then
+// sees "connection reset by peer" instead of the answer. A body read to its end
+// leaves the connection as usable as any other. net/http's own drain after the
+// handler (256 KiB) gets one more window for what is left beyond limit.
+func (g *guardedBody) drain(limit int64) {
+	_ = g.rc.Flush()
+	g.armed = true
+	g.waited, g.got = 0, 0
+	_, _ = io.CopyN(io.Discard, g, limit)
+	if !g.eof && !g.slow {
+		_ = g.rc.SetReadDeadline(time.Now().Add(g.window))
+	}
 }
 
 // bodyGuardMiddleware arms the body guard of the streamed operations.

@@ -91,7 +91,7 @@ var (
 	classValidationFailed     = problemClass{http.StatusUnprocessableEntity, "validation_failed", "Validation failed", "A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location."}
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
-	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
+	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
 	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
 )
@@ -330,13 +330,16 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
+	case errors.Is(err, blobstore.ErrUnavailable):
+		s.logger.WarnContext(ctx, "blob store unavailable", "request_id", RequestID(ctx), "error", err)
+		return classUnavailable.problem("the blob store is unavailable; try again later").retryAfter(retryAfterSeconds)
 	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
 		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
 	case errors.Is(err, catalog.ErrIdempotencyMismatch):
-		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
+		return classIdempotencyReused.problem(detailOr(err, "this Idempotency-Key was used with a different request"))
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
 	case errors.Is(err, catalog.ErrCallbackNotWaiting):
@@ -404,7 +407,7 @@ func bundleProblem(err error) *Problem {
 		if ve.Field != "" {
 			loc = strings.TrimPrefix(loc+"#"+ve.Field, "#")
 		}
-		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Message})
+		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Describe()})
 		msgs = append(msgs, ve.Error())
 	}
 	detail := "invalid bundle"

@@ -27,6 +27,6 @@ func TestNetworkNone(t *testing.T) {
 		require.NoError(t, err)
 		_, err = m.Normalize()
 		require.ErrorIs(t, err, ErrInvalid)
-		require.Contains(t, err.Error(), tc.field)
+		require.Contains(t, errorFields(err), tc.field)
 	}
 }

@@ -33,6 +33,11 @@ WHERE cairn_runs_share(ARRAY[$1::uuid])`
 	sqlNextWake = `
 SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held`
 	sqlSignalSend = `SELECT seq, step, duplicate FROM cairn_signal_send($1, $2, $3, $4, $5)`
+	// Whether the signal first sent under an idempotency key has payload $4 (jsonb
+	// equality: the same JSON however spelled; a $blob reference names its bytes'
+	// digest, so the same bytes).
+	sqlSignalSamePayload = `
+SELECT payload = $4::jsonb FROM signals WHERE run_id = $1 AND name = $2 AND idempotency_key = $3`
 )
 
 // WaitKind is what a suspended step waits for (Step.WaitKind).
@@ -193,16 +198,32 @@ type SignalResult struct {
 
 // SignalSend delivers a signal (cairn_signal_send): to the step of the run waiting
 // for its name, or buffered, in order, for the next one. ErrNotFound for no such
-// run, ErrRunFinished for a run that has ended. The caller checks that the run's
-// version has a signal step of that name.
+// run, ErrRunFinished for a run that has ended, ErrIdempotencyMismatch for an
+// idempotency key first sent (to that run and name) with another payload. The
+// caller checks that the run's version has a signal step of that name.
 func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, error) {
 	var out SignalResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, sqlRunShare, sig.RunID); err != nil {
 			return err
 		}
-		return tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
-			nullString(sig.IdempotencyKey), sig.Actor)
+		if err := tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
+			nullString(sig.IdempotencyKey), sig.Actor); err != nil {
+			return err
+		}
+		if !out.Duplicate {
+			return nil
+		}
+		var same bool
+		if err := tx.GetContext(ctx, &same, sqlSignalSamePayload, sig.RunID, sig.Name, sig.IdempotencyKey,
+			[]byte(sig.Payload)); err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("%w: signal %d was sent under idempotency key %q with another payload",
+				ErrIdempotencyMismatch, out.Seq, sig.IdempotencyKey)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("signal %s to run %s: %w", sig.Name, sig.RunID, err)
