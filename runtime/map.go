@@ -82,7 +82,7 @@ func (d *Dispatcher) startMap(ctx context.Context, a *attempt, step *bundle.Step
 		return
 	}
 	a.reporting.Store(true)
-	if d.untilWritten(a, "suspend", "start the map", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
+	if d.suspendWritten(a, "start the map", "map.over", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()
