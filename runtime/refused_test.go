@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -226,4 +227,52 @@ steps:
 			assert.NotEqual(c, catalog.StepRunning, st.Status, key)
 		}
 	}, 30*time.Second, 20*time.Millisecond, "waiting for the canceled run's steps to end")
+}
+
+// TestRefusedOutputAmongOthers: outcomes are committed in groups; when the
+// catalog refuses one instance's output, the instances finishing with it still
+// succeed.
+func TestRefusedOutputAmongOthers(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{})
+	gate := t.TempDir()
+	v := deploy(t, tb, map[string]string{
+		"cairn.yaml": `
+name: mixed
+steps:
+  - key: each
+    map: {over: "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19]", max_parallel: 20, tolerate_failures: "50%"}
+    exec: ["./bin/item", "` + gate + `"]
+`,
+		// Every instance waits for the gate, so that they finish together: the
+		// odd items give a refused output, the even ones their item.
+		"bin/item": "#!/bin/sh\nenv=$(cat)\ntouch \"$1/$$\"\nwhile [ ! -e \"$1/open\" ]; do sleep 0.02; done\n" +
+			"case \"$env\" in *'\"index\":'*[13579]','*|*'\"index\":'*[13579]'}'*) printf '%s\\n' '{\"a\": \"\\u0000\"}';; *) echo '{\"ok\": true}';; esac\n",
+	})
+	id := startRun(t, tb, v, "")
+	require.Eventually(t, func() bool {
+		entries, err := os.ReadDir(gate)
+		return err == nil && len(entries) == 20
+	}, time.Minute, 10*time.Millisecond, "waiting for the 20 instances to start")
+	require.NoError(t, os.WriteFile(gate+"/open", nil, 0o644))
+	run := waitRun(t, tb, id, time.Minute)
+	require.Equal(t, catalog.RunSucceeded, run.Status, "%s", run.Error)
+	var outputs []any
+	require.NoError(t, json.Unmarshal(stepMap(t, tb, id)["each"].Output, &outputs))
+	require.Len(t, outputs, 20)
+	items, err := tb.store.MapItemList(t.Context(), &catalog.MapItemListParams{RunID: id, Key: "each", After: -1, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, items, 20)
+	for i, o := range outputs {
+		if i%2 == 1 {
+			require.Nil(t, o, "item %d", i)
+			var e map[string]any
+			require.NoError(t, json.Unmarshal(items[i].LastError, &e))
+			require.Equal(t, runtime.CodeInvalidOutput, e["code"], "item %d", i)
+		} else {
+			require.Equal(t, map[string]any{"ok": true}, o, "item %d", i)
+			require.Equal(t, catalog.StepSucceeded, items[i].Status, "item %d", i)
+		}
+	}
 }
