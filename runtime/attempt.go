@@ -211,6 +211,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	if ferr := masked.Flush(); ferr != nil && invErr == nil {
 		invErr = ferr
 	}
+	sink.endProgress() // the newest progress report is recorded before the outcome
 	if invokeSpan != nil {
 		endSpan(invokeSpan, invErr)
 	}
