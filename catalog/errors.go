@@ -10,7 +10,6 @@ import (
 	"net"
 	"strings"
 	"syscall"
-	"unicode/utf8"
 
 	"github.com/lib/pq"
 	"github.com/lib/pq/pqerror"
@@ -183,18 +182,13 @@ func Refused(err error) string {
 	return "the catalog refused the value: " + storableText(strings.TrimPrefix(err.Error(), ErrInvalidInput.Error()+": "), maxRefusal)
 }
 
-// storableText is s as text PostgreSQL stores, cut to at most n bytes (on a
-// character boundary, "…" added): invalid UTF-8 and NUL characters become U+FFFD.
+// storableText is s as text PostgreSQL stores, cut to about n bytes ("…" added):
+// invalid UTF-8 (a character the cut split, too) and NUL characters become U+FFFD.
 func storableText(s string, n int) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) <= n {
-		return s
+	if len(s) > n {
+		s = s[:n] + "…"
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 
 // Transient reports whether a call that failed with err may succeed if made

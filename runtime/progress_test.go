@@ -18,22 +18,12 @@ import (
 func progressEvents(t *testing.T, tb *testBundle, id uuid.UUID) []json.RawMessage {
 	t.Helper()
 	var out []json.RawMessage
-	var after int64
-	for {
-		events, err := tb.store.EventList(context.Background(), id, after, 1000)
-		require.NoError(t, err)
-		if len(events) == 0 {
-			return out
-		}
-		for _, e := range events {
-			if e.Type == catalog.EventStepProgress {
-				var d struct{ Progress json.RawMessage }
-				require.NoError(t, json.Unmarshal(e.Data, &d))
-				out = append(out, d.Progress)
-			}
-			after = e.Seq
-		}
+	for _, data := range eventData(t, tb, id, catalog.EventStepProgress) {
+		var d struct{ Progress json.RawMessage }
+		require.NoError(t, json.Unmarshal(data, &d))
+		out = append(out, d.Progress)
 	}
+	return out
 }
 
 // TestProgressCoalesced (security audit 2, E8, its reproduction S26: 50,000
