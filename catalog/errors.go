@@ -179,7 +179,8 @@ func Refused(err error) string {
 	if errors.As(err, &pqErr) {
 		return fmt.Sprintf("PostgreSQL refused the value: %s (%s)", storableText(pqErr.Message, maxRefusal), pqErr.Code)
 	}
-	return "the catalog refused the value: " + storableText(strings.TrimPrefix(err.Error(), ErrInvalidInput.Error()+": "), maxRefusal)
+	_, why, _ := strings.Cut(err.Error(), ErrInvalidInput.Error()+": ")
+	return "the catalog refused the value: " + storableText(why, maxRefusal)
 }
 
 // storableText is s as text PostgreSQL stores, cut to about n bytes ("…" added):

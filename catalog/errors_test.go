@@ -130,7 +130,7 @@ func TestRefused(t *testing.T) {
 	require.Contains(t, got, "(22P02)")
 
 	require.Equal(t, "the catalog refused the value: priority 12 is not within 0..9",
-		Refused(fmt.Errorf("%w: priority 12 is not within 0..9", ErrInvalidInput)))
+		Refused(fmt.Errorf("create run: %w: priority 12 is not within 0..9", ErrInvalidInput)))
 	require.Empty(t, Refused(translateError(&pq.Error{Code: "57P03"})))
 	require.Empty(t, Refused(errors.New("boom")))
 	require.Empty(t, Refused(nil))

@@ -219,11 +219,18 @@ type MapItem struct {
 // MapWorker does the parts of MapWork that are not the catalog's.
 type MapWorker struct {
 	// Page reads up to n items of a blob map from st.NextOffset: a JSON array of
-	// them, the offset after the last, and whether the blob ended.
+	// them, the offset after the last, and whether the blob ended; an error
+	// wrapping ErrInvalidInput when they are not valid items (see Refused).
 	Page func(ctx context.Context, st *MapState, n int) (items json.RawMessage, next int64, end bool, err error)
 	// Finish resolves a map whose instances have all ended: items yields them in
 	// index order (read within the call only); failures are the first failed ones.
 	Finish func(ctx context.Context, st *MapState, items iter.Seq2[*MapItem, error], failures []MapItem) (Resolution, error)
+	// Refused resolves a map whose next items cannot be made into instances:
+	// Page said they are not valid, or the database refused them (both
+	// ErrInvalidInput, err). No try changes that: the map creates no more
+	// instances and ends as Refused says once its live ones have ended. Nil: such
+	// a map is tried again at each MapWork.
+	Refused func(st *MapState, err error) Resolution
 }
 
 // MapFailuresListed bounds the failures Finish is given.
@@ -316,10 +323,50 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 		resolved = true
 		return nil
 	})
+	if err != nil && errors.Is(err, ErrInvalidInput) && w.Refused != nil {
+		if resolved, rerr := s.mapRefuse(ctx, ref, w, err); rerr != nil || resolved {
+			return 0, resolved, rerr
+		}
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("map %s/%s: %w", ref.RunID, ref.Key, err)
 	}
 	return created, resolved, nil
+}
+
+// mapRefuse resolves a map whose items were refused (cause) as w.Refused says,
+// once it has no live instance; until then it reports false.
+func (s *Store) mapRefuse(ctx context.Context, ref MapRef, w MapWorker, cause error) (resolved bool, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		resolved = false
+		var st MapState
+		if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			return err
+		}
+		if err := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key).Scan(&st.Live, &st.Failed); err != nil {
+			return err
+		}
+		if st.Live > 0 {
+			return nil
+		}
+		res := w.Refused(&st, cause)
+		if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
+			nullJSON(res.Error), nullString(res.Reason)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key); err != nil {
+			return err
+		}
+		resolved = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("map %s/%s: end the map whose items were refused: %w", ref.RunID, ref.Key, err)
+	}
+	return resolved, nil
 }
 
 // MapProgress is where a map of a run stands.

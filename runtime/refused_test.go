@@ -276,3 +276,44 @@ steps:
 		}
 	}
 }
+
+// TestMapBlobItemsRefused: a map over a $blob of JSON lines whose items cannot be
+// made into instances (a \u0000 PostgreSQL refuses, a line that is not JSON)
+// fails with invalid_output once its live instances end. Before, the map loop
+// tried them again every poll, for ever.
+func TestMapBlobItemsRefused(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{})
+	for _, tt := range []struct {
+		name, lines, message string
+	}{
+		{name: "nul", lines: `{"a": 1}\n{"b": "\\u0000"}\n{"c": 3}\n`,
+			message: "map.over (items from #1): PostgreSQL refused the value: unsupported Unicode escape sequence (22P05)"},
+		{name: "not-json", lines: `{"a": 1}\nnot json\n`,
+			message: "map.over (items from #1): the catalog refused the value: items: the item at byte 9: invalid character 'o' in literal null (expecting 'u')"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			v := deploy(t, tb, map[string]string{
+				"cairn.yaml": `
+name: blob-items-` + tt.name + `
+steps:
+  - {key: split, exec: ["./bin/split"]}
+  - {key: each, needs: [split], map: {over: "deps.split", max_parallel: 1}, builtin: echo}
+`,
+				// JSON Lines: not one JSON value, so a $blob whatever its size.
+				"bin/split": "#!/bin/sh\ncat >/dev/null\nprintf '" + tt.lines + "'\n",
+			})
+			id := startRun(t, tb, v, "")
+			require.Equal(t, catalog.RunFailed, waitRun(t, tb, id, time.Minute).Status)
+			e := stepError(t, tb, id, "each")
+			require.Equal(t, runtime.CodeInvalidOutput, e["code"], "%v", e)
+			require.Equal(t, tt.message, e["message"])
+			items, err := tb.store.MapItemList(t.Context(), &catalog.MapItemListParams{RunID: id, Key: "each", After: -1, Limit: 10})
+			require.NoError(t, err)
+			require.Len(t, items, 1, "the item before the refused one ran")
+			require.Equal(t, catalog.StepSucceeded, items[0].Status)
+		})
+	}
+}
