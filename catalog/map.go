@@ -246,16 +246,9 @@ const MapFailuresListed = 100
 func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created int, resolved bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		created, resolved = 0, false
-		var st MapState
-		if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil // finished, held, or another dispatcher has it
-			}
-			return err
-		}
-		row := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key)
-		if err := row.Scan(&st.Live, &st.Failed); err != nil {
-			return err
+		st, err := lockMap(ctx, tx, ref)
+		if st == nil {
+			return err // finished, held, or another dispatcher has it
 		}
 		if !st.Expanded && !st.FailingFast() {
 			if room := int64(st.MaxParallel) - st.Live; room > 0 {
@@ -265,7 +258,7 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 				var end bool
 				if !st.Inline {
 					var err error
-					if items, next, end, err = w.Page(ctx, &st, n); err != nil {
+					if items, next, end, err = w.Page(ctx, st, n); err != nil {
 						return fmt.Errorf("read items: %w", err)
 					}
 				}
@@ -303,25 +296,12 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 				yield(nil, err)
 			}
 		}
-		res, err := w.Finish(ctx, &st, items, failures)
+		res, err := w.Finish(ctx, st, items, failures)
 		if err != nil {
 			return fmt.Errorf("finish: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
-			nullJSON(res.Error), nullString(res.Reason)); err != nil {
-			return err
-		}
-		if res.Outcome == OutcomeSucceeded && len(res.Error) > 0 {
-			// Tolerated failures: listed on the step that succeeded.
-			if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, []byte(res.Error)); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key); err != nil {
-			return err
-		}
 		resolved = true
-		return nil
+		return endMap(ctx, tx, ref, res)
 	})
 	if err != nil && errors.Is(err, ErrInvalidInput) && w.Refused != nil {
 		if resolved, rerr := s.mapRefuse(ctx, ref, w, err); rerr != nil || resolved {
@@ -338,35 +318,50 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 // once it has no live instance; until then it reports false.
 func (s *Store) mapRefuse(ctx context.Context, ref MapRef, w MapWorker, cause error) (resolved bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		resolved = false
-		var st MapState
-		if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil
-			}
-			return err
-		}
-		if err := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key).Scan(&st.Live, &st.Failed); err != nil {
-			return err
-		}
-		if st.Live > 0 {
-			return nil
-		}
-		res := w.Refused(&st, cause)
-		if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
-			nullJSON(res.Error), nullString(res.Reason)); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key); err != nil {
+		st, err := lockMap(ctx, tx, ref)
+		if st == nil || st.Live > 0 {
+			resolved = false
 			return err
 		}
 		resolved = true
-		return nil
+		return endMap(ctx, tx, ref, w.Refused(st, cause))
 	})
 	if err != nil {
 		return false, fmt.Errorf("map %s/%s: end the map whose items were refused: %w", ref.RunID, ref.Key, err)
 	}
 	return resolved, nil
+}
+
+// lockMap locks an open map whose step waits for it and counts its instances;
+// nil (and no error) when it is finished, held, or another transaction has it.
+func lockMap(ctx context.Context, tx *sqlx.Tx, ref MapRef) (*MapState, error) {
+	var st MapState
+	if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if err := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key).Scan(&st.Live, &st.Failed); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// endMap resolves a map's step as res says (tolerated failures listed on a step
+// that succeeded) and closes the map.
+func endMap(ctx context.Context, tx *sqlx.Tx, ref MapRef, res Resolution) error {
+	if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
+		nullJSON(res.Error), nullString(res.Reason)); err != nil {
+		return err
+	}
+	if res.Outcome == OutcomeSucceeded && len(res.Error) > 0 {
+		if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, []byte(res.Error)); err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key)
+	return err
 }
 
 // MapProgress is where a map of a run stands.
