@@ -49,7 +49,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 	}
 	w.LogKey = storeLog()
 	a.reporting.Store(true)
-	if d.untilWritten(a, "suspend", "suspend for a callback", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
+	if d.suspendWritten(a, "suspend for a callback", "$suspend", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
 		return nil, true
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()

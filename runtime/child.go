@@ -28,8 +28,8 @@ const (
 
 // startChild starts the child run of a claimed workflow step and suspends the step.
 // A bad input expression, a limit reached or a child workflow that does not exist
-// fail the step at once (not retried); database errors are retried until the lease
-// would be lost.
+// fail the step at once (not retried), as does an input the catalog refuses (code
+// invalid_output); an unavailable database is retried (untilWritten).
 func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.StepDefinition) {
 	c := a.claim
 	w := step.Workflow
@@ -54,7 +54,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	childError := func(err error) bool {
 		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound)
 	}
-	err := d.untilWritten(a, "suspend", "start the child run", childError, func() (err error) {
+	err := d.suspendWritten(a, "start the child run", "workflow.input", childError, func() (err error) {
 		res, err = d.store.ChildStart(d.abandonCtx, a.lease(), p)
 		return err
 	})

@@ -43,11 +43,17 @@ type attemptSink struct {
 	liveDone    chan struct{}
 	liveOnce    sync.Once
 	published   atomic.Bool // a chunk was written: cleanup deletes the live tail
+
+	// progress bounds the step.progress events (progress.go).
+	progress *progressLimiter
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
 	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim),
 		liveKick: make(chan struct{}, 1), liveStop: make(chan struct{}), liveDone: make(chan struct{})}
+	s.progress = newProgressLimiter(ctx, s.recordProgress, func(err error) {
+		a.logger().Warn("record a progress report", "error", err)
+	})
 	go s.publishLive()
 	return s
 }
@@ -250,13 +256,27 @@ func checkpointEventData(stored json.RawMessage) json.RawMessage {
 	return b
 }
 
-// Progress records a progress event.
+// Progress records a progress event, within the attempt's bounds: past them the
+// newest report waits and is recorded later (progressLimiter).
 func (s *attemptSink) Progress(ctx context.Context, value json.RawMessage) error {
 	if !json.Valid(value) {
 		return fmt.Errorf("progress is not valid JSON")
 	}
 	b, _ := json.Marshal(map[string]json.RawMessage{"progress": value})
-	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, b)
+	return s.progress.report(ctx, b)
+}
+
+// endProgress records the newest progress report still waiting, before the
+// attempt's outcome (progressLimiter.end).
+func (s *attemptSink) endProgress() {
+	if err := s.progress.end(); err != nil {
+		s.a.logger().Warn("record the last progress report", "error", err)
+	}
+}
+
+// recordProgress writes one step.progress event.
+func (s *attemptSink) recordProgress(ctx context.Context, data json.RawMessage) error {
+	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, data)
 	if errors.Is(err, catalog.ErrLeaseLost) {
 		s.d.metrics.leaseLost.WithLabelValues("progress").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
