@@ -269,7 +269,11 @@ func (mw *MaskWriter) Write(p []byte) (int, error) {
 	if mw.err != nil {
 		return 0, mw.err
 	}
-	buf := mw.m.Bytes(append(mw.pending, p...))
+	buf := p // Bytes never writes to its argument
+	if len(mw.pending) > 0 {
+		buf = append(mw.pending, p...)
+	}
+	buf = mw.m.Bytes(buf)
 	keep := mw.m.partial(buf)
 	out := buf[:len(buf)-keep]
 	mw.pending = append([]byte(nil), buf[len(buf)-keep:]...)
