@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"context"
 	"database/sql"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/runtime"
@@ -25,12 +23,7 @@ func storedLog(t *testing.T, tb *testBundle, id uuid.UUID, key string, attempt i
 	a, err := tb.store.AttemptGet(context.Background(), id, key, attempt)
 	require.NoError(t, err)
 	require.NotNil(t, a.LogKey, "the attempt's log is stored")
-	rc, _, err := tb.blobs.Get(context.Background(), *a.LogKey, blobstore.GetOptions{})
-	require.NoError(t, err)
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	require.NoError(t, err)
-	return string(b)
+	return string(readBlob(t, tb, *a.LogKey))
 }
 
 // rowsContaining counts the rows of the catalog's steps, events and attempts that
