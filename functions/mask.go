@@ -53,7 +53,14 @@ func NewMasker(values []string) *Masker {
 }
 
 // Bytes returns b with every secret value masked (b itself when there is none).
+// b is the whole text: nothing follows it.
 func (m *Masker) Bytes(b []byte) []byte {
+	return m.mask(b, true)
+}
+
+// mask masks b; final says nothing follows b (else a value may end in what comes
+// next, and an escape cut short by b's end is left to the next call).
+func (m *Masker) mask(b []byte, final bool) []byte {
 	if m == nil {
 		return b
 	}
@@ -65,11 +72,11 @@ func (m *Masker) Bytes(b []byte) []byte {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return b // no escape: the values as they are were all there is
 	}
-	return m.escaped(b)
+	return m.escaped(b, final)
 }
 
 // escaped masks the values written with JSON escapes.
-func (m *Masker) escaped(b []byte) []byte {
+func (m *Masker) escaped(b []byte, final bool) []byte {
 	var out []byte // nil until a value is found
 	done := 0      // b[:done] is in out
 	for i := 0; i < len(b); {
@@ -79,7 +86,7 @@ func (m *Masker) escaped(b []byte) []byte {
 		}
 		end := -1
 		for _, n := range m.needles {
-			if e, _ := matchJSON(b, i, n); e >= 0 {
+			if e, _ := matchJSON(b, i, n, final); e >= 0 {
 				end = e
 				break
 			}
@@ -100,8 +107,10 @@ func (m *Masker) escaped(b []byte) []byte {
 // matchJSON compares b from i with the value n, reading JSON escapes in b as
 // their characters (a backslash that starts no escape is itself). It returns where
 // the value ends in b, or -1; more is true when b ends before the comparison
-// could be decided (a value may start at i and go on in the next write).
-func matchJSON(b []byte, i int, n []byte) (end int, more bool) {
+// could be decided (a value may start at i and go on in the next write). When b
+// is final (nothing comes after it), an escape cut short by its end is read as
+// the characters it is made of, as a JSON reader of the text would.
+func matchJSON(b []byte, i int, n []byte, final bool) (end int, more bool) {
 	k := 0
 	var unit [utf8.UTFMax]byte
 	for k < len(n) {
@@ -118,7 +127,7 @@ func matchJSON(b []byte, i int, n []byte) (end int, more bool) {
 		}
 		r, w, ok := decodeEscape(b[i:])
 		switch {
-		case w == 0:
+		case w == 0 && !final:
 			return -1, true // an escape cut short by the end of b
 		case !ok:
 			if n[k] != '\\' {
@@ -233,7 +242,7 @@ func (m *Masker) partial(b []byte) int {
 				return len(end)
 			}
 			if m.first[b[p]] {
-				if _, more := matchJSON(b, p, n); more {
+				if _, more := matchJSON(b, p, n, false); more {
 					return len(end)
 				}
 			}
@@ -273,7 +282,7 @@ func (mw *MaskWriter) Write(p []byte) (int, error) {
 	if len(mw.pending) > 0 {
 		buf = append(mw.pending, p...)
 	}
-	buf = mw.m.Bytes(buf)
+	buf = mw.m.mask(buf, false)
 	keep := mw.m.partial(buf)
 	out := buf[:len(buf)-keep]
 	mw.pending = append([]byte(nil), buf[len(buf)-keep:]...)
