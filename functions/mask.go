@@ -79,7 +79,20 @@ func (m *Masker) mask(b []byte, final bool) []byte {
 func (m *Masker) escaped(b []byte, final bool) []byte {
 	var out []byte // nil until a value is found
 	done := 0      // b[:done] is in out
+	bs := -1       // the first backslash at or after i, once looked for
 	for i := 0; i < len(b); {
+		// A value written with an escape has one within its first len(value)
+		// bytes (before it, its bytes are as they are): far from the next
+		// backslash, none starts.
+		if bs < i {
+			if bs = bytes.IndexByte(b[i:], '\\'); bs < 0 {
+				break
+			}
+			bs += i
+		}
+		if bs-i >= m.longest {
+			i = bs - m.longest + 1
+		}
 		if !m.first[b[i]] {
 			i++
 			continue
