@@ -10,6 +10,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/cairnrun/cairn/functions"
 )
 
 // streamedBodyOps are the operations that read their request body as a stream, through
@@ -118,7 +120,7 @@ func (s *Server) withBodyGuard(next http.Handler) http.Handler {
 		if g.slow {
 			s.metrics.slowBody()
 			s.logger.InfoContext(r.Context(), "request body too slow: connection closed",
-				"request_id", RequestID(r.Context()), "path", r.URL.Path, "bytes", g.total,
+				"request_id", RequestID(r.Context()), "path", functions.MaskCallbackPath(r.URL.Path), "bytes", g.total,
 				"min_rate", s.cfg.MinBodyRate, "window", s.cfg.BodyReadTimeout)
 		}
 		if !g.eof && !g.slow {

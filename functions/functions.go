@@ -106,8 +106,10 @@ type Invocation struct {
 	// Timeout is the step's timeout; the caller also puts it on ctx. Informational
 	// for invokers that pass deadlines on (HTTP headers, Lambda).
 	Timeout time.Duration
-	// Secrets are the secret values in Spec (Env, HTTP headers). Invokers do not
-	// read it: the caller masks them in what the handler produces (NewMasker).
+	// Secrets are the secret values in Spec (Env, HTTP headers) and the
+	// attempt's credentials in Envelope (the callback URL's token, the lease
+	// credential). Invokers do not read it: the caller masks them in what the
+	// handler produces (NewMasker).
 	Secrets []string
 	// Started, when set, is called once the handler's process has started (exec);
 	// the dispatcher measures how long attempts take to start (admission). Other

@@ -540,6 +540,7 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 		return
 	}
 	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
+	inv.Secrets = append(inv.Secrets, inv.Envelope.LeaseToken) // a credential: masked like a secret
 	if d.cfg.PublicURL != "" {
 		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
 	}

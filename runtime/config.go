@@ -41,6 +41,10 @@ const (
 	DefaultStartLatencyTarget = time.Second
 	DefaultPresignExpiry      = time.Hour
 	DefaultMaxLogSize         = 16 << 20
+	// DefaultMaxCheckpointSize is Config.MaxCheckpointSize's default, the same as
+	// the API's (api.DefaultMaxCheckpointSize): cairn serve passes one value,
+	// CAIRN_MAX_CHECKPOINT_SIZE, to both.
+	DefaultMaxCheckpointSize = 256 << 20
 	// DefaultLiveLogInterval is Config.LiveLogInterval's default.
 	DefaultLiveLogInterval = time.Second
 	// DefaultLiveLogTail is Config.LiveLogTail's default.
@@ -119,6 +123,12 @@ type Config struct {
 	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
 	// (16 MiB).
 	MaxLogSize int64
+	// MaxCheckpointSize bounds a checkpoint an exec handler stores from a file
+	// (checkpoint_file on fd 3), counted in bytes read, not by the file's size:
+	// past it the attempt fails, terminally, with code
+	// functions.CodeCheckpointTooLarge and nothing is stored. Default
+	// DefaultMaxCheckpointSize (256 MiB).
+	MaxCheckpointSize int64
 	// LiveLogInterval is how often a running attempt's new log bytes are published
 	// to the catalog, where any API server reads them (the live tail); they are
 	// also published whenever 64 KiB are waiting. Default DefaultLiveLogInterval
@@ -231,6 +241,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxLogSize <= 0 {
 		out.MaxLogSize = DefaultMaxLogSize
+	}
+	if out.MaxCheckpointSize <= 0 {
+		out.MaxCheckpointSize = DefaultMaxCheckpointSize
 	}
 	if out.LiveLogInterval <= 0 {
 		out.LiveLogInterval = DefaultLiveLogInterval

@@ -223,7 +223,7 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept open")
 	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "window over which an upload (bundle, checkpoint) must arrive at --min-body-rate, or is cut")
 	fs.Int64Var(&f.minBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest upload rate accepted, in bytes per second, averaged over --body-read-timeout")
-	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", api.DefaultMaxCheckpointSize, "largest checkpoint accepted by PUT …/checkpoint, in bytes")
+	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", api.DefaultMaxCheckpointSize, "largest checkpoint accepted by PUT …/checkpoint, a callback or a signal, and read from an exec handler's checkpoint_file, in bytes")
 	fs.IntVar(&f.maxSteps, "max-steps", bundle.DefaultMaxSteps, "most steps a deployed workflow may have")
 	fs.StringVar(&f.metricsToken, "metrics-token", "", "bearer token GET /metrics requires (an admin token works too); empty: /metrics is open")
 	bindEnv(fs, map[string]string{
@@ -484,6 +484,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			},
 		}
 		p.rt.gcConfig(rtc)
+		// The API's limit of PUT …/checkpoint bounds the files handlers name too.
+		rtc.MaxCheckpointSize = p.limits.maxCheckpointSize
 		disp, err = runtime.New(p.store, p.blobs, rtc)
 		if err != nil {
 			ln.Close()
