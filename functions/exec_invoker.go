@@ -247,6 +247,15 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if err != nil {
 		return err
 	}
+	allow, err := AllowedPorts(inv.Spec.NetworkAllow)
+	if err != nil {
+		return invalidSpecf("exec: %v", err)
+	}
+	network := e.sandbox != nil && !inv.Spec.NoNetwork
+	if network && e.sandbox.network.err != nil {
+		return &Error{Message: "exec steps with network cannot run on this server: " + e.sandbox.network.err.Error(),
+			Retryable: true, Code: CodeIsolationUnavailable}
+	}
 	payload, err := json.Marshal(inv.Envelope)
 	if err != nil {
 		return fmt.Errorf("exec: encode envelope: %w", err)
@@ -298,7 +307,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			bundleDir: bundleDir,
 			inputs:    inputFiles(&inv.Envelope),
 			workDirs:  []string{home, tmp},
-			network:   !inv.Spec.NoNetwork,
+			noNetwork: inv.Spec.NoNetwork,
 			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
 		})
 		path = args[0]
@@ -335,10 +344,16 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		if r.cgroup != nil {
 			intoCgroup(cmd.SysProcAttr, r.cgroup.fd)
 		}
+		if e.sandbox != nil {
+			if r.sandboxPipes, err = e.sandbox.pipes(network); err != nil {
+				return err
+			}
+		}
 		err := r.start(ctx, cmd, payload)
 		if err == nil {
 			break
 		}
+		r.sandboxPipes.closeParent()
 		// ETXTBSY: a fork elsewhere in this process (another attempt starting)
 		// briefly holds a write descriptor of a file just written (a bundle being
 		// extracted). It passes within milliseconds (golang/go#22315).
@@ -353,7 +368,35 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			return context.Cause(ctx)
 		}
 	}
+	if network {
+		defer r.sandboxPipes.closeParent()
+		sn, err := r.connect(ctx, allow)
+		defer sn.close()
+		if err != nil {
+			// bwrap still waits on its block pipe: the handler never ran.
+			r.signalGroup(syscall.SIGKILL)
+			if ctx.Err() == nil {
+				err = &Error{Message: "exec: " + err.Error(), Retryable: true, Code: CodeIsolationUnavailable}
+			}
+			r.abort(err)
+		}
+	}
 	return r.supervise(ctx)
+}
+
+// connect gives a started sandbox its network (exec_sandbox_net.go) and lets
+// bwrap start the handler.
+func (r *execRun) connect(ctx context.Context, allow []int) (*sandboxNet, error) {
+	s := r.exec.sandbox
+	pid, err := readSandboxInfo(ctx, r.sandboxPipes.info)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := s.network.connectSandbox(ctx, pid, s.rootless, allow)
+	if err != nil {
+		return nil, err
+	}
+	return sn, release(r.sandboxPipes.block)
 }
 
 // environ builds a handler's environment. Later entries win (os/exec keeps the
@@ -438,9 +481,11 @@ type execRun struct {
 	workDirs []string
 	// sandboxed says the process is bubblewrap running the handler.
 	sandboxed bool
-	logW      *lockedLog
-	tail      *tailBuffer
-	cmd       *exec.Cmd
+	// sandboxPipes are the sandbox's setup pipes; nil unsandboxed.
+	sandboxPipes *sandboxPipes
+	logW         *lockedLog
+	tail         *tailBuffer
+	cmd          *exec.Cmd
 	// resources are the handler's limits (nil: none).
 	resources *Resources
 	// cgroup is the attempt's cgroup, which enforces resources; nil: rlimits
@@ -515,9 +560,15 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 	// copying goroutines of its own, and Wait never waits for the pipes.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{controlW}
+	if r.sandboxPipes != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, r.sandboxPipes.child...)
+	}
 	startErr := startOnForkThread(cmd)
 	// The child holds its own copies; ours must go or EOF never comes.
 	closeAll(childEnds)
+	if r.sandboxPipes != nil {
+		r.sandboxPipes.closeChild()
+	}
 	if startErr != nil {
 		closeAll(parentEnds)
 		return startError(cmd.Args[0], startErr)

@@ -77,6 +77,10 @@ type Spec struct {
 	Builtin string `json:"builtin,omitempty"`
 	// NoNetwork runs an exec handler without any network (manifest: network: none).
 	NoNetwork bool `json:"no_network,omitempty"`
+	// NetworkAllow lists the ports of the server's host a sandboxed exec handler
+	// may reach on its loopback ("localhost:5432"; manifest: network: {allow:
+	// […]}). Other kinds ignore it.
+	NetworkAllow []string `json:"network_allow,omitempty"`
 	// Env holds "NAME=value" entries added to an exec handler's environment (the
 	// step's env, secrets resolved). They override PATH, HOME, LANG, TMPDIR and
 	// ExecConfig.ExtraEnv but never the CAIRN_* variables. Other kinds ignore it.
