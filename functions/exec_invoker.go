@@ -247,9 +247,10 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if err != nil {
 		return err
 	}
-	allow, err := AllowedPorts(inv.Spec.NetworkAllow)
-	if err != nil {
-		return invalidSpecf("exec: %v", err)
+	for _, p := range inv.Spec.AllowPorts {
+		if p < 1 || p > 65535 {
+			return invalidSpecf("exec: network allow: port %d is not 1 to 65535", p)
+		}
 	}
 	network := e.sandbox != nil && !inv.Spec.NoNetwork
 	if network && e.sandbox.network.err != nil {
@@ -370,7 +371,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	}
 	if network {
 		defer r.sandboxPipes.closeParent()
-		sn, err := r.connect(ctx, allow)
+		sn, err := r.connect(ctx, inv.Spec.AllowPorts)
 		defer sn.close()
 		if err != nil {
 			// bwrap still waits on its block pipe: the handler never ran.

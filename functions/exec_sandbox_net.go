@@ -89,32 +89,6 @@ func findSandboxNetwork() sandboxNetwork {
 	return n
 }
 
-// AllowedPorts reads a step's network allow list (host:port entries naming the
-// server's host: localhost, 127.0.0.1 or [::1]) into the ports to forward to
-// the host's loopback, sorted and without repeats.
-func AllowedPorts(allow []string) ([]int, error) {
-	var ports []int
-	for _, a := range allow {
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
-			return nil, fmt.Errorf("network allow %q: want host:port", a)
-		}
-		if host != "localhost" {
-			ip, err := netip.ParseAddr(host)
-			if err != nil || !ip.IsLoopback() {
-				return nil, fmt.Errorf("network allow %q: names a port of the server's own host (localhost, 127.0.0.1 or [::1]); other addresses are reachable without an allow", a)
-			}
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 1 || p > 65535 {
-			return nil, fmt.Errorf("network allow %q: the port must be 1 to 65535", a)
-		}
-		ports = append(ports, p)
-	}
-	slices.Sort(ports)
-	return slices.Compact(ports), nil
-}
-
 // sandboxNet is the network of one running sandbox: pasta serving its
 // namespace.
 type sandboxNet struct {
@@ -160,7 +134,7 @@ func readSandboxInfo(ctx context.Context, info *os.File) (int, error) {
 }
 
 // connectSandbox gives the sandbox whose init is pid its network: pasta with
-// the ports of allow forwarded to the host's loopback, and the unreachable
+// the ports of allow (1 to 65535) forwarded to the host's loopback, and the unreachable
 // routes. rootless says the namespace belongs to a user namespace of the
 // server's (a server not running as root). The returned sandboxNet must be
 // closed when the attempt ends.

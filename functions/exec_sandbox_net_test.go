@@ -51,9 +51,8 @@ func TestSandboxNetwork(t *testing.T) {
 	t.Parallel()
 	b := setupSandbox(t)
 	ns := testenv.NewNetns(t)
-	ns.AddAddr(t, "169.254.77.1/32")
 	outside := ns.Listen(t, ns.PeerAddr+":0").Addr().String()
-	metadata := ns.Listen(t, "169.254.77.1:0").Addr().String()
+	metadata := ns.Listen(t, ns.LinkLocalAddr+":0").Addr().String()
 	denied := listenHost(t, "127.0.0.1:0")
 	allowed := listenHost(t, "127.0.0.1:0")
 	hostAddr := listenHost(t, ns.HostAddr+":0")
@@ -65,7 +64,7 @@ func TestSandboxNetwork(t *testing.T) {
 		"outside": outside, "metadata": metadata,
 	})+"\ngrep -ci ':'"+fmt.Sprintf("%04X", mustAtoi(t, deniedPort))+" /proc/net/tcp || true")
 	inv := b.invocation("./probe")
-	inv.Spec.NetworkAllow = []string{"localhost:" + allowedPort}
+	inv.Spec.AllowPorts = []int{mustAtoi(t, allowedPort)}
 	sink := &testSink{}
 	require.NoError(t, b.exec.Invoke(context.Background(), inv, sink), sink.LogText())
 	out := sink.Out()

@@ -10,16 +10,17 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
 // Netns is a network namespace of one test, joined to the host by a veth pair:
 // a stand-in for "another machine" that never leaves this one. HostAddr is the
-// host's end (an address of the host), PeerAddr the namespace's end.
+// host's end (an address of the host), PeerAddr the namespace's end, and
+// LinkLocalAddr a second address of the namespace's end in 169.254.0.0/16 (the
+// range of cloud instance metadata), routed from the host through the pair.
 type Netns struct {
-	Name               string
-	HostAddr, PeerAddr string
+	Name                              string
+	HostAddr, PeerAddr, LinkLocalAddr string
 }
 
 var netnsSeq atomic.Int32
@@ -40,6 +41,8 @@ func NewNetns(t testing.TB) *Netns {
 		Name:     fmt.Sprintf("cairn-test-%d-%d", os.Getpid(), n),
 		HostAddr: fmt.Sprintf("10.213.%d.%d", n/64%256, n%64*4+1),
 		PeerAddr: fmt.Sprintf("10.213.%d.%d", n/64%256, n%64*4+2),
+		// 169.254.1.0 to 169.254.254.255 are the usable link-local addresses.
+		LinkLocalAddr: fmt.Sprintf("169.254.%d.%d", n/250%254+1, n%250+1),
 	}
 	host, peer := fmt.Sprintf("ct%dh", n), fmt.Sprintf("ct%dp", n)
 	run := func(args ...string) {
@@ -60,28 +63,10 @@ func NewNetns(t testing.TB) *Netns {
 	run("-n", ns.Name, "addr", "add", ns.PeerAddr+"/30", "dev", peer)
 	run("-n", ns.Name, "link", "set", peer, "up")
 	run("-n", ns.Name, "link", "set", "lo", "up")
+	run("-n", ns.Name, "addr", "add", ns.LinkLocalAddr+"/32", "dev", peer)
+	run("route", "replace", ns.LinkLocalAddr+"/32", "via", ns.PeerAddr)
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", ns.LinkLocalAddr+"/32").Run() })
 	return ns
-}
-
-// AddAddr adds addr (a prefix, like 169.254.77.1/16) to the namespace's end.
-func (ns *Netns) AddAddr(t testing.TB, prefix string) {
-	t.Helper()
-	dev := ""
-	out, err := exec.Command("ip", "-n", ns.Name, "-o", "link", "show", "type", "veth").Output()
-	require.NoError(t, err)
-	if f := strings.Fields(string(out)); len(f) > 1 {
-		dev, _, _ = strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
-	}
-	if out, err := exec.Command("ip", "-n", ns.Name, "addr", "add", prefix, "dev", dev).CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s: %v: %s", prefix, err, out)
-	}
-	// The host reaches it through its end of the pair.
-	_, ipn, err := net.ParseCIDR(prefix)
-	require.NoError(t, err)
-	if out, err := exec.Command("ip", "route", "replace", ipn.String(), "via", ns.PeerAddr).CombinedOutput(); err != nil {
-		t.Fatalf("ip route %s: %v: %s", ipn, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", ipn.String()).Run() })
 }
 
 // Listen listens on addr (host:port) inside the namespace; the listener is
