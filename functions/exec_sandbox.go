@@ -88,7 +88,8 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 	if err != nil {
 		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
 	}
-	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0, network: findSandboxNetwork()}
+	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0}
+	s.network = findSandboxNetwork(s.rootless)
 	if s.seccomp, err = seccompProgram(); err != nil {
 		return nil, err
 	}

@@ -62,8 +62,10 @@ var metadataPrefixes = []netip.Prefix{
 	netip.MustParsePrefix("fd00:ec2::254/128"),
 }
 
-// findSandboxNetwork looks for pasta, nsenter and ip.
-func findSandboxNetwork() sandboxNetwork {
+// findSandboxNetwork looks for pasta, nsenter and ip, and, when the server is
+// not root (rootless), checks that it may open /dev/net/tun, where pasta makes
+// the namespace's interface.
+func findSandboxNetwork(rootless bool) sandboxNetwork {
 	var n sandboxNetwork
 	var missing []string
 	find := func(name, pkg string, extra ...string) string {
@@ -82,6 +84,13 @@ func findSandboxNetwork() sandboxNetwork {
 	n.pasta = find("pasta", "passt", "/usr/bin/pasta", "/usr/local/bin/pasta")
 	n.nsenter = find("nsenter", "util-linux", "/usr/bin/nsenter")
 	n.ip = find("ip", "iproute2", "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip")
+	if len(missing) == 0 && rootless {
+		if f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0); err != nil {
+			n.err = fmt.Errorf("handlers get their own network through pasta, which needs /dev/net/tun, and this server's user cannot open it (%v): make it mode 0666, as udev does (scripts/install-sandbox.sh), or give the step network: none", err)
+		} else {
+			f.Close()
+		}
+	}
 	if len(missing) > 0 {
 		n.err = fmt.Errorf("handlers get their own network through pasta, and this server lacks %s: install them (Debian: apt-get install passt util-linux iproute2; `make tools` does), or give the step network: none",
 			strings.Join(missing, " and "))
@@ -155,6 +164,12 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	// is root and does not say --runas): it writes its pid file here.
 	_ = os.Chmod(dir, 0o755)
 	sn := &sandboxNet{dir: dir, stderr: &bytes.Buffer{}}
+	if userns != nil {
+		if err := awaitUserMap(ctx, pid, userns); err != nil {
+			sn.close()
+			return nil, err
+		}
+	}
 	if err := n.routeUnreachable(ctx, netns, userns); err != nil {
 		sn.close()
 		return nil, err
@@ -218,6 +233,36 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	}
 }
 
+// awaitUserMap waits until the user namespace that owns the sandbox's network
+// namespace has its uid map: bwrap's sandbox writes it after bwrap reported the
+// pid, and until then the server's uid is nobody there (without the map, nsenter
+// would get no capability in it). The map is there once the sandbox's init shows
+// one (/proc/<pid>/uid_map), or has moved on into the nested user namespace of
+// --disable-userns, which is made after it.
+func awaitUserMap(ctx context.Context, pid int, userns *os.File) error {
+	owner, err := userns.Stat()
+	if err != nil {
+		return fmt.Errorf("sandbox network: %w", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); err == nil && len(bytes.TrimSpace(m)) > 0 {
+			return nil
+		}
+		if cur, err := os.Stat(fmt.Sprintf("/proc/%d/ns/user", pid)); err == nil && !os.SameFile(cur, owner) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("sandbox network: the sandbox's user namespace got no uid map within 10s")
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // routeUnreachable routes the metadata prefixes and the host's own addresses
 // to "unreachable" inside the namespace.
 func (n *sandboxNetwork) routeUnreachable(ctx context.Context, netns, userns *os.File) error {
@@ -228,9 +273,10 @@ func (n *sandboxNetwork) routeUnreachable(ctx context.Context, netns, userns *os
 	args := []string{n.nsenter, "--net=/proc/self/fd/3"}
 	files := []*os.File{netns}
 	if userns != nil {
-		// As root of the user namespace that owns the network namespace (the
-		// server's own uid outside).
-		args = append(args, "--user=/proc/self/fd/4")
+		// Into the user namespace that owns the network namespace, where the
+		// server's uid is root (bwrap maps it to 0 there); keeping the
+		// credentials, since that namespace refuses setgroups.
+		args = append(args, "--user=/proc/self/fd/4", "--preserve-credentials")
 		files = append(files, userns)
 	}
 	args = append(args, "--", n.ip, "-batch", "-")
