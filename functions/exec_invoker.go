@@ -90,6 +90,20 @@ type ExecConfig struct {
 	// uses cgroups. Without a usable cgroup v2, resources are enforced with rlimits
 	// (exec_resources.go). Default: /sys/fs/cgroup.
 	CgroupRoot string
+	// DefaultMemoryBytes bounds the memory of handlers whose step sets none
+	// (resources.memory): cgroup v2's memory.max, else RLIMIT_AS. Negative: no
+	// default. Default: DefaultMemoryBytes (2 GiB).
+	DefaultMemoryBytes int64
+	// DefaultPids bounds the processes and threads of handlers whose step sets
+	// none (resources.pids), where they can be bounded: cgroup v2's pids.max, or
+	// RLIMIT_NPROC in the sandbox. Negative: no default. Default: DefaultPids
+	// (1024).
+	DefaultPids int
+	// TempBytes bounds each file a handler writes (RLIMIT_FSIZE, memfds
+	// included) and, on a root server with IsolationBwrap, its HOME and TMPDIR
+	// together (a tmpfs of that size). Negative: no bound. Default:
+	// DefaultTempBytes (1 GiB).
+	TempBytes int64
 }
 
 // Exec runs exec steps: a program of the bundle, once per attempt, in its own
@@ -153,6 +167,12 @@ type Exec struct {
 	// without a usable cgroup v2 (cgroupErr says why): rlimits then.
 	cgroup    *cgroupV2
 	cgroupErr error
+	// defaultMemory, defaultPids and tempBytes are ExecConfig's bounds (0: none).
+	defaultMemory int64
+	defaultPids   int
+	tempBytes     int64
+	// tempMountOnce logs once that attempt directories cannot be mounted.
+	tempMountOnce sync.Once
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
@@ -173,6 +193,9 @@ func NewExec(cfg *ExecConfig) *Exec {
 		extraEnv:       append([]string(nil), cfg.ExtraEnv...),
 		maxControlLine: cfg.MaxControlLine,
 		tempDir:        cfg.TempDir,
+		defaultMemory:  defaultBound(cfg.DefaultMemoryBytes, DefaultMemoryBytes),
+		defaultPids:    defaultBound(cfg.DefaultPids, DefaultPids),
+		tempBytes:      defaultBound(cfg.TempBytes, DefaultTempBytes),
 	}
 	if e.killGrace <= 0 {
 		e.killGrace = DefaultKillGrace
@@ -275,6 +298,18 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			logger.WarnContext(ctx, "remove attempt directory", "path", attemptDir, "error", err)
 		}
 	}()
+	if e.sandbox != nil && !e.sandbox.rootless && e.tempBytes > 0 {
+		// HOME and TMPDIR on a tmpfs of tempBytes (unmounted before the
+		// removal above); where the server may not mount, RLIMIT_FSIZE still
+		// bounds each file.
+		if err := mountTemp(attemptDir, e.tempBytes); err != nil {
+			e.tempMountOnce.Do(func() {
+				logger.Warn("exec: HOME and TMPDIR of handlers are not size-bounded on this server (only each file is)", "error", err)
+			})
+		} else {
+			defer unmountTemp(attemptDir)
+		}
+	}
 	home := filepath.Join(attemptDir, "home")
 	tmp := filepath.Join(attemptDir, "tmp")
 	for _, dir := range []string{home, tmp} {
@@ -313,7 +348,9 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		})
 		path = args[0]
 	}
-	if res := inv.Spec.Resources; e.cgroup != nil && res != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
+	lim := e.limitsOf(inv.Spec.Resources)
+	res := &lim.res
+	if e.cgroup != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
 		cg, err := e.cgroup.create("attempt-"+randomHex(8), res)
 		if err != nil {
 			return &Error{Message: "the step sets resources, and this server could not make the attempt's cgroup: " + err.Error(),
@@ -325,15 +362,13 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			}
 		}()
 		r.cgroup = cg
-	} else {
-		if path, args, err = e.limitCommand(res, path, args); err != nil {
-			return err
-		}
-		if res != nil && res.CPU > 0 {
-			_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
-		}
+	} else if res.CPU > 0 {
+		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
 	}
-	r.resources = inv.Spec.Resources
+	if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
+		return err
+	}
+	r.resources = res
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
 			Path:        path,

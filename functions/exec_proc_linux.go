@@ -48,3 +48,19 @@ func openSandboxNamespaces(pid int, rootless bool) (netns, userns *os.File, err 
 	}
 	return netns, os.NewFile(uintptr(fd), "userns"), nil
 }
+
+// mountTemp mounts a tmpfs of size bytes on dir (a root server's attempt
+// directory), private to the server's user.
+func mountTemp(dir string, size int64) error {
+	opts := fmt.Sprintf("size=%d,mode=0700", size)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// unmountTemp lets go of mountTemp's tmpfs (lazily: a process of the handler
+// that escaped the kill may still hold a file).
+func unmountTemp(dir string) {
+	_ = unix.Unmount(dir, unix.MNT_DETACH)
+}

@@ -22,3 +22,9 @@ func growPipe(*os.File) {}
 func openSandboxNamespaces(int, bool) (netns, userns *os.File, err error) {
 	return nil, nil, errors.New("sandbox network: Linux only")
 }
+
+// mountTemp: no tmpfs outside Linux; each file is bounded only where rlimits are.
+func mountTemp(string, int64) error { return errors.New("not on this system") }
+
+// unmountTemp does nothing outside Linux.
+func unmountTemp(string) {}

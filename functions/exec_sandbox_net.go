@@ -164,6 +164,10 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	// is root and does not say --runas): it writes its pid file here.
 	_ = os.Chmod(dir, 0o755)
 	sn := &sandboxNet{dir: dir, stderr: &bytes.Buffer{}}
+	if err := awaitLoopback(ctx, pid); err != nil {
+		sn.close()
+		return nil, err
+	}
 	if userns != nil {
 		if err := awaitUserMap(ctx, pid, userns); err != nil {
 			sn.close()
@@ -233,6 +237,34 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	}
 }
 
+// awaitLoopback waits until bubblewrap has set up the namespace's loopback
+// (127.0.0.1 on lo, up: a local route in /proc/<pid>/net/fib_trie). It does so
+// after it reported the pid, with a request that fails if lo is up already:
+// pasta, which brings lo up too, must come after.
+func awaitLoopback(ctx context.Context, pid int) error {
+	return poll(ctx, "the sandbox's loopback was not set up", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/fib_trie", pid))
+		return err == nil && bytes.Contains(b, []byte("127.0.0.1"))
+	})
+}
+
+// poll calls done every millisecond until it reports true, ctx ends (its
+// cause), or 10 s passed (an error saying what).
+func poll(ctx context.Context, what string, done func() bool) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for !done() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox network: %s within 10s", what)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
 // awaitUserMap waits until the user namespace that owns the sandbox's network
 // namespace has its uid map: bwrap's sandbox writes it after bwrap reported the
 // pid, and until then the server's uid is nobody there (without the map, nsenter
@@ -244,23 +276,13 @@ func awaitUserMap(ctx context.Context, pid int, userns *os.File) error {
 	if err != nil {
 		return fmt.Errorf("sandbox network: %w", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return poll(ctx, "the sandbox's user namespace got no uid map", func() bool {
 		if m, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); err == nil && len(bytes.TrimSpace(m)) > 0 {
-			return nil
+			return true
 		}
-		if cur, err := os.Stat(fmt.Sprintf("/proc/%d/ns/user", pid)); err == nil && !os.SameFile(cur, owner) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return errors.New("sandbox network: the sandbox's user namespace got no uid map within 10s")
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(time.Millisecond):
-		}
-	}
+		cur, err := os.Stat(fmt.Sprintf("/proc/%d/ns/user", pid))
+		return err == nil && !os.SameFile(cur, owner)
+	})
 }
 
 // routeUnreachable routes the metadata prefixes and the host's own addresses
