@@ -227,6 +227,9 @@ func NewExec(cfg *ExecConfig) *Exec {
 		e.logger.Info("resources of exec steps are enforced with rlimits (prlimit)", "reason", e.cgroupErr.Error(),
 			"prlimit", e.prlimit)
 	}
+	if n, err := RemoveLeftoverAttempts(e.tempDir); n > 0 || err != nil {
+		e.logger.Info("removed the attempt directories of servers that are gone", "count", n, "error", err)
+	}
 	if cfg.Isolation == IsolationBwrap {
 		uid := cfg.SandboxUID
 		if uid <= 0 {
@@ -287,7 +290,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	// One line: `read -r envelope` in a shell script sees a complete line.
 	payload = append(payload, '\n')
 
-	attemptDir, err := os.MkdirTemp(e.tempDir, "cairn-exec-")
+	attemptDir, err := os.MkdirTemp(e.tempDir, attemptDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return fmt.Errorf("exec: create attempt directory: %w", err)
 	}

@@ -124,12 +124,17 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 	return s, nil
 }
 
-// describe says how handlers run, for logs and readiness.
+// describe says how handlers run, for logs and readiness: the user, and how
+// they get a network.
 func (s *sandbox) describe() string {
+	how := "bubblewrap, as uid " + strconv.Itoa(s.uid)
 	if s.rootless {
-		return "bubblewrap, in a user namespace as the server's uid"
+		how = "bubblewrap, in a user namespace as the server's uid"
 	}
-	return "bubblewrap, as uid " + strconv.Itoa(s.uid)
+	if s.network.err != nil {
+		return how + "; network: none only (" + s.network.err.Error() + ")"
+	}
+	return how + "; network: own namespace through pasta, no route to this host"
 }
 
 // prepareDir hands a directory the handler writes (its HOME, TMPDIR) to the
