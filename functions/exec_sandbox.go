@@ -24,7 +24,11 @@ const (
 	// runs handlers as an unprivileged uid (ExecConfig.SandboxUID, default 65534,
 	// nobody); a server running as another user runs them as its own uid inside a
 	// user namespace, where they have no capability and still see nothing of the
-	// server. When bwrap is missing or does not work here, exec attempts fail with
+	// server. Each handler has a network namespace of its own, connected to the
+	// outside by pasta with no route to this host (exec_sandbox_net.go), or empty
+	// with network: none; a seccomp filter (exec_sandbox_seccomp.go); and, unless
+	// its step says otherwise, the default bounds of exec_resources.go. When bwrap
+	// is missing or does not work here, exec attempts fail with
 	// CodeIsolationUnavailable: the server never falls back to running them
 	// unisolated.
 	IsolationBwrap Isolation = "bwrap"
