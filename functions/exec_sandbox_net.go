@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -355,10 +354,11 @@ func (sn *sandboxNet) close() {
 	_ = os.RemoveAll(sn.dir)
 }
 
-// release lets bwrap go on to the handler: one byte on its --block-fd.
+// release lets bwrap go on to the handler: one byte on its --block-fd. It
+// fails when bwrap has ended meanwhile (its reason is in the attempt's log).
 func release(block *os.File) error {
 	defer block.Close()
-	if _, err := block.Write([]byte{1}); err != nil && !errors.Is(err, io.ErrClosedPipe) {
+	if _, err := block.Write([]byte{1}); err != nil {
 		return fmt.Errorf("start the sandbox: %w", err)
 	}
 	return nil
