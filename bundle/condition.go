@@ -155,13 +155,7 @@ func (v *validator) handler(key, f string, h Step, what string) {
 	case len(kinds) == 0 && h.Sleep == nil && h.Signal == nil:
 		v.add(key, f, "%s has no function: set exactly one of exec, http, lambda, builtin", what)
 	}
-	switch {
-	case h.Network == "":
-	case h.Network != NetworkNone:
-		v.add(key, f+".network", "network must be %q (or unset: the host's network)", NetworkNone)
-	case h.Exec == nil:
-		v.add(key, f+".network", "network applies to exec steps only")
-	}
+	v.network(key, f, h.Network, h.Exec != nil)
 	v.stepEnv(key, f, h)
 	v.resources(key, f, h)
 	v.flow(key, f, h)

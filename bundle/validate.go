@@ -125,6 +125,7 @@ func (v *validator) manifest(m *Manifest) {
 		if q := m.Defaults.QueueTimeout; q != nil {
 			v.queueTimeout("", "defaults.queue_timeout", *q)
 		}
+		v.network("", "defaults", m.Defaults.Network, true)
 		if m.Defaults.Env != nil {
 			v.env("", "defaults.env", m.Defaults.Env)
 		}
@@ -213,13 +214,7 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	kinds = append(kinds, v.approvalKind(f, s)...)
 	kinds = append(kinds, v.workflowKind(f, s)...)
 	v.mapSpec(f, s, kinds)
-	switch {
-	case s.Network == "":
-	case s.Network != NetworkNone:
-		v.add(s.Key, f+".network", "network must be %q (or unset: the host's network)", NetworkNone)
-	case s.Exec == nil:
-		v.add(s.Key, f+".network", "network applies to exec steps only")
-	}
+	v.network(s.Key, f, s.Network, s.Exec != nil)
 	v.stepEnv(s.Key, f, s)
 	v.resources(s.Key, f, s)
 	switch len(kinds) {

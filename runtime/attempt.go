@@ -469,6 +469,9 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
+		if inv.Spec.AllowPorts, err = bundle.AllowedPorts(step.NetworkAllow); err != nil {
+			return nil, &functions.Error{Message: "network allow: " + err.Error(), Code: functions.CodeInvalidSpec}
+		}
 		if r := step.Resources; r != nil {
 			inv.Spec.Resources = &functions.Resources{MemoryBytes: r.MemoryBytes, CPU: r.CPU, Pids: r.Pids}
 		}

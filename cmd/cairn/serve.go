@@ -51,6 +51,11 @@ type runtimeFlags struct {
 	execIsolation isolationFlag
 	execUID       int
 	execCgroup    string
+	// execMemory, execPids and execTmpBytes are the default bounds of sandboxed
+	// exec handlers (functions.ExecConfig); 0: none.
+	execMemory   int64
+	execPids     int
+	execTmpBytes int64
 	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
 	httpAllowLocal bool
 	// maxChildDepth, maxChildRuns and maxTreeRuns bound child runs (workflow steps).
@@ -95,6 +100,9 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.BoolVar(&f.httpAllowLocal, "http-allow-local", dev, "let http steps call loopback and link-local addresses (this machine, cloud instance credentials)")
 	fs.IntVar(&f.execUID, "exec-uid", functions.DefaultSandboxUID, "uid and gid of sandboxed exec handlers when the server runs as root")
 	fs.StringVar(&f.execCgroup, "exec-cgroup", "/sys/fs/cgroup", "the cgroup v2 mount where exec steps' resources are enforced with a cgroup per attempt, when the server's cgroup there is delegated (else rlimits); none: rlimits always")
+	fs.Int64Var(&f.execMemory, "exec-memory", functions.DefaultMemoryBytes, "memory of a sandboxed exec handler whose step sets no resources.memory, in bytes; 0: no default")
+	fs.IntVar(&f.execPids, "exec-pids", functions.DefaultPids, "processes and threads of a sandboxed exec handler whose step sets no resources.pids; 0: no default")
+	fs.Int64Var(&f.execTmpBytes, "exec-tmp-bytes", functions.DefaultTempBytes, "bound of each file a sandboxed exec handler writes and, on a root server, of its HOME and TMPDIR together, in bytes; 0: none")
 	fs.IntVar(&f.maxChildDepth, "max-child-depth", runtime.DefaultMaxChildDepth, "how deep child runs (workflow steps) may nest: a step that would start a deeper one fails with code child_limit")
 	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
 	fs.IntVar(&f.maxTreeRuns, "max-tree-runs", runtime.DefaultMaxTreeRuns, "most child runs one tree of runs (a run without a parent and its descendants, at every depth) may hold in all (code child_limit past it)")
@@ -113,6 +121,9 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
 		"exec-uid":         "CAIRN_EXEC_UID",
 		"exec-cgroup":      "CAIRN_EXEC_CGROUP",
+		"exec-memory":      "CAIRN_EXEC_MEMORY",
+		"exec-pids":        "CAIRN_EXEC_PIDS",
+		"exec-tmp-bytes":   "CAIRN_EXEC_TMP_BYTES",
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
 		"max-tree-runs":    "CAIRN_MAX_TREE_RUNS",
@@ -134,6 +145,8 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--inline-limit (CAIRN_INLINE_LIMIT) must be at least 1")
 	case f.shutdownGrace < 0:
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
+	case f.execMemory < 0 || f.execPids < 0 || f.execTmpBytes < 0:
+		return errors.New("--exec-memory, --exec-pids and --exec-tmp-bytes (CAIRN_EXEC_MEMORY, CAIRN_EXEC_PIDS, CAIRN_EXEC_TMP_BYTES) must not be negative (0: no bound)")
 	case f.maxChildDepth < 1:
 		return errors.New("--max-child-depth (CAIRN_MAX_CHILD_DEPTH) must be at least 1")
 	case f.idempotencyTTL < time.Minute:
@@ -174,6 +187,14 @@ func (f *isolationFlag) Set(v string) error {
 // Type implements pflag.Value.
 func (f *isolationFlag) Type() string { return "mode" }
 
+// unbounded turns a bound flag's 0 (none) into ExecConfig's word for none, -1.
+func unbounded(v int64) int64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
 // newExecInvoker makes the exec invoker with the isolation rf asks for, and says at
 // start-up how handlers will run.
 func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
@@ -181,7 +202,8 @@ func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
 	if iso == "" {
 		iso, fallback = functions.IsolationBwrap, true
 	}
-	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID, CgroupRoot: rf.execCgroup}
+	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID, CgroupRoot: rf.execCgroup,
+		DefaultMemoryBytes: unbounded(rf.execMemory), DefaultPids: int(unbounded(int64(rf.execPids))), TempBytes: unbounded(rf.execTmpBytes)}
 	inv := functions.NewExec(cfg)
 	how, err := inv.Isolation()
 	switch {
