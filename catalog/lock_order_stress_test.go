@@ -1,12 +1,14 @@
 package catalog_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -183,6 +185,21 @@ func TestLockOrderStress(t *testing.T) {
 	}
 	require.NoError(t, g.Wait())
 
+	// Every parent step whose child run ended was resolved, at once or by the
+	// wake sweeper (a child's end it found the parent busy for).
+	for {
+		n, err := s.WakeDue(ctx, 100)
+		require.NoError(t, err)
+		if n == 0 {
+			break
+		}
+	}
+	var waiting int
+	require.NoError(t, db.GetContext(ctx, &waiting, `
+SELECT count(*) FROM steps s JOIN runs c ON c.id = s.child_run
+WHERE s.status = 'suspended' AND s.wait_kind = 'child_run' AND c.status IN ('succeeded', 'failed', 'canceled')`))
+	require.Zero(t, waiting, "parent steps still waiting for a child run that ended")
+
 	// The server counts a backend's deadlocks when it reports its statistics, at
 	// the latest when it exits: close the store's connections and wait until its
 	// backends are gone.
@@ -200,8 +217,8 @@ func TestLockOrderStress(t *testing.T) {
 
 // stressDispatch claims steps as a dispatcher does until ctx ends: call starts a
 // child run of kid, sleep and signal suspend, the others finish in batches of up
-// to 8 (one in twenty fails), half of the batches leasing the dependents they
-// make ready.
+// to 8 in the runtime's order (by run, then key; one in twenty fails), half of
+// the batches leasing the dependents they make ready.
 func stressDispatch(ctx context.Context, s *catalog.Store, owner string, kid int,
 	addRun func(uuid.UUID, bool), expected func(error) error) error {
 	var next []catalog.Claimed
@@ -245,6 +262,13 @@ func stressDispatch(ctx context.Context, s *catalog.Store, owner string, kid int
 				return fmt.Errorf("%s/%s: %w", c.RunID, c.Key, err)
 			}
 		}
+		// In the dispatchers' lock order (runtime's completer): by run, then key.
+		slices.SortFunc(batch, func(a, b *catalog.StepFinishParams) int {
+			if c := cmp.Compare(a.RunID.String(), b.RunID.String()); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Key, b.Key)
+		})
 		for len(batch) > 0 {
 			n := min(len(batch), 8)
 			var claimNext *catalog.ClaimNext
