@@ -392,19 +392,19 @@ func (e StepCondition) Valid() bool {
 
 // Defines values for StepPhase.
 const (
-	Compensate StepPhase = "compensate"
-	Main       StepPhase = "main"
-	OnFailure  StepPhase = "on_failure"
+	StepPhaseCompensate StepPhase = "compensate"
+	StepPhaseMain       StepPhase = "main"
+	StepPhaseOnFailure  StepPhase = "on_failure"
 )
 
 // Valid indicates whether the value is a known member of the StepPhase enum.
 func (e StepPhase) Valid() bool {
 	switch e {
-	case Compensate:
+	case StepPhaseCompensate:
 		return true
-	case Main:
+	case StepPhaseMain:
 		return true
-	case OnFailure:
+	case StepPhaseOnFailure:
 		return true
 	default:
 		return false
@@ -413,22 +413,22 @@ func (e StepPhase) Valid() bool {
 
 // Defines values for StepSkipReason.
 const (
-	ConditionFalse   StepSkipReason = "condition_false"
-	NoUpstreamFailed StepSkipReason = "no_upstream_failed"
-	UpstreamFailed   StepSkipReason = "upstream_failed"
-	UpstreamSkipped  StepSkipReason = "upstream_skipped"
+	StepSkipReasonConditionFalse   StepSkipReason = "condition_false"
+	StepSkipReasonNoUpstreamFailed StepSkipReason = "no_upstream_failed"
+	StepSkipReasonUpstreamFailed   StepSkipReason = "upstream_failed"
+	StepSkipReasonUpstreamSkipped  StepSkipReason = "upstream_skipped"
 )
 
 // Valid indicates whether the value is a known member of the StepSkipReason enum.
 func (e StepSkipReason) Valid() bool {
 	switch e {
-	case ConditionFalse:
+	case StepSkipReasonConditionFalse:
 		return true
-	case NoUpstreamFailed:
+	case StepSkipReasonNoUpstreamFailed:
 		return true
-	case UpstreamFailed:
+	case StepSkipReasonUpstreamFailed:
 		return true
-	case UpstreamSkipped:
+	case StepSkipReasonUpstreamSkipped:
 		return true
 	default:
 		return false
@@ -473,22 +473,151 @@ func (e StepStatus) Valid() bool {
 
 // Defines values for StepTriggerRule.
 const (
-	AllDone      StepTriggerRule = "all_done"
-	AllSucceeded StepTriggerRule = "all_succeeded"
-	AnyFailed    StepTriggerRule = "any_failed"
-	NoneFailed   StepTriggerRule = "none_failed"
+	StepTriggerRuleAllDone      StepTriggerRule = "all_done"
+	StepTriggerRuleAllSucceeded StepTriggerRule = "all_succeeded"
+	StepTriggerRuleAnyFailed    StepTriggerRule = "any_failed"
+	StepTriggerRuleNoneFailed   StepTriggerRule = "none_failed"
 )
 
 // Valid indicates whether the value is a known member of the StepTriggerRule enum.
 func (e StepTriggerRule) Valid() bool {
 	switch e {
-	case AllDone:
+	case StepTriggerRuleAllDone:
 		return true
-	case AllSucceeded:
+	case StepTriggerRuleAllSucceeded:
 		return true
-	case AnyFailed:
+	case StepTriggerRuleAnyFailed:
 		return true
-	case NoneFailed:
+	case StepTriggerRuleNoneFailed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriedStepCondition.
+const (
+	TriedStepConditionError   TriedStepCondition = "error"
+	TriedStepConditionFalse   TriedStepCondition = "false"
+	TriedStepConditionPending TriedStepCondition = "pending"
+	TriedStepConditionTrue    TriedStepCondition = "true"
+)
+
+// Valid indicates whether the value is a known member of the TriedStepCondition enum.
+func (e TriedStepCondition) Valid() bool {
+	switch e {
+	case TriedStepConditionError:
+		return true
+	case TriedStepConditionFalse:
+		return true
+	case TriedStepConditionPending:
+		return true
+	case TriedStepConditionTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriedStepPhase.
+const (
+	TriedStepPhaseCompensate TriedStepPhase = "compensate"
+	TriedStepPhaseMain       TriedStepPhase = "main"
+	TriedStepPhaseOnFailure  TriedStepPhase = "on_failure"
+)
+
+// Valid indicates whether the value is a known member of the TriedStepPhase enum.
+func (e TriedStepPhase) Valid() bool {
+	switch e {
+	case TriedStepPhaseCompensate:
+		return true
+	case TriedStepPhaseMain:
+		return true
+	case TriedStepPhaseOnFailure:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriedStepSkipReason.
+const (
+	TriedStepSkipReasonConditionFalse   TriedStepSkipReason = "condition_false"
+	TriedStepSkipReasonNoUpstreamFailed TriedStepSkipReason = "no_upstream_failed"
+	TriedStepSkipReasonUpstreamFailed   TriedStepSkipReason = "upstream_failed"
+	TriedStepSkipReasonUpstreamSkipped  TriedStepSkipReason = "upstream_skipped"
+)
+
+// Valid indicates whether the value is a known member of the TriedStepSkipReason enum.
+func (e TriedStepSkipReason) Valid() bool {
+	switch e {
+	case TriedStepSkipReasonConditionFalse:
+		return true
+	case TriedStepSkipReasonNoUpstreamFailed:
+		return true
+	case TriedStepSkipReasonUpstreamFailed:
+		return true
+	case TriedStepSkipReasonUpstreamSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriedStepStatus.
+const (
+	TriedStepStatusCanceled  TriedStepStatus = "canceled"
+	TriedStepStatusFailed    TriedStepStatus = "failed"
+	TriedStepStatusReady     TriedStepStatus = "ready"
+	TriedStepStatusRunning   TriedStepStatus = "running"
+	TriedStepStatusSkipped   TriedStepStatus = "skipped"
+	TriedStepStatusSucceeded TriedStepStatus = "succeeded"
+	TriedStepStatusSuspended TriedStepStatus = "suspended"
+	TriedStepStatusWaiting   TriedStepStatus = "waiting"
+)
+
+// Valid indicates whether the value is a known member of the TriedStepStatus enum.
+func (e TriedStepStatus) Valid() bool {
+	switch e {
+	case TriedStepStatusCanceled:
+		return true
+	case TriedStepStatusFailed:
+		return true
+	case TriedStepStatusReady:
+		return true
+	case TriedStepStatusRunning:
+		return true
+	case TriedStepStatusSkipped:
+		return true
+	case TriedStepStatusSucceeded:
+		return true
+	case TriedStepStatusSuspended:
+		return true
+	case TriedStepStatusWaiting:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TriedStepTriggerRule.
+const (
+	TriedStepTriggerRuleAllDone      TriedStepTriggerRule = "all_done"
+	TriedStepTriggerRuleAllSucceeded TriedStepTriggerRule = "all_succeeded"
+	TriedStepTriggerRuleAnyFailed    TriedStepTriggerRule = "any_failed"
+	TriedStepTriggerRuleNoneFailed   TriedStepTriggerRule = "none_failed"
+)
+
+// Valid indicates whether the value is a known member of the TriedStepTriggerRule enum.
+func (e TriedStepTriggerRule) Valid() bool {
+	switch e {
+	case TriedStepTriggerRuleAllDone:
+		return true
+	case TriedStepTriggerRuleAllSucceeded:
+		return true
+	case TriedStepTriggerRuleAnyFailed:
+		return true
+	case TriedStepTriggerRuleNoneFailed:
 		return true
 	default:
 		return false
@@ -903,6 +1032,11 @@ type ItemsOutputAttemptBody struct {
 // ItemsOutputStepBody defines model for ItemsOutputStepBody.
 type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
+}
+
+// ItemsOutputTriedStepBody defines model for ItemsOutputTriedStepBody.
+type ItemsOutputTriedStepBody struct {
+	Items *[]TriedStep `json:"items"`
 }
 
 // LimitKey defines model for LimitKey.
@@ -1461,6 +1595,73 @@ type StepStatus string
 
 // StepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
 type StepTriggerRule string
+
+// TriedStep defines model for TriedStep.
+type TriedStep struct {
+	// Attempts attempts so far
+	Attempts  int64      `json:"attempts"`
+	BlockedBy *BlockedBy `json:"blocked_by,omitempty"`
+
+	// Checkpoint newest checkpoint, inline or a $blob reference
+	Checkpoint interface{} `json:"checkpoint"`
+
+	// Compensates the step a compensate step undoes
+	Compensates *string `json:"compensates,omitempty"`
+
+	// Condition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+	Condition  *TriedStepCondition `json:"condition,omitempty"`
+	FinishedAt *time.Time          `json:"finished_at"`
+	Key        string              `json:"key"`
+
+	// LastError error of the latest failed attempt
+	LastError      interface{} `json:"last_error"`
+	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
+
+	// LeaseOwner dispatcher holding the step while it runs
+	LeaseOwner  *string      `json:"lease_owner"`
+	Map         *MapProgress `json:"map,omitempty"`
+	MaxAttempts int64        `json:"max_attempts"`
+	Needs       *[]string    `json:"needs"`
+
+	// Output inline value, or a {"$blob": {...}} reference
+	Output interface{} `json:"output"`
+
+	// Phase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+	Phase TriedStepPhase `json:"phase"`
+
+	// Priority 0..9, higher first: ready steps are claimed by priority, then age
+	Priority int64 `json:"priority"`
+
+	// ReadyAt when the step became (or becomes) claimable
+	ReadyAt *time.Time `json:"ready_at"`
+
+	// SkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+	SkipReason *TriedStepSkipReason `json:"skip_reason,omitempty"`
+	StartedAt  *time.Time           `json:"started_at"`
+	Status     TriedStepStatus      `json:"status"`
+
+	// TriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+	TriggerRule TriedStepTriggerRule `json:"trigger_rule"`
+
+	// Try the try it belonged to: 1 for the run's first, 2 after one retry, …
+	Try        int64       `json:"try"`
+	WaitingFor *WaitingFor `json:"waiting_for,omitempty"`
+}
+
+// TriedStepCondition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
+type TriedStepCondition string
+
+// TriedStepPhase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
+type TriedStepPhase string
+
+// TriedStepSkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
+type TriedStepSkipReason string
+
+// TriedStepStatus defines model for TriedStep.Status.
+type TriedStepStatus string
+
+// TriedStepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
+type TriedStepTriggerRule string
 
 // UploadResult defines model for UploadResult.
 type UploadResult struct {
@@ -2223,6 +2424,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListStepHistory List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSteps List a run's steps
 	//
@@ -3234,6 +3444,25 @@ func (c *APIClient) SendSignalWithBody(ctx context.Context, id openapi_types.UUI
 // Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 func (c *APIClient) SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendSignalRequest(c.Server, id, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListStepHistory List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *APIClient) ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListStepHistoryRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5321,6 +5550,40 @@ func NewSendSignalRequestWithBody(server string, id openapi_types.UUID, name str
 	return req, nil
 }
 
+// NewListStepHistoryRequest constructs an http.Request for the ListStepHistory method
+func NewListStepHistoryRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/step-history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListStepsRequest constructs an http.Request for the ListSteps method
 func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, error) {
 	var err error
@@ -7386,6 +7649,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignalWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*SendSignalResponse, error)
+
+	// ListStepHistoryWithResponse List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error)
 
 	// ListStepsWithResponse List a run's steps
 	//
@@ -10188,6 +10462,110 @@ func (r SendSignalResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SendSignalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListStepHistoryResponse503Headers the declared response headers of an HTTP 503 response for ListStepHistory
+type ListStepHistoryResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListStepHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemsOutputTriedStepBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListStepHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListStepHistoryResponse) GetJSON200() *ItemsOutputTriedStepBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListStepHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListStepHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListStepHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListStepHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14185,6 +14563,23 @@ func (c *ClientWithResponses) SendSignalWithResponse(ctx context.Context, id ope
 	return ParseSendSignalResponse(rsp)
 }
 
+// ListStepHistoryWithResponse List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *ClientWithResponses) ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error) {
+	rsp, err := c.ListStepHistory(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListStepHistoryResponse(rsp)
+}
+
 // ListStepsWithResponse List a run's steps
 //
 // Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.
@@ -17038,6 +17433,101 @@ func ParseSendSignalResponse(rsp *http.Response) (*SendSignalResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers SendSignalResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListStepHistoryResponse parses an HTTP response from a ListStepHistoryWithResponse call
+func ParseListStepHistoryResponse(rsp *http.Response) (*ListStepHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListStepHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemsOutputTriedStepBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListStepHistoryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
