@@ -25,9 +25,10 @@ import (
 
 // TestLockOrderStress runs every kind of writer of a run at once against one
 // database for a few seconds: dispatchers that claim steps and finish them in
-// batches (some failing), start child runs, sleep and wait for signals; a
-// signaller; the sweepers of waits and deadlines; and operators who pause and
-// resume, cancel, retry and rerun parents and children. Every writer takes a
+// batches (some failing), start child runs, sleep, wait for signals and
+// approvals; a signaller and approver; the sweepers of waits, deadlines and queue
+// timeouts; and operators who pause and resume runs and a workflow, cancel, retry
+// and rerun parents and children. Every writer takes a
 // run's locks in the one order of migration 00042, so PostgreSQL detects no
 // deadlock: the test counts them at the server (pg_stat_database.deadlocks of
 // its database, read before and after), not the transactions the store retried.
@@ -56,6 +57,7 @@ func TestLockOrderStress(t *testing.T) {
 		{Key: "call", MaxAttempts: 1},
 		{Key: "sleep", MaxAttempts: 1},
 		{Key: "signal", MaxAttempts: 1},
+		{Key: "approve", MaxAttempts: 1},
 	}
 	for i := range 12 {
 		steps = append(steps,
@@ -109,6 +111,12 @@ func TestLockOrderStress(t *testing.T) {
 			}
 			if err == nil {
 				addRun(run.ID, false)
+				// A short queue_timeout on a few of its steps (as flow: would set),
+				// for the queue sweeper.
+				_, err = db.ExecContext(work, `UPDATE steps SET queue_timeout_s = 0.02 WHERE run_id = $1 AND key IN ('s05', 't05')`, run.ID)
+				if err := expected(err); err != nil {
+					return fmt.Errorf("queue timeout: %w", err)
+				}
 			}
 			time.Sleep(20 * time.Millisecond) // pacing, not a wait for a condition
 		}
@@ -128,6 +136,10 @@ func TestLockOrderStress(t *testing.T) {
 			if err := expected(err); err != nil {
 				return fmt.Errorf("deadlines: %w", err)
 			}
+			_, err = s.QueueTimeouts(work, 50)
+			if err := expected(err); err != nil {
+				return fmt.Errorf("queue timeouts: %w", err)
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		return nil
@@ -138,6 +150,11 @@ func TestLockOrderStress(t *testing.T) {
 				_, err := s.SignalSend(work, &catalog.Signal{RunID: id, Name: "go", Actor: "sig", Payload: json.RawMessage(`{}`)})
 				if err := expected(err); err != nil {
 					return fmt.Errorf("signal: %w", err)
+				}
+				_, err = s.StepDecide(work, &catalog.StepDecision{RunID: id, Key: "approve", Approver: "ann", Role: "operator",
+					Decision: catalog.DecisionApproved})
+				if err := expected(err); err != nil {
+					return fmt.Errorf("approve: %w", err)
 				}
 			}
 			time.Sleep(3 * time.Millisecond)
@@ -156,7 +173,11 @@ func TestLockOrderStress(t *testing.T) {
 				kid := kids[id]
 				mu.Unlock()
 				var err error
-				switch rand.IntN(6) {
+				switch rand.IntN(7) {
+				case 6:
+					if _, err = s.WorkflowPause(work, "kid", "op", ""); err == nil {
+						_, err = s.WorkflowResume(work, "kid", "op", "")
+					}
 				case 0, 1:
 					if _, err = s.RunPause(work, id, "op", ""); err == nil {
 						err = s.RunResume(work, id, "op", "")
@@ -251,6 +272,8 @@ func stressDispatch(ctx context.Context, s *catalog.Store, owner string, kid int
 					Until: time.Now().Add(time.Duration(rand.IntN(50)) * time.Millisecond)})
 			case "signal":
 				err = s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitSignal, Name: "go"})
+			case "approve":
+				err = s.ApprovalSuspend(ctx, lease(c), catalog.Approval{Required: 1, Roles: []string{"operator"}})
 			default:
 				outcome := catalog.OutcomeSucceeded
 				if rand.IntN(20) == 0 {
