@@ -8,7 +8,7 @@ import (
 )
 
 // sqlStepHistory lists the steps of a run's earlier tries (table step_history,
-// migrations/00043_step_history.sql), each read back as the steps row it was
+// migrations/00042_run_lock_order.sql), each read back as the steps row it was
 // copied from, by try, then as StepList orders a try's steps.
 const sqlStepHistory = `
 SELECT try, ` + stepColumns + ` FROM (
