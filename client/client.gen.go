@@ -392,19 +392,19 @@ func (e StepCondition) Valid() bool {
 
 // Defines values for StepPhase.
 const (
-	StepPhaseCompensate StepPhase = "compensate"
-	StepPhaseMain       StepPhase = "main"
-	StepPhaseOnFailure  StepPhase = "on_failure"
+	Compensate StepPhase = "compensate"
+	Main       StepPhase = "main"
+	OnFailure  StepPhase = "on_failure"
 )
 
 // Valid indicates whether the value is a known member of the StepPhase enum.
 func (e StepPhase) Valid() bool {
 	switch e {
-	case StepPhaseCompensate:
+	case Compensate:
 		return true
-	case StepPhaseMain:
+	case Main:
 		return true
-	case StepPhaseOnFailure:
+	case OnFailure:
 		return true
 	default:
 		return false
@@ -413,22 +413,22 @@ func (e StepPhase) Valid() bool {
 
 // Defines values for StepSkipReason.
 const (
-	StepSkipReasonConditionFalse   StepSkipReason = "condition_false"
-	StepSkipReasonNoUpstreamFailed StepSkipReason = "no_upstream_failed"
-	StepSkipReasonUpstreamFailed   StepSkipReason = "upstream_failed"
-	StepSkipReasonUpstreamSkipped  StepSkipReason = "upstream_skipped"
+	ConditionFalse   StepSkipReason = "condition_false"
+	NoUpstreamFailed StepSkipReason = "no_upstream_failed"
+	UpstreamFailed   StepSkipReason = "upstream_failed"
+	UpstreamSkipped  StepSkipReason = "upstream_skipped"
 )
 
 // Valid indicates whether the value is a known member of the StepSkipReason enum.
 func (e StepSkipReason) Valid() bool {
 	switch e {
-	case StepSkipReasonConditionFalse:
+	case ConditionFalse:
 		return true
-	case StepSkipReasonNoUpstreamFailed:
+	case NoUpstreamFailed:
 		return true
-	case StepSkipReasonUpstreamFailed:
+	case UpstreamFailed:
 		return true
-	case StepSkipReasonUpstreamSkipped:
+	case UpstreamSkipped:
 		return true
 	default:
 		return false
@@ -473,151 +473,22 @@ func (e StepStatus) Valid() bool {
 
 // Defines values for StepTriggerRule.
 const (
-	StepTriggerRuleAllDone      StepTriggerRule = "all_done"
-	StepTriggerRuleAllSucceeded StepTriggerRule = "all_succeeded"
-	StepTriggerRuleAnyFailed    StepTriggerRule = "any_failed"
-	StepTriggerRuleNoneFailed   StepTriggerRule = "none_failed"
+	AllDone      StepTriggerRule = "all_done"
+	AllSucceeded StepTriggerRule = "all_succeeded"
+	AnyFailed    StepTriggerRule = "any_failed"
+	NoneFailed   StepTriggerRule = "none_failed"
 )
 
 // Valid indicates whether the value is a known member of the StepTriggerRule enum.
 func (e StepTriggerRule) Valid() bool {
 	switch e {
-	case StepTriggerRuleAllDone:
+	case AllDone:
 		return true
-	case StepTriggerRuleAllSucceeded:
+	case AllSucceeded:
 		return true
-	case StepTriggerRuleAnyFailed:
+	case AnyFailed:
 		return true
-	case StepTriggerRuleNoneFailed:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TriedStepCondition.
-const (
-	TriedStepConditionError   TriedStepCondition = "error"
-	TriedStepConditionFalse   TriedStepCondition = "false"
-	TriedStepConditionPending TriedStepCondition = "pending"
-	TriedStepConditionTrue    TriedStepCondition = "true"
-)
-
-// Valid indicates whether the value is a known member of the TriedStepCondition enum.
-func (e TriedStepCondition) Valid() bool {
-	switch e {
-	case TriedStepConditionError:
-		return true
-	case TriedStepConditionFalse:
-		return true
-	case TriedStepConditionPending:
-		return true
-	case TriedStepConditionTrue:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TriedStepPhase.
-const (
-	TriedStepPhaseCompensate TriedStepPhase = "compensate"
-	TriedStepPhaseMain       TriedStepPhase = "main"
-	TriedStepPhaseOnFailure  TriedStepPhase = "on_failure"
-)
-
-// Valid indicates whether the value is a known member of the TriedStepPhase enum.
-func (e TriedStepPhase) Valid() bool {
-	switch e {
-	case TriedStepPhaseCompensate:
-		return true
-	case TriedStepPhaseMain:
-		return true
-	case TriedStepPhaseOnFailure:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TriedStepSkipReason.
-const (
-	TriedStepSkipReasonConditionFalse   TriedStepSkipReason = "condition_false"
-	TriedStepSkipReasonNoUpstreamFailed TriedStepSkipReason = "no_upstream_failed"
-	TriedStepSkipReasonUpstreamFailed   TriedStepSkipReason = "upstream_failed"
-	TriedStepSkipReasonUpstreamSkipped  TriedStepSkipReason = "upstream_skipped"
-)
-
-// Valid indicates whether the value is a known member of the TriedStepSkipReason enum.
-func (e TriedStepSkipReason) Valid() bool {
-	switch e {
-	case TriedStepSkipReasonConditionFalse:
-		return true
-	case TriedStepSkipReasonNoUpstreamFailed:
-		return true
-	case TriedStepSkipReasonUpstreamFailed:
-		return true
-	case TriedStepSkipReasonUpstreamSkipped:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TriedStepStatus.
-const (
-	TriedStepStatusCanceled  TriedStepStatus = "canceled"
-	TriedStepStatusFailed    TriedStepStatus = "failed"
-	TriedStepStatusReady     TriedStepStatus = "ready"
-	TriedStepStatusRunning   TriedStepStatus = "running"
-	TriedStepStatusSkipped   TriedStepStatus = "skipped"
-	TriedStepStatusSucceeded TriedStepStatus = "succeeded"
-	TriedStepStatusSuspended TriedStepStatus = "suspended"
-	TriedStepStatusWaiting   TriedStepStatus = "waiting"
-)
-
-// Valid indicates whether the value is a known member of the TriedStepStatus enum.
-func (e TriedStepStatus) Valid() bool {
-	switch e {
-	case TriedStepStatusCanceled:
-		return true
-	case TriedStepStatusFailed:
-		return true
-	case TriedStepStatusReady:
-		return true
-	case TriedStepStatusRunning:
-		return true
-	case TriedStepStatusSkipped:
-		return true
-	case TriedStepStatusSucceeded:
-		return true
-	case TriedStepStatusSuspended:
-		return true
-	case TriedStepStatusWaiting:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for TriedStepTriggerRule.
-const (
-	TriedStepTriggerRuleAllDone      TriedStepTriggerRule = "all_done"
-	TriedStepTriggerRuleAllSucceeded TriedStepTriggerRule = "all_succeeded"
-	TriedStepTriggerRuleAnyFailed    TriedStepTriggerRule = "any_failed"
-	TriedStepTriggerRuleNoneFailed   TriedStepTriggerRule = "none_failed"
-)
-
-// Valid indicates whether the value is a known member of the TriedStepTriggerRule enum.
-func (e TriedStepTriggerRule) Valid() bool {
-	switch e {
-	case TriedStepTriggerRuleAllDone:
-		return true
-	case TriedStepTriggerRuleAllSucceeded:
-		return true
-	case TriedStepTriggerRuleAnyFailed:
-		return true
-	case TriedStepTriggerRuleNoneFailed:
+	case NoneFailed:
 		return true
 	default:
 		return false
@@ -1598,70 +1469,11 @@ type StepTriggerRule string
 
 // TriedStep defines model for TriedStep.
 type TriedStep struct {
-	// Attempts attempts so far
-	Attempts  int64      `json:"attempts"`
-	BlockedBy *BlockedBy `json:"blocked_by,omitempty"`
-
-	// Checkpoint newest checkpoint, inline or a $blob reference
-	Checkpoint interface{} `json:"checkpoint"`
-
-	// Compensates the step a compensate step undoes
-	Compensates *string `json:"compensates,omitempty"`
-
-	// Condition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
-	Condition  *TriedStepCondition `json:"condition,omitempty"`
-	FinishedAt *time.Time          `json:"finished_at"`
-	Key        string              `json:"key"`
-
-	// LastError error of the latest failed attempt
-	LastError      interface{} `json:"last_error"`
-	LeaseExpiresAt *time.Time  `json:"lease_expires_at"`
-
-	// LeaseOwner dispatcher holding the step while it runs
-	LeaseOwner  *string      `json:"lease_owner"`
-	Map         *MapProgress `json:"map,omitempty"`
-	MaxAttempts int64        `json:"max_attempts"`
-	Needs       *[]string    `json:"needs"`
-
-	// Output inline value, or a {"$blob": {...}} reference
-	Output interface{} `json:"output"`
-
-	// Phase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
-	Phase TriedStepPhase `json:"phase"`
-
-	// Priority 0..9, higher first: ready steps are claimed by priority, then age
-	Priority int64 `json:"priority"`
-
-	// ReadyAt when the step became (or becomes) claimable
-	ReadyAt *time.Time `json:"ready_at"`
-
-	// SkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
-	SkipReason *TriedStepSkipReason `json:"skip_reason,omitempty"`
-	StartedAt  *time.Time           `json:"started_at"`
-	Status     TriedStepStatus      `json:"status"`
-
-	// TriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
-	TriggerRule TriedStepTriggerRule `json:"trigger_rule"`
+	Step Step `json:"step"`
 
 	// Try the try it belonged to: 1 for the run's first, 2 after one retry, …
-	Try        int64       `json:"try"`
-	WaitingFor *WaitingFor `json:"waiting_for,omitempty"`
+	Try int64 `json:"try"`
 }
-
-// TriedStepCondition the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
-type TriedStepCondition string
-
-// TriedStepPhase main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
-type TriedStepPhase string
-
-// TriedStepSkipReason why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
-type TriedStepSkipReason string
-
-// TriedStepStatus defines model for TriedStep.Status.
-type TriedStepStatus string
-
-// TriedStepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
-type TriedStepTriggerRule string
 
 // UploadResult defines model for UploadResult.
 type UploadResult struct {
@@ -2427,7 +2239,7 @@ type ClientInterface interface {
 
 	// ListStepHistory List the steps of a run's earlier tries
 	//
-	// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
 	//
 	// Requires the `viewer` role.
 	//
@@ -3456,7 +3268,7 @@ func (c *APIClient) SendSignal(ctx context.Context, id openapi_types.UUID, name 
 
 // ListStepHistory List the steps of a run's earlier tries
 //
-// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
 //
 // Requires the `viewer` role.
 //
@@ -7652,7 +7464,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListStepHistoryWithResponse List the steps of a run's earlier tries
 	//
-	// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
 	//
 	// Requires the `viewer` role.
 	//
@@ -14565,7 +14377,7 @@ func (c *ClientWithResponses) SendSignalWithResponse(ctx context.Context, id ope
 
 // ListStepHistoryWithResponse List the steps of a run's earlier tries
 //
-// The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
 //
 // Requires the `viewer` role.
 //

@@ -473,7 +473,7 @@ export interface paths {
         };
         /**
          * List the steps of a run's earlier tries
-         * @description The steps that retries of the run replaced, each as it was then, with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+         * @description The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
          *
          *     Requires the `viewer` role.
          */
@@ -1959,74 +1959,13 @@ export interface components {
             waiting_for?: components["schemas"]["WaitingFor"];
         };
         TriedStep: {
-            /**
-             * Format: int64
-             * @description attempts so far
-             */
-            attempts: number;
-            /** @description why an unfinished step does not start (its next attempt, for a running step); absent when nothing blocks it */
-            blocked_by?: components["schemas"]["BlockedBy"];
-            /** @description newest checkpoint, inline or a $blob reference */
-            checkpoint: unknown;
-            /** @description the step a compensate step undoes */
-            compensates?: string;
-            /**
-             * @description the state of the step's when: pending until it is decided (once, when the step is ready); absent when it has none
-             * @enum {string}
-             */
-            condition?: "pending" | "true" | "false" | "error";
-            /** Format: date-time */
-            finished_at: string | null;
-            key: string;
-            /** @description error of the latest failed attempt */
-            last_error: unknown;
-            /** Format: date-time */
-            lease_expires_at: string | null;
-            /** @description dispatcher holding the step while it runs */
-            lease_owner: string | null;
-            /** @description a map step that has started: where its instances stand (GET …/items lists them) */
-            map?: components["schemas"]["MapProgress"];
-            /** Format: int64 */
-            max_attempts: number;
-            needs: string[] | null;
-            /** @description inline value, or a {"$blob": {...}} reference */
-            output: unknown;
-            /**
-             * @description main: a step of the workflow; compensate and on_failure: a failure handler, run while the run is compensating
-             * @enum {string}
-             */
-            phase: "main" | "compensate" | "on_failure";
-            /**
-             * Format: int64
-             * @description 0..9, higher first: ready steps are claimed by priority, then age
-             */
-            priority: number;
-            /**
-             * Format: date-time
-             * @description when the step became (or becomes) claimable
-             */
-            ready_at: string | null;
-            /**
-             * @description why a skipped step was skipped: its when was false, a step it needs failed or was skipped (its trigger rule can no longer hold), or none failed (after: any_failed)
-             * @enum {string}
-             */
-            skip_reason?: "condition_false" | "upstream_failed" | "upstream_skipped" | "no_upstream_failed";
-            /** Format: date-time */
-            started_at: string | null;
-            /** @enum {string} */
-            status: "waiting" | "ready" | "running" | "suspended" | "succeeded" | "failed" | "canceled" | "skipped";
-            /**
-             * @description when the step runs, given how the steps it needs ended (after: in the manifest)
-             * @enum {string}
-             */
-            trigger_rule: "all_succeeded" | "all_done" | "none_failed" | "any_failed";
+            /** @description the step as it was then, as GET /v1/runs/{id}/steps shows a step */
+            step: components["schemas"]["Step"];
             /**
              * Format: int64
              * @description the try it belonged to: 1 for the run's first, 2 after one retry, …
              */
             try: number;
-            /** @description what a waiting or suspended step waits for; absent otherwise */
-            waiting_for?: components["schemas"]["WaitingFor"];
         };
         UploadResult: {
             /** @description false when this bundle was uploaded before (status 200) */
