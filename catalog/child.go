@@ -54,11 +54,20 @@ RETURNING runs`
 	// sqlChildCount is how many child runs the run $1's steps started.
 	sqlChildCount = `SELECT count(*) FROM runs WHERE parent_id = $1 AND parent_step IS NOT NULL`
 
-	// sqlChildLatest is the newest child run the step $2 of run $1 started, locked.
+	// sqlChildLatest is the newest child run the step $2 of run $1 started. It is
+	// not locked here: a retry of it takes its locks in the order of migration
+	// 00042 (its parent's advisory lock, its own, its steps, its row), and the
+	// suspend that follows locks its row.
 	sqlChildLatest = `
-SELECT id, status FROM runs WHERE parent_id = $1 AND parent_step = $2 ORDER BY id DESC LIMIT 1 FOR UPDATE`
+SELECT id, status FROM runs WHERE parent_id = $1 AND parent_step = $2 ORDER BY id DESC LIMIT 1`
 
 	sqlChildRetry = `SELECT cairn_run_retry($1, 0, $2)`
+
+	// sqlChildWorkflowShare locks the child's workflow's row, FOR KEY SHARE, as a
+	// run's creation does: ChildStart takes it first, then the parent's shared
+	// lock (sqlRunShare), in the order of migration 00042 (a workflow's row, then
+	// the runs' advisory locks, then rows: the child's row refers to its parent's).
+	sqlChildWorkflowShare = `SELECT 1 FROM workflows WHERE name = $1 FOR KEY SHARE`
 )
 
 // ErrChildLimit means a child run would go over a limit of ChildStartParams (its
@@ -116,6 +125,12 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 	var out ChildStartResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		out = ChildStartResult{}
+		if _, err := tx.ExecContext(ctx, sqlChildWorkflowShare, p.Workflow); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, sqlRunShare, l.RunID); err != nil {
+			return err
+		}
 		var prev struct {
 			ID     uuid.UUID `db:"id"`
 			Status RunStatus `db:"status"`
@@ -123,13 +138,13 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 		switch err := tx.GetContext(ctx, &prev, sqlChildLatest, l.RunID, l.Key); {
 		case err == nil:
 			out.Run = prev.ID
+			out.Reused = true
 			if prev.Status == RunFailed || prev.Status == RunCanceled {
-				if _, err := tx.ExecContext(ctx, sqlChildRetry, prev.ID, "parent:"+l.RunID.String()); err != nil {
+				retried, err := childRetry(ctx, tx, prev.ID, l.RunID)
+				if err != nil {
 					return err
 				}
-				out.Retried = true
-			} else {
-				out.Reused = true
+				out.Retried, out.Reused = retried, !retried
 			}
 		case errors.Is(translateError(err), ErrNotFound):
 			if err := childLimits(ctx, tx, l.RunID, p); err != nil {
@@ -160,6 +175,24 @@ func (s *Store) ChildStart(ctx context.Context, l Lease, p *ChildStartParams) (*
 		return nil, fmt.Errorf("start child run of %s/%s: %w", l.RunID, l.Key, err)
 	}
 	return &out, nil
+}
+
+// childRetry retries the failed or canceled child run of parent; false, with
+// nothing written, when the child was retried by someone else since it was read
+// (the step then waits for it as it is).
+func childRetry(ctx context.Context, tx *sqlx.Tx, child, parent uuid.UUID) (bool, error) {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT child_retry"); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, sqlChildRetry, child, "parent:"+parent.String()); err != nil {
+		if !errors.Is(translateError(err), ErrRunState) {
+			return false, err
+		}
+		_, err = tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT child_retry")
+		return false, err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT child_retry")
+	return true, err
 }
 
 // childLimits checks p's depth, fan-out and tree bounds for a new child of run

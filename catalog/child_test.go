@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -239,4 +240,47 @@ func TestChildRunTreeLimit(t *testing.T) {
 	_, err = s.ChildStart(ctx, lease(ga), p)
 	require.NoError(t, err)
 	require.Equal(t, 3, treeRuns())
+}
+
+// TestChildEndsWhileParentBusy: a child run that ends while its parent's row is
+// locked by another transaction does not wait for it (a finisher that waited there
+// met claims in a circle): its end is left to the wake sweeper, which resolves the
+// parent's step once the parent is free, with the child's output.
+func TestChildEndsWhileParentBusy(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+	res, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"], catalog.OutcomeSucceeded, false, `{"a":1}`))
+
+	busy, err := s.DB().BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer busy.Rollback() //nolint:errcheck // rolled back below; a second rollback is a no-op
+	_, err = busy.ExecContext(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE`, parent.ID)
+	require.NoError(t, err)
+	// The finish does not wait for the parent (the bound only keeps a waiting
+	// finish from hanging the test: it fails it).
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, finish(t, fctx, s, claimKeys(t, ctx, s, "d1", 1)["b"], catalog.OutcomeSucceeded, false, `{"b":2}`))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, res.Run).Status)
+	require.Equal(t, catalog.StepSuspended, stepStatus(t, ctx, s, parent.ID, "call"), "left to the sweeper")
+	next, err := s.NextWake(ctx)
+	require.NoError(t, err)
+	require.False(t, next.IsZero(), "the sweeper is told to look")
+
+	require.NoError(t, busy.Rollback())
+	n, err := s.WakeDue(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	st, err := s.StepGet(ctx, parent.ID, "call")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSucceeded, st.Status)
+	require.JSONEq(t, `{"b":{"b":2}}`, string(st.Output))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, parent.ID).Status)
+	next, err = s.NextWake(ctx)
+	require.NoError(t, err)
+	require.True(t, next.IsZero(), "nothing left for the sweeper")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -249,6 +250,10 @@ WHERE fb.fallback OR n.next_in IS NOT NULL`
 	// The statements that call one catalog function take it in their WHERE
 	// instead, evaluated before the function (a one-time filter).
 	sqlRunShare = `SELECT cairn_runs_share(ARRAY[$1::uuid])`
+
+	// sqlRunsShare takes the shared locks of the runs $1 (and of their
+	// ancestors), as sqlRunShare.
+	sqlRunsShare = `SELECT cairn_runs_share($1::uuid[])`
 
 	// sqlStepsFail finishes the attempts that did not succeed, one
 	// cairn_step_finish each, in one round trip; rows are finished in array order
@@ -558,6 +563,7 @@ type ClaimNext struct {
 // waits for a claim, so that no step goes ahead of one that waited longer
 // (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are
 // those StepClaimNext gives (fencing tokens, attempt rows, step.started events).
+// A batch with other outcomes than successes leases none (finishMixed).
 func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, next *ClaimNext) ([]error, []Claimed, error) {
 	var ok, other []int // indexes into items
 	for i, p := range items {
@@ -593,6 +599,9 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		claimed = claimed[:0]
+		if len(ok) > 0 && len(other) > 0 {
+			return s.finishMixed(ctx, tx, items, written)
+		}
 		if len(ok) > 0 {
 			a := succeeded
 			leasing := next != nil && next.Limit > 0
@@ -624,23 +633,81 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 			}
 		}
 		if len(other) > 0 {
-			a := failed
-			var res []bool
-			if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
-				pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
-				pq.GenericArray{A: a.logKeys}); err != nil {
-				return err
-			}
-			if len(res) != len(other) {
-				return fmt.Errorf("%d results for %d outcomes", len(res), len(other))
-			}
-			for j, w := range res {
-				written[other[j]] = w
-			}
+			return stepsFail(ctx, tx, failed, other, written)
 		}
 		return nil
 	})
 	return finishResults(items, written, claimed, err)
+}
+
+// finishMixed writes a batch of successes and other outcomes (StepFinishClaim,
+// without leasing dependents: the next claim takes them) in the lock order of
+// migrations/00042_run_lock_order.sql: every run's shared lock first, in one
+// statement, then run by run in ascending order of ID, each run's steps then its
+// row (its successes set-based, then its other outcomes). Written whole, the
+// successes' runs' rows, then the other outcomes' runs', were locked in two
+// ascending passes, not one, and met other batches in a circle.
+func (s *Store) finishMixed(ctx context.Context, tx *sqlx.Tx, items []*StepFinishParams, written []bool) error {
+	byRun := map[string][2][]int{} // run → indexes of its successes, of its other outcomes
+	runs := make([]string, 0, len(items))
+	for i, p := range items {
+		run := p.RunID.String()
+		g, seen := byRun[run]
+		if !seen {
+			runs = append(runs, run)
+		}
+		if p.Outcome == OutcomeSucceeded {
+			g[0] = append(g[0], i)
+		} else {
+			g[1] = append(g[1], i)
+		}
+		byRun[run] = g
+	}
+	slices.Sort(runs)
+	if _, err := tx.ExecContext(ctx, sqlRunsShare, pq.Array(runs)); err != nil {
+		return err
+	}
+	for _, run := range runs {
+		ok, other := byRun[run][0], byRun[run][1]
+		if len(ok) > 0 {
+			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
+			if err != nil {
+				return err
+			}
+			var ords pq.Int64Array
+			var ready int
+			if err := st.QueryRowxContext(ctx, newFinishArrays(items, ok).succeedArgs(true)...).Scan(&ords, &ready); err != nil {
+				return s.retryStale(sqlStepsSucceed, err)
+			}
+			for _, o := range ords {
+				written[ok[o-1]] = true
+			}
+		}
+		if len(other) > 0 {
+			if err := stepsFail(ctx, tx, newFinishArrays(items, other), other, written); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stepsFail writes the outcomes a (items other: not successes) with sqlStepsFail
+// and marks those written.
+func stepsFail(ctx context.Context, tx *sqlx.Tx, a *finishArrays, other []int, written []bool) error {
+	var res []bool
+	if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+		pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
+		pq.GenericArray{A: a.logKeys}); err != nil {
+		return err
+	}
+	if len(res) != len(other) {
+		return fmt.Errorf("%d results for %d outcomes", len(res), len(other))
+	}
+	for j, w := range res {
+		written[other[j]] = w
+	}
+	return nil
 }
 
 // finishResults is StepFinishClaim's answer: an error per item (ErrLeaseLost

@@ -905,6 +905,11 @@ type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
 }
 
+// ItemsOutputTriedStepBody defines model for ItemsOutputTriedStepBody.
+type ItemsOutputTriedStepBody struct {
+	Items *[]TriedStep `json:"items"`
+}
+
 // LimitKey defines model for LimitKey.
 type LimitKey struct {
 	// Key the key, the value of concurrency.key for the step's run (empty: one key for the whole limit)
@@ -1461,6 +1466,14 @@ type StepStatus string
 
 // StepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
 type StepTriggerRule string
+
+// TriedStep defines model for TriedStep.
+type TriedStep struct {
+	Step Step `json:"step"`
+
+	// Try the try it belonged to: 1 for the run's first, 2 after one retry, …
+	Try int64 `json:"try"`
+}
 
 // UploadResult defines model for UploadResult.
 type UploadResult struct {
@@ -2223,6 +2236,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListStepHistory List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSteps List a run's steps
 	//
@@ -3234,6 +3256,25 @@ func (c *APIClient) SendSignalWithBody(ctx context.Context, id openapi_types.UUI
 // Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 func (c *APIClient) SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendSignalRequest(c.Server, id, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListStepHistory List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *APIClient) ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListStepHistoryRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -5321,6 +5362,40 @@ func NewSendSignalRequestWithBody(server string, id openapi_types.UUID, name str
 	return req, nil
 }
 
+// NewListStepHistoryRequest constructs an http.Request for the ListStepHistory method
+func NewListStepHistoryRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/step-history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListStepsRequest constructs an http.Request for the ListSteps method
 func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, error) {
 	var err error
@@ -7386,6 +7461,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignalWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*SendSignalResponse, error)
+
+	// ListStepHistoryWithResponse List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error)
 
 	// ListStepsWithResponse List a run's steps
 	//
@@ -10188,6 +10274,110 @@ func (r SendSignalResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SendSignalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListStepHistoryResponse503Headers the declared response headers of an HTTP 503 response for ListStepHistory
+type ListStepHistoryResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListStepHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemsOutputTriedStepBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListStepHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListStepHistoryResponse) GetJSON200() *ItemsOutputTriedStepBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListStepHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListStepHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListStepHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListStepHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14185,6 +14375,23 @@ func (c *ClientWithResponses) SendSignalWithResponse(ctx context.Context, id ope
 	return ParseSendSignalResponse(rsp)
 }
 
+// ListStepHistoryWithResponse List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *ClientWithResponses) ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error) {
+	rsp, err := c.ListStepHistory(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListStepHistoryResponse(rsp)
+}
+
 // ListStepsWithResponse List a run's steps
 //
 // Every step with its state, attempts, readiness, lease and last error: why a run is (not) moving.
@@ -17038,6 +17245,101 @@ func ParseSendSignalResponse(rsp *http.Response) (*SendSignalResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers SendSignalResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListStepHistoryResponse parses an HTTP response from a ListStepHistoryWithResponse call
+func ParseListStepHistoryResponse(rsp *http.Response) (*ListStepHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListStepHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemsOutputTriedStepBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListStepHistoryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -464,6 +464,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs/{id}/step-history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the steps of a run's earlier tries
+         * @description The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listStepHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/runs/{id}/steps": {
         parameters: {
             query?: never;
@@ -1384,6 +1406,9 @@ export interface components {
         ItemsOutputStepBody: {
             items: components["schemas"]["Step"][] | null;
         };
+        ItemsOutputTriedStepBody: {
+            items: components["schemas"]["TriedStep"][] | null;
+        };
         LimitKey: {
             /** @description the key, the value of concurrency.key for the step's run (empty: one key for the whole limit) */
             key: string;
@@ -1932,6 +1957,15 @@ export interface components {
             trigger_rule: "all_succeeded" | "all_done" | "none_failed" | "any_failed";
             /** @description what a waiting or suspended step waits for; absent otherwise */
             waiting_for?: components["schemas"]["WaitingFor"];
+        };
+        TriedStep: {
+            /** @description the step as it was then, as GET /v1/runs/{id}/steps shows a step */
+            step: components["schemas"]["Step"];
+            /**
+             * Format: int64
+             * @description the try it belonged to: 1 for the run's first, 2 after one retry, …
+             */
+            try: number;
         };
         UploadResult: {
             /** @description false when this bundle was uploaded before (status 200) */
@@ -5110,6 +5144,135 @@ export interface operations {
              * @description Service Unavailable:
              *
              *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listStepHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemsOutputTriedStepBody"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
