@@ -147,6 +147,11 @@ WITH d AS MATERIALIZED (
 	// with key = ANY (needs), PostgreSQL read every step of the run for each step
 	// claimed (a fan-out of 1,000: a million rows, 18 times slower on a table of
 	// 1,000 claims).
+	//
+	// rl locks the batch's runs in id order before r writes them (FOR NO KEY
+	// UPDATE, as the finishers take them in cairn_steps_succeed: migration 00042):
+	// r alone updated them in whatever order its plan read them, and met
+	// finishing batches in a circle (catalog TestLockOrderStress).
 	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
 	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
@@ -164,11 +169,13 @@ WITH d AS MATERIALIZED (
            array_agg(attempts ORDER BY run_id, key) AS atts, array_agg(lease_token ORDER BY run_id, key) AS tokens,
            array_agg(DISTINCT run_id) AS ids
     FROM upd
+), rl AS (
+    SELECT runs.id FROM runs, f WHERE runs.id = ANY (f.ids) ORDER BY runs.id FOR NO KEY UPDATE OF runs
 ), r AS (
     UPDATE runs SET revision = runs.revision + cardinality(array_positions(f.runs, runs.id)),
         status = CASE WHEN runs.status = 'pending' THEN 'running' ELSE runs.status END,
         started_at = coalesce(runs.started_at, now())
-    FROM f WHERE runs.id = ANY (f.ids)
+    FROM f, rl WHERE runs.id = ANY (f.ids) AND rl.id = runs.id
     RETURNING runs.id, runs.revision, array_positions(f.runs, runs.id) AS at
 ), ev AS (
     INSERT INTO events (run_id, seq, type, step_key, attempt, data)
@@ -332,7 +339,7 @@ RETURNING attempts`
 	sqlLeaseHeld = `
 SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 AND status = 'running'`
 
-	sqlSweep = `SELECT cairn_sweep($1, make_interval(secs => $2))`
+	sqlSweep = `SELECT cairn_sweep_next(make_interval(secs => $1))`
 
 	// When cairn_sweep may next take a lease: a lease of a dead owner at its
 	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
@@ -856,18 +863,30 @@ func leaseError(op string, err error) error {
 }
 
 // StepSweep returns up to limit steps whose lease expired to ready (attempt
-// interrupted) or to failed when no attempts remain. It returns how many it handled.
-// Until grace has passed since the database started, it sweeps nothing: leases that
-// ran out while the database was down belong to owners that could not renew them,
-// and those owners get the grace to do so (cairn_sweep says why the database's start
-// time decides, not a dispatcher's memory).
+// interrupted, not counted) or to failed (interrupted too often). It returns how
+// many it handled. Until grace has passed since the database started, it sweeps
+// nothing: leases that ran out while the database was down belong to owners that
+// could not renew them, and those owners get the grace to do so (cairn_sweep says
+// why the database's start time decides, not a dispatcher's memory). A lease of a
+// live owner (one still renewing: dispatchers.lease_until) is swept only a grace
+// past its expiry. Each step is swept in a transaction of its own, in the catalog's
+// lock order, never waiting for a lock (cairn_sweep_next): a step whose run is
+// busy is left to the next round.
 func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
-	var n int
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &n, sqlSweep, limit, grace.Seconds())
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweep expired leases: %w", err)
+	n := 0
+	for range limit {
+		var got int
+		err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+			return tx.GetContext(ctx, &got, sqlSweep, grace.Seconds())
+		})
+		if err != nil {
+			return n, fmt.Errorf("sweep expired leases: %w", err)
+		}
+		if got <= 0 {
+			// None due (0), or those due belong to busy runs (-1): the next round.
+			break
+		}
+		n++
 	}
 	return n, nil
 }

@@ -593,7 +593,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 				d.nudge()
 			}
 			if n < 100 {
-				break
+				break // none due, or the rest belong to busy runs: the next round
 			}
 		}
 	}
