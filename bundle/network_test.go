@@ -75,12 +75,13 @@ steps:
 		require.NoError(t, err)
 		_, err = m.Normalize()
 		require.ErrorIs(t, err, ErrInvalid, tc.yaml)
-		require.Contains(t, err.Error(), tc.field, tc.yaml)
+		require.Contains(t, errorFields(err), tc.field, tc.yaml)
+		require.Contains(t, err.Error(), `step "a": `, "the message names the step by its key: %s", tc.yaml)
 		require.Contains(t, err.Error(), tc.says, tc.yaml)
 	}
 	m, err := ParseManifest([]byte("name: x\ndefaults:\n  network: {allow: [\"example.com:443\"]}\nsteps:\n  - {key: a, exec: [\"./a\"]}\n"))
 	require.NoError(t, err)
 	_, err = m.Normalize()
 	require.ErrorIs(t, err, ErrInvalid)
-	require.Contains(t, err.Error(), "defaults.network.allow[0]")
+	require.Contains(t, errorFields(err), "defaults.network.allow[0]")
 }

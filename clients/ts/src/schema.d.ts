@@ -5220,7 +5220,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5272,7 +5272,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
