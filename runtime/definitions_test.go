@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -30,17 +32,7 @@ func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
 	for i := range steps {
 		fmt.Fprintf(&m, "  - {key: s%d, builtin: noop}\n", i)
 	}
-	manifest, err := bundle.ParseManifest([]byte(m.String()))
-	require.NoError(t, err)
-	def, err := manifest.Normalize()
-	require.NoError(t, err)
-	defJSON, err := def.CanonicalJSON()
-	require.NoError(t, err)
-	digest := "sha256:" + strings.Repeat("cd", 32)
-	_, _, err = store.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "large", Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
-	})
-	require.NoError(t, err)
+	registerManifest(t, store, "large", m.String())
 
 	d := newDefinitions(store)
 	load := d.load
@@ -126,17 +118,7 @@ func TestDefinitionLoadWaitsOutAnOutage(t *testing.T) {
 	store, err := catalog.Open(ctx, testenv.ClusterDatabaseURL(t, pg), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { store.Close() })
-	manifest, err := bundle.ParseManifest([]byte("name: small\nsteps:\n  - {key: a, builtin: noop}\n"))
-	require.NoError(t, err)
-	def, err := manifest.Normalize()
-	require.NoError(t, err)
-	defJSON, err := def.CanonicalJSON()
-	require.NoError(t, err)
-	digest := "sha256:" + strings.Repeat("ef", 32)
-	_, _, err = store.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "small", Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
-	})
-	require.NoError(t, err)
+	registerManifest(t, store, "small", "name: small\nsteps:\n  - {key: a, builtin: noop}\n")
 
 	d := &Dispatcher{versions: newDefinitions(store)}
 	newAttempt := func() (*attempt, context.Context, context.CancelCauseFunc) {
@@ -165,4 +147,22 @@ func TestDefinitionLoadWaitsOutAnOutage(t *testing.T) {
 	require.NoError(t, <-restarted)
 	require.NoError(t, err, "the definition loads once the database is back")
 	require.NotNil(t, ver.steps["a"])
+}
+
+// registerManifest registers version 1 of workflow from a manifest's text, with
+// its normalized definition (no bundle behind it: the tests load definitions only).
+func registerManifest(t *testing.T, store *catalog.Store, workflow, manifest string) {
+	t.Helper()
+	m, err := bundle.ParseManifest([]byte(manifest))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	defJSON, err := def.CanonicalJSON()
+	require.NoError(t, err)
+	sum := sha256.Sum256(defJSON)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err = store.VersionRegister(t.Context(), &catalog.VersionRegisterParams{
+		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
+	})
+	require.NoError(t, err)
 }
