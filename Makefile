@@ -24,7 +24,7 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap, Chromium for the UI's browser tests) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
 	@scripts/install-chromium.sh

@@ -24,7 +24,7 @@ type DecisionBody struct {
 // DecisionResult is the answer of an approve or reject.
 type DecisionResult struct {
 	Decision string `json:"decision" enum:"approved,rejected" doc:"the approver's decision on the step: this one, or the first one when counted is false"`
-	Counted  bool   `json:"counted" doc:"false when this approver had decided before: the same approver counts once, nothing was recorded"`
+	Counted  bool   `json:"counted" doc:"false when this approver had decided before on the step, which still waits: the same approver counts once, nothing was recorded"`
 	Step     Step   `json:"step" doc:"the step now: suspended (waiting_for says how many approvals are in), succeeded or failed"`
 }
 
@@ -46,9 +46,9 @@ func (s *Server) registerApprovals() {
 		about    string
 	}{
 		{"approveStep", "approve", catalog.DecisionApproved, "Approve an approval step",
-			"Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{\"approved_by\": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor."},
+			"Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{\"approved_by\": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor."},
 		{"rejectStep", "reject", catalog.DecisionRejected, "Reject an approval step",
-			"Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed."},
+			"Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed."},
 	} {
 		register(s, huma.Operation{
 			OperationID:  op.id,
@@ -73,7 +73,7 @@ func (s *Server) registerApprovals() {
 				}
 				who := identity(ctx)
 				res, err := s.store.StepDecide(ctx, &catalog.StepDecision{RunID: id, Key: in.Key, Approver: who.Name,
-					Role: who.Role.String(), Decision: op.decision, Comment: body.Comment, Input: body.Input})
+					Role: who.Role.String(), Unnamed: who.Unnamed, Decision: op.decision, Comment: body.Comment, Input: body.Input})
 				if err != nil {
 					return nil, catalogDetail(err)
 				}

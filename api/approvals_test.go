@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -43,6 +45,12 @@ func setupApprovers(t *testing.T) *testBundle {
 // then ship) and starts a run whose gate a dispatcher has claimed and suspended.
 func (tb *testBundle) approvalRun(t *testing.T, roles []string) string {
 	t.Helper()
+	return tb.approvalRunOf(t, roles, 2)
+}
+
+// approvalRunOf is approvalRun with required approvals.
+func (tb *testBundle) approvalRunOf(t *testing.T, roles []string, required int) string {
+	t.Helper()
 	a := tb.send(t, http.MethodPost, "/v1/bundles", map[string]string{"Content-Type": "application/gzip"},
 		archive(t, entry{name: "cairn.yaml", body: "name: release\nsteps:\n  - {key: gate, approval: {required: 2}}\n  - {key: ship, needs: [gate], builtin: noop}\n"}))
 	require.Contains(t, []int{http.StatusOK, http.StatusCreated}, a.status, "%s", a.body)
@@ -54,10 +62,13 @@ func (tb *testBundle) approvalRun(t *testing.T, roles []string) string {
 	ctx := context.Background()
 	claimed, err := tb.store.StepClaim(ctx, "test", 10, time.Hour)
 	require.NoError(t, err)
-	require.Len(t, claimed, 1)
-	c := claimed[0]
+	// The gate of this run (a step of an earlier run of the test's may be claimed
+	// with it).
+	i := slices.IndexFunc(claimed, func(c catalog.Claimed) bool { return c.RunID.String() == run.ID && c.Key == "gate" })
+	require.NotEqual(t, -1, i, "%v", claimed)
+	c := claimed[i]
 	require.NoError(t, tb.store.ApprovalSuspend(ctx, catalog.Lease{RunID: c.RunID, Key: c.Key, Token: c.LeaseToken},
-		catalog.Approval{Required: 2, Roles: roles}))
+		catalog.Approval{Required: required, Roles: roles}))
 	return run.ID
 }
 
@@ -181,4 +192,112 @@ func TestRejectAndRoles(t *testing.T) {
 	require.Equal(t, "failed", decode[map[string]any](t, a)["status"])
 	a = tb.sendAs(t, bobToken, http.MethodPost, url+"approve", nil, nil)
 	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+}
+
+// TestApprovalNeedsNamedApprovers (audit 2, I1): one person holding the two tokens
+// `cairn dev` makes (operator and admin, neither named) met `required: 2`, since an
+// unnamed token takes its role's name. Such a token may not approve a step that
+// needs more than one approver (403 naming why and how to name tokens), and
+// nothing is counted; on a step that needs one it may; named tokens count one
+// each, and it may still reject.
+func TestApprovalNeedsNamedApprovers(t *testing.T) {
+	t.Parallel()
+	tb := setupApprovers(t)
+	id := tb.approvalRun(t, []string{"operator"})
+	url := "/v1/runs/" + id + "/steps/gate/"
+
+	a := tb.send(t, http.MethodPost, url+"approve", nil, []byte(`{}`))
+	require.Equal(t, http.StatusForbidden, a.status, "an unnamed operator token: %s", a.body)
+	require.Equal(t, "forbidden", a.problem.Code)
+	require.Contains(t, a.problem.Detail, "needs 2 distinct approvers")
+	require.Contains(t, a.problem.Detail, "role:name:token")
+	st, err := tb.store.StepGet(context.Background(), uuid.MustParse(id), "gate")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSuspended, st.Status)
+	require.Zero(t, st.Approvals, "nothing was counted")
+
+	a = tb.sendAs(t, aliceToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.True(t, decode[decisionAnswer](t, a).Counted)
+	a = tb.sendAs(t, bobToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Equal(t, "succeeded", decode[decisionAnswer](t, a).Step.Status, "two named approvers")
+
+	// One approver is enough: an unnamed token may approve.
+	one := tb.approvalRunOf(t, []string{"operator"}, 1)
+	a = tb.send(t, http.MethodPost, "/v1/runs/"+one+"/steps/gate/approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Equal(t, "succeeded", decode[decisionAnswer](t, a).Step.Status)
+
+	// A rejection needs one person: an unnamed token may reject.
+	rej := tb.approvalRun(t, []string{"operator"})
+	a = tb.send(t, http.MethodPost, "/v1/runs/"+rej+"/steps/gate/reject", nil, []byte(`{"comment":"no"}`))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Equal(t, "failed", decode[decisionAnswer](t, a).Step.Status)
+}
+
+// TestApprovalTwoUnnamedTokens (audit 2, I1, as reproduced): the operator and admin
+// tokens of one holder, both unnamed, approve a required-2 step: refused, and the
+// step still waits.
+func TestApprovalTwoUnnamedTokens(t *testing.T) {
+	t.Parallel()
+	tb := setupWith(t, api.Config{})
+	id := tb.approvalRun(t, []string{"operator"})
+	url := "/v1/runs/" + id + "/steps/gate/approve"
+	for _, token := range []string{operatorToken, adminToken} {
+		a := tb.sendAs(t, token, http.MethodPost, url, nil, []byte(`{}`))
+		require.Equal(t, http.StatusForbidden, a.status, "%s", a.body)
+		require.Contains(t, a.problem.Detail, "without a name")
+	}
+	st, err := tb.store.StepGet(context.Background(), uuid.MustParse(id), "gate")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSuspended, st.Status, "one person with two tokens did not meet required: 2")
+}
+
+// TestDecideDecidedStep (issue 33 §5): approving or rejecting a step that was
+// decided already is a 409 invalid_run_state naming the step's state, for an
+// approver who decided before too (it answered 200 counted:false); a repeat while
+// the step still waits stays 200 counted:false.
+func TestDecideDecidedStep(t *testing.T) {
+	t.Parallel()
+	tb := setupApprovers(t)
+	id := tb.approvalRun(t, []string{"operator"})
+	url := "/v1/runs/" + id + "/steps/gate/"
+
+	a := tb.sendAs(t, aliceToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	a = tb.sendAs(t, aliceToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "a second vote while the step waits: %s", a.body)
+	require.False(t, decode[decisionAnswer](t, a).Counted)
+	a = tb.sendAs(t, bobToken, http.MethodPost, url+"reject", nil, []byte(`{"comment":"not today"}`))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	require.Equal(t, "failed", decode[decisionAnswer](t, a).Step.Status)
+
+	for _, tt := range []struct {
+		name, token, verb string
+	}{
+		{"the approver approves again", aliceToken, "approve"},
+		{"the approver rejects", aliceToken, "reject"},
+		{"the rejecter rejects again", bobToken, "reject"},
+		{"the rejecter approves", bobToken, "approve"},
+		{"an admin", rootToken, "approve"},
+	} {
+		a = tb.sendAs(t, tt.token, http.MethodPost, url+tt.verb, nil, nil)
+		require.Equal(t, http.StatusConflict, a.status, "%s: %s", tt.name, a.body)
+		require.Equal(t, "invalid_run_state", a.problem.Code, tt.name)
+		require.Contains(t, a.problem.Detail, "failed (rejected)", tt.name)
+		require.Contains(t, a.problem.Detail, "its run has ended (failed)", tt.name)
+	}
+
+	// A step whose run was canceled: its approver gets 409 naming it.
+	id = tb.approvalRun(t, []string{"operator"})
+	url = "/v1/runs/" + id + "/steps/gate/"
+	a = tb.sendAs(t, aliceToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	a = tb.send(t, http.MethodPost, "/v1/runs/"+id+"/cancel", nil, []byte(`{}`))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	a = tb.sendAs(t, aliceToken, http.MethodPost, url+"approve", nil, nil)
+	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
+	require.Equal(t, "invalid_run_state", a.problem.Code)
+	require.Contains(t, a.problem.Detail, "canceled")
 }

@@ -63,17 +63,22 @@ type Tokens struct {
 }
 
 type tokenEntry struct {
-	hash [sha256.Size]byte
-	role Role
-	name string
+	hash    [sha256.Size]byte
+	role    Role
+	name    string
+	unnamed bool
 }
 
 // Identity is who a request acts as: its token's role and name. The name is the
 // actor of every event an operator action writes ("alice"); a token given without
-// one is named after its role ("operator").
+// one is named after its role ("operator"), and Unnamed.
 type Identity struct {
 	Role Role
 	Name string
+	// Unnamed is true for a token given without a name: every such token of a role
+	// shares the role's name, so it tells no person apart (it may not be one of
+	// several approvers of a step).
+	Unnamed bool
 }
 
 // tokenNamePattern is what a token's name may be: a short word of letters, digits,
@@ -94,12 +99,13 @@ func (t *Tokens) AddNamed(role Role, name, token string) error {
 	if len(token) < minTokenLength {
 		return fmt.Errorf("a %s token is shorter than %d characters", role, minTokenLength)
 	}
-	if name == "" {
+	unnamed := name == ""
+	if unnamed {
 		name = role.String()
 	} else if !tokenNamePattern.MatchString(name) {
 		return fmt.Errorf("token name %q: want letters, digits, '.', '_', '@' or '-' (at most 63)", name)
 	}
-	t.entries = append(t.entries, tokenEntry{hash: sha256.Sum256([]byte(token)), role: role, name: name})
+	t.entries = append(t.entries, tokenEntry{hash: sha256.Sum256([]byte(token)), role: role, name: name, unnamed: unnamed})
 	return nil
 }
 
@@ -120,11 +126,22 @@ func (t *Tokens) Lookup(token string) Role {
 // unknown token. Hashing first makes every comparison the same length; every entry
 // is compared whatever matches.
 func (t *Tokens) Identify(token string) Identity {
-	h := sha256.Sum256([]byte(token))
+	return t.IdentifyHash(TokenHash(token))
+}
+
+// TokenHash is the SHA-256 of token: what Tokens keeps of it, and what a
+// server-side session (the web UI's) keeps to name its token without holding it.
+func TokenHash(token string) [sha256.Size]byte {
+	return sha256.Sum256([]byte(token))
+}
+
+// IdentifyHash returns the role and name of the token whose TokenHash is h; the
+// zero Identity for an unknown one. Every entry is compared, in constant time.
+func (t *Tokens) IdentifyHash(h [sha256.Size]byte) Identity {
 	var id Identity
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {
-			id = Identity{Role: e.role, Name: e.name}
+			id = Identity{Role: e.role, Name: e.name, Unnamed: e.unnamed}
 		}
 	}
 	return id
@@ -206,6 +223,16 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		next(ctx)
 		return
 	}
+	// A request made in this process for a user the caller has authenticated (the
+	// web UI's, for its session): no token travels with it.
+	if who, ok := ctx.Context().Value(inProcessIdentityKey).(Identity); ok && who.Role != RoleNone {
+		if who.Role < need {
+			_ = huma.WriteErr(s.api, ctx, http.StatusForbidden, fmt.Sprintf("this operation needs the %s role; the session's token has %s", need, who.Role))
+			return
+		}
+		next(huma.WithValue(ctx, identityKey, who))
+		return
+	}
 	header := ctx.Header("Authorization")
 	scheme, token, _ := strings.Cut(header, " ")
 	if !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -227,7 +254,19 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 	next(huma.WithValue(ctx, identityKey, who))
 }
 
-const identityKey ctxKey = iota + 10
+const (
+	identityKey ctxKey = iota + 10
+	inProcessIdentityKey
+)
+
+// WithIdentity returns ctx carrying who: a request made with it to the API's
+// handler in this process (never over the network: a context cannot travel) acts
+// as who, with no token, exactly as a request with who's token would. The web UI
+// calls the API so for a logged-in session, which keeps the hash of its token, not
+// the token. The caller must have authenticated who (Tokens.IdentifyHash).
+func WithIdentity(ctx context.Context, who Identity) context.Context {
+	return context.WithValue(ctx, inProcessIdentityKey, who)
+}
 
 // actor is the name of the token a request came with (Identity.Name), recorded in
 // the events its actions write; "" on a public operation.

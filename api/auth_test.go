@@ -108,8 +108,9 @@ func TestTokens(t *testing.T) {
 }
 
 // TestTokenNames: a token may carry the name its actions are recorded under
-// (role:name:token); without one it is named after its role, and a token that
-// itself holds colons still reads as before names existed.
+// (role:name:token); without one it is named after its role and marked Unnamed, and
+// a token that itself holds colons still reads as before names existed. A token's
+// hash identifies it as the token does.
 func TestTokenNames(t *testing.T) {
 	t.Parallel()
 	const colonToken = "abcdefghijklmnop:q"
@@ -117,7 +118,9 @@ func TestTokenNames(t *testing.T) {
 		",admin:" + colonToken + ",operator:bob@example.com:" + testAdminToken)
 	require.NoError(t, err)
 	require.Equal(t, Identity{Role: RoleOperator, Name: "alice"}, tokens.Identify(testOperatorToken))
-	require.Equal(t, Identity{Role: RoleViewer, Name: "viewer"}, tokens.Identify(testViewerToken))
+	require.Equal(t, Identity{Role: RoleViewer, Name: "viewer", Unnamed: true}, tokens.Identify(testViewerToken))
+	require.Equal(t, tokens.Identify(testOperatorToken), tokens.IdentifyHash(TokenHash(testOperatorToken)))
+	require.Equal(t, Identity{}, tokens.IdentifyHash(TokenHash(testOperatorToken+"x")))
 	require.Equal(t, Identity{Role: RoleOperator, Name: "bob@example.com"}, tokens.Identify(testAdminToken))
 	// "abcdefghijklmnop" could be a name, but "q" is too short to be a token: the
 	// whole "abcdefghijklmnop:q" is the token.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/cairnrun/cairn/functions"
 )
 
 // streamedBodyOps are the operations that read their request body as a stream, through
@@ -118,13 +120,37 @@ func (s *Server) withBodyGuard(next http.Handler) http.Handler {
 		if g.slow {
 			s.metrics.slowBody()
 			s.logger.InfoContext(r.Context(), "request body too slow: connection closed",
-				"request_id", RequestID(r.Context()), "path", r.URL.Path, "bytes", g.total,
+				"request_id", RequestID(r.Context()), "path", functions.MaskCallbackPath(r.URL.Path), "bytes", g.total,
 				"min_rate", s.cfg.MinBodyRate, "window", s.cfg.BodyReadTimeout)
 		}
 		if !g.eof && !g.slow {
-			_ = g.rc.SetReadDeadline(time.Now().Add(g.window))
+			g.drain(drainLimit)
 		}
 	})
+}
+
+// drainLimit is how much of a request body the server reads and drops after it
+// answered without reading it all (a bundle refused at its first tar header, a 401):
+// enough for the body of a decompression bomb (a 4 GiB entry compresses to about
+// 4 MiB), small enough not to matter. A longer body is cut: the connection is
+// closed on it.
+const drainLimit = 16 << 20
+
+// drain sends the answer the handler wrote, then reads what is left of the body,
+// up to limit bytes, within one window at the body's minimum rate. Closing the
+// connection on unread data makes the kernel reset it, and a client that sends its
+// whole request before it reads (most simple clients, curl while it sends) then
+// sees "connection reset by peer" instead of the answer. A body read to its end
+// leaves the connection as usable as any other. net/http's own drain after the
+// handler (256 KiB) gets one more window for what is left beyond limit.
+func (g *guardedBody) drain(limit int64) {
+	_ = g.rc.Flush()
+	g.armed = true
+	g.waited, g.got = 0, 0
+	_, _ = io.CopyN(io.Discard, g, limit)
+	if !g.eof && !g.slow {
+		_ = g.rc.SetReadDeadline(time.Now().Add(g.window))
+	}
 }
 
 // bodyGuardMiddleware arms the body guard of the streamed operations.

@@ -9,7 +9,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
-	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/internal/deploy"
 )
 
@@ -34,17 +33,17 @@ type uploadOutput struct {
 type uploadInput struct {
 	Promote bool `query:"promote" default:"true" doc:"when true (the default), the alias latest moves to the version (also to the existing version of a bundle uploaded before); false leaves latest where it is"`
 	body    io.ReadCloser
+	// contentLength is the body's announced size; -1 when unknown (chunked).
+	contentLength int64
 }
 
-// Resolve implements huma.Resolver: it captures the body reader, bounded so that a
-// body over the archive limit ends in a 413 without being read to its end.
+// Resolve implements huma.Resolver: it captures the body reader. Extract stops
+// reading it at the archive limit.
 func (u *uploadInput) Resolve(ctx huma.Context) []error {
-	r, w := humago.Unwrap(ctx)
-	u.body = http.MaxBytesReader(w, r.Body, maxArchiveSize()+1)
+	r, _ := humago.Unwrap(ctx)
+	u.body, u.contentLength = r.Body, r.ContentLength
 	return nil
 }
-
-func maxArchiveSize() int64 { return bundle.DefaultLimits().MaxArchiveSize }
 
 func (s *Server) registerBundles() {
 	register(s, huma.Operation{
@@ -67,6 +66,11 @@ func (s *Server) registerBundles() {
 			},
 		},
 	}, RoleOperator, []problemClass{classInvalidBundle, classPayloadTooLarge, classRequestTimeout}, func(ctx context.Context, in *uploadInput) (*uploadOutput, error) {
+		// An archive announced over the limit is refused before a byte of it is
+		// read: a client that waits for "100 Continue" sends nothing.
+		if err := s.cfg.BundleLimits.CheckArchiveSize(in.contentLength); err != nil {
+			return nil, err
+		}
 		res, err := s.upload(ctx, in.body, !in.Promote)
 		if err != nil {
 			return nil, err
@@ -105,7 +109,7 @@ func (s *Server) upload(ctx context.Context, body io.Reader, noPromote bool) (*U
 	v, created, err := deploy.Register(ctx, s.store, s.blobs, body, &deploy.Config{TempDir: s.cfg.TempDir, Limits: s.cfg.BundleLimits,
 		NoPromote: noPromote, Actor: actor(ctx)})
 	if err != nil {
-		return nil, err // bundle.ErrInvalid, or a *http.MaxBytesError for an archive over the limit
+		return nil, err // bundle.ErrInvalid (and bundle.ErrTooLarge for an archive over a limit)
 	}
 	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created, Promoted: !noPromote}, nil
 }

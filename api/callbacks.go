@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -65,7 +66,8 @@ func (s *Server) registerCallbacks() {
 			"With `?outcome=failed` the body is `{\"message\", \"code\"?}` and the step fails with it, terminally (code default callback_failed). " +
 			"Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). " +
 			"A callback that comes while the attempt still runs (before its function answered `{\"$suspend\": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. " +
-			"A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.",
+			"A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. " +
+			"One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.",
 		Tags: []string{"runs"},
 		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
 			"application/json":         jsonBody,
@@ -77,12 +79,16 @@ func (s *Server) registerCallbacks() {
 			if err != nil {
 				return nil, withDetail(errUnauthorized, "the callback token is not valid")
 			}
-			// Nothing goes to the blob store for a step that no longer waits: the
-			// token's signature never expires. The catalog checks again when it
-			// completes the step, so a race ends in the same 409.
-			if err := s.callbackWaits(ctx, runID, key, attempt); err != nil {
-				return nil, err
+			// Nothing goes to the blob store for a step that no longer waits (the
+			// token's signature never expires), nor for a second request while one
+			// is reading its body (audit 2, E6): the request takes the step's
+			// callback first, and keeps it until it has answered. The catalog checks
+			// the step again when it completes it, so a race ends in the same 409.
+			holder := uuid.New()
+			if err := s.store.CallbackClaim(ctx, runID, key, attempt, holder, callbackClaimTTL); err != nil {
+				return nil, callbackRefused(err)
 			}
+			defer s.keepCallbackClaim(ctx, runID, key, holder)()
 			if in.contentLength > s.cfg.MaxCheckpointSize {
 				return nil, withDetail(errTooLarge, "the callback's body is larger than the limit of %d bytes", s.cfg.MaxCheckpointSize)
 			}
@@ -92,10 +98,7 @@ func (s *Server) registerCallbacks() {
 			}
 			buffered, err := s.store.CallbackComplete(ctx, runID, key, attempt, r)
 			if err != nil {
-				if errors.Is(err, catalog.ErrNotFound) {
-					return nil, withDetail(err, "the callback's step does not exist (its run was deleted)")
-				}
-				return nil, callbackNotWaiting(err)
+				return nil, callbackRefused(err)
 			}
 			st, err := s.store.StepGet(ctx, runID, key)
 			if err != nil {
@@ -106,31 +109,53 @@ func (s *Server) registerCallbacks() {
 	jsonBody.Schema = &huma.Schema{}
 }
 
-// callbackWaits checks in the catalog that step key of run runID is suspended for
-// the callback of that attempt, or still runs it: catalog.ErrCallbackNotWaiting (a
-// 409) otherwise, a 404 for a step that does not exist.
-func (s *Server) callbackWaits(ctx context.Context, runID uuid.UUID, key string, attempt int) error {
-	st, err := s.store.StepGet(ctx, runID, key)
-	if errors.Is(err, catalog.ErrNotFound) {
-		return withDetail(err, "the callback's step does not exist (its run was deleted)")
+// callbackClaimTTL is how long a callback request holds its step's callback
+// without renewing it (keepCallbackClaim renews it every third of that): a server
+// that died while reading a body leaves the step to the next request after it.
+const callbackClaimTTL = 30 * time.Second
+
+// keepCallbackClaim renews holder's claim on step key's callback while the request
+// reads its body; the function it returns stops renewing and releases the claim
+// (even when the request's context has ended).
+func (s *Server) keepCallbackClaim(ctx context.Context, runID uuid.UUID, key string, holder uuid.UUID) (release func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(callbackClaimTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if _, err := s.store.CallbackRenew(ctx, runID, key, holder, callbackClaimTTL); err != nil && ctx.Err() == nil {
+					s.logger.WarnContext(ctx, "renew a callback claim", "run_id", runID, "step", key, "request_id", RequestID(ctx), "error", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		if err := s.store.CallbackRelease(context.WithoutCancel(ctx), runID, key, holder); err != nil {
+			// The claim lapses after callbackClaimTTL.
+			s.logger.WarnContext(ctx, "release a callback claim", "run_id", runID, "step", key, "request_id", RequestID(ctx), "error", err)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	waits := st.Status == catalog.StepSuspended && st.WaitKind != nil && *st.WaitKind == catalog.WaitCallback
-	// Running: the function handed out its URL and has not answered yet (the
-	// catalog keeps the callback until it does).
-	if (!waits && st.Status != catalog.StepRunning) || st.Attempts != attempt {
-		return withDetail(catalog.ErrCallbackNotWaiting,
-			"step %s no longer waits for the callback of attempt %d: it is %s (attempt %d)", key, attempt, st.Status, st.Attempts)
-	}
-	return nil
 }
 
-// callbackNotWaiting names the step's state for a completion the catalog refused
-// because the step no longer waits; other errors are returned as they are.
-func callbackNotWaiting(err error) error {
-	if errors.Is(err, catalog.ErrCallbackNotWaiting) {
+// callbackRefused names why the catalog refused a callback (the step no longer
+// waits for it, or another request for it is being read) or that its step does
+// not exist; other errors are returned as they are.
+func callbackRefused(err error) error {
+	switch {
+	case errors.Is(err, catalog.ErrNotFound):
+		return withDetail(err, "the callback's step does not exist (its run was deleted)")
+	case errors.Is(err, catalog.ErrCallbackNotWaiting):
+		if reason := catalog.Reason(err); reason != "" {
+			return withDetail(err, "%s", reason)
+		}
 		return withDetail(err, "the step no longer waits for this callback: it was completed, timed out or canceled meanwhile")
 	}
 	return err

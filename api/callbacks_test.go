@@ -1,9 +1,14 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +139,110 @@ func TestCallback(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, catalog.StepSucceeded, st.Status)
 	require.JSONEq(t, `{"early":true}`, string(st.Output))
+}
+
+// TestCallbackOneUploadAtATime (audit 2, E6): requests racing on one callback URL
+// were all read to the end and stored (3 × 50 MB refused with 409, 191 MB
+// written). While one request reads its body, a second one for the same step is a
+// 409 callback_not_waiting before a byte of its body is stored, and the first
+// completes the step. A request that breaks off gives the callback back: the
+// next one completes the step.
+func TestCallbackOneUploadAtATime(t *testing.T) {
+	t.Parallel()
+	tb := setupWith(t, api.Config{InlineLimit: 1024})
+	ctx := context.Background()
+	key := []byte(limitsSigningKey)
+	chunk := bytes.Repeat([]byte("first upload "), 80<<10) // ~1 MiB
+	// upload POSTs a body written through a pipe, by the test, to the callback URL.
+	type upload struct {
+		w      *io.PipeWriter
+		status chan int
+	}
+	start := func(token string) *upload {
+		pr, pw := io.Pipe()
+		u := &upload{w: pw, status: make(chan int, 1)}
+		go func() {
+			req, err := http.NewRequest(http.MethodPost, tb.url+"/v1/callbacks/"+token, pr)
+			if err != nil {
+				u.status <- -1
+				return
+			}
+			req.Header.Set("Content-Type", "application/octet-stream")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				u.status <- 0 // the test broke the upload off
+				return
+			}
+			resp.Body.Close()
+			u.status <- resp.StatusCode
+		}()
+		return u
+	}
+	// streaming waits until the server is writing an upload into the blob store:
+	// it has read past the body's first KiB, so it is reading the body.
+	streaming := func() {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			entries, err := os.ReadDir(filepath.Join(tb.blobDir, ".tmp"))
+			if err != nil {
+				return false
+			}
+			for _, e := range entries {
+				if info, err := e.Info(); err == nil && info.Size() > 0 {
+					return true
+				}
+			}
+			return false
+		}, 20*time.Second, 10*time.Millisecond, "waiting for the first upload to reach the blob store")
+	}
+
+	id, c, _ := tb.claimFirst(t)
+	require.NoError(t, tb.store.StepSuspend(ctx, catalog.Lease{RunID: c.RunID, Key: c.Key, Token: c.LeaseToken},
+		catalog.Wait{Kind: catalog.WaitCallback}))
+	token := functions.CallbackToken(key, id.String(), c.Key, c.Attempt)
+
+	first := start(token)
+	for range 4 {
+		_, err := first.w.Write(chunk)
+		require.NoError(t, err)
+	}
+	streaming()
+	before := tb.blobFiles(t)
+	second := tb.sendAs(t, "", http.MethodPost, "/v1/callbacks/"+token,
+		map[string]string{"Content-Type": "application/octet-stream"}, bytes.Repeat([]byte("second"), 1<<20))
+	require.Equal(t, http.StatusConflict, second.status, "%s", second.body)
+	require.Equal(t, "callback_not_waiting", second.problem.Code)
+	require.Contains(t, second.problem.Detail, "receiving another callback")
+	require.Equal(t, before, tb.blobFiles(t), "the refused body was stored")
+
+	_, err := first.w.Write(chunk)
+	require.NoError(t, err)
+	require.NoError(t, first.w.Close())
+	require.Equal(t, http.StatusOK, <-first.status, "the first upload completes the step")
+	a := tb.send(t, http.MethodGet, "/v1/runs/"+id.String()+"/steps/"+c.Key+"/output", nil, nil)
+	require.Equal(t, http.StatusOK, a.status)
+	require.Equal(t, 5*len(chunk), len(a.body), "the step's output is the first upload")
+	require.Greater(t, len(tb.blobFiles(t)), len(before), "the first upload is stored")
+
+	// An upload broken off gives the callback back.
+	b, err := tb.store.StepClaim(ctx, "test", 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, b, 1)
+	require.NoError(t, tb.store.StepSuspend(ctx, catalog.Lease{RunID: b[0].RunID, Key: b[0].Key, Token: b[0].LeaseToken},
+		catalog.Wait{Kind: catalog.WaitCallback}))
+	token = functions.CallbackToken(key, id.String(), b[0].Key, b[0].Attempt)
+	broken := start(token)
+	_, err = broken.w.Write(chunk)
+	require.NoError(t, err)
+	broken.w.CloseWithError(errors.New("the sender went away"))
+	<-broken.status
+	// Until the server has seen the upload break off, the next one is refused.
+	require.Eventually(t, func() bool {
+		a = tb.sendAs(t, "", http.MethodPost, "/v1/callbacks/"+token, map[string]string{"Content-Type": "application/json"}, []byte(`{"retried":true}`))
+		return a.status != http.StatusConflict
+	}, 20*time.Second, 50*time.Millisecond, "waiting for the broken upload to give the callback back")
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	st, err := tb.store.StepGet(ctx, id, b[0].Key)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"retried":true}`, string(st.Output))
 }

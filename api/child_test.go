@@ -28,7 +28,7 @@ func TestChildWorkflowRefusedAtDeploy(t *testing.T) {
 	require.Len(t, errs, 1)
 	e := errs[0].(map[string]any)
 	require.Equal(t, "cairn.yaml#steps[1].workflow.version", e["location"])
-	require.Contains(t, e["message"], `step "bill" runs workflow billing version 2, which does not exist`)
+	require.Equal(t, `step "bill": workflow.version: runs workflow billing version 2, which does not exist`, e["message"])
 
 	for _, m := range []string{
 		"name: orders\nsteps:\n  - {key: bill, workflow: {name: billing, version: 1}}\n",

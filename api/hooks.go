@@ -26,6 +26,9 @@ const (
 	headerCairnSignature  = "X-Cairn-Signature"
 	headerGitHubSignature = "X-Hub-Signature-256"
 	headerStripeSignature = "Stripe-Signature"
+	// headerGitHubDelivery is the GUID GitHub gives each delivery (kept on a
+	// redelivery): the idempotency key of a github hook that sets none.
+	headerGitHubDelivery = "X-GitHub-Delivery"
 )
 
 // maxHookBody bounds a delivery's body, as a run's input is bounded.
@@ -90,7 +93,7 @@ func (s *Server) registerHooks() {
 		Method:        http.MethodPost,
 		Path:          "/v1/hooks/{workflow}/{hook}",
 		Summary:       "Start a run from a signed webhook delivery",
-		Description:   "Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.",
+		Description:   "Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \\u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.",
 		Tags:          []string{"hooks"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxHookBody,
@@ -150,19 +153,17 @@ func (s *Server) registerHooks() {
 		if len(input) > maxInputSize {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: field("input"), Message: fmt.Sprintf("the input is %d bytes, over the limit of %d", len(input), maxInputSize)}}}
 		}
+		// Text the catalog cannot store (a \u0000 in the body's strings) is the
+		// delivery's fault, said as such (audit 2, I4), not the database's refusal.
+		if at, msg := jsonTextProblem(input); msg != "" {
+			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: field("input"), Message: "the input" + at + " " + msg}}}
+		}
 		p := &catalog.RunCreateParams{Workflow: in.Workflow, Version: v.Version, Input: input, Labels: catalog.Labels{"hook": hook.Name}}
-		if hook.IdempotencyKey != "" {
-			key, err := evalHook(ctx, hook.IdempotencyKey, vars, field("idempotency_key"), func(p *expr.Program) (string, error) { return p.EvalString(ctx, vars) })
-			if err != nil {
-				return nil, err
-			}
-			if key == "" {
-				return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: field("idempotency_key"), Message: "the idempotency key is empty"}}}
-			}
-			if len(key) > maxHookKey || !utf8.ValidString(key) {
-				sum := sha256.Sum256([]byte(key))
-				key = "sha256:" + hex.EncodeToString(sum[:])
-			}
+		key, err := hookIdempotencyKey(ctx, hook, vars, in.headers, field("idempotency_key"))
+		if err != nil {
+			return nil, err
+		}
+		if key != "" {
 			// Every delivery with the key answers the first run, whatever its body:
 			// a sender retries the same event, and a 409 would only make it retry
 			// again.
@@ -184,6 +185,34 @@ func (s *Server) registerHooks() {
 			RunID: run.ID.String(), Workflow: run.Workflow, Version: run.Version, Replay: !created,
 		}}, nil
 	})
+}
+
+// hookIdempotencyKey is the key that names a delivery: the value of the hook's
+// idempotency_key expression; for a github hook without one, GitHub's delivery ID
+// (X-GitHub-Delivery, the same on a redelivery; audit 2, I3); "" for none (every
+// delivery starts a run). A key too long for the catalog, or whose text it cannot
+// store, is kept as its SHA-256. An expression that fails or gives "" is a 422
+// naming field.
+func hookIdempotencyKey(ctx context.Context, hook *bundle.Hook, vars expr.Vars, headers http.Header, field string) (string, error) {
+	var key string
+	switch {
+	case hook.IdempotencyKey != "":
+		var err error
+		key, err = evalHook(ctx, hook.IdempotencyKey, vars, field, func(p *expr.Program) (string, error) { return p.EvalString(ctx, vars) })
+		if err != nil {
+			return "", err
+		}
+		if key == "" {
+			return "", &validationError{errs: []error{&huma.ErrorDetail{Location: field, Message: "the idempotency key is empty"}}}
+		}
+	case hook.Signature == bundle.SignatureGitHub:
+		key = strings.TrimSpace(headers.Get(headerGitHubDelivery))
+	}
+	if len(key) > maxHookKey || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256:" + hex.EncodeToString(sum[:])
+	}
+	return key, nil
 }
 
 // vaultError is the error of a secret that cannot be used: no key (503

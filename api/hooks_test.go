@@ -29,6 +29,7 @@ hooks:
   - {name: stripe, secret: hook-secret, signature: stripe, idempotency_key: "body.id"}
   - {name: broken, secret: hook-secret, signature: hmac-sha256, input: "body.missing.deeper"}
   - {name: unset, secret: never-set, signature: hmac-sha256}
+  - {name: ghd, secret: hook-secret, signature: github}
 `
 
 func sign(secret, msg string) string {
@@ -230,4 +231,66 @@ func hookDeliveries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestHookGitHubDeliveryKey (audit 2, I3): a github hook without an
+// idempotency_key started a run for every replay of a delivery. Its key is now
+// GitHub's delivery ID (X-GitHub-Delivery): the same delivery again answers the
+// first run, another delivery starts its own. An hmac-sha256 hook without a key
+// still starts a run for each delivery, replays included (as documented).
+func TestHookGitHubDeliveryKey(t *testing.T) {
+	t.Parallel()
+	tb := setupHooks(t)
+	body := `{"order": {"n": 7}}`
+	header := map[string]string{"X-Hub-Signature-256": "sha256=" + sign(hookSecret, body), "X-GitHub-Delivery": "f0e1d2c3-b4a5"}
+	a := tb.deliver(t, "ghd", body, header)
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	first := decode[api.HookDelivery](t, a)
+	require.False(t, first.Replay)
+	a = tb.deliver(t, "ghd", body, header)
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	again := decode[api.HookDelivery](t, a)
+	require.True(t, again.Replay, "the replayed delivery started nothing")
+	require.Equal(t, first.RunID, again.RunID)
+
+	header["X-GitHub-Delivery"] = "a9b8c7d6-e5f4"
+	a = tb.deliver(t, "ghd", body, header)
+	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+	other := decode[api.HookDelivery](t, a)
+	require.False(t, other.Replay)
+	require.NotEqual(t, first.RunID, other.RunID, "another delivery, another run")
+	require.Equal(t, 2, tb.runCount(t))
+
+	plain := map[string]string{"X-Cairn-Signature": "sha256=" + sign(hookSecret, body)}
+	for range 2 {
+		a = tb.deliver(t, "plain", body, plain)
+		require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
+		require.False(t, decode[api.HookDelivery](t, a).Replay)
+	}
+	require.Equal(t, 4, tb.runCount(t), "an hmac-sha256 hook without a key has no replay protection")
+}
+
+// TestHookTextTheCatalogRefuses (audit 2, I4): a delivery whose body holds a
+// \u0000 was a 400 bad_request ("database refused a value"); it is the sender's
+// input, a 422 validation_failed naming the hook's input and where in it. Nothing
+// is started.
+func TestHookTextTheCatalogRefuses(t *testing.T) {
+	t.Parallel()
+	tb := setupHooks(t)
+	for _, body := range []string{`{"a":"\u0000"}`, `{"a":{"b":["x\u0000y"]}}`} {
+		a := tb.deliver(t, "plain", body, map[string]string{"X-Cairn-Signature": "sha256=" + sign(hookSecret, body)})
+		require.Equal(t, http.StatusUnprocessableEntity, a.status, "%s", a.body)
+		require.Equal(t, "validation_failed", a.problem.Code)
+		require.Len(t, a.problem.Errors, 1)
+		require.Equal(t, "cairn.yaml#hooks[0].input", a.problem.Errors[0].Location)
+		require.Contains(t, a.problem.Errors[0].Message, "the input.raw.a")
+		require.Contains(t, a.problem.Errors[0].Message, "NUL")
+	}
+	require.Zero(t, tb.runCount(t))
+
+	body := `{"id": "evt\u0000x", "order": {"n": 1}}`
+	a := tb.deliver(t, "stripe", body, map[string]string{"Stripe-Signature": stripeHeader(hookSecret, body, time.Now())})
+	require.Equal(t, http.StatusUnprocessableEntity, a.status, "the input holds it too: %s", a.body)
+	require.Equal(t, "validation_failed", a.problem.Code)
+	require.Zero(t, tb.runCount(t))
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/cairnrun/cairn/functions"
 )
 
 type ctxKey int
@@ -99,7 +101,7 @@ func (s *Server) withLogging(next http.Handler) http.Handler {
 		}
 		s.logger.LogAttrs(r.Context(), levelFor(rec.status), "request",
 			slog.String("method", r.Method),
-			slog.String("path", r.URL.Path),
+			slog.String("path", functions.MaskCallbackPath(r.URL.Path)),
 			slog.Int("status", rec.status),
 			slog.Int64("bytes", rec.bytes),
 			slog.Duration("duration", time.Since(start)),

@@ -75,14 +75,14 @@ var (
 	classInvalidCursor        = problemClass{http.StatusBadRequest, "invalid_cursor", "Invalid cursor", "The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it."}
 	classInvalidBundle        = problemClass{http.StatusBadRequest, "invalid_bundle", "Invalid bundle", "The bundle was refused; `errors` names each archive entry, step and manifest field at fault. Nothing was stored."}
 	classUnauthorized         = problemClass{http.StatusUnauthorized, "unauthorized", "Unauthorized", "No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started."}
-	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles."}
+	classForbidden            = problemClass{http.StatusForbidden, "forbidden", "Forbidden", "The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver."}
 	classNotFound             = problemClass{http.StatusNotFound, "not_found", "Not found", "The workflow, version, run, step, output, log or bundle does not exist (an output: not yet)."}
 	classRequestTimeout       = problemClass{http.StatusRequestTimeout, "request_timeout", "Request timeout", "The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed."}
 	classConflict             = problemClass{http.StatusConflict, "conflict", "Conflict", "The request conflicts with a change made at the same time; try again."}
 	classIdempotencyReused    = problemClass{http.StatusConflict, "idempotency_key_reused", "Idempotency key reused", "The Idempotency-Key was used before with a different request. Nothing was created."}
 	classRunFinished          = problemClass{http.StatusConflict, "run_finished", "Run already finished", "The run has already finished: it cannot be canceled or signaled."}
-	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state."}
-	classCallbackNotWaiting   = problemClass{http.StatusConflict, "callback_not_waiting", "Callback no longer awaited", "POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored."}
+	classInvalidRunState      = problemClass{http.StatusConflict, "invalid_run_state", "Invalid run state", "The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state."}
+	classCallbackNotWaiting   = problemClass{http.StatusConflict, "callback_not_waiting", "Callback no longer awaited", "POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already), or another request for it is being received at this moment. Nothing changed, and the body was not stored."}
 	classIncompatibleVersion  = problemClass{http.StatusConflict, "incompatible_version", "Incompatible version", "The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed."}
 	classNothingToRollBack    = problemClass{http.StatusConflict, "nothing_to_roll_back", "Nothing to roll back to", "The alias has no earlier version to go back to: the version it names is the first of its history, or every earlier one was rolled back already; `detail` says which version it names. Nothing changed."}
 	classLeaseLost            = problemClass{http.StatusConflict, "lease_lost", "Lease no longer current", "The attempt's lease is no longer current (it expired, or the step was canceled or handed back): nothing was stored."}
@@ -91,7 +91,7 @@ var (
 	classValidationFailed     = problemClass{http.StatusUnprocessableEntity, "validation_failed", "Validation failed", "A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location."}
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
-	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
+	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
 	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
 )
@@ -330,13 +330,16 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		// Before DeadlineExceeded: a connect that timed out is both.
 		s.logger.WarnContext(ctx, "database unavailable", "request_id", RequestID(ctx), "error", err)
 		return classUnavailable.problem("the database is unavailable; try again later").retryAfter(retryAfterSeconds)
+	case errors.Is(err, blobstore.ErrUnavailable):
+		s.logger.WarnContext(ctx, "blob store unavailable", "request_id", RequestID(ctx), "error", err)
+		return classUnavailable.problem("the blob store is unavailable; try again later").retryAfter(retryAfterSeconds)
 	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
 		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
 	case errors.Is(err, catalog.ErrIdempotencyMismatch):
-		return classIdempotencyReused.problem("this Idempotency-Key was used with a different request")
+		return classIdempotencyReused.problem(detailOr(err, "this Idempotency-Key was used with a different request"))
 	case errors.Is(err, catalog.ErrRunFinished):
 		return classRunFinished.problem("the run has already finished")
 	case errors.Is(err, catalog.ErrCallbackNotWaiting):
@@ -404,7 +407,7 @@ func bundleProblem(err error) *Problem {
 		if ve.Field != "" {
 			loc = strings.TrimPrefix(loc+"#"+ve.Field, "#")
 		}
-		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Message})
+		details = append(details, &huma.ErrorDetail{Location: loc, Message: ve.Describe()})
 		msgs = append(msgs, ve.Error())
 	}
 	detail := "invalid bundle"

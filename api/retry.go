@@ -48,7 +48,38 @@ type rerunOutput struct {
 	Body     RerunResult
 }
 
+// TriedStep is a step of an earlier try of a run, as it was when a retry replaced
+// it.
+type TriedStep struct {
+	Try  int  `json:"try" minimum:"1" doc:"the try it belonged to: 1 for the run's first, 2 after one retry, …"`
+	Step Step `json:"step" doc:"the step as it was then, as GET /v1/runs/{id}/steps shows a step"`
+}
+
 func (s *Server) registerRetry() {
+	register(s, huma.Operation{
+		OperationID: "listStepHistory",
+		Method:      http.MethodGet,
+		Path:        "/v1/runs/{id}/step-history",
+		Summary:     "List the steps of a run's earlier tries",
+		Description: "The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.",
+		Tags:        []string{"runs"},
+	}, RoleViewer, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *RunIDParam) (*itemsOutput[TriedStep], error) {
+		id, err := in.uuid()
+		if err != nil {
+			return nil, err
+		}
+		rows, err := s.store.StepHistory(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) == 0 {
+			if _, err := s.store.RunGet(ctx, id); err != nil {
+				return nil, err
+			}
+		}
+		return itemsOf(rows, func(st *catalog.TriedStep) TriedStep { return TriedStep{Try: st.Try, Step: stepOf(&st.Step)} }), nil
+	})
+
 	register(s, huma.Operation{
 		OperationID: "retryRun",
 		Method:      http.MethodPost,

@@ -99,7 +99,7 @@ func TestRetryRun(t *testing.T) {
 	events, err := tb.store.EventList(context.Background(), id, run.Revision-1, 1)
 	require.NoError(t, err)
 	require.Equal(t, catalog.EventRunRetried, events[0].Type)
-	require.JSONEq(t, `{"actor":"alice","version":1,"previous_version":1,"steps":["b","c"]}`, string(events[0].Data))
+	require.JSONEq(t, `{"actor":"alice","version":1,"previous_version":1,"steps":["b","c"],"try":2}`, string(events[0].Data))
 
 	// The same key again answers the run without a second retry; another body
 	// under it is refused; without a key, the running run is a 409.
@@ -182,4 +182,42 @@ func TestRerunRun(t *testing.T) {
 	require.Equal(t, "invalid_run_state", a.problem.Code)
 	a = tb.send(t, http.MethodPost, "/v1/runs/"+uuid.NewString()+"/rerun", nil, []byte(`{"from_step":"b"}`))
 	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+}
+
+// TestStepHistory: after a retry, GET /v1/runs/{id}/step-history lists the steps
+// the retry replaced (here b, failed, and c, skipped) with their try, as they were;
+// GET …/steps lists the current try's. A run never retried has none; an unknown
+// run is a 404.
+func TestStepHistory(t *testing.T) {
+	t.Parallel()
+	tb := setupNamed(t)
+	id := tb.finishedChain(t, "b")
+	path := "/v1/runs/" + id.String() + "/step-history"
+	type items struct {
+		Items []api.TriedStep `json:"items"`
+	}
+	list := func() []api.TriedStep {
+		t.Helper()
+		a := tb.sendAs(t, retryViewerToken, http.MethodGet, path, nil, nil)
+		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+		var got items
+		require.NoError(t, json.Unmarshal(a.body, &got), "%s", a.body)
+		return got.Items
+	}
+	require.Empty(t, list())
+	a := tb.send(t, http.MethodGet, "/v1/runs/"+uuid.NewString()+"/step-history", nil, nil)
+	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
+
+	a = tb.send(t, http.MethodPost, "/v1/runs/"+id.String()+"/retry", nil, []byte(`{}`))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	got := list()
+	require.Len(t, got, 2)
+	require.Equal(t, 1, got[0].Try)
+	require.Equal(t, "b", got[0].Step.Key)
+	require.Equal(t, "failed", got[0].Step.Status)
+	require.JSONEq(t, `{"message":"boom"}`, string(got[0].Step.LastError))
+	require.NotNil(t, got[0].Step.FinishedAt)
+	require.Equal(t, 1, got[1].Try)
+	require.Equal(t, "c", got[1].Step.Key)
+	require.Equal(t, "skipped", got[1].Step.Status)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/expr"
 	"github.com/cairnrun/cairn/internal/tracing"
 )
 
@@ -123,9 +124,10 @@ func (p RunIDParam) uuid() (uuid.UUID, error) {
 	return id, nil
 }
 
-// maxInputSize bounds a run's input; large data belongs in the blob store, passed
-// by reference.
-const maxInputSize = 1 << 20
+// maxInputSize bounds a run's input (1 MiB); large data belongs in the blob store,
+// passed by reference. It is the bound of a value an expression builds (a child
+// run's input, a hook's input), so that no run's input gets past it.
+const maxInputSize = expr.MaxValue
 
 // maxListedInput is the largest input, in bytes (as JSON text and as stored), that
 // a list of runs carries: a page of the largest size (1,000) then holds at most

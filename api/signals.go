@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 
@@ -17,7 +18,7 @@ type signalInput struct {
 	RunIDParam
 	Name           string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the signal's name, as a signal step of the run's version names it"`
 	ContentType    string `header:"Content-Type" doc:"application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store"`
-	IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"a repeat with the same key (same run and name) is the same signal, applied once"`
+	IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused"`
 	streamedBody
 }
 
@@ -38,13 +39,13 @@ func (s *Server) registerSignals() {
 		Method:      http.MethodPost,
 		Path:        "/v1/runs/{id}/signals/{name}",
 		Summary:     "Send a signal to a run",
-		Description: "Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.",
+		Description: "Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.",
 		Tags:        []string{"runs"},
 		RequestBody: &huma.RequestBody{Content: map[string]*huma.MediaType{
 			"application/json":         jsonBody,
 			"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}},
 		}},
-	}, RoleOperator, []problemClass{classBadRequest, classNotFound, classRunFinished, classPayloadTooLarge, classRequestTimeout},
+	}, RoleOperator, []problemClass{classBadRequest, classNotFound, classIdempotencyReused, classRunFinished, classPayloadTooLarge, classRequestTimeout},
 		func(ctx context.Context, in *signalInput) (*struct{ Body SignalResult }, error) {
 			id, err := in.uuid()
 			if err != nil {
@@ -54,7 +55,9 @@ func (s *Server) registerSignals() {
 			if err != nil {
 				return nil, err
 			}
-			if run.Status.Terminal() {
+			// A repeat of a key is answered even after the run has ended (a client
+			// whose first answer was lost): cairn_signal_send looks the key up first.
+			if run.Status.Terminal() && in.IdempotencyKey == "" {
 				return nil, withDetail(catalog.ErrRunFinished, "run %s has finished (%s): it takes no more signals", id, run.Status)
 			}
 			if err := s.signalKnown(ctx, run, in.Name); err != nil {
@@ -76,6 +79,10 @@ func (s *Server) registerSignals() {
 			}
 			res, err := s.store.SignalSend(ctx, &catalog.Signal{RunID: id, Name: in.Name, Payload: payload,
 				IdempotencyKey: in.IdempotencyKey, Actor: actor(ctx)})
+			if errors.Is(err, catalog.ErrIdempotencyMismatch) {
+				return nil, withDetail(err, "Idempotency-Key %q was used for a %s signal to this run with another payload: nothing was applied; send a new key for a new signal",
+					in.IdempotencyKey, in.Name)
+			}
 			if err != nil {
 				return nil, err
 			}

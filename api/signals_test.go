@@ -109,7 +109,7 @@ func TestSignalAPI(t *testing.T) {
 	status, out := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":5}`), "pay-1")
 	require.Equal(t, http.StatusOK, status, out)
 	require.Equal(t, true, out["buffered"])
-	status, again := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":6}`), "pay-1")
+	status, again := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount": 5}`), "pay-1")
 	require.Equal(t, http.StatusOK, status, again)
 	require.Equal(t, true, again["duplicate"])
 	require.Equal(t, out["seq"], again["seq"])
@@ -175,6 +175,61 @@ func TestSignalAPI(t *testing.T) {
 	// A finished run: 409 run_finished.
 	require.NoError(t, tb.store.RunCancel(ctx, id, "done"))
 	status, prob = tb.signal(t, id, "doc", "application/json", bytes.NewBufferString(`1`), "")
+	require.Equal(t, http.StatusConflict, status, prob)
+	require.Equal(t, "run_finished", prob["code"])
+}
+
+// TestSignalKeyReusedWithOtherPayload: the same Idempotency-Key with another payload
+// is a 409 idempotency_key_reused, as for starting a run, and the first signal
+// stands; with the same payload (JSON or bytes) it is the same signal.
+func TestSignalKeyReusedWithOtherPayload(t *testing.T) {
+	t.Parallel()
+	tb, id := setupSignals(t)
+	ctx := context.Background()
+
+	status, first := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":5}`), "pay-1")
+	require.Equal(t, http.StatusOK, status, first)
+	status, prob := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":6}`), "pay-1")
+	require.Equal(t, http.StatusConflict, status, prob)
+	require.Equal(t, "idempotency_key_reused", prob["code"])
+	require.Contains(t, prob["detail"], "pay-1")
+	// The same JSON, spelled otherwise, is the same signal.
+	status, again := tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{ "amount": 5 }`), "pay-1")
+	require.Equal(t, http.StatusOK, status, again)
+	require.Equal(t, true, again["duplicate"])
+	require.Equal(t, first["seq"], again["seq"])
+	// The key belongs to the signal's name: under another name it is a new signal.
+	status, other := tb.signal(t, id, "doc", "application/json", bytes.NewBufferString(`{"amount":6}`), "pay-1")
+	require.Equal(t, http.StatusOK, status, other)
+	require.Equal(t, false, other["duplicate"])
+
+	// Bytes (a blob payload): the same bytes are the same signal, others a 409.
+	status, blob := tb.signal(t, id, "paid", "application/octet-stream", bytes.NewBufferString("receipt A"), "pay-2")
+	require.Equal(t, http.StatusOK, status, blob)
+	status, again = tb.signal(t, id, "paid", "application/octet-stream", bytes.NewBufferString("receipt A"), "pay-2")
+	require.Equal(t, http.StatusOK, status, again)
+	require.Equal(t, true, again["duplicate"])
+	status, prob = tb.signal(t, id, "paid", "application/octet-stream", bytes.NewBufferString("receipt B"), "pay-2")
+	require.Equal(t, http.StatusConflict, status, prob)
+	require.Equal(t, "idempotency_key_reused", prob["code"])
+
+	// The step takes the first payload sent under pay-1.
+	suspendSignal(t, tb.store, map[string]string{"paid": "paid"})
+	st, err := tb.store.StepGet(ctx, id, "paid")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"amount":5}`, string(st.Output))
+
+	// After the run has ended, a repeat (a client whose answer was lost) is still
+	// the same signal, and another payload still a 409 idempotency_key_reused.
+	require.NoError(t, tb.store.RunCancel(ctx, id, "done"))
+	status, again = tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":5}`), "pay-1")
+	require.Equal(t, http.StatusOK, status, again)
+	require.Equal(t, true, again["duplicate"])
+	require.Equal(t, first["seq"], again["seq"])
+	status, prob = tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":7}`), "pay-1")
+	require.Equal(t, http.StatusConflict, status, prob)
+	require.Equal(t, "idempotency_key_reused", prob["code"])
+	status, prob = tb.signal(t, id, "paid", "application/json", bytes.NewBufferString(`{"amount":7}`), "pay-3")
 	require.Equal(t, http.StatusConflict, status, prob)
 	require.Equal(t, "run_finished", prob["code"])
 }

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/tracing"
 )
 
@@ -23,7 +24,7 @@ func (s *Server) withTracing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := t.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-			attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+			attribute.String("http.request.method", r.Method), attribute.String("url.path", functions.MaskCallbackPath(r.URL.Path))))
 		defer span.End()
 		rec := &statusRecorder{ResponseWriter: w}
 		r = r.WithContext(ctx)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/catalog/catalogtest"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -61,12 +63,33 @@ func (l *logSink) requireNoErrorLogs(t *testing.T) {
 	}
 }
 
+// requireWarnedPerRequest fails unless msg was logged n times, each at WARN with
+// its request's ID.
+func (l *logSink) requireWarnedPerRequest(t *testing.T, msg string, n int) {
+	t.Helper()
+	warned := 0
+	for _, rec := range l.records(t) {
+		if rec["msg"] == msg {
+			require.Equal(t, "WARN", rec["level"])
+			require.NotEmpty(t, rec["request_id"])
+			warned++
+		}
+	}
+	require.Equal(t, n, warned, "one WARN line %q per request", msg)
+}
+
 // newOutageServer serves the API over store with a file blob store, logging at
 // DEBUG into the returned sink.
 func newOutageServer(t *testing.T, store *catalog.Store) (url string, logs *logSink) {
 	t.Helper()
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
+	return newOutageServerWith(t, store, blobs)
+}
+
+// newOutageServerWith is newOutageServer on the blob store blobs.
+func newOutageServerWith(t *testing.T, store *catalog.Store, blobs blobstore.Store) (url string, logs *logSink) {
+	t.Helper()
 	tokens, err := api.ParseTokens("operator:" + outageToken)
 	require.NoError(t, err)
 	logs = &logSink{}
@@ -134,15 +157,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	require.Equal(t, "unreachable", ready.Checks["database"])
 
 	logs.requireNoErrorLogs(t)
-	warned := 0
-	for _, rec := range logs.records(t) {
-		if rec["msg"] == "database unavailable" {
-			require.Equal(t, "WARN", rec["level"])
-			require.NotEmpty(t, rec["request_id"])
-			warned++
-		}
-	}
-	require.Equal(t, len(tests), warned, "one WARN line per request")
+	logs.requireWarnedPerRequest(t, "database unavailable", len(tests))
 }
 
 // TestClientClosedRequest: a client that gives up while its request waits on the
@@ -204,4 +219,79 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '
 		closed = closed || rec["msg"] == "client closed request"
 	}
 	require.True(t, closed, "the abandoned request is logged as such")
+}
+
+// TestBlobStoreUnavailable: with the S3 server down (a real versitygw, stopped), the
+// reads that stream a blob (a step's output, checkpoint and log) answer 503
+// problems with Retry-After, as for a database outage, logged at WARN, never at
+// ERROR, with no S3 text in the problem; they answer again once it is back.
+func TestBlobStoreUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s3 := testenv.StartS3Process(t, "")
+	blobs := s3.Store()
+	store := catalog.New(testenv.DB(t), nil)
+	url, logs := newOutageServerWith(t, store, blobs)
+
+	// A step whose output, checkpoint and log are objects in the bucket.
+	v := catalogtest.Version(t, store, "wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	run, _, err := store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "wf", Version: v.Version})
+	require.NoError(t, err)
+	claimed, err := store.StepClaim(ctx, "test", 1, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	c := claimed[0]
+	put := func(kind, content string) blobstore.Object {
+		obj, err := blobs.Put(ctx, kind, strings.NewReader(content), blobstore.PutOptions{Size: int64(len(content))})
+		require.NoError(t, err)
+		return obj
+	}
+	checkpoint := put(blobstore.KindPayloads, "checkpoint bytes")
+	require.NoError(t, store.StepCheckpoint(ctx, catalog.Lease{RunID: c.RunID, Key: c.Key, Token: c.LeaseToken}, blobstore.ObjectRef(checkpoint).JSON(), nil))
+	output := put(blobstore.KindPayloads, "output bytes")
+	logObj := put(blobstore.KindLogs, "log line\n")
+	require.NoError(t, store.StepFinish(ctx, &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken,
+		Outcome: catalog.OutcomeSucceeded, Output: blobstore.ObjectRef(output).JSON(), LogKey: logObj.Key}))
+
+	paths := map[string]string{
+		"output":     "/v1/runs/" + run.ID.String() + "/steps/a/output",
+		"checkpoint": "/v1/runs/" + run.ID.String() + "/steps/a/checkpoint",
+		"log":        "/v1/runs/" + run.ID.String() + "/steps/a/logs",
+	}
+	get := func(path string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, url+path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+outageToken)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, b
+	}
+	for name, path := range paths {
+		resp, body := get(path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", name, body)
+	}
+
+	s3.Kill()
+	for name, path := range paths {
+		resp, body := get(path)
+		var p api.Problem
+		require.NoError(t, json.Unmarshal(body, &p), "%s: %s", name, body)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s: %+v", name, p)
+		require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"), name)
+		require.Equal(t, "5", resp.Header.Get("Retry-After"), name)
+		require.Equal(t, "unavailable", p.Code, name)
+		require.Equal(t, "the blob store is unavailable; try again later", p.Detail, name)
+	}
+	logs.requireNoErrorLogs(t)
+	logs.requireWarnedPerRequest(t, "blob store unavailable", len(paths))
+
+	s3.Start()
+	for name, path := range paths {
+		resp, body := get(path)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s after the outage: %s", name, body)
+	}
 }

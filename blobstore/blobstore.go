@@ -28,6 +28,11 @@ var (
 	// ErrInvalidRange means GetOptions asked for a negative offset or length, or
 	// an offset past the end of the object.
 	ErrInvalidRange = errors.New("blobstore: invalid range")
+	// ErrUnavailable means the store could not be reached (refused, reset,
+	// unreachable, DNS) or answered with a server error (5xx, SlowDown) after the
+	// client's own retries: an outage, worth trying again later. The error wraps
+	// the backend's too.
+	ErrUnavailable = errors.New("blobstore: unavailable")
 )
 
 // DefaultContentType is the media type of objects stored without one.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -183,13 +184,33 @@ func (s *S3Store) String() string {
 }
 
 // s3Error translates a minio error at the backend's edge: a missing object
-// becomes ErrNotFound; anything else is returned as is.
+// becomes ErrNotFound; a server that cannot be reached or answers with a server
+// error wraps ErrUnavailable; anything else is returned as is.
 func s3Error(err error) error {
 	var resp minio.ErrorResponse
 	if errors.As(err, &resp) && (resp.Code == minio.NoSuchKey || resp.Code == "NotFound") {
 		return ErrNotFound
 	}
+	if s3Unavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	return err
+}
+
+// s3Unavailable reports an outage: the connection failed (minio-go returns the
+// transport's *url.Error, a net.Error, once its retries are spent) or the server
+// answered 5xx or SlowDown. A canceled or timed-out context says nothing about
+// the server.
+func s3Unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var resp minio.ErrorResponse
+	if errors.As(err, &resp) {
+		return resp.StatusCode >= http.StatusInternalServerError || resp.Code == "SlowDown"
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // isInvalidRange reports a 416 answer to a ranged GET.

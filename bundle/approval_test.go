@@ -50,24 +50,21 @@ func TestApprovalStepsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"approval and builtin", steps("  - {key: a, builtin: noop, approval: {}}\n"), []string{
-			`cairn.yaml: steps[0]: step "a" sets builtin and approval: set exactly one of`}},
+			`cairn.yaml: step "a": sets builtin and approval: set exactly one of`}},
 		{"required zero", steps("  - {key: a, approval: {required: 0}}\n"), []string{
-			`cairn.yaml: steps[0].approval.required: required must be 1 to 100, not 0`}},
+			`cairn.yaml: step "a": approval.required: required must be 1 to 100, not 0`}},
 		{"viewer role", steps("  - {key: a, approval: {roles: [viewer]}}\n"), []string{
-			`cairn.yaml: steps[0].approval.roles: role "viewer" may not approve: operator or admin`}},
+			`cairn.yaml: step "a": approval.roles: role "viewer" may not approve: operator or admin`}},
 		{"empty roles", steps("  - {key: a, approval: {roles: []}}\n"), []string{
-			`cairn.yaml: steps[0].approval.roles: roles is empty`}},
+			`cairn.yaml: step "a": approval.roles: roles is empty`}},
 		{"bad timeout", steps("  - {key: a, approval: {timeout: 0s, on_timeout: retry}}\n"), []string{
-			`cairn.yaml: steps[0].approval.timeout: timeout 0s: must be > 0`,
-			`cairn.yaml: steps[0].approval.on_timeout: on_timeout must be fail or continue, not "retry"`}},
+			`cairn.yaml: step "a": approval.timeout: timeout 0s: must be > 0`,
+			`cairn.yaml: step "a": approval.on_timeout: on_timeout must be fail or continue, not "retry"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			for _, w := range tt.want {
 				require.True(t, strings.Contains(err.Error(), w), "want %q in:\n%s", w, err)
 			}

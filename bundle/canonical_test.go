@@ -292,11 +292,11 @@ func TestPackRejects(t *testing.T) {
 		}, `bundle has no cairn.yaml at its root`},
 		{"exec program not executable", func(t *testing.T, dir string) {
 			require.NoError(t, os.Chmod(filepath.Join(dir, "bin", "fetch"), 0o644))
-		}, `cairn.yaml: steps[0].exec: program "./bin/fetch" is not executable (mode 0644): set its execute bit`},
+		}, `cairn.yaml: step "fetch": exec: program "./bin/fetch" is not executable (mode 0644): set its execute bit`},
 		{"exec program missing", func(t *testing.T, dir string) {
 			require.NoError(t, os.Remove(filepath.Join(dir, "bin", "fetch")))
 			require.NoError(t, os.Remove(filepath.Join(dir, "fetch-link")))
-		}, `cairn.yaml: steps[0].exec: program "./bin/fetch" is not a file of the bundle`},
+		}, `cairn.yaml: step "fetch": exec: program "./bin/fetch" is not a file of the bundle`},
 		{"file too large", func(t *testing.T, dir string) {
 			f, err := os.Create(filepath.Join(dir, "huge"))
 			require.NoError(t, err)

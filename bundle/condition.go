@@ -88,7 +88,7 @@ func (v *validator) conditions(f string, s Step, keys map[string]int) {
 		v.add(s.Key, f+".after", "unknown trigger rule %q (known: %s)", s.After, joinRules())
 	}
 	if s.After != "" && len(s.Needs) == 0 {
-		v.add(s.Key, f+".after", "step %q needs no step: a trigger rule has nothing to follow", s.Key)
+		v.add(s.Key, f+".after", "needs no step: a trigger rule has nothing to follow")
 	}
 	if s.Compensate == nil {
 		return
@@ -97,8 +97,8 @@ func (v *validator) conditions(f string, s Step, keys map[string]int) {
 	ck := CompensateKey(s.Key)
 	if len(ck) > 63 {
 		v.add(s.Key, cf, "its compensation runs as step %q, over 63 characters: shorten the key %q", ck, s.Key)
-	} else if j, taken := keys[ck]; taken {
-		v.add(s.Key, cf, "its compensation runs as step %q, which is the key of steps[%d]", ck, j)
+	} else if _, taken := keys[ck]; taken {
+		v.add(s.Key, cf, "its compensation runs as step %q, which is the key of another step", ck)
 	}
 	v.handler(s.Key, cf, *s.Compensate, "a compensation")
 }
@@ -155,13 +155,7 @@ func (v *validator) handler(key, f string, h Step, what string) {
 	case len(kinds) == 0 && h.Sleep == nil && h.Signal == nil:
 		v.add(key, f, "%s has no function: set exactly one of exec, http, lambda, builtin", what)
 	}
-	switch {
-	case h.Network == "":
-	case h.Network != NetworkNone:
-		v.add(key, f+".network", "network must be %q (or unset: the host's network)", NetworkNone)
-	case h.Exec == nil:
-		v.add(key, f+".network", "network applies to exec steps only")
-	}
+	v.network(key, f, h.Network, h.Exec != nil)
 	v.stepEnv(key, f, h)
 	v.resources(key, f, h)
 	v.flow(key, f, h)

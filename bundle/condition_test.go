@@ -73,47 +73,44 @@ func TestConditionsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"bad when", steps("  - {key: b, needs: [a], builtin: noop, when: \"input.(\"}\n"), []string{
-			`cairn.yaml: steps[1].when: bad expression`}},
+			`cairn.yaml: step "b": when: bad expression`}},
 		{"when with an unknown name", steps("  - {key: b, builtin: noop, when: \"nope > 1\"}\n"), []string{
-			`cairn.yaml: steps[1].when: bad expression`}},
+			`cairn.yaml: step "b": when: bad expression`}},
 		{"unknown after", steps("  - {key: b, needs: [a], builtin: noop, after: sometimes}\n"), []string{
-			`cairn.yaml: steps[1].after: unknown trigger rule "sometimes" (known: all_succeeded, all_done, none_failed, any_failed)`}},
+			`cairn.yaml: step "b": after: unknown trigger rule "sometimes" (known: all_succeeded, all_done, none_failed, any_failed)`}},
 		{"after without needs", steps("  - {key: b, builtin: noop, after: all_done}\n"), []string{
-			`cairn.yaml: steps[1].after: step "b" needs no step`}},
+			`cairn.yaml: step "b": after: needs no step`}},
 		{"compensate a sleep", steps("  - {key: b, builtin: noop, compensate: {sleep: 1h}}\n"), []string{
-			`cairn.yaml: steps[1].compensate.sleep: a compensation runs a function: it cannot be a sleep`}},
+			`cairn.yaml: step "b": compensate.sleep: a compensation runs a function: it cannot be a sleep`}},
 		{"compensate nothing", steps("  - {key: b, builtin: noop, compensate: {with: {x: 1}}}\n"), []string{
-			`cairn.yaml: steps[1].compensate: a compensation has no function`}},
+			`cairn.yaml: step "b": compensate: a compensation has no function`}},
 		{"compensate two kinds", steps("  - {key: b, builtin: noop, compensate: {builtin: noop, exec: [./x]}}\n"), []string{
-			`cairn.yaml: steps[1].compensate: a compensation sets exec and builtin`}},
+			`cairn.yaml: step "b": compensate: a compensation sets exec and builtin`}},
 		{"compensate with needs", steps("  - {key: b, builtin: noop, compensate: {builtin: noop, needs: [a]}}\n"), []string{
-			`cairn.yaml: steps[1].compensate.needs: a compensation cannot need steps`}},
+			`cairn.yaml: step "b": compensate.needs: a compensation cannot need steps`}},
 		{"compensate key taken", steps("  - {key: b, builtin: noop, compensate: {builtin: noop}}\n  - {key: compensate-b, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].compensate: its compensation runs as step "compensate-b", which is the key of steps[2]`}},
+			`cairn.yaml: step "b": compensate: its compensation runs as step "compensate-b", which is the key of another step`}},
 		{"compensate key too long", steps("  - {key: " + strings.Repeat("k", 60) + ", builtin: noop, compensate: {builtin: noop}}\n"), []string{
 			`over 63 characters`}},
 		{"on_failure signal", steps("on_failure:\n  - {key: n, signal: {name: x}}\n"), []string{
-			`cairn.yaml: on_failure[0].signal: an on_failure step runs a function: it cannot wait for a signal`}},
+			`cairn.yaml: on_failure step "n": signal: an on_failure step runs a function: it cannot wait for a signal`}},
 		{"compensate approval", steps("  - {key: b, builtin: noop, compensate: {approval: {required: 1}}}\n"), []string{
-			`cairn.yaml: steps[1].compensate.approval: a compensation runs a function: it cannot wait for an approval`}},
+			`cairn.yaml: step "b": compensate.approval: a compensation runs a function: it cannot wait for an approval`}},
 		{"on_failure without key", steps("on_failure:\n  - {builtin: noop}\n"), []string{
 			`cairn.yaml: on_failure[0].key: required`}},
 		{"on_failure key of a step", steps("on_failure:\n  - {key: a, builtin: noop}\n"), []string{
 			`cairn.yaml: on_failure[0].key: duplicate step key "a" (used by steps[0])`}},
 		{"on_failure bad builtin", steps("on_failure:\n  - {key: n, builtin: nope}\n"), []string{
-			`cairn.yaml: on_failure[0].builtin: unknown built-in "nope"`}},
+			`cairn.yaml: on_failure step "n": builtin: unknown built-in "nope"`}},
 		{"compensate pauses", steps("  - {key: b, builtin: noop, compensate: {builtin: noop, retry: {on_exhausted: pause}}}\n"), []string{
-			`cairn.yaml: steps[1].compensate.retry.on_exhausted: a compensation runs after the run failed: it cannot pause the run`}},
+			`cairn.yaml: step "b": compensate.retry.on_exhausted: a compensation runs after the run failed: it cannot pause the run`}},
 		{"on_failure with needs", steps("on_failure:\n  - {key: n, builtin: noop, needs: [a]}\n"), []string{
-			`cairn.yaml: on_failure[0].needs: an on_failure step cannot need steps`}},
+			`cairn.yaml: on_failure step "n": needs: an on_failure step cannot need steps`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			for _, w := range tt.want {
 				require.True(t, strings.Contains(err.Error(), w), "want %q in:\n%s", w, err)
 			}

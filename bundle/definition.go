@@ -109,6 +109,9 @@ type StepDefinition struct {
 	Retry RetryDefinition `json:"retry"`
 	// Network is NetworkNone for an exec step without network; empty otherwise.
 	Network string `json:"network,omitempty"`
+	// NetworkAllow lists the ports of the server's host an exec step's handler
+	// may reach ("localhost:5432", sorted; network.go); empty otherwise.
+	NetworkAllow []string `json:"network_allow,omitempty"`
 	// Env is an exec step's environment (the defaults' env under its own):
 	// plain values and secret references, never secret values; nil when empty.
 	Env map[string]Value `json:"env,omitempty"`
@@ -183,9 +186,11 @@ func (m *Manifest) Normalize() (*Definition, error) {
 	var defaultPriority *int
 	var defaultQueue *Duration
 	var defaultEnv map[string]Value
+	var defaultNetwork *Network
 	if m.Defaults != nil {
 		defaultQueue = m.Defaults.QueueTimeout
 		defaultEnv = m.Defaults.Env
+		defaultNetwork = m.Defaults.Network
 		defaultConc, defaultRate, defaultPriority = m.Defaults.Concurrency, m.Defaults.RateLimit, m.Defaults.Priority
 		if m.Defaults.Timeout != nil {
 			timeout = *m.Defaults.Timeout
@@ -201,6 +206,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			return nil, err
 		}
 		applyEnv(&d, &s, defaultEnv)
+		applyNetwork(&d, &s, defaultNetwork)
 		// Flow control (flow.go) applies to the steps of the DAG and to their
 		// compensations: their own settings, else the defaults.
 		fd := flowDefaults{conc: defaultConc, rate: defaultRate, priority: defaultPriority, queue: defaultQueue, workflow: m.Name}
@@ -226,6 +232,7 @@ func (m *Manifest) Normalize() (*Definition, error) {
 			return nil, err
 		}
 		applyEnv(&d, &s, defaultEnv)
+		applyNetwork(&d, &s, defaultNetwork)
 		flowDefaults{conc: defaultConc, rate: defaultRate, priority: defaultPriority, queue: defaultQueue, workflow: m.Name}.apply(&d, &s)
 		def.OnFailure = append(def.OnFailure, d)
 	}
@@ -261,7 +268,6 @@ func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefiniti
 		p, _ := execPath(s.Exec[0])
 		d.Kind = KindExec
 		d.Exec = &ExecDefinition{Path: p, Args: append([]string{}, s.Exec[1:]...)}
-		d.Network = s.Network
 		normalizeResources(&s, &d)
 	case s.HTTP != nil:
 		d.Kind = KindHTTP

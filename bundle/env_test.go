@@ -68,7 +68,7 @@ func TestEnvInvalid(t *testing.T) {
 		require.NoError(t, err, tc.yaml)
 		_, err = m.Normalize()
 		require.ErrorIs(t, err, ErrInvalid, tc.yaml)
-		require.Contains(t, err.Error(), tc.field, tc.yaml)
+		require.Contains(t, errorFields(err), tc.field, tc.yaml)
 	}
 	_, err := ParseManifest([]byte("name: x\nsteps:\n  - {key: a, exec: [\"./a\"], env: {A: {secret: s, other: 1}}}\n"))
 	require.Error(t, err)

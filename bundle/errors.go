@@ -3,6 +3,7 @@ package bundle
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -35,25 +36,69 @@ type ValidationError struct {
 	Message string
 	// TooLarge is set when a limit was exceeded (see ErrTooLarge).
 	TooLarge bool
+	// byPlace: Step is the key of more than one step, so Error names the step by
+	// its place in the list (Field) instead.
+	byPlace bool
 }
 
 // Error formats the error as `entry "../x": path leaves the bundle` for an archive
-// entry, `cairn.yaml: steps[1].needs: step "b" needs unknown step "z"` for the manifest,
-// and the bare message for the archive as a whole.
+// entry, `cairn.yaml: step "b": needs: needs unknown step "z"` for the manifest, and
+// the bare message for the archive as a whole. A step is named by its key, as the
+// user wrote it, not by its place in the list; only an error about the key itself
+// (missing, malformed or duplicated) names the place (`steps[2].key`).
 func (e *ValidationError) Error() string {
-	var b strings.Builder
 	switch {
 	case e.Path == ManifestPath:
-		b.WriteString(ManifestPath + ": ")
+		return ManifestPath + ": " + e.Describe()
 	case e.Path != "":
-		fmt.Fprintf(&b, "entry %q: ", e.Path)
+		return fmt.Sprintf("entry %q: %s", e.Path, e.Describe())
 	}
-	if e.Field != "" {
+	return e.Describe()
+}
+
+// Describe is Error without the file the error is in: `step "b": needs: needs
+// unknown step "z"`, for a report that names the file apart (an API problem's
+// location).
+func (e *ValidationError) Describe() string {
+	var b strings.Builder
+	if step, field := e.stepField(); step != "" {
+		b.WriteString(step)
+		b.WriteString(": ")
+		if field != "" {
+			b.WriteString(field)
+			b.WriteString(": ")
+		}
+	} else if e.Field != "" {
 		b.WriteString(e.Field)
 		b.WriteString(": ")
 	}
 	b.WriteString(e.Message)
 	return b.String()
+}
+
+// reStepPlace is the place of a step in the manifest's lists, at the head of a
+// Field: "steps[1]" or "on_failure[0]", then the field inside the step.
+var reStepPlace = regexp.MustCompile(`^(steps|on_failure)\[\d+\](?:\.|$)`)
+
+// stepField returns how Error names the step the error is about (`step "b"`, or
+// `on_failure step "n"`) and the field inside it ("when", "retry.delay"); "" when
+// the step has no key to name it by, or the key itself is at fault.
+func (e *ValidationError) stepField() (step, field string) {
+	if e.Step == "" || e.byPlace {
+		return "", ""
+	}
+	loc := reStepPlace.FindStringSubmatch(e.Field)
+	if loc == nil {
+		return fmt.Sprintf("step %q", e.Step), e.Field
+	}
+	field = e.Field[len(loc[0]):]
+	if field == "key" {
+		return "", ""
+	}
+	if loc[1] == "on_failure" {
+		return fmt.Sprintf("on_failure step %q", e.Step), field
+	}
+	return fmt.Sprintf("step %q", e.Step), field
 }
 
 // Is reports whether target is ErrInvalid, or ErrTooLarge for a TooLarge error.

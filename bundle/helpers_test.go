@@ -129,3 +129,24 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// errorFields lists the Field of every *ValidationError in err (the path into the
+// document a tool would point at).
+func errorFields(err error) []string {
+	var fields []string
+	for _, ve := range ValidationErrors(err) {
+		fields = append(fields, ve.Field)
+	}
+	return fields
+}
+
+// validateError parses yaml, which must parse, and returns what Validate (no files)
+// refuses it for, which must be something.
+func validateError(t *testing.T, yaml string) error {
+	t.Helper()
+	m, err := ParseManifest([]byte(yaml))
+	require.NoError(t, err)
+	err = m.Validate(nil)
+	require.Error(t, err)
+	return err
+}

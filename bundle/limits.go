@@ -86,6 +86,18 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// CheckArchiveSize refuses a compressed archive announced as n bytes (an HTTP
+// Content-Length) when n is over MaxArchiveSize, before any of it is read: an error
+// matching ErrTooLarge. A negative n (size unknown) passes: Extract stops reading
+// such an archive at the limit.
+func (l Limits) CheckArchiveSize(n int64) error {
+	l = l.withDefaults()
+	if n > l.MaxArchiveSize {
+		return tooLarge("", "compressed archive is %s, over the %s limit", formatSize(n), formatSize(l.MaxArchiveSize))
+	}
+	return nil
+}
+
 // maxStreamSize bounds the uncompressed tar stream: the files' contents plus, per
 // entry, room for its headers (a ustar block, a PAX header with long path and link
 // names) and padding, plus the end-of-archive blocks. It catches decompression bombs

@@ -57,8 +57,8 @@ steps:
 	require.ErrorIs(t, err, ErrInvalid)
 	require.NotErrorIs(t, err, ErrTooLarge)
 	require.Equal(t, []string{
-		`cairn.yaml: steps[0].exec: program "./bin/fetch" is not executable (mode 0644): set its execute bit`,
-		`cairn.yaml: steps[1].needs: step "use" needs unknown step "missing"`,
-		`cairn.yaml: steps[1].timeout: timeout 48h0m0s is over the 24h limit`,
+		`cairn.yaml: step "fetch": exec: program "./bin/fetch" is not executable (mode 0644): set its execute bit`,
+		`cairn.yaml: step "use": needs: needs unknown step "missing"`,
+		`cairn.yaml: step "use": timeout: timeout 48h0m0s is over the 24h limit`,
 	}, messages(err))
 }

@@ -63,6 +63,8 @@ type Defaults struct {
 	// Env applies to every exec step, name by name under the step's own env
 	// (env.go); the other kinds ignore it.
 	Env map[string]Value `yaml:"env,omitempty" json:"env,omitempty"`
+	// Network applies to every exec step that sets none itself (network.go).
+	Network *Network `yaml:"network,omitempty" json:"network,omitempty"`
 }
 
 // Step is one step of a manifest. Exactly one of Exec, HTTP, Lambda, Builtin, Sleep,
@@ -98,10 +100,11 @@ type Step struct {
 	// Retry policy; each unset field falls back to Defaults.Retry, then to the
 	// built-in default.
 	Retry *RetryPolicy `yaml:"retry,omitempty" json:"retry,omitempty"`
-	// Network is "none" for an exec step that must run without any network (not
-	// even loopback); unset, it shares the host's. Only servers that isolate
-	// handlers can honour it: the others refuse the step.
-	Network string `yaml:"network,omitempty" json:"network,omitempty"`
+	// Network is an exec step's network: none, or {allow: [host:port, …]} of the
+	// server's host; unset, outbound only (network.go). Default:
+	// Defaults.Network. Only servers that isolate handlers can honour none: the
+	// others refuse the step.
+	Network *Network `yaml:"network,omitempty" json:"network,omitempty"`
 	// Env is an exec step's environment variables: plain values or secret
 	// references ({secret: name}), resolved when each attempt starts (env.go).
 	Env map[string]Value `yaml:"env,omitempty" json:"env,omitempty"`
@@ -135,9 +138,6 @@ type Step struct {
 	// in reverse completion order (condition.go).
 	Compensate *Step `yaml:"compensate,omitempty" json:"compensate,omitempty"`
 }
-
-// NetworkNone is Step.Network's one value: no network at all.
-const NetworkNone = "none"
 
 // HTTPSpec is the function of an http step: a POST of the envelope to URL.
 type HTTPSpec struct {

@@ -125,85 +125,85 @@ func TestValidate(t *testing.T) {
 		{"duplicate key", steps("  - key: a\n    builtin: echo\n"), []string{
 			`cairn.yaml: steps[1].key: duplicate step key "a" (first used by steps[0])`}},
 		{"unknown need", steps("  - key: b\n    needs: [a, zz]\n    builtin: noop\n"), []string{
-			`cairn.yaml: steps[1].needs: step "b" needs unknown step "zz"`}},
+			`cairn.yaml: step "b": needs: needs unknown step "zz"`}},
 		{"needs itself", steps("  - key: b\n    needs: [b]\n    builtin: noop\n"), []string{
-			`cairn.yaml: steps[1].needs: step "b" needs itself`}},
+			`cairn.yaml: step "b": needs: needs itself`}},
 		{"cycle", "name: demo\nsteps:\n" +
 			"  - {key: a, needs: [b], builtin: noop}\n" +
 			"  - {key: b, needs: [c], builtin: noop}\n" +
 			"  - {key: c, needs: [a], builtin: noop}\n" +
 			"  - {key: d, needs: [c], builtin: noop}\n", []string{
-			`cairn.yaml: steps[0].needs: step "a" is part of a dependency cycle: a → b → c → a`}},
+			`cairn.yaml: step "a": needs: is part of a dependency cycle: a → b → c → a`}},
 		{"two cycles", "name: demo\nsteps:\n" +
 			"  - {key: x, needs: [y], builtin: noop}\n" +
 			"  - {key: y, needs: [x], builtin: noop}\n" +
 			"  - {key: p, needs: [q], builtin: noop}\n" +
 			"  - {key: q, needs: [r], builtin: noop}\n" +
 			"  - {key: r, needs: [q], builtin: noop}\n", []string{
-			`cairn.yaml: steps[0].needs: step "x" is part of a dependency cycle: x → y → x`,
-			`cairn.yaml: steps[3].needs: step "q" is part of a dependency cycle: q → r → q`}},
+			`cairn.yaml: step "x": needs: is part of a dependency cycle: x → y → x`,
+			`cairn.yaml: step "q": needs: is part of a dependency cycle: q → r → q`}},
 		{"no function", steps("  - key: b\n"), []string{
-			`cairn.yaml: steps[1]: step "b" has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "b": has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
 		{"two functions", steps("  - key: b\n    builtin: noop\n    http: {url: 'http://x'}\n"), []string{
-			`cairn.yaml: steps[1]: step "b" sets http and builtin: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "b": sets http and builtin: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
 		{"unknown builtin", steps("  - key: b\n    builtin: explode\n"), []string{
-			`cairn.yaml: steps[1].builtin: unknown built-in "explode" (known: noop, echo, sleep, fail)`}},
+			`cairn.yaml: step "b": builtin: unknown built-in "explode" (known: noop, echo, sleep, fail)`}},
 		{"bad sleep duration", steps("  - key: b\n    builtin: sleep\n    with: {duration: 2}\n"), []string{
-			`cairn.yaml: steps[1].with.duration: sleep duration 2 must be a duration string between 0s and 24h, like "2s"`}},
+			`cairn.yaml: step "b": with.duration: sleep duration 2 must be a duration string between 0s and 24h, like "2s"`}},
 		{"bad fail times", steps("  - key: b\n    builtin: fail\n    with: {times: -1}\n"), []string{
-			`cairn.yaml: steps[1].with.times: fail times -1 must be an integer >= 0`}},
+			`cairn.yaml: step "b": with.times: fail times -1 must be an integer >= 0`}},
 		{"exec empty", steps("  - key: b\n    exec: []\n"), []string{
-			`cairn.yaml: steps[1].exec: must name a program of the bundle, like ["./bin/fetch"]`}},
+			`cairn.yaml: step "b": exec: must name a program of the bundle, like ["./bin/fetch"]`}},
 		{"exec absolute", steps("  - key: b\n    exec: [/bin/sh, -c, 'rm -rf /']\n"), []string{
-			`cairn.yaml: steps[1].exec: program "/bin/sh" must be a relative path inside the bundle, like "./bin/fetch"`}},
+			`cairn.yaml: step "b": exec: program "/bin/sh" must be a relative path inside the bundle, like "./bin/fetch"`}},
 		{"exec leaving", steps("  - key: b\n    exec: [../bin/run]\n"), []string{
-			`cairn.yaml: steps[1].exec: program "../bin/run" must be a relative path inside the bundle, like "./bin/fetch"`}},
+			`cairn.yaml: step "b": exec: program "../bin/run" must be a relative path inside the bundle, like "./bin/fetch"`}},
 		{"exec missing", steps("  - key: b\n    exec: [./bin/nope]\n"), []string{
-			`cairn.yaml: steps[1].exec: program "./bin/nope" is not a file of the bundle`}},
+			`cairn.yaml: step "b": exec: program "./bin/nope" is not a file of the bundle`}},
 		{"exec not executable", steps("  - key: b\n    exec: [./bin/data]\n"), []string{
-			`cairn.yaml: steps[1].exec: program "./bin/data" is not executable (mode 0644): set its execute bit`}},
+			`cairn.yaml: step "b": exec: program "./bin/data" is not executable (mode 0644): set its execute bit`}},
 		{"http relative", steps("  - key: b\n    http: {url: /summarize}\n"), []string{
-			`cairn.yaml: steps[1].http.url: "/summarize" must be an absolute http or https URL`}},
+			`cairn.yaml: step "b": http.url: "/summarize" must be an absolute http or https URL`}},
 		{"http ftp", steps("  - key: b\n    http: {url: 'ftp://x/y'}\n"), []string{
-			`cairn.yaml: steps[1].http.url: "ftp://x/y" must be an absolute http or https URL`}},
+			`cairn.yaml: step "b": http.url: "ftp://x/y" must be an absolute http or https URL`}},
 		{"http missing url", steps("  - key: b\n    http: {headers: {X-A: b}}\n"), []string{
-			`cairn.yaml: steps[1].http.url: required`}},
+			`cairn.yaml: step "b": http.url: required`}},
 		{"http credentials", steps("  - key: b\n    http: {url: 'https://u:secret@x/'}\n"), []string{
-			`cairn.yaml: steps[1].http.url: "https://u:xxxxx@x/" must not hold credentials; use headers`}},
+			`cairn.yaml: step "b": http.url: "https://u:xxxxx@x/" must not hold credentials; use headers`}},
 		{"http reserved header", steps("  - key: b\n    http: {url: 'https://x/', headers: {cairn-signature: x, X-Ok: y}}\n"), []string{
-			`cairn.yaml: steps[1].http.headers["cairn-signature"]: header "Cairn-Signature" is set by Cairn and cannot be overridden`}},
+			`cairn.yaml: step "b": http.headers["cairn-signature"]: header "Cairn-Signature" is set by Cairn and cannot be overridden`}},
 		{"http bad header", steps("  - key: b\n    http: {url: 'https://x/', headers: {'bad name': x, X-Ok: \"a\\nb\"}}\n"), []string{
-			`cairn.yaml: steps[1].http.headers["X-Ok"]: header value contains a line break or NUL`,
-			`cairn.yaml: steps[1].http.headers["bad name"]: invalid header name "bad name"`}},
+			`cairn.yaml: step "b": http.headers["X-Ok"]: header value contains a line break or NUL`,
+			`cairn.yaml: step "b": http.headers["bad name"]: invalid header name "bad name"`}},
 		{"lambda empty", steps("  - key: b\n    lambda: {function: ''}\n"), []string{
-			`cairn.yaml: steps[1].lambda.function: required`}},
+			`cairn.yaml: step "b": lambda.function: required`}},
 		{"lambda bad qualifier", steps("  - key: b\n    lambda: {function: f, qualifier: 'v 1'}\n"), []string{
-			`cairn.yaml: steps[1].lambda.qualifier: "v 1" is not a Lambda version or alias`}},
+			`cairn.yaml: step "b": lambda.qualifier: "v 1" is not a Lambda version or alias`}},
 		{"zero timeout", steps("  - key: b\n    builtin: noop\n    timeout: 0s\n"), []string{
-			`cairn.yaml: steps[1].timeout: timeout 0s must be positive`}},
+			`cairn.yaml: step "b": timeout: timeout 0s must be positive`}},
 		{"long timeout", steps("  - key: b\n    builtin: noop\n    timeout: 25h\n"), []string{
-			`cairn.yaml: steps[1].timeout: timeout 25h0m0s is over the 24h limit`}},
+			`cairn.yaml: step "b": timeout: timeout 25h0m0s is over the 24h limit`}},
 		{"bad default timeout", "name: demo\ndefaults: {timeout: -1s}\nsteps:\n  - key: a\n    builtin: noop\n", []string{
 			`cairn.yaml: defaults.timeout: timeout -1s must be positive`}},
 		{"retry out of range", steps("  - key: b\n    builtin: noop\n    retry: {max_attempts: 0, backoff: random, delay: -1s, jitter: 2}\n"), []string{
-			`cairn.yaml: steps[1].retry.max_attempts: 0 is out of range 1..100`,
-			`cairn.yaml: steps[1].retry.backoff: unknown backoff "random" (known: fixed, linear, exponential)`,
-			`cairn.yaml: steps[1].retry.delay: delay -1s must not be negative`,
-			`cairn.yaml: steps[1].retry.jitter: 2 is out of range 0..1`}},
+			`cairn.yaml: step "b": retry.max_attempts: 0 is out of range 1..100`,
+			`cairn.yaml: step "b": retry.backoff: unknown backoff "random" (known: fixed, linear, exponential)`,
+			`cairn.yaml: step "b": retry.delay: delay -1s must not be negative`,
+			`cairn.yaml: step "b": retry.jitter: 2 is out of range 0..1`}},
 		{"unknown on_exhausted", steps("  - key: b\n    builtin: noop\n    retry: {on_exhausted: retry}\n"), []string{
-			`cairn.yaml: steps[1].retry.on_exhausted: unknown on_exhausted "retry" (known: fail, pause)`}},
+			`cairn.yaml: step "b": retry.on_exhausted: unknown on_exhausted "retry" (known: fail, pause)`}},
 		{"too many attempts", steps("  - key: b\n    builtin: noop\n    retry: {max_attempts: 101}\n"), []string{
-			`cairn.yaml: steps[1].retry.max_attempts: 101 is out of range 1..100`}},
+			`cairn.yaml: step "b": retry.max_attempts: 101 is out of range 1..100`}},
 		{"max_delay below delay", steps("  - key: b\n    builtin: noop\n    retry: {delay: 1m, max_delay: 10s}\n"), []string{
-			`cairn.yaml: steps[1].retry.max_delay: max_delay 10s is less than delay 1m0s (after defaults)`}},
+			`cairn.yaml: step "b": retry.max_delay: max_delay 10s is less than delay 1m0s (after defaults)`}},
 		{"max_delay below delay after defaults", "name: demo\ndefaults: {retry: {max_delay: 30s}}\nsteps:\n  - key: a\n    builtin: noop\n    retry: {delay: 1m}\n", []string{
-			`cairn.yaml: steps[0].retry.max_delay: max_delay 30s is less than delay 1m0s (after defaults)`}},
+			`cairn.yaml: step "a": retry.max_delay: max_delay 30s is less than delay 1m0s (after defaults)`}},
 		{"bad with", steps("  - key: b\n    builtin: echo\n    with: {a: {1: x}}\n"), []string{
-			`cairn.yaml: steps[1].with.a: key 1 is not a string`}},
+			`cairn.yaml: step "b": with.a: key 1 is not a string`}},
 		{"every error at once", "name: X\nsteps:\n  - key: a\n  - key: a\n    builtin: nope\n", []string{
 			`cairn.yaml: name: "X" must be 1 to 63 lower-case letters, digits and hyphens, starting with a letter or digit`,
 			`cairn.yaml: steps[1].key: duplicate step key "a" (first used by steps[0])`,
-			`cairn.yaml: steps[0]: step "a" has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`,
+			`cairn.yaml: steps[0]: has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`,
 			`cairn.yaml: steps[1].builtin: unknown built-in "nope" (known: noop, echo, sleep, fail)`}},
 	}
 	for _, tt := range tests {
@@ -233,5 +233,5 @@ func TestValidationErrorFields(t *testing.T) {
 	err = m.Validate(nil)
 	var ve *ValidationError
 	require.True(t, errors.As(err, &ve))
-	require.Equal(t, ValidationError{Path: "cairn.yaml", Step: "b", Field: "steps[1].needs", Message: `step "b" needs unknown step "zz"`}, *ve)
+	require.Equal(t, ValidationError{Path: "cairn.yaml", Step: "b", Field: "steps[1].needs", Message: `needs unknown step "zz"`}, *ve)
 }

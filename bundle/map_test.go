@@ -57,26 +57,23 @@ func TestMapStepsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"not upstream", steps("  - {key: a, map: {over: \"deps.up\"}, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].map.over: map.over reads deps.up, but step "up" is not upstream of "a": add it to needs`}},
+			`cairn.yaml: step "a": map.over: map.over reads deps.up, but step "up" is not upstream of "a": add it to needs`}},
 		{"on a sleep", steps("  - {key: a, map: {over: \"[1]\"}, sleep: 1h}\n"), []string{
-			`cairn.yaml: steps[1].map: map applies to exec, http, lambda, builtin and workflow steps, not sleep`}},
+			`cairn.yaml: step "a": map: map applies to exec, http, lambda, builtin and workflow steps, not sleep`}},
 		{"bad expression", steps("  - {key: a, map: {over: \"[1\"}, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].map.over: bad expression`}},
+			`cairn.yaml: step "a": map.over: bad expression`}},
 		{"empty over", steps("  - {key: a, map: {max_parallel: 2}, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].map.over: map.over is empty`}},
+			`cairn.yaml: step "a": map.over: map.over is empty`}},
 		{"bad bounds", steps("  - {key: a, map: {over: \"[1]\", max_parallel: 20000, tolerate_failures: \"lots\"}, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].map.max_parallel: max_parallel 20000: must be 1 to 10000`,
-			`cairn.yaml: steps[1].map.tolerate_failures: tolerate_failures "lots": a count (3) or a percentage`}},
+			`cairn.yaml: step "a": map.max_parallel: max_parallel 20000: must be 1 to 10000`,
+			`cairn.yaml: step "a": map.tolerate_failures: tolerate_failures "lots": a count (3) or a percentage`}},
 		{"bad percent", steps("  - {key: a, map: {over: \"[1]\", tolerate_failures: \"150%\"}, builtin: noop}\n"), []string{
-			`cairn.yaml: steps[1].map.tolerate_failures: tolerate_failures "150%"`}},
+			`cairn.yaml: step "a": map.tolerate_failures: tolerate_failures "150%"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			for _, w := range tt.want {
 				require.True(t, strings.Contains(err.Error(), w), "want %q in:\n%s", w, err)
 			}

@@ -27,6 +27,6 @@ func TestResources(t *testing.T) {
 		require.NoError(t, err, tc.yaml)
 		_, err = m.Normalize()
 		require.ErrorIs(t, err, ErrInvalid, tc.yaml)
-		require.Contains(t, err.Error(), tc.field, tc.yaml)
+		require.Contains(t, errorFields(err), tc.field, tc.yaml)
 	}
 }

@@ -19,11 +19,11 @@ func TestValidateRefusesTextTheCatalogCannotStore(t *testing.T) {
 		{"description not UTF-8", "name: wf\ndescription: !!binary /w==\nsteps:\n  - {key: a, builtin: noop}\n",
 			"cairn.yaml: description: is not valid UTF-8"},
 		{"with value", "name: wf\nsteps:\n  - {key: a, builtin: echo, with: {value: \"a\\0b\"}}\n",
-			"cairn.yaml: steps[0].with.value: string contains a NUL character"},
+			`cairn.yaml: step "a": with.value: string contains a NUL character`},
 		{"with key", "name: wf\nsteps:\n  - {key: a, builtin: echo, with: {\"k\\0\": 1}}\n",
-			`cairn.yaml: steps[0].with["k\x00"]: key contains a NUL character`},
+			`cairn.yaml: step "a": with["k\x00"]: key contains a NUL character`},
 		{"nested with value", "name: wf\nsteps:\n  - {key: a, builtin: echo, with: {l: [{m: \"\\0\"}]}}\n",
-			"cairn.yaml: steps[0].with.l[0].m: string contains a NUL character"},
+			`cairn.yaml: step "a": with.l[0].m: string contains a NUL character`},
 	}
 	for _, tt := range tests {
 		m, err := ParseManifest([]byte(tt.yaml))

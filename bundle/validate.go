@@ -125,6 +125,7 @@ func (v *validator) manifest(m *Manifest) {
 		if q := m.Defaults.QueueTimeout; q != nil {
 			v.queueTimeout("", "defaults.queue_timeout", *q)
 		}
+		v.network("", "defaults", m.Defaults.Network, true)
 		if m.Defaults.Env != nil {
 			v.env("", "defaults.env", m.Defaults.Env)
 		}
@@ -165,6 +166,21 @@ func (v *validator) manifest(m *Manifest) {
 		}
 	}
 	v.onFailure(m.OnFailure, first, compensations)
+	v.placeSharedKeys(m)
+}
+
+// placeSharedKeys marks the errors about a step whose key another step has too:
+// the key does not say which step, so Error names the step by its place.
+func (v *validator) placeSharedKeys(m *Manifest) {
+	count := map[string]int{}
+	for _, s := range slices.Concat(m.Steps, m.OnFailure) {
+		count[s.Key]++
+	}
+	for _, e := range v.errs {
+		if count[e.Step] > 1 {
+			e.byPlace = true
+		}
+	}
 }
 
 // step checks one step but its place in the graph.
@@ -172,9 +188,9 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	for _, n := range s.Needs {
 		switch _, ok := keys[n]; {
 		case n == s.Key:
-			v.add(s.Key, f+".needs", "step %q needs itself", s.Key)
+			v.add(s.Key, f+".needs", "needs itself")
 		case !ok:
-			v.add(s.Key, f+".needs", "step %q needs unknown step %q", s.Key, n)
+			v.add(s.Key, f+".needs", "needs unknown step %q", n)
 		}
 	}
 	var kinds []string
@@ -198,21 +214,15 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	kinds = append(kinds, v.approvalKind(f, s)...)
 	kinds = append(kinds, v.workflowKind(f, s)...)
 	v.mapSpec(f, s, kinds)
-	switch {
-	case s.Network == "":
-	case s.Network != NetworkNone:
-		v.add(s.Key, f+".network", "network must be %q (or unset: the host's network)", NetworkNone)
-	case s.Exec == nil:
-		v.add(s.Key, f+".network", "network applies to exec steps only")
-	}
+	v.network(s.Key, f, s.Network, s.Exec != nil)
 	v.stepEnv(s.Key, f, s)
 	v.resources(s.Key, f, s)
 	switch len(kinds) {
 	case 0:
-		v.add(s.Key, f, "step %q has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key)
+		v.add(s.Key, f, "has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow")
 	case 1:
 	default:
-		v.add(s.Key, f, "step %q sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", s.Key, strings.Join(kinds, " and "))
+		v.add(s.Key, f, "sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", strings.Join(kinds, " and "))
 	}
 	if s.With != nil {
 		if _, err := normalizeWith(s.With); err != nil {
@@ -469,7 +479,7 @@ func (v *validator) cycles(steps []Step, keys map[string]int) {
 				}
 				names = append(names, n)
 				v.add(steps[j].Key, fmt.Sprintf("steps[%d].needs", j),
-					"step %q is part of a dependency cycle: %s", steps[j].Key, strings.Join(names, " → "))
+					"is part of a dependency cycle: %s", strings.Join(names, " → "))
 			}
 		}
 		stack = stack[:len(stack)-1]

@@ -57,32 +57,29 @@ func TestWaitStepsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"sleep and builtin", steps("  - {key: a, builtin: noop, sleep: 1h}\n"), []string{
-			`cairn.yaml: steps[0]: step "a" sets builtin and sleep: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "a": sets builtin and sleep: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
 		{"sleep and signal", steps("  - {key: a, sleep: 1h, signal: {name: x}}\n"), []string{
-			`cairn.yaml: steps[0]: step "a" sets sleep and signal: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "a": sets sleep and signal: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
 		{"sleep too long", steps("  - {key: a, sleep: 9000h}\n"), []string{
-			`cairn.yaml: steps[0].sleep: sleep 9000h0m0s: must be > 0 and at most 8784h0m0s (a year)`}},
+			`cairn.yaml: step "a": sleep: sleep 9000h0m0s: must be > 0 and at most 8784h0m0s (a year)`}},
 		{"sleep zero", steps("  - {key: a, sleep: 0s}\n"), []string{
-			`cairn.yaml: steps[0].sleep: sleep 0s: must be > 0 and at most 8784h0m0s (a year)`}},
+			`cairn.yaml: step "a": sleep: sleep 0s: must be > 0 and at most 8784h0m0s (a year)`}},
 		{"sleep bad expression", steps("  - {key: a, sleep: {until: \"input.(\"}}\n"), []string{
-			`cairn.yaml: steps[0].sleep.until: bad expression`}},
+			`cairn.yaml: step "a": sleep.until: bad expression`}},
 		{"sleep unknown name", steps("  - {key: a, sleep: {until: \"nope.x\"}}\n"), []string{
-			`cairn.yaml: steps[0].sleep.until: bad expression`}},
+			`cairn.yaml: step "a": sleep.until: bad expression`}},
 		{"sleep empty until", steps("  - {key: a, sleep: {until: \"\"}}\n"), []string{
-			`cairn.yaml: steps[0].sleep.until: sleep.until is empty`}},
+			`cairn.yaml: step "a": sleep.until: sleep.until is empty`}},
 		{"signal bad name", steps("  - {key: a, signal: {name: 'Bad Name'}}\n"), []string{
-			`cairn.yaml: steps[0].signal.name: signal name "Bad Name" must match`}},
+			`cairn.yaml: step "a": signal.name: signal name "Bad Name" must match`}},
 		{"signal bad timeout", steps("  - {key: a, signal: {name: x, timeout: -1s, on_timeout: retry}}\n"), []string{
-			`cairn.yaml: steps[0].signal.timeout: timeout -1s: must be > 0`,
-			`cairn.yaml: steps[0].signal.on_timeout: on_timeout must be fail or continue, not "retry"`}},
+			`cairn.yaml: step "a": signal.timeout: timeout -1s: must be > 0`,
+			`cairn.yaml: step "a": signal.on_timeout: on_timeout must be fail or continue, not "retry"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			for _, w := range tt.want {
 				require.True(t, strings.Contains(err.Error(), w), "want %q in:\n%s", w, err)
 			}

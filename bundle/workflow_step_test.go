@@ -52,21 +52,18 @@ func TestWorkflowStepsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"workflow and builtin", steps("  - {key: a, builtin: noop, workflow: {name: b}}\n"), []string{
-			`cairn.yaml: steps[0]: step "a" sets builtin and workflow: set exactly one of`}},
+			`cairn.yaml: step "a": sets builtin and workflow: set exactly one of`}},
 		{"bad name", steps("  - {key: a, workflow: {name: 'No Such'}}\n"), []string{
-			`cairn.yaml: steps[0].workflow.name: workflow name "No Such" must match`}},
+			`cairn.yaml: step "a": workflow.name: workflow name "No Such" must match`}},
 		{"bad version", steps("  - {key: a, workflow: {name: b, version: -2}}\n"), []string{
-			`cairn.yaml: steps[0].workflow.version: version "-2" must be a version number (1 or more) or an alias`}},
+			`cairn.yaml: step "a": workflow.version: version "-2" must be a version number (1 or more) or an alias`}},
 		{"bad input", steps("  - {key: a, workflow: {name: b, input: \"deps.(\"}}\n"), []string{
-			`cairn.yaml: steps[0].workflow.input: bad expression`}},
+			`cairn.yaml: step "a": workflow.input: bad expression`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := ParseManifest([]byte(tt.yaml))
-			require.NoError(t, err)
-			err = m.Validate(nil)
-			require.Error(t, err)
+			err := validateError(t, tt.yaml)
 			for _, w := range tt.want {
 				require.True(t, strings.Contains(err.Error(), w), "want %q in:\n%s", w, err)
 			}

@@ -21,10 +21,16 @@ import (
 const (
 	sqlApprovalSuspend = `SELECT cairn_approval_suspend($1, $2, $3, $4, $5, $6, $7)
 WHERE cairn_runs_share(ARRAY[$1::uuid])`
-	sqlStepDecide       = `SELECT decision, counted FROM cairn_step_decide($1, $2, $3, $4, $5, $6, $7)`
+	sqlStepDecide       = `SELECT decision, counted FROM cairn_step_decide($1, $2, $3, $4, $5, $6, $7, $8)`
 	sqlCallbackComplete = `SELECT cairn_callback_complete($1, $2, $3, $4, $5, $6)
 WHERE cairn_runs_share(ARRAY[$1::uuid])`
-	sqlApprovalList = `
+	sqlCallbackClaim = `SELECT cairn_callback_claim($1, $2, $3, $4, make_interval(secs => $5))`
+	// The holder of a claim renews it, and gives it up when its request ends.
+	sqlCallbackClaimRenew = `
+UPDATE callback_claims SET until = clock_timestamp() + make_interval(secs => $4)
+ WHERE run_id = $1 AND step_key = $2 AND holder = $3`
+	sqlCallbackClaimRelease = `DELETE FROM callback_claims WHERE run_id = $1 AND step_key = $2 AND holder = $3`
+	sqlApprovalList         = `
 SELECT a.attempt, a.approver, a.decision, a.comment, a.input, a.created_at
 FROM approvals a JOIN steps s ON s.run_id = a.run_id AND s.key = a.step_key AND s.attempts = a.attempt
 WHERE a.run_id = $1 AND a.step_key = $2
@@ -80,6 +86,10 @@ type StepDecision struct {
 	// Approver is the token's name; Role its role (viewer, operator, admin).
 	Approver string
 	Role     string
+	// Unnamed is true when the token has no name of its own (Approver is then its
+	// role's, shared by every unnamed token of that role): it may not approve a
+	// step that needs more than one approver, since it tells no person apart.
+	Unnamed  bool
 	Decision Decision
 	Comment  string
 	// Input is any JSON value the approver adds; nil for none.
@@ -98,9 +108,12 @@ type DecisionResult struct {
 // StepDecide records an approver's decision (cairn_step_decide): the required-th
 // distinct approval ends the step succeeded with {"approved_by": [...]}, a
 // rejection ends it failed (terminal, code rejected). An approver who decided
-// before is answered with that decision, not counted again. ErrNotFound for no such
-// step; ErrRunState when the step is not waiting for approval; ErrForbidden when
-// the role may not decide it (Reason names the roles that may).
+// before, while the step still waits, is answered with that decision, not counted
+// again. ErrNotFound for no such step; ErrRunState when the step is not waiting
+// for approval, whoever asks (Reason names its state: it was approved, rejected,
+// failed, or its run ended); ErrForbidden when the role may not decide it (Reason
+// names the roles that may), or when an Unnamed token approves a step that needs
+// more than one approver.
 func (s *Store) StepDecide(ctx context.Context, d *StepDecision) (*DecisionResult, error) {
 	var out DecisionResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
@@ -108,7 +121,7 @@ func (s *Store) StepDecide(ctx context.Context, d *StepDecision) (*DecisionResul
 			return err
 		}
 		return tx.GetContext(ctx, &out, sqlStepDecide, d.RunID, d.Key, d.Approver, d.Role, string(d.Decision),
-			d.Comment, nullJSON(d.Input))
+			d.Comment, nullJSON(d.Input), !d.Unnamed)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s step %s/%s: %w", d.Decision, d.RunID, d.Key, err)
@@ -154,4 +167,47 @@ func (s *Store) CallbackComplete(ctx context.Context, runID uuid.UUID, key strin
 		return false, fmt.Errorf("callback of step %s/%s attempt %d: %w", runID, key, attempt, err)
 	}
 	return buffered, nil
+}
+
+// CallbackClaim takes the callback of attempt attempt of step key for the request
+// holder, for ttl, before that request reads its body (cairn_callback_claim): a
+// concurrent request for the same step is refused until the holder releases the
+// claim (CallbackRelease) or it lapses (renewed by CallbackRenew). The step must
+// wait for that attempt's callback as CallbackComplete takes it.
+// ErrCallbackNotWaiting (Reason says why: the step's state, or another request
+// holds the claim) when it does not, or another request has it; ErrNotFound for no
+// such step. Nothing is written then.
+func (s *Store) CallbackClaim(ctx context.Context, runID uuid.UUID, key string, attempt int, holder uuid.UUID, ttl time.Duration) error {
+	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, sqlCallbackClaim, runID, key, attempt, holder, ttl.Seconds())
+		return err
+	})
+	if errors.Is(err, ErrRunState) {
+		return fmt.Errorf("claim the callback of step %s/%s attempt %d: %w: %w", runID, key, attempt, ErrCallbackNotWaiting, err)
+	}
+	if err != nil {
+		return fmt.Errorf("claim the callback of step %s/%s attempt %d: %w", runID, key, attempt, err)
+	}
+	return nil
+}
+
+// CallbackRenew extends the claim of holder on step key's callback to ttl from
+// now. It reports false when holder no longer has the claim (released, or lapsed
+// and taken by another request).
+func (s *Store) CallbackRenew(ctx context.Context, runID uuid.UUID, key string, holder uuid.UUID, ttl time.Duration) (bool, error) {
+	res, err := s.db.ExecContext(ctx, sqlCallbackClaimRenew, runID, key, holder, ttl.Seconds())
+	if err != nil {
+		return false, fmt.Errorf("renew the callback claim of step %s/%s: %w", runID, key, translateError(err))
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// CallbackRelease gives up holder's claim on step key's callback (CallbackClaim);
+// a claim holder no longer has is left alone.
+func (s *Store) CallbackRelease(ctx context.Context, runID uuid.UUID, key string, holder uuid.UUID) error {
+	if _, err := s.db.ExecContext(ctx, sqlCallbackClaimRelease, runID, key, holder); err != nil {
+		return fmt.Errorf("release the callback claim of step %s/%s: %w", runID, key, translateError(err))
+	}
+	return nil
 }

@@ -32,7 +32,7 @@ func decide(ctx context.Context, s *catalog.Store, id uuid.UUID, who, role strin
 // TestStepDecideTwoApprovers: a required-2 approval completes with two distinct
 // approvers; the same approver twice counts once; a role not among the step's
 // roles is refused; a decision after the step ended is a run-state conflict, a
-// repeat of an approver's own is answered with it.
+// repeat of an approver's own too.
 func TestStepDecideTwoApprovers(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
@@ -90,13 +90,14 @@ func TestStepDecideTwoApprovers(t *testing.T) {
 	require.Equal(t, "bob", out.ApprovedBy[1].Name)
 	require.False(t, out.ApprovedBy[1].At.IsZero())
 
-	// Ended: a new approver is refused; a repeat is answered with its decision.
+	// Ended: a new approver is refused, and so is a repeat (issue 33 §5), naming
+	// the step's state.
 	_, err = decide(ctx, s, r.ID, "carol", "operator", catalog.DecisionApproved, "")
 	require.ErrorIs(t, err, catalog.ErrRunState)
 	require.Contains(t, catalog.Reason(err), "succeeded")
-	res, err = decide(ctx, s, r.ID, "bob", "operator", catalog.DecisionApproved, "")
-	require.NoError(t, err)
-	require.False(t, res.Counted)
+	_, err = decide(ctx, s, r.ID, "bob", "operator", catalog.DecisionApproved, "")
+	require.ErrorIs(t, err, catalog.ErrRunState)
+	require.Contains(t, catalog.Reason(err), "it is succeeded")
 
 	_, err = decide(ctx, s, r.ID, "carol", "operator", "maybe", "")
 	require.ErrorIs(t, err, catalog.ErrInvalidInput)
@@ -288,4 +289,81 @@ func TestCallbackBeforeSuspend(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	require.NoError(t, s.StepSuspend(ctx, lease(c2), catalog.Wait{Kind: catalog.WaitCallback}))
 	require.Equal(t, "suspended", statuses(t, ctx, s, r2.ID)["a"])
+}
+
+// TestStepDecideUnnamed (audit 2, I1): a token without a name may not approve a
+// step that needs more than one approver (ErrForbidden, nothing counted); it may
+// approve one that needs one, and reject any.
+func TestStepDecideUnnamed(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	r := approvalRun(t, ctx, s, catalog.Approval{Required: 2, Roles: []string{"operator"}})
+	_, err := s.StepDecide(ctx, &catalog.StepDecision{RunID: r.ID, Key: "gate", Approver: "operator", Role: "operator",
+		Unnamed: true, Decision: catalog.DecisionApproved})
+	require.ErrorIs(t, err, catalog.ErrForbidden)
+	require.Contains(t, catalog.Reason(err), "needs 2 distinct approvers")
+	st, err := s.StepGet(ctx, r.ID, "gate")
+	require.NoError(t, err)
+	require.Zero(t, st.Approvals)
+	res, err := s.StepDecide(ctx, &catalog.StepDecision{RunID: r.ID, Key: "gate", Approver: "admin", Role: "admin",
+		Unnamed: true, Decision: catalog.DecisionRejected})
+	require.NoError(t, err)
+	require.True(t, res.Counted)
+	require.Equal(t, "failed", statuses(t, ctx, s, r.ID)["gate"])
+
+	one := approvalRun(t, ctx, s, catalog.Approval{Required: 1, Roles: []string{"operator"}})
+	res, err = s.StepDecide(ctx, &catalog.StepDecision{RunID: one.ID, Key: "gate", Approver: "operator", Role: "operator",
+		Unnamed: true, Decision: catalog.DecisionApproved})
+	require.NoError(t, err)
+	require.True(t, res.Counted)
+	require.Equal(t, "succeeded", statuses(t, ctx, s, one.ID)["gate"])
+}
+
+// TestCallbackClaim (audit 2, E6): one request at a time holds a step's callback
+// while it reads its body; another is refused (ErrCallbackNotWaiting, saying so)
+// until the holder releases it or the claim lapses unrenewed. A step that does not
+// wait for that attempt's callback cannot be claimed.
+func TestCallbackClaim(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	r := newRun(t, ctx, s, []catalog.NewStep{{Key: "a", MaxAttempts: 1}, {Key: "b", Needs: []string{"a"}, MaxAttempts: 1}})
+	c := claimAll(t, ctx, s)["a"]
+	one, two := uuid.New(), uuid.New()
+
+	// Running still: a callback may come before the function's answer.
+	require.NoError(t, s.CallbackClaim(ctx, r.ID, "a", c.Attempt, one, time.Minute))
+	err := s.CallbackClaim(ctx, r.ID, "a", c.Attempt, two, time.Minute)
+	require.ErrorIs(t, err, catalog.ErrCallbackNotWaiting)
+	require.Contains(t, catalog.Reason(err), "receiving another callback")
+	renewed, err := s.CallbackRenew(ctx, r.ID, "a", one, time.Minute)
+	require.NoError(t, err)
+	require.True(t, renewed)
+	require.NoError(t, s.CallbackRelease(ctx, r.ID, "a", two), "not its claim: left alone")
+	require.ErrorIs(t, s.CallbackClaim(ctx, r.ID, "a", c.Attempt, two, time.Minute), catalog.ErrCallbackNotWaiting)
+	require.NoError(t, s.CallbackRelease(ctx, r.ID, "a", one))
+	require.NoError(t, s.CallbackClaim(ctx, r.ID, "a", c.Attempt, two, time.Minute))
+
+	// A claim that lapsed (its server died mid-upload) goes to the next request.
+	require.NoError(t, s.StepSuspend(ctx, lease(c), catalog.Wait{Kind: catalog.WaitCallback}))
+	require.NoError(t, s.CallbackRelease(ctx, r.ID, "a", two))
+	require.NoError(t, s.CallbackClaim(ctx, r.ID, "a", c.Attempt, one, -time.Second))
+	require.NoError(t, s.CallbackClaim(ctx, r.ID, "a", c.Attempt, two, time.Minute))
+	renewed, err = s.CallbackRenew(ctx, r.ID, "a", one, time.Minute)
+	require.NoError(t, err)
+	require.False(t, renewed, "the lapsed holder lost it")
+
+	// Not waiting for that attempt's callback.
+	err = s.CallbackClaim(ctx, r.ID, "a", c.Attempt+1, one, time.Minute)
+	require.ErrorIs(t, err, catalog.ErrCallbackNotWaiting)
+	require.Contains(t, catalog.Reason(err), "waiting for a callback, attempt 1")
+	_, err = s.CallbackComplete(ctx, r.ID, "a", c.Attempt, catalog.Resolution{Outcome: catalog.OutcomeSucceeded, Output: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.NoError(t, s.CallbackRelease(ctx, r.ID, "a", two))
+	err = s.CallbackClaim(ctx, r.ID, "a", c.Attempt, one, time.Minute)
+	require.ErrorIs(t, err, catalog.ErrCallbackNotWaiting)
+	require.Contains(t, catalog.Reason(err), "it is succeeded")
+	require.ErrorIs(t, s.CallbackClaim(ctx, r.ID, "b", 1, one, time.Minute), catalog.ErrCallbackNotWaiting, "ready: no attempt yet")
+	require.ErrorIs(t, s.CallbackClaim(ctx, r.ID, "zz", 1, one, time.Minute), catalog.ErrNotFound)
 }

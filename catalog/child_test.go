@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -192,4 +193,94 @@ func mustRun(t *testing.T, ctx context.Context, s *catalog.Store, kid int) uuid.
 	r, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "kid", Version: kid})
 	require.NoError(t, err)
 	return r.ID
+}
+
+// TestChildRunTreeLimit (audit 2, I6): child runs were bounded per run and by
+// depth only, so a workflow that starts itself twice grew its tree exponentially.
+// MaxTreeRuns bounds a tree's child runs at every depth, counted at the root: a
+// child over it is ErrChildLimit naming the root and CAIRN_MAX_TREE_RUNS, and
+// nothing is written (the count included). A tree grown before the count existed
+// is counted from its runs.
+func TestChildRunTreeLimit(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	root, call, kid := childSetup(t, ctx, s)
+	treeRuns := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, s.DB().GetContext(ctx, &n, `SELECT runs FROM run_trees WHERE root_id = $1`, root.ID))
+		return n
+	}
+	p := &catalog.ChildStartParams{Workflow: "kid", Version: kid, MaxTreeRuns: 2}
+
+	child, err := s.ChildStart(ctx, lease(call), p)
+	require.NoError(t, err)
+	a := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, child.Run, a.RunID)
+	grandchild, err := s.ChildStart(ctx, lease(a), p)
+	require.NoError(t, err, "two runs below the root: the limit")
+	require.Equal(t, 2, treeRuns())
+
+	ga := claimKeys(t, ctx, s, "d1", 1)["a"]
+	require.Equal(t, grandchild.Run, ga.RunID)
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	require.ErrorContains(t, err, "the runs below run "+root.ID.String()+" have started 2 child runs in all")
+	require.ErrorContains(t, err, "CAIRN_MAX_TREE_RUNS")
+	require.Equal(t, 2, treeRuns(), "a refused child is not counted")
+	require.Equal(t, catalog.StepRunning, stepStatus(t, ctx, s, ga.RunID, "a"))
+
+	// A tree that grew before run_trees: counted from its runs.
+	_, err = s.DB().ExecContext(ctx, `DELETE FROM run_trees`)
+	require.NoError(t, err)
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.ErrorIs(t, err, catalog.ErrChildLimit)
+	p.MaxTreeRuns = 3
+	_, err = s.ChildStart(ctx, lease(ga), p)
+	require.NoError(t, err)
+	require.Equal(t, 3, treeRuns())
+}
+
+// TestChildEndsWhileParentBusy: a child run that ends while its parent's row is
+// locked by another transaction does not wait for it (a finisher that waited there
+// met claims in a circle): its end is left to the wake sweeper, which resolves the
+// parent's step once the parent is free, with the child's output.
+func TestChildEndsWhileParentBusy(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	parent, call, kid := childSetup(t, ctx, s)
+	res, err := s.ChildStart(ctx, lease(call), &catalog.ChildStartParams{Workflow: "kid", Version: kid})
+	require.NoError(t, err)
+	require.NoError(t, finish(t, ctx, s, claimKeys(t, ctx, s, "d1", 1)["a"], catalog.OutcomeSucceeded, false, `{"a":1}`))
+
+	busy, err := s.DB().BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer busy.Rollback() //nolint:errcheck // rolled back below; a second rollback is a no-op
+	_, err = busy.ExecContext(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE`, parent.ID)
+	require.NoError(t, err)
+	// The finish does not wait for the parent (the bound only keeps a waiting
+	// finish from hanging the test: it fails it).
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, finish(t, fctx, s, claimKeys(t, ctx, s, "d1", 1)["b"], catalog.OutcomeSucceeded, false, `{"b":2}`))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, res.Run).Status)
+	require.Equal(t, catalog.StepSuspended, stepStatus(t, ctx, s, parent.ID, "call"), "left to the sweeper")
+	next, err := s.NextWake(ctx)
+	require.NoError(t, err)
+	require.False(t, next.IsZero(), "the sweeper is told to look")
+
+	require.NoError(t, busy.Rollback())
+	n, err := s.WakeDue(ctx, 10)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	st, err := s.StepGet(ctx, parent.ID, "call")
+	require.NoError(t, err)
+	require.Equal(t, catalog.StepSucceeded, st.Status)
+	require.JSONEq(t, `{"b":{"b":2}}`, string(st.Output))
+	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, parent.ID).Status)
+	next, err = s.NextWake(ctx)
+	require.NoError(t, err)
+	require.True(t, next.IsZero(), "nothing left for the sweeper")
 }

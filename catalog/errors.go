@@ -33,10 +33,18 @@ var (
 	// committed is unknown.
 	ErrUnavailable = errors.New("catalog: database unavailable")
 	// ErrInvalidInput means the database refused a value of the statement's input:
-	// text with a NUL character, invalid UTF-8 or (in JSON) an unpaired surrogate
-	// escape, a number out of its column's range, a string too long for its column.
-	// Nothing was written. Callers should have checked their input; this is the last
-	// line of defence, the caller's fault rather than the database's.
+	// a data exception (SQLSTATE class 22: text with a NUL character, invalid UTF-8
+	// or, in JSON, a \u0000 or an unpaired surrogate escape, a number out of its
+	// column's range, a string too long for its column, a date out of range) or a
+	// value past one of PostgreSQL's limits (class 54: a jsonb over 255 MB). Nothing
+	// was written, and the same value is refused again: it is never worth a retry.
+	// Refused says what was refused. Callers should have checked their input; this
+	// is the last line of defence, the caller's fault rather than the database's.
+	//
+	// A violated constraint (class 23) is not one: the catalog's constraints guard
+	// its own state (a step's status, counters, names a deploy checked), not the
+	// values steps produce, so a violation other than a unique key (ErrConflict)
+	// is Cairn's fault and stays untranslated.
 	ErrInvalidInput = errors.New("catalog: invalid input")
 	// ErrForbidden means the caller's role may not do this to this row (an approval
 	// step decided by a role not among its roles). Nothing was written; Reason says
@@ -129,11 +137,8 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrForbidden, err)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
-		case pqerror.CharacterNotInRepertoire, // 22021: NUL or invalid UTF-8 in text
-			pqerror.UntranslatableCharacter,   // 22P05: \u0000 in jsonb
-			pqerror.InvalidTextRepresentation, // 22P02: invalid json (an unpaired surrogate), uuid, integer text
-			pqerror.NumericValueOutOfRange,    // 22003: an integer beyond its column
-			pqerror.StringDataRightTruncation: // 22001: a string longer than its column
+		}
+		if isDataError(pqErr.Code) {
 			return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 		}
 	}
@@ -141,6 +146,77 @@ func translateError(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
+}
+
+// isDataError reports whether code says the statement's values were refused:
+// class 22 (22021 a NUL or invalid UTF-8 in text, 22P05 a \u0000 in jsonb, 22P02
+// invalid json such as an unpaired surrogate, 22003 a number beyond its column,
+// 22001 a string longer than its column, 22008 a timestamp out of range, …) and
+// class 54 (54000 a jsonb array or object over 255 MB, …).
+func isDataError(code pq.ErrorCode) bool {
+	switch code.Class() {
+	case pqerror.ClassDataException, pqerror.ClassProgramLimitExceeded:
+		return true
+	}
+	return false
+}
+
+// maxRefusal bounds the database's message in Refused: some messages quote the
+// value (22P02 "invalid input syntax for type integer: …").
+const maxRefusal = 200
+
+// Refused says what the database said when it refused a value of a statement's
+// input (ErrInvalidInput): "PostgreSQL refused the value: unsupported Unicode
+// escape sequence (22P05)", the message without its detail (which may quote the
+// value). It is "" for any other error. The text is valid UTF-8 without NUL
+// characters, at most a few hundred bytes: fit to store as a step's error and to
+// show its viewers.
+func Refused(err error) string {
+	if !errors.Is(err, ErrInvalidInput) {
+		return ""
+	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		return fmt.Sprintf("PostgreSQL refused the value: %s (%s)", storableText(pqErr.Message, maxRefusal), pqErr.Code)
+	}
+	_, why, _ := strings.Cut(err.Error(), ErrInvalidInput.Error()+": ")
+	return "the catalog refused the value: " + storableText(why, maxRefusal)
+}
+
+// storableText is s as text PostgreSQL stores, cut to about n bytes ("…" added):
+// invalid UTF-8 (a character the cut split, too) and NUL characters become U+FFFD.
+func storableText(s string, n int) string {
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// Transient reports whether a call that failed with err may succeed if made
+// again unchanged, without anything else changing first: the database is
+// unavailable (ErrUnavailable), a transaction lost a race (ErrRetryable), the call
+// ran out of time (its context's deadline, a statement canceled by
+// statement_timeout, a lock_timeout), or the server lacked a resource for a
+// moment (class 53: out of memory, disk full, out of connections). A refused
+// value (ErrInvalidInput), an answer about the call (ErrNotFound, ErrConflict,
+// ErrLeaseLost, ErrForbidden), a caller that gave up (context.Canceled) and an
+// error the catalog does not know are not.
+func Transient(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, ErrInvalidInput), errors.Is(err, ErrLeaseLost), errors.Is(err, context.Canceled):
+		return false
+	case errors.Is(err, ErrUnavailable), errors.Is(err, ErrRetryable), errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	var pqErr *pq.Error
+	if errors.As(err, &pqErr) {
+		switch pqErr.Code {
+		case pqerror.QueryCanceled, pqerror.LockNotAvailable:
+			return true
+		}
+		return pqErr.Code.Class() == pqerror.ClassInsufficientResources
+	}
+	return isUnavailable(err)
 }
 
 func isTranslated(err error) bool {

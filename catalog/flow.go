@@ -860,15 +860,13 @@ func (s *Store) LimitClear(ctx context.Context, name string) error {
 }
 
 // QueueTimeouts fails up to limit ready steps whose queue_timeout has passed
-// (cairn_queue_timeouts): terminal, code queue_timeout; a paused run's steps wait
-// for its resume. Safe from every dispatcher at once. Returns how many it failed.
+// (cairn_queue_timeout_next, one a transaction, as WakeDue): terminal, code
+// queue_timeout; a paused run's steps wait for its resume. Safe from every
+// dispatcher at once. Returns how many it failed.
 func (s *Store) QueueTimeouts(ctx context.Context, limit int) (int, error) {
-	var n int
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &n, `SELECT cairn_queue_timeouts($1)`, limit)
-	})
+	n, err := s.eachNext(ctx, `SELECT cairn_queue_timeout_next()`, limit)
 	if err != nil {
-		return 0, fmt.Errorf("queue timeouts: %w", err)
+		return n, fmt.Errorf("queue timeouts: %w", err)
 	}
 	return n, nil
 }

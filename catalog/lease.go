@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -146,6 +147,11 @@ WITH d AS MATERIALIZED (
 	// with key = ANY (needs), PostgreSQL read every step of the run for each step
 	// claimed (a fan-out of 1,000: a million rows, 18 times slower on a table of
 	// 1,000 claims).
+	//
+	// rl locks the batch's runs in id order before r writes them (FOR NO KEY
+	// UPDATE, as the finishers take them in cairn_steps_succeed: catalog/sql/steps.sql):
+	// r alone updated them in whatever order its plan read them, and met
+	// finishing batches in a circle (catalog TestLockOrderStress).
 	sqlClaimSteps  = sqlClaimWrites + sqlClaimSelect
 	sqlClaimWrites = `, upd AS (
     UPDATE steps s SET status = 'running', attempts = s.attempts + 1,
@@ -163,11 +169,13 @@ WITH d AS MATERIALIZED (
            array_agg(attempts ORDER BY run_id, key) AS atts, array_agg(lease_token ORDER BY run_id, key) AS tokens,
            array_agg(DISTINCT run_id) AS ids
     FROM upd
+), rl AS (
+    SELECT runs.id FROM runs, f WHERE runs.id = ANY (f.ids) ORDER BY runs.id FOR NO KEY UPDATE OF runs
 ), r AS (
     UPDATE runs SET revision = runs.revision + cardinality(array_positions(f.runs, runs.id)),
         status = CASE WHEN runs.status = 'pending' THEN 'running' ELSE runs.status END,
         started_at = coalesce(runs.started_at, now())
-    FROM f WHERE runs.id = ANY (f.ids)
+    FROM f, rl WHERE runs.id = ANY (f.ids) AND rl.id = runs.id
     RETURNING runs.id, runs.revision, array_positions(f.runs, runs.id) AS at
 ), ev AS (
     INSERT INTO events (run_id, seq, type, step_key, attempt, data)
@@ -250,6 +258,10 @@ WHERE fb.fallback OR n.next_in IS NOT NULL`
 	// instead, evaluated before the function (a one-time filter).
 	sqlRunShare = `SELECT cairn_runs_share(ARRAY[$1::uuid])`
 
+	// sqlRunsShare takes the shared locks of the runs $1 (and of their
+	// ancestors), as sqlRunShare.
+	sqlRunsShare = `SELECT cairn_runs_share($1::uuid[])`
+
 	// sqlStepsFail finishes the attempts that did not succeed, one
 	// cairn_step_finish each, in one round trip; rows are finished in array order
 	// (the caller sorts by run and key so concurrent batches lock in one order).
@@ -281,7 +293,7 @@ SELECT (x.s).ords, (x.s).ready FROM (
 	sqlWake = `SELECT cairn_wake()`
 
 	// sqlHeartbeat renews dispatcher $5's liveness (dispatchers.lease_until, which
-	// cairn_sweep reads: catalog/sql/steps.sql) and extends the
+	// cairn_sweep_next reads: catalog/sql/steps.sql) and extends the
 	// leases given, in one statement that waits for no row lock: a step row that
 	// another transaction holds locked (a finisher, a claim, a pause) is skipped
 	// this time, not waited for, so a heartbeat is never queued behind the
@@ -327,7 +339,7 @@ RETURNING attempts`
 	sqlLeaseHeld = `
 SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 AND status = 'running'`
 
-	sqlSweep = `SELECT cairn_sweep($1, make_interval(secs => $2))`
+	sqlSweep = `SELECT cairn_sweep_next(make_interval(secs => $1))`
 
 	// When cairn_sweep may next take a lease: a lease of a dead owner at its
 	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
@@ -558,6 +570,7 @@ type ClaimNext struct {
 // waits for a claim, so that no step goes ahead of one that waited longer
 // (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are
 // those StepClaimNext gives (fencing tokens, attempt rows, step.started events).
+// A batch with other outcomes than successes leases none (finishMixed).
 func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, next *ClaimNext) ([]error, []Claimed, error) {
 	var ok, other []int // indexes into items
 	for i, p := range items {
@@ -593,6 +606,9 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		clear(written)
 		claimed = claimed[:0]
+		if len(ok) > 0 && len(other) > 0 {
+			return s.finishMixed(ctx, tx, items, written)
+		}
 		if len(ok) > 0 {
 			a := succeeded
 			leasing := next != nil && next.Limit > 0
@@ -624,23 +640,81 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 			}
 		}
 		if len(other) > 0 {
-			a := failed
-			var res []bool
-			if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
-				pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
-				pq.GenericArray{A: a.logKeys}); err != nil {
-				return err
-			}
-			if len(res) != len(other) {
-				return fmt.Errorf("%d results for %d outcomes", len(res), len(other))
-			}
-			for j, w := range res {
-				written[other[j]] = w
-			}
+			return stepsFail(ctx, tx, failed, other, written)
 		}
 		return nil
 	})
 	return finishResults(items, written, claimed, err)
+}
+
+// finishMixed writes a batch of successes and other outcomes (StepFinishClaim,
+// without leasing dependents: the next claim takes them) in the lock order of
+// catalog/sql/run_control.sql: every run's shared lock first, in one
+// statement, then run by run in ascending order of ID, each run's steps then its
+// row (its successes set-based, then its other outcomes). Written whole, the
+// successes' runs' rows, then the other outcomes' runs', were locked in two
+// ascending passes, not one, and met other batches in a circle.
+func (s *Store) finishMixed(ctx context.Context, tx *sqlx.Tx, items []*StepFinishParams, written []bool) error {
+	byRun := map[string][2][]int{} // run → indexes of its successes, of its other outcomes
+	runs := make([]string, 0, len(items))
+	for i, p := range items {
+		run := p.RunID.String()
+		g, seen := byRun[run]
+		if !seen {
+			runs = append(runs, run)
+		}
+		if p.Outcome == OutcomeSucceeded {
+			g[0] = append(g[0], i)
+		} else {
+			g[1] = append(g[1], i)
+		}
+		byRun[run] = g
+	}
+	slices.Sort(runs)
+	if _, err := tx.ExecContext(ctx, sqlRunsShare, pq.Array(runs)); err != nil {
+		return err
+	}
+	for _, run := range runs {
+		ok, other := byRun[run][0], byRun[run][1]
+		if len(ok) > 0 {
+			st, err := s.txPrepared(ctx, tx, sqlStepsSucceed)
+			if err != nil {
+				return err
+			}
+			var ords pq.Int64Array
+			var ready int
+			if err := st.QueryRowxContext(ctx, newFinishArrays(items, ok).succeedArgs(true)...).Scan(&ords, &ready); err != nil {
+				return s.retryStale(sqlStepsSucceed, err)
+			}
+			for _, o := range ords {
+				written[ok[o-1]] = true
+			}
+		}
+		if len(other) > 0 {
+			if err := stepsFail(ctx, tx, newFinishArrays(items, other), other, written); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// stepsFail writes the outcomes a (items other: not successes) with sqlStepsFail
+// and marks those written.
+func stepsFail(ctx context.Context, tx *sqlx.Tx, a *finishArrays, other []int, written []bool) error {
+	var res []bool
+	if err := tx.SelectContext(ctx, &res, sqlStepsFail, pq.Array(a.runs), pq.Array(a.keys), pq.Array(a.tokens),
+		pq.Array(a.outcomes), pq.GenericArray{A: a.errors}, pq.Array(a.retryable), pq.Array(a.retryIn),
+		pq.GenericArray{A: a.logKeys}); err != nil {
+		return err
+	}
+	if len(res) != len(other) {
+		return fmt.Errorf("%d results for %d outcomes", len(res), len(other))
+	}
+	for j, w := range res {
+		written[other[j]] = w
+	}
+	return nil
 }
 
 // finishResults is StepFinishClaim's answer: an error per item (ErrLeaseLost
@@ -789,18 +863,30 @@ func leaseError(op string, err error) error {
 }
 
 // StepSweep returns up to limit steps whose lease expired to ready (attempt
-// interrupted) or to failed when no attempts remain. It returns how many it handled.
-// Until grace has passed since the database started, it sweeps nothing: leases that
-// ran out while the database was down belong to owners that could not renew them,
-// and those owners get the grace to do so (cairn_sweep says why the database's start
-// time decides, not a dispatcher's memory).
+// interrupted, not counted) or to failed (interrupted too often). It returns how
+// many it handled. Until grace has passed since the database started, it sweeps
+// nothing: leases that ran out while the database was down belong to owners that
+// could not renew them, and those owners get the grace to do so (cairn_sweep says
+// why the database's start time decides, not a dispatcher's memory). A lease of a
+// live owner (one still renewing: dispatchers.lease_until) is swept only a grace
+// past its expiry. Each step is swept in a transaction of its own, in the catalog's
+// lock order, never waiting for a lock (cairn_sweep_next): a step whose run is
+// busy is left to the next round.
 func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
-	var n int
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &n, sqlSweep, limit, grace.Seconds())
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweep expired leases: %w", err)
+	n := 0
+	for range limit {
+		var got int
+		err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+			return tx.GetContext(ctx, &got, sqlSweep, grace.Seconds())
+		})
+		if err != nil {
+			return n, fmt.Errorf("sweep expired leases: %w", err)
+		}
+		if got <= 0 {
+			// None due (0), or those due belong to busy runs (-1): the next round.
+			break
+		}
+		n++
 	}
 	return n, nil
 }

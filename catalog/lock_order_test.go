@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -36,8 +38,15 @@ func (c *retryCounter) Handle(_ context.Context, r slog.Record) error {
 	c.n.Add(1)
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "error" {
+			msg := a.Value.String()
+			// PostgreSQL's detail of a deadlock names the statements that met.
+			if err, ok := a.Value.Any().(error); ok {
+				if pqErr := (*pq.Error)(nil); errors.As(err, &pqErr) && pqErr.Detail != "" {
+					msg += " (" + pqErr.Detail + "; where: " + pqErr.Where + ")"
+				}
+			}
 			c.mu.Lock()
-			c.errors = append(c.errors, a.Value.String())
+			c.errors = append(c.errors, msg)
 			c.mu.Unlock()
 		}
 		return true

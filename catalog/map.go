@@ -219,11 +219,18 @@ type MapItem struct {
 // MapWorker does the parts of MapWork that are not the catalog's.
 type MapWorker struct {
 	// Page reads up to n items of a blob map from st.NextOffset: a JSON array of
-	// them, the offset after the last, and whether the blob ended.
+	// them, the offset after the last, and whether the blob ended; an error
+	// wrapping ErrInvalidInput when they are not valid items (see Refused).
 	Page func(ctx context.Context, st *MapState, n int) (items json.RawMessage, next int64, end bool, err error)
 	// Finish resolves a map whose instances have all ended: items yields them in
 	// index order (read within the call only); failures are the first failed ones.
 	Finish func(ctx context.Context, st *MapState, items iter.Seq2[*MapItem, error], failures []MapItem) (Resolution, error)
+	// Refused resolves a map whose next items cannot be made into instances:
+	// Page said they are not valid, or the database refused them (both
+	// ErrInvalidInput, err). No try changes that: the map creates no more
+	// instances and ends as Refused says once its live ones have ended. Nil: such
+	// a map is tried again at each MapWork.
+	Refused func(st *MapState, err error) Resolution
 }
 
 // MapFailuresListed bounds the failures Finish is given.
@@ -239,16 +246,9 @@ const MapFailuresListed = 100
 func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created int, resolved bool, err error) {
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		created, resolved = 0, false
-		var st MapState
-		if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil // finished, held, or another dispatcher has it
-			}
-			return err
-		}
-		row := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key)
-		if err := row.Scan(&st.Live, &st.Failed); err != nil {
-			return err
+		st, err := lockMap(ctx, tx, ref)
+		if st == nil {
+			return err // finished, held, or another dispatcher has it
 		}
 		if !st.Expanded && !st.FailingFast() {
 			if room := int64(st.MaxParallel) - st.Live; room > 0 {
@@ -258,7 +258,7 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 				var end bool
 				if !st.Inline {
 					var err error
-					if items, next, end, err = w.Page(ctx, &st, n); err != nil {
+					if items, next, end, err = w.Page(ctx, st, n); err != nil {
 						return fmt.Errorf("read items: %w", err)
 					}
 				}
@@ -296,30 +296,72 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 				yield(nil, err)
 			}
 		}
-		res, err := w.Finish(ctx, &st, items, failures)
+		res, err := w.Finish(ctx, st, items, failures)
 		if err != nil {
 			return fmt.Errorf("finish: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
-			nullJSON(res.Error), nullString(res.Reason)); err != nil {
-			return err
-		}
-		if res.Outcome == OutcomeSucceeded && len(res.Error) > 0 {
-			// Tolerated failures: listed on the step that succeeded.
-			if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, []byte(res.Error)); err != nil {
-				return err
-			}
-		}
-		if _, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key); err != nil {
-			return err
-		}
 		resolved = true
-		return nil
+		return endMap(ctx, tx, ref, res)
 	})
+	if err != nil && errors.Is(err, ErrInvalidInput) && w.Refused != nil {
+		if resolved, rerr := s.mapRefuse(ctx, ref, w, err); rerr != nil || resolved {
+			return 0, resolved, rerr
+		}
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("map %s/%s: %w", ref.RunID, ref.Key, err)
 	}
 	return created, resolved, nil
+}
+
+// mapRefuse resolves a map whose items were refused (cause) as w.Refused says,
+// once it has no live instance; until then it reports false.
+func (s *Store) mapRefuse(ctx context.Context, ref MapRef, w MapWorker, cause error) (resolved bool, err error) {
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		st, err := lockMap(ctx, tx, ref)
+		if st == nil || st.Live > 0 {
+			resolved = false
+			return err
+		}
+		resolved = true
+		return endMap(ctx, tx, ref, w.Refused(st, cause))
+	})
+	if err != nil {
+		return false, fmt.Errorf("map %s/%s: end the map whose items were refused: %w", ref.RunID, ref.Key, err)
+	}
+	return resolved, nil
+}
+
+// lockMap locks an open map whose step waits for it and counts its instances;
+// nil (and no error) when it is finished, held, or another transaction has it.
+func lockMap(ctx context.Context, tx *sqlx.Tx, ref MapRef) (*MapState, error) {
+	var st MapState
+	if err := tx.GetContext(ctx, &st, sqlMapLock, ref.RunID, ref.Key); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if err := tx.QueryRowxContext(ctx, sqlMapCounts, ref.RunID, ref.Key).Scan(&st.Live, &st.Failed); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// endMap resolves a map's step as res says (tolerated failures listed on a step
+// that succeeded) and closes the map.
+func endMap(ctx context.Context, tx *sqlx.Tx, ref MapRef, res Resolution) error {
+	if _, err := tx.ExecContext(ctx, sqlStepResolve, ref.RunID, ref.Key, string(res.Outcome), nullJSON(res.Output),
+		nullJSON(res.Error), nullString(res.Reason)); err != nil {
+		return err
+	}
+	if res.Outcome == OutcomeSucceeded && len(res.Error) > 0 {
+		if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, []byte(res.Error)); err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, sqlMapFinished, ref.RunID, ref.Key)
+	return err
 }
 
 // MapProgress is where a map of a run stands.

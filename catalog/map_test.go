@@ -229,3 +229,69 @@ func TestMapRetryOntoVersion(t *testing.T) {
 	require.Equal(t, catalog.RunSucceeded, r.Status)
 	require.Equal(t, v2.Version, r.Version)
 }
+
+// TestMapItemsRefused: a page of items the database refuses (a \u0000) or that
+// Page says are not items ends the map as Refused says once its live instances
+// have ended, instead of being tried at every MapWork (security audit 2, E2).
+func TestMapItemsRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		page func(n int64) (json.RawMessage, error)
+	}{
+		{name: "refused by the database", page: func(n int64) (json.RawMessage, error) {
+			if n == 0 {
+				return json.RawMessage(`[0]`), nil
+			}
+			return json.RawMessage(`["\u0000"]`), nil
+		}},
+		{name: "not items", page: func(n int64) (json.RawMessage, error) {
+			if n == 0 {
+				return json.RawMessage(`[0]`), nil
+			}
+			return nil, fmt.Errorf("%w: items: the item at byte 9: invalid character", catalog.ErrInvalidInput)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, tb := setup(t)
+			s := tb.store
+			run, m := mapRun(t, ctx, s, 1)
+			require.NoError(t, s.MapStart(ctx, lease(m), &catalog.MapStartParams{MaxParallel: 2, BlobKey: "payloads/x", BlobFormat: "lines"}))
+			var refused []error
+			w := catalog.MapWorker{
+				Page: func(_ context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
+					items, err := tt.page(st.NextIndex)
+					return items, st.NextOffset + 10, false, err
+				},
+				Finish: listFinisher(t),
+				Refused: func(st *catalog.MapState, err error) catalog.Resolution {
+					refused = append(refused, err)
+					return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: json.RawMessage(`{"message": "refused", "code": "invalid_output"}`), Reason: "invalid_output"}
+				},
+			}
+			ref := catalog.MapRef{RunID: run.ID, Key: "m"}
+			created, _, err := s.MapWork(ctx, ref, w)
+			require.NoError(t, err)
+			require.Equal(t, 1, created)
+			_, resolved, err := s.MapWork(ctx, ref, w)
+			require.ErrorIs(t, err, catalog.ErrInvalidInput, "refused while an instance is live: not ended yet")
+			require.False(t, resolved)
+			require.Empty(t, refused)
+			claimed := claimKeys(t, ctx, s, "d1", 1)
+			require.NoError(t, finish(t, ctx, s, claimed["m[0]"], catalog.OutcomeSucceeded, false, `0`))
+			_, resolved, err = s.MapWork(ctx, ref, w)
+			require.NoError(t, err)
+			require.True(t, resolved)
+			require.Len(t, refused, 1)
+			require.ErrorIs(t, refused[0], catalog.ErrInvalidInput)
+			require.Equal(t, catalog.StepFailed, stepStatus(t, ctx, s, run.ID, "m"))
+			require.Equal(t, catalog.RunFailed, runOf(t, ctx, s, run.ID).Status)
+			open, err := s.MapsOpen(ctx, 100)
+			require.NoError(t, err)
+			for _, o := range open {
+				require.NotEqual(t, ref, o, "the map is no longer open")
+			}
+		})
+	}
+}

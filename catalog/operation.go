@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
 )
 
 // OperationAction is what a bulk operation does to each run it matches.
@@ -121,6 +122,10 @@ WHERE operation_id = $1 AND ($2::uuid IS NULL OR run_id < $2::uuid)
 ORDER BY run_id DESC
 LIMIT $3`
 )
+
+// sqlOperationLockRuns takes the exclusive advisory locks of a batch's runs
+// (cairn_runs_lock), which every action takes for its run.
+const sqlOperationLockRuns = `SELECT cairn_runs_lock($1::uuid[])`
 
 // operationActions are the statements that apply each action to one run ($1), on
 // behalf of an actor ($2) and an operation ($3). Each answers whether it changed
@@ -255,6 +260,16 @@ func (s *Store) OperationStep(ctx context.Context, id uuid.UUID, owner string, b
 		// any other holder out meanwhile, and the cursor only moves in this commit.
 		runs, err := s.RunList(ctx, &filter)
 		if err != nil {
+			return err
+		}
+		// The runs' locks first, all together, in the order of catalog/sql/run_control.sql
+		// (each action takes its run's again, held already): one run after the
+		// other, a parent's could come after its child's.
+		ids := make([]uuid.UUID, len(runs))
+		for i, r := range runs {
+			ids[i] = r.ID
+		}
+		if _, err := tx.ExecContext(ctx, sqlOperationLockRuns, pq.Array(ids)); err != nil {
 			return err
 		}
 		var applied, skipped int

@@ -180,7 +180,7 @@ func TestRunRetryKeepsSucceededSteps(t *testing.T) {
 
 	e := lastEvent(t, ctx, s, r.ID)
 	require.Equal(t, catalog.EventRunRetried, e.Type)
-	require.JSONEq(t, `{"actor":"alice","version":1,"previous_version":1,"steps":["s4","s5"]}`, string(e.Data))
+	require.JSONEq(t, `{"actor":"alice","version":1,"previous_version":1,"steps":["s4","s5"],"try":2}`, string(e.Data))
 	require.Equal(t, got.Revision, e.Seq)
 
 	// s4 resumes from its checkpoint as attempt 2; then s5; the run succeeds.
@@ -288,7 +288,7 @@ func TestRunRetryOntoVersion(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, xs, "x's attempt went with x (steps_deleted)")
 	e := lastEvent(t, ctx, s, r.ID)
-	require.JSONEq(t, `{"actor":"alice","version":2,"previous_version":1,"steps":["b","c"]}`, string(e.Data))
+	require.JSONEq(t, `{"actor":"alice","version":2,"previous_version":1,"steps":["b","c"],"try":2}`, string(e.Data))
 
 	// The new edge b → c works; b has its new budget.
 	c := claimKeys(t, ctx, s, "d1", 1)["b"]

@@ -63,7 +63,9 @@ package catalog
 //     and cairn_run_rerun.
 //   - runs_child_ended (a child run's status becoming succeeded, failed or
 //     canceled, whoever ends it): its parent's waiting step is resolved, succeeded
-//     with the child's output or failed (child_failed, child_canceled). Stays.
+//     with the child's output or failed (child_failed, child_canceled), in the
+//     same transaction when the parent's step and row can be had at once, else by
+//     the wake sweeper (child_run_ends). Stays.
 //   - runs_children_follow (a run's status or pause_reason changing; so RunCancel,
 //     RunPause, RunResume and bulk operations): its child runs are canceled, paused
 //     or resumed with it, and theirs in turn. Should move into cairn_run_cancel,

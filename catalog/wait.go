@@ -28,11 +28,18 @@ UPDATE attempts a SET log_key = $3
    AND a.run_id = s.run_id AND a.step_key = s.key AND a.number = s.attempts`
 	sqlStepResolve = `SELECT cairn_step_resolve($1, $2, $3, $4, $5, $6)
 WHERE cairn_runs_share(ARRAY[$1::uuid])`
-	sqlWakeDue = `SELECT cairn_wake_due($1)`
-	// The earliest due wait (the index steps_wake_idx answers it).
+	sqlWakeNext = `SELECT cairn_wake_next()`
+	// The earliest due wait (the index steps_wake_idx answers it), or a child
+	// run's end left for the sweeper (child_run_ends), if earlier.
 	sqlNextWake = `
-SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held`
+SELECT least((SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held),
+             (SELECT min(ended_at) FROM child_run_ends))`
 	sqlSignalSend = `SELECT seq, step, duplicate FROM cairn_signal_send($1, $2, $3, $4, $5)`
+	// Whether the signal first sent under an idempotency key has payload $4 (jsonb
+	// equality: the same JSON however spelled; a $blob reference names its bytes'
+	// digest, so the same bytes).
+	sqlSignalSamePayload = `
+SELECT payload = $4::jsonb FROM signals WHERE run_id = $1 AND name = $2 AND idempotency_key = $3`
 )
 
 // WaitKind is what a suspended step waits for (Step.WaitKind).
@@ -141,17 +148,38 @@ func (s *Store) StepResolve(ctx context.Context, runID uuid.UUID, key string, r 
 	return nil
 }
 
-// WakeDue wakes up to limit due waits (cairn_wake_due): sleeps whose time has come
-// succeed, waits whose timeout passed fail (code timeout) or continue. Steps of a
-// paused run wait for its resume. Safe from every dispatcher at once: each step is
-// woken once. Returns how many it woke.
+// WakeDue wakes up to limit due waits (cairn_wake_next, one a transaction):
+// sleeps whose time has come succeed, waits whose timeout passed fail (code
+// timeout) or continue. Steps of a paused run wait for its resume, and a run
+// being canceled, paused or retried at that moment is left to the next call. Safe
+// from every dispatcher at once: each step is woken once. Returns how many it
+// woke; fewer than limit when no more were due or free.
 func (s *Store) WakeDue(ctx context.Context, limit int) (int, error) {
-	var n int
-	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &n, sqlWakeDue, limit)
-	})
+	n, err := s.eachNext(ctx, sqlWakeNext, limit)
 	if err != nil {
-		return 0, fmt.Errorf("wake due waits: %w", err)
+		return n, fmt.Errorf("wake due waits: %w", err)
+	}
+	return n, nil
+}
+
+// eachNext runs query, a sweeper's step (cairn_wake_next, cairn_queue_timeout_next:
+// 1 when it ended a step, 0 when none was due, -1 when the due ones were busy), in
+// a transaction of its own up to limit times, and returns how many steps it
+// ended. One step a transaction takes one run's locks at a time, in the order of
+// catalog/sql/run_control.sql.
+func (s *Store) eachNext(ctx context.Context, query string, limit int) (int, error) {
+	n := 0
+	for n < limit {
+		var got int
+		if err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+			return tx.GetContext(ctx, &got, query)
+		}); err != nil {
+			return n, err
+		}
+		if got <= 0 {
+			break
+		}
+		n++
 	}
 	return n, nil
 }
@@ -193,16 +221,32 @@ type SignalResult struct {
 
 // SignalSend delivers a signal (cairn_signal_send): to the step of the run waiting
 // for its name, or buffered, in order, for the next one. ErrNotFound for no such
-// run, ErrRunFinished for a run that has ended. The caller checks that the run's
-// version has a signal step of that name.
+// run, ErrRunFinished for a run that has ended, ErrIdempotencyMismatch for an
+// idempotency key first sent (to that run and name) with another payload. The
+// caller checks that the run's version has a signal step of that name.
 func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, error) {
 	var out SignalResult
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, sqlRunShare, sig.RunID); err != nil {
 			return err
 		}
-		return tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
-			nullString(sig.IdempotencyKey), sig.Actor)
+		if err := tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
+			nullString(sig.IdempotencyKey), sig.Actor); err != nil {
+			return err
+		}
+		if !out.Duplicate {
+			return nil
+		}
+		var same bool
+		if err := tx.GetContext(ctx, &same, sqlSignalSamePayload, sig.RunID, sig.Name, sig.IdempotencyKey,
+			[]byte(sig.Payload)); err != nil {
+			return err
+		}
+		if !same {
+			return fmt.Errorf("%w: signal %d was sent under idempotency key %q with another payload",
+				ErrIdempotencyMismatch, out.Seq, sig.IdempotencyKey)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("signal %s to run %s: %w", sig.Name, sig.RunID, err)

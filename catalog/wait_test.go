@@ -306,9 +306,12 @@ func TestSignals(t *testing.T) {
 	a := send("go", `{"n":1}`, "k1")
 	require.Nil(t, a.Step)
 	require.False(t, a.Duplicate)
-	again := send("go", `{"n":"other"}`, "k1")
+	again := send("go", `{ "n": 1 }`, "k1")
 	require.True(t, again.Duplicate)
 	require.Equal(t, a.Seq, again.Seq)
+	// The key with another payload is refused, and applies nothing.
+	_, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "go", Payload: json.RawMessage(`{"n":"other"}`), IdempotencyKey: "k1", Actor: "alice"})
+	require.ErrorIs(t, err, catalog.ErrIdempotencyMismatch)
 	b := send("go", `{"n":2}`, "k2")
 	require.Greater(t, b.Seq, a.Seq)
 	typ, data := lastEventData(t, ctx, s, r.ID)
@@ -336,16 +339,16 @@ func TestSignals(t *testing.T) {
 	require.NotNil(t, during.Step)
 	require.Equal(t, "late", *during.Step)
 	require.JSONEq(t, `"now"`, output("late"))
-	repeat := send("late", `"again"`, "k3")
+	repeat := send("late", `"now"`, "k3")
 	require.True(t, repeat.Duplicate)
 	require.Equal(t, during.Seq, repeat.Seq)
 	require.JSONEq(t, `"now"`, output("late"))
 	require.Equal(t, catalog.RunSucceeded, runOf(t, ctx, s, r.ID).Status)
 
 	// A finished run takes no more signals (a repeat still answers).
-	_, err := s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "late", Payload: json.RawMessage(`1`), Actor: "alice"})
+	_, err = s.SignalSend(ctx, &catalog.Signal{RunID: r.ID, Name: "late", Payload: json.RawMessage(`1`), Actor: "alice"})
 	require.ErrorIs(t, err, catalog.ErrRunFinished)
-	require.True(t, send("late", `"again"`, "k3").Duplicate)
+	require.True(t, send("late", `"now"`, "k3").Duplicate)
 	_, err = s.SignalSend(ctx, &catalog.Signal{RunID: uuid.New(), Name: "late", Payload: json.RawMessage(`1`), Actor: "alice"})
 	require.ErrorIs(t, err, catalog.ErrNotFound)
 }

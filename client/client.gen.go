@@ -803,7 +803,7 @@ type DecisionBody struct {
 
 // DecisionResult defines model for DecisionResult.
 type DecisionResult struct {
-	// Counted false when this approver had decided before: the same approver counts once, nothing was recorded
+	// Counted false when this approver had decided before on the step, which still waits: the same approver counts once, nothing was recorded
 	Counted bool `json:"counted"`
 
 	// Decision the approver's decision on the step: this one, or the first one when counted is false
@@ -903,6 +903,11 @@ type ItemsOutputAttemptBody struct {
 // ItemsOutputStepBody defines model for ItemsOutputStepBody.
 type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
+}
+
+// ItemsOutputTriedStepBody defines model for ItemsOutputTriedStepBody.
+type ItemsOutputTriedStepBody struct {
+	Items *[]TriedStep `json:"items"`
 }
 
 // LimitKey defines model for LimitKey.
@@ -1462,6 +1467,14 @@ type StepStatus string
 // StepTriggerRule when the step runs, given how the steps it needs ended (after: in the manifest)
 type StepTriggerRule string
 
+// TriedStep defines model for TriedStep.
+type TriedStep struct {
+	Step Step `json:"step"`
+
+	// Try the try it belonged to: 1 for the run's first, 2 after one retry, …
+	Try int64 `json:"try"`
+}
+
 // UploadResult defines model for UploadResult.
 type UploadResult struct {
 	// Created false when this bundle was uploaded before (status 200)
@@ -1685,7 +1698,7 @@ type SendSignalParams struct {
 	// ContentType application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store
 	ContentType *string `json:"Content-Type,omitempty"`
 
-	// IdempotencyKey a repeat with the same key (same run and name) is the same signal, applied once
+	// IdempotencyKey a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
@@ -1964,7 +1977,7 @@ type ClientInterface interface {
 
 	// CompleteCallbackWithBody Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1973,7 +1986,7 @@ type ClientInterface interface {
 
 	// CompleteCallback Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1982,7 +1995,7 @@ type ClientInterface interface {
 
 	// DeliverHookWithBody Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1991,7 +2004,7 @@ type ClientInterface interface {
 
 	// DeliverHook Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -2204,7 +2217,7 @@ type ClientInterface interface {
 
 	// SendSignalWithBody Send a signal to a run
 	//
-	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2215,7 +2228,7 @@ type ClientInterface interface {
 
 	// SendSignal Send a signal to a run
 	//
-	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2223,6 +2236,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListStepHistory List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSteps List a run's steps
 	//
@@ -2235,7 +2257,7 @@ type ClientInterface interface {
 
 	// ApproveStepWithBody Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2246,7 +2268,7 @@ type ClientInterface interface {
 
 	// ApproveStep Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -2343,7 +2365,7 @@ type ClientInterface interface {
 
 	// RejectStepWithBody Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -2354,7 +2376,7 @@ type ClientInterface interface {
 
 	// RejectStep Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -2724,7 +2746,7 @@ func (c *APIClient) GetBundle(ctx context.Context, digest string, reqEditors ...
 
 // CompleteCallbackWithBody Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2743,7 +2765,7 @@ func (c *APIClient) CompleteCallbackWithBody(ctx context.Context, token string, 
 
 // CompleteCallback Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2762,7 +2784,7 @@ func (c *APIClient) CompleteCallback(ctx context.Context, token string, params *
 
 // DeliverHookWithBody Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type.
 //
@@ -2781,7 +2803,7 @@ func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, ho
 
 // DeliverHook Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3204,7 +3226,7 @@ func (c *APIClient) RetryRun(ctx context.Context, id openapi_types.UUID, params 
 
 // SendSignalWithBody Send a signal to a run
 //
-// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3225,7 +3247,7 @@ func (c *APIClient) SendSignalWithBody(ctx context.Context, id openapi_types.UUI
 
 // SendSignal Send a signal to a run
 //
-// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3234,6 +3256,25 @@ func (c *APIClient) SendSignalWithBody(ctx context.Context, id openapi_types.UUI
 // Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 func (c *APIClient) SendSignal(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewSendSignalRequest(c.Server, id, name, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListStepHistory List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *APIClient) ListStepHistory(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListStepHistoryRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -3265,7 +3306,7 @@ func (c *APIClient) ListSteps(ctx context.Context, id openapi_types.UUID, reqEdi
 
 // ApproveStepWithBody Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3286,7 +3327,7 @@ func (c *APIClient) ApproveStepWithBody(ctx context.Context, id openapi_types.UU
 
 // ApproveStep Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -3493,7 +3534,7 @@ func (c *APIClient) GetStepOutput(ctx context.Context, id openapi_types.UUID, ke
 
 // RejectStepWithBody Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -3514,7 +3555,7 @@ func (c *APIClient) RejectStepWithBody(ctx context.Context, id openapi_types.UUI
 
 // RejectStep Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -5321,6 +5362,40 @@ func NewSendSignalRequestWithBody(server string, id openapi_types.UUID, name str
 	return req, nil
 }
 
+// NewListStepHistoryRequest constructs an http.Request for the ListStepHistory method
+func NewListStepHistoryRequest(server string, id openapi_types.UUID) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs/%s/step-history", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListStepsRequest constructs an http.Request for the ListSteps method
 func NewListStepsRequest(server string, id openapi_types.UUID) (*http.Request, error) {
 	var err error
@@ -7111,7 +7186,7 @@ type ClientWithResponsesInterface interface {
 
 	// CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7120,7 +7195,7 @@ type ClientWithResponsesInterface interface {
 
 	// CompleteCallbackWithResponse Complete a step waiting for a callback
 	//
-	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+	// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7129,7 +7204,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7138,7 +7213,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeliverHookWithResponse Start a run from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7367,7 +7442,7 @@ type ClientWithResponsesInterface interface {
 
 	// SendSignalWithBodyWithResponse Send a signal to a run
 	//
-	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7378,7 +7453,7 @@ type ClientWithResponsesInterface interface {
 
 	// SendSignalWithResponse Send a signal to a run
 	//
-	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+	// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7386,6 +7461,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs/{id}/signals/{name} (the `SendSignal` operationId).
 	SendSignalWithResponse(ctx context.Context, id openapi_types.UUID, name string, params *SendSignalParams, body SendSignalJSONRequestBody, reqEditors ...RequestEditorFn) (*SendSignalResponse, error)
+
+	// ListStepHistoryWithResponse List the steps of a run's earlier tries
+	//
+	// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+	ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error)
 
 	// ListStepsWithResponse List a run's steps
 	//
@@ -7400,7 +7486,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveStepWithBodyWithResponse Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7411,7 +7497,7 @@ type ClientWithResponsesInterface interface {
 
 	// ApproveStepWithResponse Approve an approval step
 	//
-	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+	// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 	//
 	// Requires the `operator` role.
 	//
@@ -7524,7 +7610,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectStepWithBodyWithResponse Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -7535,7 +7621,7 @@ type ClientWithResponsesInterface interface {
 
 	// RejectStepWithResponse Reject an approval step
 	//
-	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+	// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 	//
 	// Requires the `operator` role.
 	//
@@ -10188,6 +10274,110 @@ func (r SendSignalResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r SendSignalResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListStepHistoryResponse503Headers the declared response headers of an HTTP 503 response for ListStepHistory
+type ListStepHistoryResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListStepHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemsOutputTriedStepBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListStepHistoryResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListStepHistoryResponse) GetJSON200() *ItemsOutputTriedStepBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListStepHistoryResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListStepHistoryResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListStepHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListStepHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListStepHistoryResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -13753,7 +13943,7 @@ func (c *ClientWithResponses) GetBundleWithResponse(ctx context.Context, digest 
 
 // CompleteCallbackWithBodyWithResponse Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13768,7 +13958,7 @@ func (c *ClientWithResponses) CompleteCallbackWithBodyWithResponse(ctx context.C
 
 // CompleteCallbackWithResponse Complete a step waiting for a callback
 //
-// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+// The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13783,7 +13973,7 @@ func (c *ClientWithResponses) CompleteCallbackWithResponse(ctx context.Context, 
 
 // DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13798,7 +13988,7 @@ func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Contex
 
 // DeliverHookWithResponse Start a run from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14153,7 +14343,7 @@ func (c *ClientWithResponses) RetryRunWithResponse(ctx context.Context, id opena
 
 // SendSignalWithBodyWithResponse Send a signal to a run
 //
-// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14170,7 +14360,7 @@ func (c *ClientWithResponses) SendSignalWithBodyWithResponse(ctx context.Context
 
 // SendSignalWithResponse Send a signal to a run
 //
-// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+// Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14183,6 +14373,23 @@ func (c *ClientWithResponses) SendSignalWithResponse(ctx context.Context, id ope
 		return nil, err
 	}
 	return ParseSendSignalResponse(rsp)
+}
+
+// ListStepHistoryWithResponse List the steps of a run's earlier tries
+//
+// The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs/{id}/step-history (the `ListStepHistory` operationId).
+func (c *ClientWithResponses) ListStepHistoryWithResponse(ctx context.Context, id openapi_types.UUID, reqEditors ...RequestEditorFn) (*ListStepHistoryResponse, error) {
+	rsp, err := c.ListStepHistory(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListStepHistoryResponse(rsp)
 }
 
 // ListStepsWithResponse List a run's steps
@@ -14204,7 +14411,7 @@ func (c *ClientWithResponses) ListStepsWithResponse(ctx context.Context, id open
 
 // ApproveStepWithBodyWithResponse Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14221,7 +14428,7 @@ func (c *ClientWithResponses) ApproveStepWithBodyWithResponse(ctx context.Contex
 
 // ApproveStepWithResponse Approve an approval step
 //
-// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+// Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
 //
 // Requires the `operator` role.
 //
@@ -14400,7 +14607,7 @@ func (c *ClientWithResponses) GetStepOutputWithResponse(ctx context.Context, id 
 
 // RejectStepWithBodyWithResponse Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -14417,7 +14624,7 @@ func (c *ClientWithResponses) RejectStepWithBodyWithResponse(ctx context.Context
 
 // RejectStepWithResponse Reject an approval step
 //
-// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+// Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
 //
 // Requires the `operator` role.
 //
@@ -17038,6 +17245,101 @@ func ParseSendSignalResponse(rsp *http.Response) (*SendSignalResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers SendSignalResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListStepHistoryResponse parses an HTTP response from a ListStepHistoryWithResponse call
+func ParseListStepHistoryResponse(rsp *http.Response) (*ListStepHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListStepHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemsOutputTriedStepBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListStepHistoryResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -138,6 +138,7 @@ func (env *Env) compile(src string) (*Program, error) {
 	prg, err := env.cel.Program(ast,
 		cel.CostLimit(costLimit),
 		cel.InterruptCheckFrequency(100),
+		cel.CustomDecoratorV2(decorateSizes),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("expression: %w", err)
@@ -159,13 +160,21 @@ func (p *Program) String() string { return p.src }
 // of strings, ints).
 type Vars map[string]any
 
-// Eval evaluates the program with vars and returns its value as JSON.
+// Eval evaluates the program with vars and returns its value as JSON, at most
+// MaxValue bytes.
 func (p *Program) Eval(ctx context.Context, vars Vars) (json.RawMessage, error) {
 	v, err := p.eval(ctx, vars)
 	if err != nil {
 		return nil, err
 	}
-	return toJSON(v)
+	out, err := toJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxValue {
+		return nil, p.errorf("%v", errTooBig{limit: MaxValue})
+	}
+	return out, nil
 }
 
 // EvalBool evaluates a condition.
@@ -231,8 +240,10 @@ func (p *Program) EvalList(ctx context.Context, vars Vars) ([]json.RawMessage, e
 	return items, nil
 }
 
+// eval evaluates the program. Every value it builds, and its result, is measured
+// (sizeMeter): one over MaxValue fails the evaluation.
 func (p *Program) eval(ctx context.Context, vars Vars) (ref.Val, error) {
-	act := make(map[string]any, len(vars))
+	act := make(map[string]any, len(vars)+1)
 	for k, v := range vars {
 		d, err := native(v)
 		if err != nil {
@@ -240,7 +251,16 @@ func (p *Program) eval(ctx context.Context, vars Vars) (ref.Val, error) {
 		}
 		act[k] = d
 	}
+	meter := newSizeMeter(MaxValue)
+	act[meterVar] = meter
 	out, _, err := p.prg.ContextEval(ctx, act)
+	if err == nil {
+		// The result may be a value the expression did not build (`deps`).
+		meter.size(out)
+	}
+	if meter.over != nil {
+		return nil, p.errorf("%v", meter.over)
+	}
 	if err != nil {
 		if step := p.blobDep(vars); step != "" {
 			return nil, p.errorf("%v: the output of step %s is in the blob store, and an expression sees only its reference ({\"$blob\": …}), not what is inside", err, step)

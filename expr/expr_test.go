@@ -161,3 +161,63 @@ func TestCompiledOnceUsedEverywhere(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestEvalBoundsValues (security audit 2, E3): a value an expression builds is
+// bounded by MaxValue (the API's input limit) while it is built. The audit's
+// reproduction: `L.map(a, L.map(b, input.s))` over a 100 KB string gave a child run
+// a 10 MB input, and four nested maps (a gigabyte of JSON) took the server to
+// 4.5 GB. Each now fails with an expression error naming the limit; values under
+// it still evaluate.
+func TestEvalBoundsValues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const L = "[0,1,2,3,4,5,6,7,8,9]"
+	vars := func(s string) expr.Vars {
+		v := stepVars()
+		v[expr.Input] = json.RawMessage(`{"s": "` + s + `", "n": 2}`)
+		return v
+	}
+	s100k := strings.Repeat("A", 100_000)
+	s600k := strings.Repeat("A", 600_000)
+	limit := strconv.Itoa(expr.MaxValue)
+	for _, tc := range []struct {
+		name, src, s string
+	}{
+		{"two nested maps (X1)", L + ".map(a, " + L + ".map(b, input.s))", s100k},
+		{"four nested maps (X2)", L + ".map(a, " + L + ".map(b, " + L + ".map(c, " + L + ".map(d, input.s))))", s100k},
+		{"string concatenation", "input.s + input.s", s600k},
+		{"doubling strings", "(input.s + input.s) + (input.s + input.s) + (input.s + input.s)", s100k + s100k},
+		{"list literal", "[input.s, input.s]", s600k},
+		{"map literal", "{'a': input.s, 'b': input.s}", s600k},
+		{"list concatenation", "[input.s] + [input.s]", s600k},
+		{"filter", L + ".filter(a, true).map(a, input.s)", s100k + s100k},
+		{"absorbed by ||", L + ".exists(a, size(" + L + ".map(b, input.s + input.s)) == 0 || true)", s100k},
+		{"a value not built over the limit", "input", s600k + s600k},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p, err := expr.StepEnv.Compile(tc.src)
+			require.NoError(t, err)
+			out, err := p.Eval(ctx, vars(tc.s))
+			var e *expr.Error
+			require.True(t, errors.As(err, &e), "want an expression error, got %d bytes, %v", len(out), err)
+			require.ErrorContains(t, err, "more than "+limit+" bytes")
+		})
+	}
+
+	// Under the limit, the same expressions evaluate.
+	p, err := expr.StepEnv.Compile(L + ".map(a, input.s)")
+	require.NoError(t, err)
+	out, err := p.Eval(ctx, vars(strings.Repeat("A", 100_000)))
+	require.NoError(t, err)
+	require.Greater(t, len(out), 1_000_000)
+	p, err = expr.StepEnv.Compile("input.s + input.s")
+	require.NoError(t, err)
+	_, err = p.Eval(ctx, vars(strings.Repeat("A", 500_000)))
+	require.NoError(t, err)
+	items, err := expr.StepEnv.Compile(L + ".map(a, " + L + ".map(b, {'i': a * 10 + b, 'n': input.n}))")
+	require.NoError(t, err)
+	list, err := items.EvalList(ctx, vars("x"))
+	require.NoError(t, err)
+	require.Len(t, list, 10)
+}

@@ -98,3 +98,17 @@ func ParseCallbackToken(key []byte, token string) (runID uuid.UUID, step string,
 	}
 	return runID, parts[1], attempt, nil
 }
+
+// callbackPath is where callback URLs point: callbackPath + a CallbackToken.
+const callbackPath = "/v1/callbacks/"
+
+// MaskCallbackPath returns a request path with the MAC of a callback token masked
+// (/v1/callbacks/<run>.<step>.<attempt>.***), for logs and traces: the token is
+// the credential that completes the step. Other paths are returned as they are.
+func MaskCallbackPath(path string) string {
+	token, ok := strings.CutPrefix(path, callbackPath)
+	if !ok {
+		return path
+	}
+	return callbackPath + token[:strings.LastIndexByte(token, '.')+1] + Mask
+}

@@ -115,3 +115,16 @@ func FuzzParseSuspend(f *testing.F) {
 		}
 	})
 }
+
+// TestMaskCallbackPath (I8): the access log and traces show a callback request's
+// run, step and attempt, never the MAC that makes its token a credential.
+func TestMaskCallbackPath(t *testing.T) {
+	t.Parallel()
+	token := CallbackToken([]byte("k"), "01a24a62-57c7-79f5-b117-76866557d027", "talk", 2)
+	mac := token[strings.LastIndexByte(token, '.')+1:]
+	got := MaskCallbackPath("/v1/callbacks/" + token)
+	require.Equal(t, "/v1/callbacks/01a24a62-57c7-79f5-b117-76866557d027.talk.2.***", got)
+	require.NotContains(t, got, mac)
+	require.Equal(t, "/v1/callbacks/***", MaskCallbackPath("/v1/callbacks/garbage"))
+	require.Equal(t, "/v1/runs/x", MaskCallbackPath("/v1/runs/x"))
+}

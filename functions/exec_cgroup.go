@@ -227,7 +227,7 @@ func (a *attemptCgroup) remove() error {
 // cgroupFailure is the failure of a handler whose cgroup's OOM killer ended one of
 // its processes: CodeResourceExhausted, terminal.
 func cgroupFailure(res *Resources, kills int, failure *Error) *Error {
-	return &Error{Message: fmt.Sprintf("ran out of memory: the out-of-memory killer ended %d of its processes at its limit of %d bytes (resources.memory); %s",
+	return &Error{Message: fmt.Sprintf("ran out of memory: the out-of-memory killer ended %d of its processes at its limit of %d bytes (resources.memory, or the server's default); %s",
 		kills, res.MemoryBytes, failure.Message), Code: CodeResourceExhausted}
 }
 

@@ -21,6 +21,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// CodeCheckpointTooLarge is the error code of an attempt whose handler named a
+// checkpoint_file larger than the server's limit (CAIRN_MAX_CHECKPOINT_SIZE).
+// Terminal: the same handler writes the same file again.
+const CodeCheckpointTooLarge = "checkpoint_too_large"
+
+// CheckpointTooLarge is the failure of a checkpoint_file (name) over limit bytes,
+// read or announced by its size.
+func CheckpointTooLarge(name string, limit int64) *Error {
+	return &Error{
+		Message: fmt.Sprintf("checkpoint_file %s is larger than the limit of %d bytes (CAIRN_MAX_CHECKPOINT_SIZE): nothing was stored", filepath.Base(name), limit),
+		Code:    CodeCheckpointTooLarge,
+	}
+}
+
 // controlMessage is one line on an exec handler's control descriptor. Exactly one
 // field is set.
 type controlMessage struct {
@@ -166,6 +180,13 @@ func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bo
 	}
 	if errors.Is(err, ErrLeaseLost) {
 		r.abort(err)
+		return false
+	}
+	if fe := (*Error)(nil); errors.As(err, &fe) {
+		// The sink refused what the handler sent (a checkpoint_file over the
+		// limit): the attempt fails with it.
+		r.note("control message %d (%s) refused: %s", lineNo, op, fe.Message)
+		r.abort(fe)
 		return false
 	}
 	if ctx.Err() != nil {

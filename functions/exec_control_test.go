@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,4 +232,37 @@ func TestExecSlowSinkCancel(t *testing.T) {
 	err := waitResultWithin(t, done, 10*time.Second)
 	require.ErrorIs(t, err, cause)
 	require.Less(t, time.Since(canceled), 2*time.Second, "Invoke returns soon after the cancel")
+}
+
+// refusingSink is a testSink that refuses every checkpoint_file as too large, as
+// the dispatcher's sink does past CAIRN_MAX_CHECKPOINT_SIZE.
+type refusingSink struct {
+	testSink
+}
+
+func (s *refusingSink) CheckpointFile(_ context.Context, f *os.File) error {
+	return CheckpointTooLarge(f.Name(), 1024)
+}
+
+// TestExecCheckpointFileRefusedFailsAttempt (E4): a checkpoint_file the sink
+// refuses with an *Error (over the size limit) ends the attempt at once with that
+// error, terminal, and the handler's log says which message was refused; the
+// handler's later lines and its exit do not matter.
+func TestExecCheckpointFileRefusedFailsAttempt(t *testing.T) {
+	t.Parallel()
+	b := setupExec(t, nil)
+	b.script(t, "big", `
+head -c 2048 /dev/zero > "$TMPDIR/cp"
+echo "{\"checkpoint_file\":\"$TMPDIR/cp\"}" >&3
+sleep 600
+echo '{}'`)
+	sink := &refusingSink{}
+	err := b.exec.Invoke(context.Background(), b.invocation("big"), sink)
+	var fe *Error
+	require.True(t, errors.As(err, &fe), "%v", err)
+	require.Equal(t, CodeCheckpointTooLarge, fe.Code)
+	require.False(t, fe.Retryable)
+	require.Equal(t, "checkpoint_file cp is larger than the limit of 1024 bytes (CAIRN_MAX_CHECKPOINT_SIZE): nothing was stored", fe.Message)
+	require.Contains(t, sink.LogText(), "cairn: control message 1 (checkpoint_file) refused: checkpoint_file cp is larger")
+	require.Empty(t, sink.Out())
 }

@@ -90,6 +90,20 @@ type ExecConfig struct {
 	// uses cgroups. Without a usable cgroup v2, resources are enforced with rlimits
 	// (exec_resources.go). Default: /sys/fs/cgroup.
 	CgroupRoot string
+	// DefaultMemoryBytes bounds the memory of handlers whose step sets none
+	// (resources.memory): cgroup v2's memory.max, else RLIMIT_AS. Negative: no
+	// default. Default: DefaultMemoryBytes (2 GiB).
+	DefaultMemoryBytes int64
+	// DefaultPids bounds the processes and threads of handlers whose step sets
+	// none (resources.pids), where they can be bounded: cgroup v2's pids.max, or
+	// RLIMIT_NPROC in the sandbox. Negative: no default. Default: DefaultPids
+	// (1024).
+	DefaultPids int
+	// TempBytes bounds each file a handler writes (RLIMIT_FSIZE, memfds
+	// included) and, on a root server with IsolationBwrap, its HOME and TMPDIR
+	// together (a tmpfs of that size). Negative: no bound. Default:
+	// DefaultTempBytes (1 GiB).
+	TempBytes int64
 }
 
 // Exec runs exec steps: a program of the bundle, once per attempt, in its own
@@ -153,6 +167,12 @@ type Exec struct {
 	// without a usable cgroup v2 (cgroupErr says why): rlimits then.
 	cgroup    *cgroupV2
 	cgroupErr error
+	// defaultMemory, defaultPids and tempBytes are ExecConfig's bounds (0: none).
+	defaultMemory int64
+	defaultPids   int
+	tempBytes     int64
+	// tempMountOnce logs once that attempt directories cannot be mounted.
+	tempMountOnce sync.Once
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
@@ -173,6 +193,9 @@ func NewExec(cfg *ExecConfig) *Exec {
 		extraEnv:       append([]string(nil), cfg.ExtraEnv...),
 		maxControlLine: cfg.MaxControlLine,
 		tempDir:        cfg.TempDir,
+		defaultMemory:  defaultBound(cfg.DefaultMemoryBytes, DefaultMemoryBytes),
+		defaultPids:    defaultBound(cfg.DefaultPids, DefaultPids),
+		tempBytes:      defaultBound(cfg.TempBytes, DefaultTempBytes),
 	}
 	if e.killGrace <= 0 {
 		e.killGrace = DefaultKillGrace
@@ -203,6 +226,9 @@ func NewExec(cfg *ExecConfig) *Exec {
 	} else {
 		e.logger.Info("resources of exec steps are enforced with rlimits (prlimit)", "reason", e.cgroupErr.Error(),
 			"prlimit", e.prlimit)
+	}
+	if n, err := RemoveLeftoverAttempts(e.tempDir); n > 0 || err != nil {
+		e.logger.Info("removed the attempt directories of servers that are gone", "count", n, "error", err)
 	}
 	if cfg.Isolation == IsolationBwrap {
 		uid := cfg.SandboxUID
@@ -247,6 +273,16 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	if err != nil {
 		return err
 	}
+	for _, p := range inv.Spec.AllowPorts {
+		if p < 1 || p > 65535 {
+			return invalidSpecf("exec: network allow: port %d is not 1 to 65535", p)
+		}
+	}
+	network := e.sandbox != nil && !inv.Spec.NoNetwork
+	if network && e.sandbox.network.err != nil {
+		return &Error{Message: "exec steps with network cannot run on this server: " + e.sandbox.network.err.Error(),
+			Retryable: true, Code: CodeIsolationUnavailable}
+	}
 	payload, err := json.Marshal(inv.Envelope)
 	if err != nil {
 		return fmt.Errorf("exec: encode envelope: %w", err)
@@ -254,7 +290,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	// One line: `read -r envelope` in a shell script sees a complete line.
 	payload = append(payload, '\n')
 
-	attemptDir, err := os.MkdirTemp(e.tempDir, "cairn-exec-")
+	attemptDir, err := os.MkdirTemp(e.tempDir, attemptDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return fmt.Errorf("exec: create attempt directory: %w", err)
 	}
@@ -265,6 +301,18 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			logger.WarnContext(ctx, "remove attempt directory", "path", attemptDir, "error", err)
 		}
 	}()
+	if e.sandbox != nil && !e.sandbox.rootless && e.tempBytes > 0 {
+		// HOME and TMPDIR on a tmpfs of tempBytes (unmounted before the
+		// removal above); where the server may not mount, RLIMIT_FSIZE still
+		// bounds each file.
+		if err := mountTemp(attemptDir, e.tempBytes); err != nil {
+			e.tempMountOnce.Do(func() {
+				logger.Warn("exec: HOME and TMPDIR of handlers are not size-bounded on this server (only each file is)", "error", err)
+			})
+		} else {
+			defer unmountTemp(attemptDir)
+		}
+	}
 	home := filepath.Join(attemptDir, "home")
 	tmp := filepath.Join(attemptDir, "tmp")
 	for _, dir := range []string{home, tmp} {
@@ -298,12 +346,14 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			bundleDir: bundleDir,
 			inputs:    inputFiles(&inv.Envelope),
 			workDirs:  []string{home, tmp},
-			network:   !inv.Spec.NoNetwork,
+			noNetwork: inv.Spec.NoNetwork,
 			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
 		})
 		path = args[0]
 	}
-	if res := inv.Spec.Resources; e.cgroup != nil && res != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
+	lim := e.limitsOf(inv.Spec.Resources)
+	res := &lim.res
+	if e.cgroup != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
 		cg, err := e.cgroup.create("attempt-"+randomHex(8), res)
 		if err != nil {
 			return &Error{Message: "the step sets resources, and this server could not make the attempt's cgroup: " + err.Error(),
@@ -315,15 +365,13 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			}
 		}()
 		r.cgroup = cg
-	} else {
-		if path, args, err = e.limitCommand(res, path, args); err != nil {
-			return err
-		}
-		if res != nil && res.CPU > 0 {
-			_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
-		}
+	} else if res.CPU > 0 {
+		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
 	}
-	r.resources = inv.Spec.Resources
+	if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
+		return err
+	}
+	r.resources = res
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
 			Path:        path,
@@ -335,6 +383,11 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		if r.cgroup != nil {
 			intoCgroup(cmd.SysProcAttr, r.cgroup.fd)
 		}
+		if e.sandbox != nil {
+			if r.sandboxPipes, err = e.sandbox.pipes(network); err != nil {
+				return err
+			}
+		}
 		err := r.start(ctx, cmd, payload)
 		if err == nil {
 			if inv.Started != nil {
@@ -342,6 +395,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			}
 			break
 		}
+		r.sandboxPipes.closeParent()
 		// ETXTBSY: a fork elsewhere in this process (another attempt starting)
 		// briefly holds a write descriptor of a file just written (a bundle being
 		// extracted). It passes within milliseconds (golang/go#22315).
@@ -356,7 +410,35 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			return context.Cause(ctx)
 		}
 	}
+	if network {
+		defer r.sandboxPipes.closeParent()
+		sn, err := r.connect(ctx, inv.Spec.AllowPorts)
+		defer sn.close()
+		if err != nil {
+			// bwrap still waits on its block pipe: the handler never ran.
+			r.signalGroup(syscall.SIGKILL)
+			if ctx.Err() == nil {
+				err = &Error{Message: "exec: " + err.Error(), Retryable: true, Code: CodeIsolationUnavailable}
+			}
+			r.abort(err)
+		}
+	}
 	return r.supervise(ctx)
+}
+
+// connect gives a started sandbox its network (exec_sandbox_net.go) and lets
+// bwrap start the handler.
+func (r *execRun) connect(ctx context.Context, allow []int) (*sandboxNet, error) {
+	s := r.exec.sandbox
+	pid, err := readSandboxInfo(ctx, r.sandboxPipes.info)
+	if err != nil {
+		return nil, err
+	}
+	sn, err := s.network.connectSandbox(ctx, pid, s.rootless, allow)
+	if err != nil {
+		return nil, err
+	}
+	return sn, release(r.sandboxPipes.block)
 }
 
 // environ builds a handler's environment. Later entries win (os/exec keeps the
@@ -441,9 +523,11 @@ type execRun struct {
 	workDirs []string
 	// sandboxed says the process is bubblewrap running the handler.
 	sandboxed bool
-	logW      *lockedLog
-	tail      *tailBuffer
-	cmd       *exec.Cmd
+	// sandboxPipes are the sandbox's setup pipes; nil unsandboxed.
+	sandboxPipes *sandboxPipes
+	logW         *lockedLog
+	tail         *tailBuffer
+	cmd          *exec.Cmd
 	// resources are the handler's limits (nil: none).
 	resources *Resources
 	// cgroup is the attempt's cgroup, which enforces resources; nil: rlimits
@@ -518,9 +602,15 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 	// copying goroutines of its own, and Wait never waits for the pipes.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
 	cmd.ExtraFiles = []*os.File{controlW}
+	if r.sandboxPipes != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, r.sandboxPipes.child...)
+	}
 	startErr := startOnForkThread(cmd)
 	// The child holds its own copies; ours must go or EOF never comes.
 	closeAll(childEnds)
+	if r.sandboxPipes != nil {
+		r.sandboxPipes.closeChild()
+	}
 	if startErr != nil {
 		closeAll(parentEnds)
 		return startError(cmd.Args[0], startErr)

@@ -294,7 +294,9 @@ func TestExecStdinNotRead(t *testing.T) {
 func TestExecControlMessages(t *testing.T) {
 	t.Parallel()
 
-	b := setupExec(t, &ExecConfig{MaxControlLine: 100})
+	// 200 bytes: room for a path in the attempt's TMPDIR (named after the server's pid
+	// and the attempt), not for the 300-byte checkpoint below.
+	b := setupExec(t, &ExecConfig{MaxControlLine: 200})
 	require.NoError(t, os.MkdirAll(filepath.Join(b.dir, "data"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(b.dir, "data", "cp.json"), []byte("relative"), 0o644))
 	b.script(t, "ctl", `
@@ -333,7 +335,7 @@ echo done`)
 	require.Contains(t, log, "cairn: control message 8 ignored: decode control message")
 	require.Contains(t, log, "cairn: control message 9 ignored: control message: want exactly one")
 	require.Contains(t, log, "cairn: control message 10 ignored: control message: want exactly one")
-	require.Contains(t, log, "cairn: control message 12 longer than 100 bytes: skipped")
+	require.Contains(t, log, "cairn: control message 12 longer than 200 bytes: skipped")
 }
 
 // TestExecCheckpointFileStaysInside: the server opens a checkpoint_file for the

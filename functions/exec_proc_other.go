@@ -3,6 +3,7 @@
 package functions
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -16,3 +17,14 @@ func handlerProcAttr() *syscall.SysProcAttr {
 
 // growPipe does nothing outside Linux: pipes keep their size.
 func growPipe(*os.File) {}
+
+// openSandboxNamespaces: there is no sandbox outside Linux.
+func openSandboxNamespaces(int, bool) (netns, userns *os.File, err error) {
+	return nil, nil, errors.New("sandbox network: Linux only")
+}
+
+// mountTemp: no tmpfs outside Linux; each file is bounded only where rlimits are.
+func mountTemp(string, int64) error { return errors.New("not on this system") }
+
+// unmountTemp does nothing outside Linux.
+func unmountTemp(string) {}

@@ -24,7 +24,11 @@ const (
 	// runs handlers as an unprivileged uid (ExecConfig.SandboxUID, default 65534,
 	// nobody); a server running as another user runs them as its own uid inside a
 	// user namespace, where they have no capability and still see nothing of the
-	// server. When bwrap is missing or does not work here, exec attempts fail with
+	// server. Each handler has a network namespace of its own, connected to the
+	// outside by pasta with no route to this host (exec_sandbox_net.go), or empty
+	// with network: none; a seccomp filter (exec_sandbox_seccomp.go); and, unless
+	// its step says otherwise, the default bounds of exec_resources.go. When bwrap
+	// is missing or does not work here, exec attempts fail with
 	// CodeIsolationUnavailable: the server never falls back to running them
 	// unisolated.
 	IsolationBwrap Isolation = "bwrap"
@@ -61,7 +65,21 @@ type sandbox struct {
 	setpriv  string
 	uid, gid int
 	rootless bool
+	// seccomp is the filter handed to bwrap (exec_sandbox_seccomp.go).
+	seccomp []byte
+	// network connects handlers' namespaces to the outside (exec_sandbox_net.go).
+	network sandboxNetwork
 }
+
+// File descriptors of bwrap beside the handler's control pipe (3): the seccomp
+// filter it loads, the pipe it writes the sandbox's pid to, and the one it
+// waits on before it starts the handler (when the invoker sets up the
+// sandbox's network first).
+const (
+	seccompFD = 4
+	infoFD    = 5
+	blockFD   = 6
+)
 
 // systemDirs are bound read-only into every sandbox, when they exist. /bin, /lib
 // and friends are bound as they are: directories, or symbolic links into /usr.
@@ -75,6 +93,10 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
 	}
 	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0}
+	s.network = findSandboxNetwork(s.rootless)
+	if s.seccomp, err = seccompProgram(); err != nil {
+		return nil, err
+	}
 	if !s.rootless {
 		if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 			return nil, errors.New("setpriv (util-linux) is not installed: a root server needs it to run handlers as an unprivileged user")
@@ -90,21 +112,33 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, network: true})
+	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, noNetwork: true})
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	filter, err := s.seccompFile()
+	if err != nil {
+		return nil, fmt.Errorf("probe bubblewrap: %w", err)
+	}
+	defer filter.Close()
+	// ExtraFiles[i] is descriptor 3+i; 3 (the control pipe) is unused here.
+	cmd.ExtraFiles = []*os.File{nil, filter}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("bubblewrap does not work here (%v: %s); set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated", err, strings.TrimSpace(string(out)))
 	}
 	return s, nil
 }
 
-// describe says how handlers run, for logs and readiness.
+// describe says how handlers run, for logs and readiness: the user, and how
+// they get a network.
 func (s *sandbox) describe() string {
+	how := "bubblewrap, as uid " + strconv.Itoa(s.uid)
 	if s.rootless {
-		return "bubblewrap, in a user namespace as the server's uid"
+		how = "bubblewrap, in a user namespace as the server's uid"
 	}
-	return "bubblewrap, as uid " + strconv.Itoa(s.uid)
+	if s.network.err != nil {
+		return how + "; network: none only (" + s.network.err.Error() + ")"
+	}
+	return how + "; network: own namespace through pasta, no route to this host"
 }
 
 // prepareDir hands a directory the handler writes (its HOME, TMPDIR) to the
@@ -123,22 +157,27 @@ type sandboxSpec struct {
 	bundleDir string   // read-only; the working directory
 	inputs    []string // files, read-only
 	workDirs  []string // read-write (HOME, TMPDIR)
-	network   bool     // share the server's network
+	noNetwork bool     // network: none (no pasta: the namespace's loopback only)
 	argv      []string // the program (an absolute path) and its arguments
 }
 
 // command returns the argv that runs spec.argv in a sandbox.
 func (s *sandbox) command(spec sandboxSpec) []string {
 	args := []string{s.bwrap,
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		// Handlers die with the server: with bwrap, whatever it runs dies with it.
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
+		// Handlers die with the server: bwrap's init in the sandbox gets SIGKILL
+		// when bwrap dies (which gets it when the server dies), and with the init
+		// of its PID namespace the kernel kills every process in it.
 		"--die-with-parent",
+		"--seccomp", strconv.Itoa(seccompFD),
 	}
 	if s.rootless {
-		args = append(args, "--unshare-user", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
+		// --disable-userns: no user namespace inside (the seccomp filter refuses
+		// them on a root server, where bwrap makes none).
+		args = append(args, "--unshare-user", "--disable-userns", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
-	if !spec.network {
-		args = append(args, "--unshare-net")
+	if !spec.noNetwork {
+		args = append(args, "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
 	}
 	for _, d := range systemDirs {
 		info, err := os.Lstat(d)
@@ -184,4 +223,74 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 			"--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 	}
 	return append(args, spec.argv...)
+}
+
+// seccompFile returns a pipe holding the seccomp filter, to hand to bwrap as
+// seccompFD. The filter is far smaller than a pipe's buffer.
+func (s *sandbox) seccompFile() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	defer w.Close()
+	if _, err := w.Write(s.seccomp); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	return r, nil
+}
+
+// sandboxPipes are the setup pipes of one sandbox: bwrap's ends (ExtraFiles after
+// the control pipe: seccompFD, infoFD, blockFD) and the invoker's.
+type sandboxPipes struct {
+	child []*os.File
+	// info and block are the invoker's ends of the info and block pipes; nil
+	// with network: none.
+	info, block *os.File
+}
+
+// pipes makes the setup pipes of one sandbox.
+func (s *sandbox) pipes(network bool) (*sandboxPipes, error) {
+	filter, err := s.seccompFile()
+	if err != nil {
+		return nil, err
+	}
+	p := &sandboxPipes{child: []*os.File{filter}}
+	if !network {
+		return p, nil
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		p.closeChild()
+		return nil, fmt.Errorf("sandbox: create pipe: %w", err)
+	}
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		p.closeChild()
+		infoR.Close()
+		infoW.Close()
+		return nil, fmt.Errorf("sandbox: create pipe: %w", err)
+	}
+	p.child = append(p.child, infoW, blockR)
+	p.info, p.block = infoR, blockW
+	return p, nil
+}
+
+// closeChild closes bwrap's ends, once bwrap has its own copies (or did not start).
+func (p *sandboxPipes) closeChild() {
+	for _, f := range p.child {
+		_ = f.Close()
+	}
+}
+
+// closeParent closes the invoker's ends (none when p is nil: no sandbox).
+func (p *sandboxPipes) closeParent() {
+	if p == nil {
+		return
+	}
+	for _, f := range []*os.File{p.info, p.block} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }

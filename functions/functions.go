@@ -77,6 +77,10 @@ type Spec struct {
 	Builtin string `json:"builtin,omitempty"`
 	// NoNetwork runs an exec handler without any network (manifest: network: none).
 	NoNetwork bool `json:"no_network,omitempty"`
+	// AllowPorts lists the ports of the server's host a sandboxed exec handler
+	// may reach on its loopback (manifest: network: {allow: ["localhost:5432"]}),
+	// at the same port of its own loopback. Other kinds ignore it.
+	AllowPorts []int `json:"allow_ports,omitempty"`
 	// Env holds "NAME=value" entries added to an exec handler's environment (the
 	// step's env, secrets resolved). They override PATH, HOME, LANG, TMPDIR and
 	// ExecConfig.ExtraEnv but never the CAIRN_* variables. Other kinds ignore it.
@@ -106,8 +110,10 @@ type Invocation struct {
 	// Timeout is the step's timeout; the caller also puts it on ctx. Informational
 	// for invokers that pass deadlines on (HTTP headers, Lambda).
 	Timeout time.Duration
-	// Secrets are the secret values in Spec (Env, HTTP headers). Invokers do not
-	// read it: the caller masks them in what the handler produces (NewMasker).
+	// Secrets are the secret values in Spec (Env, HTTP headers) and the
+	// attempt's credentials in Envelope (the callback URL's token, the lease
+	// credential). Invokers do not read it: the caller masks them in what the
+	// handler produces (NewMasker).
 	Secrets []string
 	// Started, when set, is called once the handler's process has started (exec);
 	// the dispatcher measures how long attempts take to start (admission). Other

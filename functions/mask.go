@@ -7,42 +7,60 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Mask replaces a secret value in what a handler produces.
 const Mask = "***"
 
-// Masker replaces known secret values with Mask: each value as it is and as it
-// appears inside a JSON string (escaped), longest first. A nil *Masker (no
-// secrets) changes nothing.
+// Masker replaces known secret values with Mask, longest first: each value as it
+// is, and as it appears inside a JSON string however its characters are escaped
+// (`\/` as PHP writes it, `\u00e9` as Python's json.dumps does, `\u0061` for
+// any character): the text is compared with the values as a JSON decoder would
+// read it, so that what PostgreSQL's jsonb decodes (and viewers get back) is never
+// a value. A nil *Masker (no secrets) changes nothing.
 type Masker struct {
 	needles [][]byte
 	longest int
+	// first marks the bytes a value may start with, as it is or escaped ('\').
+	first [256]bool
 }
+
+// maxEscape is how many bytes of JSON text one byte of a value takes at most:
+// \u00XX for one byte.
+const maxEscape = 6
 
 // NewMasker returns a masker of the non-empty values, or nil when there are none.
 func NewMasker(values []string) *Masker {
 	var needles [][]byte
 	for _, v := range values {
-		if v == "" {
+		if v == "" || slices.ContainsFunc(needles, func(n []byte) bool { return string(n) == v }) {
 			continue
 		}
 		needles = append(needles, []byte(v))
-		if q, err := json.Marshal(v); err == nil {
-			if esc := q[1 : len(q)-1]; !bytes.Equal(esc, []byte(v)) {
-				needles = append(needles, esc)
-			}
-		}
 	}
 	if len(needles) == 0 {
 		return nil
 	}
 	slices.SortFunc(needles, func(a, b []byte) int { return len(b) - len(a) })
-	return &Masker{needles: needles, longest: len(needles[0])}
+	m := &Masker{needles: needles, longest: len(needles[0])}
+	m.first['\\'] = true
+	for _, n := range needles {
+		m.first[n[0]] = true
+	}
+	return m
 }
 
 // Bytes returns b with every secret value masked (b itself when there is none).
+// b is the whole text: nothing follows it.
 func (m *Masker) Bytes(b []byte) []byte {
+	return m.mask(b, true)
+}
+
+// mask masks b; final says nothing follows b (else a value may end in what comes
+// next, and an escape cut short by b's end is left to the next call).
+func (m *Masker) mask(b []byte, final bool) []byte {
 	if m == nil {
 		return b
 	}
@@ -51,7 +69,171 @@ func (m *Masker) Bytes(b []byte) []byte {
 			b = bytes.ReplaceAll(b, n, []byte(Mask))
 		}
 	}
-	return b
+	if bytes.IndexByte(b, '\\') < 0 {
+		return b // no escape: the values as they are were all there is
+	}
+	return m.escaped(b, final)
+}
+
+// escaped masks the values written with JSON escapes.
+func (m *Masker) escaped(b []byte, final bool) []byte {
+	var out []byte // nil until a value is found
+	done := 0      // b[:done] is in out
+	bs := -1       // the first backslash at or after i, once looked for
+	for i := 0; i < len(b); {
+		// A value written with an escape has one within its first len(value)
+		// bytes (before it, its bytes are as they are): far from the next
+		// backslash, none starts.
+		if bs < i {
+			if bs = bytes.IndexByte(b[i:], '\\'); bs < 0 {
+				break
+			}
+			bs += i
+		}
+		if bs-i >= m.longest {
+			i = bs - m.longest + 1
+		}
+		if !m.first[b[i]] {
+			i++
+			continue
+		}
+		end := -1
+		for _, n := range m.needles {
+			if e, _ := matchJSON(b, i, n, final); e >= 0 {
+				end = e
+				break
+			}
+		}
+		if end < 0 {
+			i++
+			continue
+		}
+		out = append(append(out, b[done:i]...), Mask...)
+		i, done = end, end
+	}
+	if out == nil {
+		return b
+	}
+	return append(out, b[done:]...)
+}
+
+// matchJSON compares b from i with the value n, reading JSON escapes in b as
+// their characters (a backslash that starts no escape is itself). It returns where
+// the value ends in b, or -1; more is true when b ends before the comparison
+// could be decided (a value may start at i and go on in the next write). When b
+// is final (nothing comes after it), an escape cut short by its end is read as
+// the characters it is made of, as a JSON reader of the text would.
+func matchJSON(b []byte, i int, n []byte, final bool) (end int, more bool) {
+	k := 0
+	var unit [utf8.UTFMax]byte
+	for k < len(n) {
+		if i >= len(b) {
+			return -1, true
+		}
+		c := b[i]
+		if c != '\\' {
+			if c != n[k] {
+				return -1, false
+			}
+			i, k = i+1, k+1
+			continue
+		}
+		r, w, ok := decodeEscape(b[i:])
+		switch {
+		case w == 0 && !final:
+			return -1, true // an escape cut short by the end of b
+		case !ok:
+			if n[k] != '\\' {
+				return -1, false
+			}
+			i, k = i+1, k+1
+			continue
+		}
+		u := unit[:utf8.EncodeRune(unit[:], r)]
+		if !bytes.HasPrefix(n[k:], u) {
+			return -1, false
+		}
+		i, k = i+w, k+len(u)
+	}
+	return i, false
+}
+
+// decodeEscape reads the JSON escape at the start of b (b[0] is a backslash): its
+// character and width. ok is false when b holds no escape there (the backslash is
+// itself); w is 0 when b ends before the escape does.
+func decodeEscape(b []byte) (r rune, w int, ok bool) {
+	if len(b) < 2 {
+		return 0, 0, false
+	}
+	switch b[1] {
+	case '"', '\\', '/':
+		return rune(b[1]), 2, true
+	case 'b':
+		return '\b', 2, true
+	case 'f':
+		return '\f', 2, true
+	case 'n':
+		return '\n', 2, true
+	case 'r':
+		return '\r', 2, true
+	case 't':
+		return '\t', 2, true
+	case 'u':
+	default:
+		return 0, 1, false
+	}
+	if len(b) < 6 {
+		if !isHex(b[2:]) {
+			return 0, 1, false
+		}
+		return 0, 0, false
+	}
+	if !isHex(b[2:6]) {
+		return 0, 1, false
+	}
+	r = hexRune(b[2:6])
+	if !utf16.IsSurrogate(r) {
+		return r, 6, true
+	}
+	// A surrogate pair is one character: \ud83d\ude00.
+	if len(b) < 12 {
+		if len(b) == 6 || b[6] == '\\' && (len(b) == 7 || b[7] == 'u' && isHex(b[8:])) {
+			return 0, 0, false
+		}
+		return utf8.RuneError, 6, true
+	}
+	if b[6] == '\\' && b[7] == 'u' && isHex(b[8:12]) {
+		if pair := utf16.DecodeRune(r, hexRune(b[8:12])); pair != utf8.RuneError {
+			return pair, 12, true
+		}
+	}
+	return utf8.RuneError, 6, true
+}
+
+func isHex(b []byte) bool {
+	for _, c := range b {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// hexRune reads 4 hex digits (checked by isHex).
+func hexRune(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // String returns s with every secret value masked.
@@ -62,14 +244,20 @@ func (m *Masker) String(s string) string {
 	return string(m.Bytes([]byte(s)))
 }
 
-// partial is the length of the longest end of b that starts a value (shorter than
-// it): what a writer holds back, in case the rest of the value comes next.
+// partial is the length of the longest end of b that may start a value, as it
+// is or escaped: what a writer holds back, in case the rest of the value comes
+// next.
 func (m *Masker) partial(b []byte) int {
-	for k := min(len(b), m.longest-1); k > 0; k-- {
-		end := b[len(b)-k:]
+	for p := max(0, len(b)-m.longest*maxEscape); p < len(b); p++ {
+		end := b[p:]
 		for _, n := range m.needles {
-			if len(n) > k && bytes.HasPrefix(n, end) {
-				return k
+			if len(n) > len(end) && bytes.HasPrefix(n, end) {
+				return len(end)
+			}
+			if m.first[b[p]] {
+				if _, more := matchJSON(b, p, n, false); more {
+					return len(end)
+				}
 			}
 		}
 	}
@@ -103,7 +291,11 @@ func (mw *MaskWriter) Write(p []byte) (int, error) {
 	if mw.err != nil {
 		return 0, mw.err
 	}
-	buf := mw.m.Bytes(append(mw.pending, p...))
+	buf := p // Bytes never writes to its argument
+	if len(mw.pending) > 0 {
+		buf = append(mw.pending, p...)
+	}
+	buf = mw.m.mask(buf, false)
 	keep := mw.m.partial(buf)
 	out := buf[:len(buf)-keep]
 	mw.pending = append([]byte(nil), buf[len(buf)-keep:]...)

@@ -259,6 +259,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	if ferr := masked.Flush(); ferr != nil && invErr == nil {
 		invErr = ferr
 	}
+	sink.endProgress() // the newest progress report is recorded before the outcome
 	if invokeSpan != nil {
 		endSpan(invokeSpan, invErr)
 	}
@@ -342,13 +343,15 @@ func infraError(what string, err error) *functions.Error {
 var serverPath = regexp.MustCompile(`(^|[\s"'(=])/[^\s"'()]*[^\s"'():,;.]`)
 
 // report commits an outcome, fenced by the lease; transient database errors are
-// retried (untilWritten).
+// retried (untilWritten). An outcome whose value the catalog refuses (an output
+// with \u0000) fails the step instead, for good (refusedOutcome).
 func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition) {
 	p := &catalog.StepFinishParams{
 		RunID: a.claim.RunID, Key: a.claim.Key, LeaseToken: a.claim.LeaseToken,
 		Outcome: out.status, Output: out.output, Retryable: out.retryable, LogKey: out.logKey,
 	}
 	if out.err != nil {
+		out.err.Message = storableMessage(out.err.Message)
 		p.Error, _ = json.Marshal(out.err)
 	}
 	switch {
@@ -359,10 +362,21 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	a.reporting.Store(true)
-	if d.untilWritten(a, "finish", "record the outcome", nil, func() (err error) {
+	err := d.untilWritten(a, "finish", "record the outcome", nil, func() (err error) {
 		a.followed, err = d.finish(p, a.claim.MapIndex != nil)
 		return err
-	}) != nil {
+	})
+	if errors.Is(err, catalog.ErrInvalidInput) && (out.err == nil || out.err.Code != CodeInvalidOutput) {
+		value := "error"
+		if out.status == catalog.OutcomeSucceeded {
+			value = "output"
+		}
+		refused := refusedOutcome(value, err)
+		refused.logKey = out.logKey
+		d.report(a, refused, step)
+		return
+	}
+	if err != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
@@ -455,6 +469,9 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 		inv.BundleDir = dir
 		inv.Spec.Exec = append([]string{"./" + step.Exec.Path}, step.Exec.Args...)
 		inv.Spec.NoNetwork = step.Network == bundle.NetworkNone
+		if inv.Spec.AllowPorts, err = bundle.AllowedPorts(step.NetworkAllow); err != nil {
+			return nil, &functions.Error{Message: "network allow: " + err.Error(), Code: functions.CodeInvalidSpec}
+		}
 		if r := step.Resources; r != nil {
 			inv.Spec.Resources = &functions.Resources{MemoryBytes: r.MemoryBytes, CPU: r.CPU, Pids: r.Pids}
 		}
@@ -526,6 +543,7 @@ func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalo
 		return
 	}
 	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
+	inv.Secrets = append(inv.Secrets, inv.Envelope.LeaseToken) // a credential: masked like a secret
 	if d.cfg.PublicURL != "" {
 		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
 	}

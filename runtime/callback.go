@@ -15,13 +15,16 @@ import (
 // passes.
 
 // addCallbackURL puts the attempt's callback URL in its envelope (none without a
-// signing key or a public URL).
+// signing key or a public URL). Its token is the credential that completes the
+// step: it is masked like a secret in what the attempt produces (a handler that
+// logs its envelope would otherwise hand it to every viewer).
 func (d *Dispatcher) addCallbackURL(inv *functions.Invocation, c catalog.Claimed) {
 	if len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "" {
 		return
 	}
-	inv.Envelope.CallbackURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/callbacks/" +
-		functions.CallbackToken(d.cfg.SigningKey, c.RunID.String(), c.Key, c.Attempt)
+	token := functions.CallbackToken(d.cfg.SigningKey, c.RunID.String(), c.Key, c.Attempt)
+	inv.Envelope.CallbackURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/callbacks/" + token
+	inv.Secrets = append(inv.Secrets, token)
 }
 
 // suspendOutcome reads a successful attempt's output: when it is a $suspend, the
@@ -49,7 +52,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 	}
 	w.LogKey = storeLog()
 	a.reporting.Store(true)
-	if d.untilWritten(a, "suspend", "suspend for a callback", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
+	if d.suspendWritten(a, "suspend for a callback", "$suspend", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
 		return nil, true
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()

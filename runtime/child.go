@@ -19,8 +19,8 @@ import (
 
 // Error codes of a workflow step that fails before its child starts.
 const (
-	// CodeChildLimit: the child would go over Config.MaxChildDepth or
-	// Config.MaxChildRuns.
+	// CodeChildLimit: the child would go over Config.MaxChildDepth,
+	// Config.MaxChildRuns or Config.MaxTreeRuns.
 	CodeChildLimit = "child_limit"
 	// CodeChildNotFound: the child's workflow, version or alias does not exist.
 	CodeChildNotFound = "child_not_found"
@@ -28,13 +28,13 @@ const (
 
 // startChild starts the child run of a claimed workflow step and suspends the step.
 // A bad input expression, a limit reached or a child workflow that does not exist
-// fail the step at once (not retried); database errors are retried until the lease
-// would be lost.
+// fail the step at once (not retried), as does an input the catalog refuses (code
+// invalid_output); an unavailable database is retried (untilWritten).
 func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.StepDefinition) {
 	c := a.claim
 	w := step.Workflow
 	p := &catalog.ChildStartParams{Workflow: w.Name, Version: w.Version, Alias: w.Alias,
-		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns}
+		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns, MaxTreeRuns: d.cfg.MaxTreeRuns}
 	if w.Input != "" {
 		run, err := d.store.RunGet(ctx, c.RunID)
 		if err != nil {
@@ -54,7 +54,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	childError := func(err error) bool {
 		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound)
 	}
-	err := d.untilWritten(a, "suspend", "start the child run", childError, func() (err error) {
+	err := d.suspendWritten(a, "start the child run", "workflow.input", childError, func() (err error) {
 		res, err = d.store.ChildStart(d.abandonCtx, a.lease(), p)
 		return err
 	})

@@ -157,3 +157,29 @@ steps:
 	require.Equal(t, runtime.CodeChildLimit, e["code"])
 	require.Contains(t, e["message"], "CAIRN_MAX_CHILD_DEPTH")
 }
+
+// TestChildRunTreeLimit (audit 2, I6, as reproduced): a workflow whose map step
+// starts itself twice grew a tree of 2 + 4 + … runs, bounded only by depth × the
+// children per run. With CAIRN_MAX_TREE_RUNS at 6 the tree holds at most 6 child
+// runs, the step over it fails with code child_limit naming the limit, and the
+// root run fails.
+func TestChildRunTreeLimit(t *testing.T) {
+	t.Parallel()
+	_, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{MaxChildDepth: 6, MaxTreeRuns: 6})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": `
+name: rec
+steps:
+  - {key: kids, map: {over: "[1, 2]", max_parallel: 2}, workflow: {name: rec, version: 1}}
+`})
+	id := startRun(t, tb, v, "")
+	require.Equal(t, catalog.RunFailed, waitRun(t, tb, id, 60*time.Second).Status)
+	var runs int
+	require.NoError(t, tb.store.DB().GetContext(context.Background(), &runs, `SELECT count(*) FROM runs WHERE workflow = 'rec'`))
+	require.LessOrEqual(t, runs, 1+6, "the root and at most 6 child runs (the depth alone allowed 126)")
+	var limited int
+	require.NoError(t, tb.store.DB().GetContext(context.Background(), &limited, `
+SELECT count(*) FROM steps WHERE last_error->>'code' = $1 AND last_error->>'message' LIKE '%CAIRN_MAX_TREE_RUNS%'`,
+		runtime.CodeChildLimit))
+	require.Positive(t, limited, "a step failed naming the tree's limit")
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"time"
 
@@ -70,6 +71,10 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 		results, claimed, err := d.store.StepFinishClaim(cctx, params, next)
 		cancel()
 		d.startClaimed(claimed, room, start)
+		if len(batch) > 1 && errors.Is(err, catalog.ErrInvalidInput) {
+			d.finishEach(batch)
+			continue
+		}
 		followed := len(claimed) > 0 && len(claimed) < room
 		for i, c := range batch {
 			if err != nil {
@@ -78,6 +83,22 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 				c.done <- finished{err: results[i], followed: followed && results[i] == nil}
 			}
 		}
+	}
+}
+
+// finishEach commits the outcomes of a batch the catalog refused for a value of
+// one of them (catalog.ErrInvalidInput: an output with \u0000), each in a
+// transaction of its own: only the attempts whose values are refused are told so
+// (and fail their steps, report), the others are written.
+func (d *Dispatcher) finishEach(batch []*completion) {
+	for _, c := range batch {
+		ctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
+		results, err := d.store.StepFinishBatch(ctx, []*catalog.StepFinishParams{c.p})
+		cancel()
+		if err == nil {
+			err = results[0]
+		}
+		c.done <- finished{err: err}
 	}
 }
 

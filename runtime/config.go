@@ -41,6 +41,10 @@ const (
 	DefaultStartLatencyTarget = time.Second
 	DefaultPresignExpiry      = time.Hour
 	DefaultMaxLogSize         = 16 << 20
+	// DefaultMaxCheckpointSize is Config.MaxCheckpointSize's default, the same as
+	// the API's (api.DefaultMaxCheckpointSize): cairn serve passes one value,
+	// CAIRN_MAX_CHECKPOINT_SIZE, to both.
+	DefaultMaxCheckpointSize = 256 << 20
 	// DefaultLiveLogInterval is Config.LiveLogInterval's default.
 	DefaultLiveLogInterval = time.Second
 	// DefaultLiveLogTail is Config.LiveLogTail's default.
@@ -52,6 +56,9 @@ const (
 	DefaultMaxChildDepth = 8
 	// DefaultMaxChildRuns bounds the child runs one run starts (Config.MaxChildRuns).
 	DefaultMaxChildRuns = 10000
+	// DefaultMaxTreeRuns bounds the child runs of one tree of runs, at every depth
+	// (Config.MaxTreeRuns).
+	DefaultMaxTreeRuns = 10000
 )
 
 // MinLeaseTTL is the shortest Config.LeaseTTL: a shorter lease leaves no time for
@@ -116,6 +123,12 @@ type Config struct {
 	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
 	// (16 MiB).
 	MaxLogSize int64
+	// MaxCheckpointSize bounds a checkpoint an exec handler stores from a file
+	// (checkpoint_file on fd 3), counted in bytes read, not by the file's size:
+	// past it the attempt fails, terminally, with code
+	// functions.CodeCheckpointTooLarge and nothing is stored. Default
+	// DefaultMaxCheckpointSize (256 MiB).
+	MaxCheckpointSize int64
 	// LiveLogInterval is how often a running attempt's new log bytes are published
 	// to the catalog, where any API server reads them (the live tail); they are
 	// also published whenever 64 KiB are waiting. Default DefaultLiveLogInterval
@@ -133,6 +146,12 @@ type Config struct {
 	// MaxChildRuns bounds how many child runs the workflow steps of one run may
 	// start in all (code child_limit past it). Default DefaultMaxChildRuns (10000).
 	MaxChildRuns int
+	// MaxTreeRuns bounds how many child runs one tree of runs may hold in all (the
+	// descendants of a run without a parent, at every depth: a workflow that starts
+	// itself twice grows its tree exponentially within MaxChildDepth): a workflow
+	// step that would start one more fails with code child_limit. Default
+	// DefaultMaxTreeRuns (10000).
+	MaxTreeRuns int
 	// Retention is the server's retention of finished runs, for the versions that
 	// set none (cairn serve --retention); default: runs are kept forever.
 	Retention catalog.RetentionDefaults
@@ -223,6 +242,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.MaxLogSize <= 0 {
 		out.MaxLogSize = DefaultMaxLogSize
 	}
+	if out.MaxCheckpointSize <= 0 {
+		out.MaxCheckpointSize = DefaultMaxCheckpointSize
+	}
 	if out.LiveLogInterval <= 0 {
 		out.LiveLogInterval = DefaultLiveLogInterval
 	}
@@ -234,6 +256,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxChildRuns <= 0 {
 		out.MaxChildRuns = DefaultMaxChildRuns
+	}
+	if out.MaxTreeRuns <= 0 {
+		out.MaxTreeRuns = DefaultMaxTreeRuns
 	}
 	if out.ReapInterval <= 0 {
 		out.ReapInterval = DefaultReapInterval

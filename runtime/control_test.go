@@ -49,6 +49,12 @@ func requireOneTerminalAttempt(t *testing.T, tb *testBundle, id uuid.UUID, key s
 // in order.
 func checkpointEvents(t *testing.T, tb *testBundle, id uuid.UUID) []json.RawMessage {
 	t.Helper()
+	return eventData(t, tb, id, catalog.EventStepCheckpointed)
+}
+
+// eventData returns the data of a run's events of type typ, in order.
+func eventData(t *testing.T, tb *testBundle, id uuid.UUID, typ catalog.EventType) []json.RawMessage {
+	t.Helper()
 	var out []json.RawMessage
 	var after int64
 	for {
@@ -58,7 +64,7 @@ func checkpointEvents(t *testing.T, tb *testBundle, id uuid.UUID) []json.RawMess
 			return out
 		}
 		for _, e := range events {
-			if e.Type == catalog.EventStepCheckpointed {
+			if e.Type == typ {
 				out = append(out, json.RawMessage(e.Data))
 			}
 			after = e.Seq

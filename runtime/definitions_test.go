@@ -2,7 +2,10 @@ package runtime
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,17 +32,7 @@ func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
 	for i := range steps {
 		fmt.Fprintf(&m, "  - {key: s%d, builtin: noop}\n", i)
 	}
-	manifest, err := bundle.ParseManifest([]byte(m.String()))
-	require.NoError(t, err)
-	def, err := manifest.Normalize()
-	require.NoError(t, err)
-	defJSON, err := def.CanonicalJSON()
-	require.NoError(t, err)
-	digest := "sha256:" + strings.Repeat("cd", 32)
-	_, _, err = store.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "large", Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
-	})
-	require.NoError(t, err)
+	registerManifest(t, store, "large", m.String())
 
 	d := newDefinitions(store)
 	load := d.load
@@ -112,4 +105,64 @@ func TestDefinitionsCallerStopsWaiting(t *testing.T) {
 	res := <-second
 	require.NoError(t, res.err)
 	require.Same(t, want, res.v)
+}
+
+// TestDefinitionLoadWaitsOutAnOutage: an attempt whose definition cannot be loaded
+// because PostgreSQL is down waits for it while it holds its lease, and goes on
+// when the database is back, instead of failing; an attempt whose lease is lost
+// meanwhile stops waiting, with that cause.
+func TestDefinitionLoadWaitsOutAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := testenv.PG(t)
+	store, err := catalog.Open(ctx, testenv.ClusterDatabaseURL(t, pg), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { store.Close() })
+	registerManifest(t, store, "small", "name: small\nsteps:\n  - {key: a, builtin: noop}\n")
+
+	d := &Dispatcher{versions: newDefinitions(store)}
+	newAttempt := func() (*attempt, context.Context, context.CancelCauseFunc) {
+		actx, cancel := context.WithCancelCause(ctx)
+		return &attempt{claim: catalog.Claimed{Workflow: "small", Version: 1}, base: slog.New(slog.DiscardHandler),
+			done: actx.Done(), cancel: cancel}, actx, cancel
+	}
+
+	require.NoError(t, pg.Kill())
+	// The lease is lost during the outage: the wait ends with that cause.
+	a, actx, cancel := newAttempt()
+	time.AfterFunc(500*time.Millisecond, func() { cancel(errLeaseLost) })
+	_, err = d.loadVersion(actx, a)
+	require.ErrorIs(t, err, errLeaseLost)
+
+	// The database comes back while the attempt waits: it loads.
+	a, actx, cancel = newAttempt()
+	defer cancel(nil)
+	restarted := make(chan error, 1)
+	time.AfterFunc(time.Second, func() {
+		sctx, scancel := context.WithTimeout(ctx, time.Minute)
+		defer scancel()
+		restarted <- pg.Start(sctx)
+	})
+	ver, err := d.loadVersion(actx, a)
+	require.NoError(t, <-restarted)
+	require.NoError(t, err, "the definition loads once the database is back")
+	require.NotNil(t, ver.steps["a"])
+}
+
+// registerManifest registers version 1 of workflow from a manifest's text, with
+// its normalized definition (no bundle behind it: the tests load definitions only).
+func registerManifest(t *testing.T, store *catalog.Store, workflow, manifest string) {
+	t.Helper()
+	m, err := bundle.ParseManifest([]byte(manifest))
+	require.NoError(t, err)
+	def, err := m.Normalize()
+	require.NoError(t, err)
+	defJSON, err := def.CanonicalJSON()
+	require.NoError(t, err)
+	sum := sha256.Sum256(defJSON)
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err = store.VersionRegister(t.Context(), &catalog.VersionRegisterParams{
+		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "k", Definition: defJSON, Fingerprint: digest,
+	})
+	require.NoError(t, err)
 }

@@ -494,6 +494,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		hctx, cancel := context.WithTimeout(ctx, d.cfg.LeaseTTL)
+		began := time.Now()
 		held, err := d.store.LeaseExtend(hctx, d.cfg.ID, leases, d.cfg.LeaseTTL)
 		cancel()
 		if err != nil {
@@ -513,6 +514,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		lastOK = time.Now()
+		d.metrics.heartbeat.Observe(lastOK.Sub(began).Seconds())
 		var lost []catalog.Lease
 		for _, l := range leases {
 			if !held[l.Token] {
@@ -591,7 +593,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 				d.nudge()
 			}
 			if n < 100 {
-				break
+				break // none due, or the rest belong to busy runs: the next round
 			}
 		}
 	}

@@ -21,12 +21,18 @@ func readRef(t *testing.T, tb *testBundle, stored json.RawMessage) (blobstore.Re
 	require.True(t, ok, "not a reference: %s", stored)
 	key, err := ref.Key()
 	require.NoError(t, err)
+	return ref, readBlob(t, tb, key)
+}
+
+// readBlob reads the object of the blob store at key.
+func readBlob(t *testing.T, tb *testBundle, key string) []byte {
+	t.Helper()
 	rc, _, err := tb.blobs.Get(context.Background(), key, blobstore.GetOptions{})
 	require.NoError(t, err)
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	require.NoError(t, err)
-	return ref, b
+	return b
 }
 
 // TestForgedBlobReferenceIsPlainJSON: a handler that spells a reference with a JSON

@@ -82,7 +82,7 @@ func (d *Dispatcher) startMap(ctx context.Context, a *attempt, step *bundle.Step
 		return
 	}
 	a.reporting.Store(true)
-	if d.untilWritten(a, "suspend", "start the map", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
+	if d.suspendWritten(a, "start the map", "map.over", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()
@@ -127,7 +127,7 @@ func (d *Dispatcher) mapNudge() {
 // starts or an instance of this dispatcher ends, it works each open map
 // (catalog.MapWork) until it has nothing more to do for now.
 func (d *Dispatcher) mapLoop(ctx context.Context) {
-	worker := catalog.MapWorker{Page: d.mapPage, Finish: d.mapFinish}
+	worker := catalog.MapWorker{Page: d.mapPage, Finish: d.mapFinish, Refused: mapRefused}
 	for {
 		timer := time.NewTimer(d.cfg.PollInterval)
 		select {
@@ -178,7 +178,36 @@ func (d *Dispatcher) mapPage(ctx context.Context, st *catalog.MapState, n int) (
 		return nil, 0, false, err
 	}
 	defer rc.Close()
-	return readItems(rc, st.BlobFormat, st.NextOffset, n)
+	r := &readErr{r: rc}
+	items, next, end, err := readItems(r, st.BlobFormat, st.NextOffset, n)
+	if err != nil && r.err == nil {
+		// The blob was read: bytes that are not items stay so, no try will
+		// change them (a read that failed is tried again).
+		err = fmt.Errorf("%w: %w", catalog.ErrInvalidInput, err)
+	}
+	return items, next, end, err
+}
+
+// readErr keeps the error of a read other than io.EOF.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (r *readErr) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
+
+// mapRefused is the end of a map whose next items could not be made into
+// instances (catalog.MapWorker.Refused): failed, code invalid_output, naming why.
+func mapRefused(st *catalog.MapState, err error) catalog.Resolution {
+	out := refusedOutcome(fmt.Sprintf("map.over (items from #%d)", st.NextIndex), err)
+	b, _ := json.Marshal(out.err)
+	return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: b, Reason: CodeInvalidOutput}
 }
 
 // readItems reads up to n JSON values from r, which starts at byte offset base of a

@@ -30,6 +30,8 @@ type metrics struct {
 	// heartbeatFailed counts lease renewals that failed (the database did not
 	// answer within a lease TTL, or refused).
 	heartbeatFailed prometheus.Counter
+	// heartbeat is how long lease renewals took (those that answered).
+	heartbeat prometheus.Histogram
 	// startLatency is how long claimed attempts took to start their handler
 	// (claim → handler started); admissionLimit is how many attempts the
 	// dispatcher lets run at once now (admission.go).
@@ -89,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		heartbeatFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_heartbeats_failed_total", Help: "Lease renewals of this dispatcher that failed (retried until the leases expire).",
 		}),
+		heartbeat: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "cairn_heartbeat_seconds", Help: "Duration of this dispatcher's lease renewals (its liveness and every lease it holds, one statement).",
+			Buckets: durationBuckets,
+		}),
 		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "cairn_attempt_start_seconds", Help: "Time from the claim of a step to the start of its handler, on this dispatcher.",
 			Buckets: durationBuckets,
@@ -100,7 +106,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
 			m.mapInstances, m.queueWait, m.attemptDuration, m.runsReaped, m.runsArchived, m.keysExpired,
-			m.heartbeatFailed, m.startLatency, m.admissionLimit)
+			m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit)
 	}
 	return m
 }

@@ -43,11 +43,17 @@ type attemptSink struct {
 	liveDone    chan struct{}
 	liveOnce    sync.Once
 	published   atomic.Bool // a chunk was written: cleanup deletes the live tail
+
+	// progress bounds the step.progress events (progress.go).
+	progress *progressLimiter
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
 	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim),
 		liveKick: make(chan struct{}, 1), liveStop: make(chan struct{}), liveDone: make(chan struct{})}
+	s.progress = newProgressLimiter(ctx, s.recordProgress, func(err error) {
+		a.logger().Warn("record a progress report", "error", err)
+	})
 	go s.publishLive()
 	return s
 }
@@ -220,13 +226,51 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 	return s.saveCheckpoint(ctx, stored)
 }
 
-// CheckpointFile stores a file's bytes as the checkpoint (always a blob).
+// CheckpointFile stores a file's bytes as the checkpoint (always a blob), at most
+// MaxCheckpointSize of them: the bytes read count, not what the file says its size
+// is (a sparse file of 5 GiB takes no disk space in the handler's TMPDIR, and a
+// file may grow while it is read). A file over the limit stores nothing and is a
+// *functions.Error (code checkpoint_too_large) that fails the attempt.
 func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
-	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, f, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim})
+	limit := s.d.cfg.MaxCheckpointSize
+	if info, err := f.Stat(); err == nil && info.Size() > limit {
+		// Known to be too large before a byte is read.
+		return functions.CheckpointTooLarge(f.Name(), limit)
+	}
+	r := &limitedReader{r: f, left: limit}
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, r, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim})
+	if r.over {
+		return functions.CheckpointTooLarge(f.Name(), limit)
+	}
 	if err != nil {
 		return fmt.Errorf("store checkpoint file: %w", err)
 	}
 	return s.saveCheckpoint(ctx, blobstore.ObjectRef(obj).JSON())
+}
+
+// errOverLimit ends the reading of a limitedReader past its limit.
+var errOverLimit = errors.New("over the size limit")
+
+// limitedReader reads r until left bytes are read; a byte more is errOverLimit
+// (unlike io.LimitReader, which ends quietly), so that the blob store's Put fails
+// and keeps nothing.
+type limitedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	if int64(n) > l.left {
+		l.over = true
+		return 0, errOverLimit
+	}
+	l.left -= int64(n)
+	return n, err
 }
 
 func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage) error {
@@ -250,13 +294,27 @@ func checkpointEventData(stored json.RawMessage) json.RawMessage {
 	return b
 }
 
-// Progress records a progress event.
+// Progress records a progress event, within the attempt's bounds: past them the
+// newest report waits and is recorded later (progressLimiter).
 func (s *attemptSink) Progress(ctx context.Context, value json.RawMessage) error {
 	if !json.Valid(value) {
 		return fmt.Errorf("progress is not valid JSON")
 	}
 	b, _ := json.Marshal(map[string]json.RawMessage{"progress": value})
-	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, b)
+	return s.progress.report(ctx, b)
+}
+
+// endProgress records the newest progress report still waiting, before the
+// attempt's outcome (progressLimiter.end).
+func (s *attemptSink) endProgress() {
+	if err := s.progress.end(); err != nil {
+		s.a.logger().Warn("record the last progress report", "error", err)
+	}
+}
+
+// recordProgress writes one step.progress event.
+func (s *attemptSink) recordProgress(ctx context.Context, data json.RawMessage) error {
+	err := s.d.store.StepEvent(ctx, s.a.lease(), catalog.EventStepProgress, data)
 	if errors.Is(err, catalog.ErrLeaseLost) {
 		s.d.metrics.leaseLost.WithLabelValues("progress").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)

@@ -64,7 +64,7 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		return
 	}
 	a.reporting.Store(true)
-	err := d.untilWritten(a, "suspend", "suspend the step", nil, func() error {
+	err := d.suspendWritten(a, "suspend the step", "wait", nil, func() error {
 		if approval != nil {
 			return d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
 		}

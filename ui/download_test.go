@@ -37,7 +37,7 @@ func TestCheckpointDownload(t *testing.T) {
 	require.NoError(t, err)
 	tokens, err := api.ParseTokens("viewer:" + viewerToken)
 	require.NoError(t, err)
-	h, err := ui.New(api.New(store, blobs, &api.Config{Tokens: tokens, TempDir: t.TempDir()}).Handler(), tokens, nil)
+	h, err := ui.New(api.New(store, blobs, &api.Config{Tokens: tokens, TempDir: t.TempDir()}).Handler(), tokens, store, nil)
 	require.NoError(t, err)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)

@@ -4,6 +4,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/cairnrun/cairn/api"
 )
 
 // inProcess is an http.RoundTripper that serves each request with a handler in this
@@ -11,12 +13,16 @@ import (
 // API exactly as the CLI does (same routes, roles and problems) without a network
 // hop, and long responses (an event stream, a log, an output) flow as they are
 // written.
+//
+// Each request acts as who (api.WithIdentity), the session's user: no token is
+// held by the UI, or sent.
 type inProcess struct {
-	h http.Handler
+	h   http.Handler
+	who api.Identity
 }
 
 func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
-	in := req.Clone(req.Context())
+	in := req.Clone(api.WithIdentity(req.Context(), t.who))
 	in.RequestURI = req.URL.RequestURI()
 	in.RemoteAddr = "ui"
 	if in.Body == nil {

@@ -520,7 +520,7 @@ func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 // runEvents relays the run's event stream (GET /v1/runs/{id}/events/stream) to the
-// browser, which cannot send the bearer token itself (the cookie is HttpOnly). The
+// browser, which has no bearer token (its session cookie is HttpOnly). The
 // event: lines are dropped, so every event reaches EventSource.onmessage whatever
 // its type (the type is in its data): types added later need no change here.
 func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *session) {

@@ -15,17 +15,30 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/client"
 )
 
 // Prefix is the path the UI is served under.
 const Prefix = "/ui"
 
-// sessionCookie holds the bearer token of a logged-in browser: HttpOnly (no script
-// reads it), SameSite=Strict (no other site's page sends it), Path=/ui.
+// sessionCookie holds the session ID of a logged-in browser (never its token; the
+// catalog keeps the ID's hash: Sessions): HttpOnly (no script reads it),
+// SameSite=Strict (no other site's page sends it), Path=/ui.
 const sessionCookie = "cairn_session"
+
+// DefaultSessionTTL is Config.SessionTTL's default.
+const DefaultSessionTTL = 12 * time.Hour
+
+// Sessions keeps the UI's sessions (catalog.Store implements it).
+type Sessions interface {
+	SessionCreate(ctx context.Context, s *catalog.Session) error
+	SessionGet(ctx context.Context, idHash []byte) (*catalog.Session, error)
+	SessionDelete(ctx context.Context, idHash []byte) error
+}
 
 //go:embed templates/*.html
 var templateFS embed.FS
@@ -40,6 +53,9 @@ type Config struct {
 	Logger *slog.Logger
 	// PageSize is how many runs a page of the runs list shows; default 50.
 	PageSize int
+	// SessionTTL is how long a login lasts: the session then ends, and the
+	// browser is sent to the login page. Default DefaultSessionTTL (12 hours).
+	SessionTTL time.Duration
 }
 
 func (c *Config) withDefaults() Config {
@@ -53,41 +69,46 @@ func (c *Config) withDefaults() Config {
 	if out.PageSize <= 0 {
 		out.PageSize = 50
 	}
+	if out.SessionTTL <= 0 {
+		out.SessionTTL = DefaultSessionTTL
+	}
 	return out
 }
 
 // Handler serves the web UI. It reads and writes only through the Cairn API (the
-// handler given to New, called in this process with the logged-in user's token), so
+// handler given to New, called in this process as the logged-in user), so
 // the API stays the one place that decides what a token may see and do; the UI
 // only hides what the token's role may not do. It is safe for concurrent use.
 type Handler struct {
 	apiHandler http.Handler
 	tokens     *api.Tokens
+	sessions   Sessions
 	cfg        Config
 	logger     *slog.Logger
 	mux        *http.ServeMux
 	pages      map[string]*template.Template
-	csrfKey    []byte
 }
 
 // New returns the UI. apiHandler is the API's handler (api.Server.Handler), which
-// the UI calls in process; tokens are the API's tokens, read only to show a user
-// their role and name and to hide what the role may not do.
-func New(apiHandler http.Handler, tokens *api.Tokens, cfg *Config) (*Handler, error) {
+// the UI calls in process; tokens are the API's tokens, which a login is checked
+// against (and every request of a session again, so a token removed ends its
+// sessions), also to show a user their role and name and to hide what the role
+// may not do; sessions keeps the logged-in browsers.
+func New(apiHandler http.Handler, tokens *api.Tokens, sessions Sessions, cfg *Config) (*Handler, error) {
+	if sessions == nil {
+		return nil, errors.New("web UI: no session store")
+	}
 	c := cfg.withDefaults()
 	h := &Handler{
 		apiHandler: apiHandler,
 		tokens:     tokens,
+		sessions:   sessions,
 		cfg:        c,
 		logger:     c.Logger.With("component", "ui"),
 		mux:        http.NewServeMux(),
-		csrfKey:    make([]byte, 32),
 	}
 	if tokens == nil {
 		h.tokens = &api.Tokens{}
-	}
-	if _, err := rand.Read(h.csrfKey); err != nil {
-		return nil, err
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -163,39 +184,51 @@ func redirectTo(path string) http.HandlerFunc {
 	}
 }
 
-// session is a logged-in request: who it is and a client of the API with its token.
+// session is a logged-in request: who it is and a client of the API acting as them.
 type session struct {
-	who   api.Identity
-	csrf  string
-	api   *client.Client
-	token string
+	who    api.Identity
+	csrf   string
+	api    *client.Client
+	idHash []byte
 }
 
 // canOperate reports whether the role may take operator actions (the buttons shown).
 func (s *session) canOperate() bool { return s.who.Role >= api.RoleOperator }
 
-// sessionOf returns the request's session, or nil when its cookie names no token.
+// sessionOf returns the request's session, or nil when its cookie names none that
+// lives: unknown, expired, logged out, or whose token the server no longer has.
 func (h *Handler) sessionOf(r *http.Request) *session {
 	c, err := r.Cookie(sessionCookie)
-	if err != nil || c.Value == "" {
+	if err != nil || c.Value == "" || len(c.Value) > 128 {
 		return nil
 	}
-	who := h.tokens.Identify(c.Value)
+	idHash := sha256.Sum256([]byte(c.Value))
+	ss, err := h.sessions.SessionGet(r.Context(), idHash[:])
+	if err != nil {
+		if !errors.Is(err, catalog.ErrNotFound) {
+			h.logger.WarnContext(r.Context(), "read a session", "error", err)
+		}
+		return nil
+	}
+	var tokenHash [sha256.Size]byte
+	copy(tokenHash[:], ss.TokenHash)
+	who := h.tokens.IdentifyHash(tokenHash)
 	if who.Role == api.RoleNone {
 		return nil
 	}
-	cl, err := client.New("http://cairn.in-process", c.Value, client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler}}))
+	cl, err := client.New("http://cairn.in-process", "", client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler, who: who}}))
 	if err != nil {
 		return nil
 	}
-	return &session{who: who, csrf: h.csrfFor(c.Value), api: cl, token: c.Value}
+	return &session{who: who, csrf: csrfFor(c.Value), api: cl, idHash: idHash[:]}
 }
 
-// csrfFor is the CSRF token of a session: an HMAC of its bearer token under a key
-// of this process, so it needs no storage and changes with the token.
-func (h *Handler) csrfFor(token string) string {
-	m := hmac.New(sha256.New, h.csrfKey)
-	m.Write([]byte("csrf\x00" + token))
+// csrfFor is the CSRF token of a session: a hash of its ID (which no other site
+// can read), so it needs no storage and every server of a deployment computes the
+// same one.
+func csrfFor(sessionID string) string {
+	m := hmac.New(sha256.New, []byte(sessionID))
+	m.Write([]byte("cairn ui csrf"))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
@@ -261,7 +294,8 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, nil, "login", map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "Error": r.URL.Query().Get("error")})
 }
 
-// login checks the token against the API's tokens and sets the session cookie.
+// login checks the token against the API's tokens, starts a session for it, and
+// sets the session's cookie: a random ID, never the token.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
@@ -270,18 +304,35 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
-	if h.tokens.Identify(token).Role == api.RoleNone {
+	who := h.tokens.Identify(token)
+	if who.Role == api.RoleNone {
 		http.Redirect(w, r, "/ui/login?error=unknown+token&next="+url.QueryEscape(next), http.StatusSeeOther)
 		return
 	}
+	id := rand.Text() // 26 characters of base32: 128 random bits
+	idHash, tokenHash := sha256.Sum256([]byte(id)), api.TokenHash(token)
+	expires := time.Now().Add(h.cfg.SessionTTL)
+	if err := h.sessions.SessionCreate(r.Context(), &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash[:],
+		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
+		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
+		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: token, Path: Prefix,
+		Name: sessionCookie, Value: id, Path: Prefix, Expires: expires, MaxAge: int(h.cfg.SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-func (h *Handler) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+// logout ends the session (its row is deleted: the cookie's ID opens nothing any
+// more, wherever it was copied to) and clears the cookie.
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	if err := h.sessions.SessionDelete(context.WithoutCancel(r.Context()), s.idHash); err != nil {
+		h.logger.ErrorContext(r.Context(), "end a session", "error", err)
+		http.Error(w, "the session could not be ended: try again", http.StatusServiceUnavailable)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,

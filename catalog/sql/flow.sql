@@ -5,7 +5,7 @@
 -- cancel) frees it in its own transaction. The claim
 -- (catalog/lease.go, catalog/flow.go) serializes the claimers of one key with a
 -- transaction-level advisory lock on (name, key), taken here in a fixed order. Queue
--- timeouts are in steps.sql (cairn_queue_timeouts), deadlines in run_control.sql,
+-- timeouts are in steps.sql (cairn_queue_timeout_next), deadlines in run_control.sql,
 -- the flow settings of map instances and handlers in triggers.sql
 -- (steps_flow_inherit).
 

@@ -3,28 +3,63 @@
 -- catalog/operation.go (bulk operations), catalog/retry.go, catalog/workflow.go,
 -- catalog/flow.go (deadlines).
 --
--- The lock order for the writers of a run, so that cancelling a run while its
--- steps finish cannot deadlock (function bodies written before this folder existed
--- call it "the lock order at the top of migration 00023"):
---   1. a transaction level advisory lock per run (cairn_run_lock): exclusive for
---      cancel, a run's deadline, and an operator's pause or resume
---      (cairn_run_control_lock); shared for the writers of its steps
---      (cairn_runs_share, taken by the statements in catalog/ that finish, suspend,
---      resolve, decide or expand steps, before they write anything), so a cancel
---      waits for the batches in flight and new ones wait for it; the writers do not
---      wait for each other;
---   2. the steps, in key order;
---   3. the run's row.
--- A claim takes no advisory lock: it skips locked steps, and then only waits for
--- the run's row, which cancel takes last. Retry and rerun take the run's row first
--- (they meet running finishers far less often).
+-- The lock order: every transaction that writes a run takes, in this order (a
+-- function body written before this folder existed may call it "the lock order at
+-- the top of migration 00023" or "the order of 00042", which extended it):
+--   0. the rows of workflows it reads or pauses (FOR KEY SHARE to create, retry or
+--      rerun a run; FOR UPDATE to pause or resume the workflow);
+--   1. the advisory locks of the runs it writes (cairn_runs_order): a run's
+--      ancestors (parent_id, up to the root) before it, shared, and otherwise by
+--      depth, then descending ID. Shared for a writer of a run's steps
+--      (cairn_runs_share: finishers, suspends, resolves, decisions, signals, map
+--      expansions, the sweepers, a rerun's source); exclusive for cancel, a
+--      deadline, pause, resume and retry (cairn_runs_lock, cairn_run_lock). A
+--      writer of a child run so holds its parent's lock when the child's end
+--      resolves the parent's step (runs_child_ended), and a parent's cancel, pause
+--      or resume, holding the parent's lock exclusively, never meets a writer of its
+--      children in a circle;
+--   2. the run's steps it writes, in key order (the finishers lock theirs by key; a
+--      claim skips locked steps);
+--   3. the run's row (FOR NO KEY UPDATE where it writes no key). A child run that
+--      ends then resolves its parent's step only if the parent's step and row can be
+--      had at once; else the wake sweeper does it in a transaction of its own
+--      (cairn_child_ended, child_run_ends).
+-- A transaction that takes several runs' exclusive locks takes them all first, in
+-- the order of 1 (cairn_runs_lock over the set: deadlines, a workflow's pause, a
+-- bulk operation's batch). The sweepers of leases, waits and queue timeouts end one
+-- step a transaction (cairn_sweep_next, cairn_wake_next, cairn_queue_timeout_next),
+-- trying the run's locks without waiting: one run's locks, never a run's row while
+-- waiting for another run's step. A claim takes no advisory lock: it skips locked
+-- steps and then only waits for run rows, which everyone takes last. catalog
+-- TestLockOrderStress runs every kind of writer at once and counts no deadlock.
 
--- cairn_run_lock takes run p_run's advisory lock, exclusive, until the end of the
--- transaction.
+-- cairn_runs_order lists the runs p_runs and their ancestors in the lock order
+-- (above): by depth (a root run is at 0), then by descending ID. given is true for
+-- the runs of p_runs (false for an ancestor only). A run that does not exist is
+-- listed at depth 0 (its lock guards its creation as well). The bound on the depth
+-- costs nothing: a parent is always created before its child.
+CREATE OR REPLACE FUNCTION cairn_runs_order(p_runs uuid[])
+RETURNS TABLE (id uuid, given boolean) LANGUAGE sql STABLE AS $$
+    WITH RECURSIVE up(start, id, parent_id, hops) AS (
+        SELECT x.g, x.g, r.parent_id, 0
+        FROM (SELECT DISTINCT g FROM unnest(p_runs) AS g) x LEFT JOIN runs r ON r.id = x.g
+        UNION ALL
+        SELECT up.start, r.id, r.parent_id, up.hops + 1
+        FROM up JOIN runs r ON r.id = up.parent_id
+        WHERE up.hops < 1000
+    ), chain AS (
+        SELECT up.id, max(up.hops) OVER (PARTITION BY up.start) - up.hops AS depth, up.id = up.start AS given
+        FROM up
+    )
+    SELECT chain.id, bool_or(chain.given) FROM chain GROUP BY chain.id, chain.depth ORDER BY chain.depth, chain.id DESC
+$$;
+
+-- cairn_run_lock takes run p_run's advisory lock, exclusive, after its ancestors',
+-- shared (cairn_runs_lock), until the end of the transaction.
 CREATE OR REPLACE FUNCTION cairn_run_lock(p_run uuid)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('cairn_run:' || p_run::text, 0));
+    PERFORM cairn_runs_lock(ARRAY[p_run]);
 END $$;
 
 -- cairn_run_control_lock takes the locks of run p_run in the order at the top of
@@ -47,15 +82,54 @@ BEGIN
     RETURN true;
 END $$;
 
--- cairn_runs_share takes the advisory lock of each run in p_runs, shared, until
--- the end of the transaction, in descending order of the run's ID (the order in
--- which a bulk operation visits runs, catalog/operation.go). It returns true, so
--- that a statement can take the locks in its WHERE clause before it writes.
+-- cairn_runs_share takes the advisory lock of each run in p_runs, shared, and those
+-- of their ancestors, until the end of the transaction, in the order of
+-- cairn_runs_order. It returns true, so that a statement can take the locks in its
+-- WHERE clause before it writes.
 CREATE OR REPLACE FUNCTION cairn_runs_share(p_runs uuid[])
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(hashtextextended('cairn_run:' || r::text, 0))
-    FROM (SELECT DISTINCT r FROM unnest(p_runs) AS r ORDER BY r DESC) x;
+    FOR r IN SELECT o.id FROM cairn_runs_order(p_runs) o LOOP
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('cairn_run:' || r.id::text, 0));
+    END LOOP;
+    RETURN true;
+END $$;
+
+-- cairn_runs_lock takes the advisory lock of each run in p_runs, exclusive, and
+-- those of their ancestors, shared (exclusive when they are in p_runs too), until
+-- the end of the transaction, in the order of cairn_runs_order. It returns true.
+CREATE OR REPLACE FUNCTION cairn_runs_lock(p_runs uuid[])
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT o.id, o.given FROM cairn_runs_order(p_runs) o LOOP
+        IF r.given THEN
+            PERFORM pg_advisory_xact_lock(hashtextextended('cairn_run:' || r.id::text, 0));
+        ELSE
+            PERFORM pg_advisory_xact_lock_shared(hashtextextended('cairn_run:' || r.id::text, 0));
+        END IF;
+    END LOOP;
+    RETURN true;
+END $$;
+
+-- cairn_runs_try_share takes the shared advisory locks of run p_run and its
+-- ancestors (cairn_runs_share's) without waiting: false, having taken only some,
+-- when one of them is held exclusively. A sweeper that locked one of the run's
+-- steps first (SKIP LOCKED: it never waits for them) takes them so, and gives up
+-- the step when it cannot.
+CREATE OR REPLACE FUNCTION cairn_runs_try_share(p_run uuid)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT o.id FROM cairn_runs_order(ARRAY[p_run]) o LOOP
+        IF NOT pg_try_advisory_xact_lock_shared(hashtextextended('cairn_run:' || r.id::text, 0)) THEN
+            RETURN false;
+        END IF;
+    END LOOP;
     RETURN true;
 END $$;
 
@@ -63,8 +137,10 @@ END $$;
 -- become canceled (running attempts canceled, their leases revoked so a late
 -- completion is fenced out), its held steps released, and the dispatchers are told
 -- on channel cairn_cancel (run.canceled with p_reason). Raises CA404 for no such
--- run, CA409 for a run that has ended. It takes its locks in the order at the top of
--- this file (which its body calls "the lock order at the top of migration 00023").
+-- run, CA409 for a run that has ended. It takes its locks in the lock order above;
+-- its row FOR NO KEY UPDATE (it writes no key): FOR UPDATE waited for every
+-- transaction that had inserted a row referring to the run (events, attempts, a
+-- child run), and those may wait for this one's advisory lock.
 CREATE OR REPLACE FUNCTION cairn_run_cancel(p_run uuid, p_reason text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -74,7 +150,7 @@ BEGIN
     PERFORM cairn_run_lock(p_run);
     PERFORM 1 FROM steps WHERE run_id = p_run AND status IN ('waiting', 'ready', 'running', 'suspended')
         ORDER BY key FOR UPDATE;
-    SELECT status INTO v_status FROM runs WHERE id = p_run FOR UPDATE;
+    SELECT status INTO v_status FROM runs WHERE id = p_run FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'CA404';
     END IF;
@@ -101,31 +177,34 @@ END $$;
 -- as cairn_run_cancel cancels one (its running attempts end canceled, its unfinished
 -- steps are canceled, dispatchers are told on cairn_cancel), but the run fails:
 -- error {"message", "cause": {"code": "deadline_exceeded"}}, run.failed {"reason":
--- "deadline_exceeded"}. The earliest deadlines first, SKIP LOCKED, locked in the
--- order at the top of this file (descending run IDs, as a bulk operation visits
--- runs). Returns how many it failed.
+-- "deadline_exceeded"}. The earliest deadlines first; the exclusive locks of every
+-- run it fails are taken first, together, in the lock order above (one run after
+-- the other, a run's lock could be taken after its child's). Returns how many it
+-- failed.
 CREATE OR REPLACE FUNCTION cairn_run_deadlines(p_limit integer)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    r record;
-    n integer := 0;
+    r     record;
+    n     integer := 0;
+    v_due uuid[];
 BEGIN
-    FOR r IN
-        SELECT * FROM (
-            SELECT id, deadline_at FROM runs
-            WHERE deadline_at <= now() AND status IN ('pending', 'running', 'paused')
-            ORDER BY deadline_at
-            LIMIT p_limit) due
-        ORDER BY id DESC
+    SELECT array_agg(d.id) INTO v_due FROM (
+        SELECT id FROM runs
+        WHERE deadline_at <= now() AND status IN ('pending', 'running', 'paused')
+        ORDER BY deadline_at
+        LIMIT p_limit) d;
+    IF v_due IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM cairn_runs_lock(v_due);
+    FOR r IN SELECT id, deadline_at FROM runs WHERE id = ANY (v_due) ORDER BY id DESC
     LOOP
-        -- The lock order of cairn_run_cancel: the run's advisory lock, its
-        -- steps, its row (then checked again: another dispatcher may have failed
-        -- it meanwhile).
-        PERFORM cairn_run_lock(r.id);
+        -- The lock order of cairn_run_cancel: its steps, its row (then checked
+        -- again: it may have ended meanwhile).
         PERFORM 1 FROM steps WHERE run_id = r.id AND status IN ('waiting', 'ready', 'running', 'suspended')
             ORDER BY key FOR UPDATE;
         PERFORM 1 FROM runs WHERE id = r.id AND deadline_at <= now() AND status IN ('pending', 'running', 'paused')
-            FOR UPDATE;
+            FOR NO KEY UPDATE;
         CONTINUE WHEN NOT FOUND;
         UPDATE attempts a SET status = 'canceled', finished_at = now(),
             error = jsonb_build_object('message', 'the run''s deadline passed', 'code', 'deadline_exceeded')
@@ -188,6 +267,7 @@ END $$;
 -- the run is paused), the run is paused, and run.paused records the actor and the
 -- operator's note. Returns false, and writes nothing, when the run is not pending or
 -- running once its row is locked. The caller has checked that it exists.
+-- Its row is locked FOR NO KEY UPDATE, as cairn_run_cancel's.
 CREATE OR REPLACE FUNCTION cairn_run_hold(p_run uuid, p_kind text, p_actor text, p_note text)
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
@@ -196,7 +276,7 @@ BEGIN
     -- Steps first (see the lock order above).
     UPDATE steps SET held = true
     WHERE run_id = p_run AND status IN ('waiting', 'ready', 'running', 'suspended') AND NOT held;
-    SELECT status INTO v_status FROM runs WHERE id = p_run FOR UPDATE;
+    SELECT status INTO v_status FROM runs WHERE id = p_run FOR NO KEY UPDATE;
     IF v_status IS DISTINCT FROM 'pending' AND v_status IS DISTINCT FROM 'running' THEN
         -- Ended (or paused) meanwhile: the caller's transaction decides; the steps
         -- held above are then terminal or already held.
@@ -213,6 +293,7 @@ END $$;
 -- and the pause_reason it had. Raises CAR09 when the run is not paused once its row
 -- is locked, or (p_only given) is paused for another reason: the caller's
 -- transaction, or its subtransaction, then undoes the steps' release.
+-- Its row is locked FOR NO KEY UPDATE, as cairn_run_cancel's.
 CREATE OR REPLACE FUNCTION cairn_run_release(p_run uuid, p_actor text, p_note text, p_only text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -221,7 +302,7 @@ DECLARE
 BEGIN
     -- Steps first (see the lock order above).
     UPDATE steps SET held = false WHERE run_id = p_run AND held;
-    SELECT status, pause_reason INTO v_status, v_reason FROM runs WHERE id = p_run FOR UPDATE;
+    SELECT status, pause_reason INTO v_status, v_reason FROM runs WHERE id = p_run FOR NO KEY UPDATE;
     IF v_status IS DISTINCT FROM 'paused' OR v_reason <> coalesce(p_only, v_reason) THEN
         RAISE EXCEPTION 'run % is not paused (%): only a paused run can be resumed', p_run, v_status
             USING ERRCODE = 'CAR09';
@@ -254,11 +335,15 @@ END $$;
 -- The workflow's row is locked FOR UPDATE first: run creation reads paused FOR KEY
 -- SHARE (sqlRunCreate), so a run being created either commits before this scan
 -- (which then pauses it) or reads paused = true.
+--
+-- The runs' advisory locks are taken first, all together, in the lock order above,
+-- then each run's steps (cairn_run_control_lock) before its row.
 CREATE OR REPLACE FUNCTION cairn_workflow_pause(p_name text, p_actor text, p_note text)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    v_id uuid;
-    n    integer := 0;
+    v_ids uuid[];
+    v_id  uuid;
+    n     integer := 0;
 BEGIN
     PERFORM 1 FROM workflows WHERE name = p_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -267,9 +352,13 @@ BEGIN
     UPDATE workflows SET paused = true, paused_by = coalesce(paused_by, p_actor),
         paused_at = coalesce(paused_at, now())
     WHERE name = p_name;
-    FOR v_id IN
-        SELECT id FROM runs WHERE workflow = p_name AND status IN ('pending', 'running') ORDER BY id
-    LOOP
+    SELECT array_agg(id ORDER BY id) INTO v_ids FROM runs WHERE workflow = p_name AND status IN ('pending', 'running');
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM cairn_runs_lock(v_ids);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        PERFORM cairn_run_control_lock(v_id);
         n := n + cairn_run_hold(v_id, 'workflow', p_actor, p_note)::integer;
     END LOOP;
     RETURN n;
@@ -279,11 +368,15 @@ END $$;
 -- pause held (pause_reason workflow) are released; runs paused one by one, or parked
 -- by on_exhausted, stay paused. Resuming a workflow that is not paused changes
 -- nothing. Returns how many runs it released. Raises CA404 for no such workflow.
+--
+-- The runs' advisory locks are taken first, all together, in the lock order above,
+-- then each run's steps (cairn_run_control_lock) before its row.
 CREATE OR REPLACE FUNCTION cairn_workflow_resume(p_name text, p_actor text, p_note text)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    v_id uuid;
-    n    integer := 0;
+    v_ids uuid[];
+    v_id  uuid;
+    n     integer := 0;
 BEGIN
     PERFORM 1 FROM workflows WHERE name = p_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -291,9 +384,14 @@ BEGIN
     END IF;
     UPDATE workflows SET paused = false, paused_by = NULL, paused_at = NULL
     WHERE name = p_name AND paused;
-    FOR v_id IN
-        SELECT id FROM runs WHERE workflow = p_name AND status = 'paused' AND pause_reason = 'workflow' ORDER BY id
-    LOOP
+    SELECT array_agg(id ORDER BY id) INTO v_ids FROM runs
+    WHERE workflow = p_name AND status = 'paused' AND pause_reason = 'workflow';
+    IF v_ids IS NULL THEN
+        RETURN 0;
+    END IF;
+    PERFORM cairn_runs_lock(v_ids);
+    FOREACH v_id IN ARRAY v_ids LOOP
+        PERFORM cairn_run_control_lock(v_id);
         -- A run resumed, canceled or paused by an operator since the scan is left
         -- as it is (the subtransaction undoes what the release did).
         BEGIN
@@ -372,6 +470,10 @@ $$;
 -- A map's instances are not steps of the version's
 -- layout: a retry onto another version keeps them (the map step takes them up again),
 -- does not compare them with the new version, and draws no edges to them.
+--
+-- The run's locks are taken in the lock order above, and the steps it replaces are
+-- kept in step_history first, with the try they belonged to; its run.retried event
+-- names the new try.
 CREATE OR REPLACE FUNCTION cairn_run_retry(p_run uuid, p_version integer, p_actor text)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -383,13 +485,20 @@ DECLARE
     v_left     integer;
     v_keys     text[];
     v_workflow record;
+    v_try      integer;
 BEGIN
     -- The workflow's row first, FOR KEY SHARE (as sqlRunCreate): cairn_workflow_pause
     -- locks it FOR UPDATE before it holds the workflow's runs, so it waits for this
     -- retry and then holds the retried run, or this retry sees the workflow paused.
     SELECT w.paused, w.paused_by INTO v_workflow
     FROM workflows w WHERE w.name = (SELECT workflow FROM runs WHERE id = p_run) FOR KEY SHARE;
-    SELECT id, workflow, version, status INTO v_run FROM runs WHERE id = p_run FOR UPDATE;
+    -- Then the run's locks in the order of 00042: its advisory lock (exclusive,
+    -- after its ancestors'), its steps in key order (those it may write: every
+    -- step but a map's succeeded instances), its row.
+    PERFORM cairn_run_lock(p_run);
+    PERFORM 1 FROM steps WHERE run_id = p_run AND (map_parent IS NULL OR status <> 'succeeded')
+        ORDER BY key FOR UPDATE;
+    SELECT id, workflow, version, status INTO v_run FROM runs WHERE id = p_run FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'run % not found', p_run USING ERRCODE = 'CA404';
     END IF;
@@ -398,6 +507,13 @@ BEGIN
             USING ERRCODE = 'CAR09';
     END IF;
     v_target := coalesce(nullif(p_version, 0), v_run.version);
+
+    -- The steps this retry replaces (every step but a kept success, and a map's
+    -- instances), as they were, with the try they belonged to.
+    SELECT coalesce(max(h.try), 0) + 1 INTO v_try FROM step_history h WHERE h.run_id = p_run;
+    INSERT INTO step_history (run_id, try, step_key, step)
+    SELECT p_run, v_try, s.key, to_jsonb(s) FROM steps s
+    WHERE s.run_id = p_run AND s.map_parent IS NULL AND (s.status <> 'succeeded' OR s.phase <> 'main');
 
     IF v_target <> v_run.version THEN
         PERFORM 1 FROM workflow_versions WHERE workflow = v_run.workflow AND version = v_target;
@@ -457,7 +573,7 @@ BEGIN
     WHERE id = p_run;
     PERFORM cairn_event(p_run, 'run.retried', NULL, NULL,
         jsonb_build_object('actor', p_actor, 'version', v_target, 'previous_version', v_run.version,
-                           'steps', to_jsonb(v_keys)));
+                           'steps', to_jsonb(v_keys), 'try', v_try + 1));
     IF v_left = 0 THEN
         PERFORM cairn_run_settle(p_run, 0);
     ELSIF v_workflow.paused THEN
@@ -485,6 +601,10 @@ END $$;
 -- step.reused {steps, rerun_of}; dispatchers are woken. The run.created event fires
 -- events_run_relayout (triggers.sql), which adds conditions, trigger rules and
 -- compensations to the steps laid out here.
+--
+-- The source's shared lock is taken before its row, and the steps it reuses keep
+-- the times they started and finished at in the source, so that the compensations
+-- of a failed rerun (reverse completion order) undo them in the right order.
 CREATE OR REPLACE FUNCTION cairn_run_rerun(p_new uuid, p_source uuid, p_from text, p_input jsonb,
                                 p_version integer, p_actor text, p_dry_run boolean)
 RETURNS TABLE (reused text[], fresh text[]) LANGUAGE plpgsql AS $$
@@ -499,6 +619,8 @@ BEGIN
     -- (sqlRunCreate): a rerun in a paused workflow is created paused.
     SELECT w.paused INTO v_paused
     FROM workflows w WHERE w.name = (SELECT workflow FROM runs WHERE id = p_source) FOR KEY SHARE;
+    -- Then the source's shared advisory lock (the order of 00042) before its row.
+    PERFORM cairn_runs_share(ARRAY[p_source]);
     SELECT id, workflow, version, status, input, labels INTO v_src FROM runs WHERE id = p_source FOR SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'run % not found', p_source USING ERRCODE = 'CA404';
@@ -514,7 +636,8 @@ BEGIN
     END IF;
 
     CREATE TEMP TABLE IF NOT EXISTS cairn_rerun_plan (ord bigint, key text, needs text[],
-        max_attempts integer, reuse boolean, output jsonb, on_exhausted text) ON COMMIT DROP;
+        max_attempts integer, reuse boolean, output jsonb, on_exhausted text,
+        started_at timestamptz, finished_at timestamptz) ON COMMIT DROP;
     TRUNCATE cairn_rerun_plan;
     INSERT INTO cairn_rerun_plan (ord, key, needs, max_attempts, reuse, output, on_exhausted)
     SELECT l.ord, l.key, l.needs, l.max_attempts, false, NULL, l.on_exhausted
@@ -531,7 +654,8 @@ BEGIN
         UNION
         SELECT p.key FROM cairn_rerun_plan p JOIN down ON down.key = ANY (p.needs)
     )
-    UPDATE cairn_rerun_plan p SET reuse = true, output = s.output
+    UPDATE cairn_rerun_plan p SET reuse = true, output = s.output, started_at = s.started_at,
+        finished_at = s.finished_at
     FROM steps s
     WHERE s.run_id = p_source AND s.key = p.key AND s.status = 'succeeded'
       AND p.key NOT IN (SELECT key FROM down);
@@ -563,13 +687,13 @@ BEGIN
     VALUES (p_new, v_src.workflow, v_target, coalesce(p_input, v_src.input), v_total,
             v_total - cardinality(reused), p_source, p_from, v_src.labels,
             CASE WHEN v_paused THEN 'paused' ELSE 'pending' END, CASE WHEN v_paused THEN 'workflow' END);
-    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, output, finished_at,
-                       on_exhausted, held)
+    INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, output, started_at,
+                       finished_at, on_exhausted, held)
     SELECT p_new, p.key,
            CASE WHEN p.reuse THEN 'succeeded' WHEN d.unmet = 0 THEN 'ready' ELSE 'waiting' END,
            p.needs, CASE WHEN p.reuse THEN 0 ELSE d.unmet END, p.max_attempts,
            CASE WHEN NOT p.reuse AND d.unmet = 0 THEN now() END,
-           p.output, CASE WHEN p.reuse THEN now() END,
+           p.output, p.started_at, p.finished_at,
            p.on_exhausted, v_paused AND NOT p.reuse
     FROM cairn_rerun_plan p
     CROSS JOIN LATERAL (SELECT count(*)::integer AS unmet FROM cairn_rerun_plan q

@@ -1,7 +1,7 @@
 -- Steps and finishing: how an attempt ends and what follows from it. A claimed step
 -- (catalog/lease.go's claim, plain SQL) runs; its attempt ends through
 -- cairn_steps_succeed (a batch of successes) or cairn_step_finish (every other end),
--- both fenced by the lease token; cairn_sweep takes back the leases of dead
+-- both fenced by the lease token; cairn_sweep_next takes back the leases of dead
 -- dispatchers. What follows an end: dependents readied, or settled by their trigger
 -- rule (cairn_skip_dependents), the run counted down and ended (cairn_run_settle),
 -- failure handlers laid out (cairn_run_compensate). Go callers: catalog/lease.go,
@@ -30,7 +30,7 @@ END $$;
 -- through cairn_steps_succeed), fenced by its lease token: false, and nothing
 -- written, when p_token is not the step's current lease. p_outcome is one of:
 --   failed, timed_out  the handler failed: the attempt counts against max_attempts;
---   interrupted        its dispatcher died (cairn_sweep took the lease back, code
+--   interrupted        its dispatcher died (cairn_sweep_next took the lease back, code
 --                      lease_expired): the attempt does not count; interruptions
 --                      are bounded on their own (below);
 --   handback           handed back at a dispatcher's shutdown: recorded as
@@ -226,6 +226,11 @@ $$;
 -- and joined two by a nested loop, so the events take their keys, attempts and
 -- outputs from arrays that per_run gathers and r returns, and the result reads the
 -- finished steps and the ended runs apart.
+--
+-- The runs' rows are locked in ascending order of their IDs (lk), as
+-- cairn_step_finish's batches (sorted by run) and the claims (by primary key) take
+-- them: in the order of the update's join, two finishing batches over the same runs
+-- met in a circle.
 CREATE OR REPLACE FUNCTION cairn_steps_succeed(p_runs uuid[], p_keys text[], p_tokens bigint[],
                                     p_outputs text[], p_log_keys text[], p_wake boolean,
                                     OUT ords bigint[], OUT ready bigint)
@@ -265,10 +270,13 @@ BEGIN
         SELECT run_id, count(*) AS n, array_agg(key ORDER BY key) AS keys,
                array_agg(attempts ORDER BY key) AS atts, array_agg(output ORDER BY key) AS outs
         FROM done GROUP BY run_id
+    ), lk AS (
+        SELECT runs.id FROM runs WHERE runs.id IN (SELECT per_run.run_id FROM per_run)
+        ORDER BY runs.id FOR NO KEY UPDATE
     ), r AS (
         UPDATE runs SET revision = runs.revision + p.n,
             steps_remaining = greatest(runs.steps_remaining - p.n, 0)
-        FROM per_run p WHERE runs.id = p.run_id
+        FROM per_run p JOIN lk ON lk.id = p.run_id WHERE runs.id = p.run_id
         RETURNING runs.id, runs.revision, p.n, runs.steps_remaining, p.keys, p.atts, p.outs
     ), ev AS (
         INSERT INTO events (run_id, seq, type, step_key, attempt, data)
@@ -295,11 +303,19 @@ BEGIN
     END IF;
 END $$;
 
--- cairn_sweep takes back up to p_limit leases that expired (their dispatcher died or
--- lost the database): the attempt ends interrupted, code lease_expired
--- (cairn_step_finish, which does not count it against max_attempts), and the step is
--- ready again. Safe to run from every dispatcher at once (SKIP LOCKED). Returns how
--- many it took.
+-- cairn_sweep_next takes back one lease that expired (its dispatcher died or lost
+-- the database): the attempt ends interrupted, code lease_expired
+-- (cairn_step_finish, which does not count it against max_attempts), and the step
+-- is ready again. It returns 1 when it swept a lease, 0 when none is due, -1 when
+-- the due ones it found were busy; the caller makes one transaction of each call
+-- (catalog.StepSweep): one run's locks at a time. Safe to run from every
+-- dispatcher at once.
+--
+-- It keeps the lock order (run_control.sql): the step is locked without waiting
+-- (SKIP LOCKED), then the run's shared advisory locks and its ancestors' are tried
+-- without waiting (cairn_runs_try_share): a run that is being paused, canceled or
+-- retried is left to the next round, so the sweeper never waits where it could
+-- meet a run's controller or a finisher in a circle.
 --
 -- No lease is swept until p_grace after the database itself started: while
 -- PostgreSQL is down no dispatcher can renew its leases, so every lease runs out
@@ -313,11 +329,11 @@ END $$;
 -- expiry: its row was locked by other transactions at the owner's renewals (the
 -- heartbeat skips locked rows), or the owner no longer holds it (a lease a live
 -- dispatcher forgot is still swept, later).
-CREATE OR REPLACE FUNCTION cairn_sweep(p_limit integer, p_grace interval)
+CREATE OR REPLACE FUNCTION cairn_sweep_next(p_grace interval)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    r record;
-    n integer := 0;
+    r      record;
+    v_busy boolean := false;
 BEGIN
     IF now() < pg_postmaster_start_time() + p_grace THEN
         RETURN 0;
@@ -329,49 +345,56 @@ BEGIN
                OR NOT EXISTS (SELECT 1 FROM dispatchers d
                               WHERE d.id = s.lease_owner AND d.lease_until > now()))
         ORDER BY s.lease_expires_at
-        LIMIT p_limit
+        LIMIT 16
         FOR UPDATE OF s SKIP LOCKED
     LOOP
-        PERFORM cairn_step_finish(r.run_id, r.key, r.lease_token, 'interrupted', NULL,
-            jsonb_build_object('message', 'lease expired: the dispatcher holding the step stopped or lost the database',
-                               'code', 'lease_expired'),
-            true, now(), NULL);
-        n := n + 1;
+        IF cairn_runs_try_share(r.run_id) THEN
+            PERFORM cairn_step_finish(r.run_id, r.key, r.lease_token, 'interrupted', NULL,
+                jsonb_build_object('message', 'lease expired: the dispatcher holding the step stopped or lost the database',
+                                   'code', 'lease_expired'),
+                true, now(), NULL);
+            RETURN 1;
+        END IF;
+        v_busy := true;
     END LOOP;
-    RETURN n;
+    RETURN CASE WHEN v_busy THEN -1 ELSE 0 END;
 END $$;
 
--- cairn_queue_timeouts fails up to p_limit ready steps (not held: a paused run's
--- wait is not the queue's) whose queue_timeout has passed, SKIP LOCKED: terminal,
--- last_error {"message", "code": "queue_timeout"}, dependents skipped, step.failed,
--- the run may end. Returns how many it failed. Lock order: steps, then the run's.
-CREATE OR REPLACE FUNCTION cairn_queue_timeouts(p_limit integer)
+-- cairn_queue_timeout_next fails one ready step (not held: a paused run's wait is
+-- not the queue's) whose queue_timeout has passed: terminal, last_error
+-- {"message", "code": "queue_timeout"}, its dependents skipped, step.failed, the
+-- run may end. Like cairn_wake_next it keeps the lock order (the step SKIP LOCKED,
+-- the run's shared locks tried without waiting, then the run's row) and answers 1
+-- when it failed one, 0 when none is due, -1 when the due ones are busy; the caller
+-- makes one transaction of each call (catalog.QueueTimeouts).
+CREATE OR REPLACE FUNCTION cairn_queue_timeout_next()
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    r       record;
-    n       integer := 0;
-    v_err   jsonb;
-    v_skip  integer;
+    r      record;
+    v_err  jsonb;
+    v_skip integer;
 BEGIN
-    FOR r IN
-        SELECT run_id, key, attempts, queue_timeout_s FROM steps
-        WHERE status = 'ready' AND queue_timeout_s IS NOT NULL AND NOT held
-          AND ready_at + make_interval(secs => queue_timeout_s) <= now()
-        ORDER BY ready_at
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        v_err := jsonb_build_object('message',
-            format('the step waited over its queue_timeout (%ss) to start', r.queue_timeout_s),
-            'code', 'queue_timeout');
-        UPDATE steps SET status = 'failed', finished_at = now(), last_error = v_err
-        WHERE run_id = r.run_id AND key = r.key;
-        v_skip := cairn_skip_dependents(r.run_id, r.key);
-        PERFORM cairn_event(r.run_id, 'step.failed', r.key, r.attempts, jsonb_build_object('error', v_err));
-        PERFORM cairn_run_settle(r.run_id, 1 + v_skip);
-        n := n + 1;
-    END LOOP;
-    RETURN n;
+    SELECT run_id, key, attempts, queue_timeout_s INTO r FROM steps
+    WHERE status = 'ready' AND queue_timeout_s IS NOT NULL AND NOT held
+      AND ready_at + make_interval(secs => queue_timeout_s) <= now()
+    ORDER BY ready_at
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN 0;
+    END IF;
+    IF NOT cairn_runs_try_share(r.run_id) THEN
+        RETURN -1;
+    END IF;
+    v_err := jsonb_build_object('message',
+        format('the step waited over its queue_timeout (%ss) to start', r.queue_timeout_s),
+        'code', 'queue_timeout');
+    UPDATE steps SET status = 'failed', finished_at = now(), last_error = v_err
+    WHERE run_id = r.run_id AND key = r.key;
+    v_skip := cairn_skip_dependents(r.run_id, r.key);
+    PERFORM cairn_event(r.run_id, 'step.failed', r.key, r.attempts, jsonb_build_object('error', v_err));
+    PERFORM cairn_run_settle(r.run_id, 1 + v_skip);
+    RETURN 1;
 END $$;
 
 -- cairn_step_resolve ends a suspended step: p_outcome succeeded (output p_output;
@@ -548,6 +571,8 @@ END $$;
 -- run's row FOR UPDATE rather than writing it; a run that succeeds takes its
 -- run.succeeded event's revision in the update of its status (two writes of the
 -- row at a run's end, not four).
+--
+-- Its row is locked FOR NO KEY UPDATE, as cairn_run_cancel's (run_control.sql).
 CREATE OR REPLACE FUNCTION cairn_run_settle(p_run uuid, p_done integer)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
@@ -563,7 +588,7 @@ BEGIN
         -- Nothing to count: the row is read and locked, not rewritten unchanged.
         SELECT steps_remaining, status INTO v_remaining, v_status FROM runs
         WHERE id = p_run AND status IN ('pending', 'running', 'paused', 'compensating')
-        FOR UPDATE;
+        FOR NO KEY UPDATE;
     ELSE
         UPDATE runs SET steps_remaining = greatest(steps_remaining - p_done, 0)
         WHERE id = p_run AND status IN ('pending', 'running', 'paused', 'compensating')

@@ -57,17 +57,34 @@ CREATE OR REPLACE TRIGGER events_run_relayout AFTER INSERT ON events FOR EACH RO
     EXECUTE FUNCTION cairn_run_relayout();
 
 -- cairn_child_ended resolves the parent step waiting for a child run that has just
--- ended (cairn_child_resolve, maps_children.sql).
+-- ended (cairn_child_resolve, maps_children.sql) in the child's transaction when the
+-- parent's step and row can be had at once, and leaves it to the wake sweeper
+-- otherwise (a row in child_run_ends; cairn_wake_next). The child's finisher holds
+-- the child's steps and row, and run rows of other runs it finished in the same
+-- batch: waiting there for the parent's row, it met a claim that held the parent's
+-- row and waited for one of those in a circle. It waits at most 20 ms for any lock
+-- of the parent's (far below deadlock_timeout, so no circle is ever found: the wait
+-- gives up first), and the subtransaction gives back what it took of them.
 CREATE OR REPLACE FUNCTION cairn_child_ended()
 RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_timeout text := current_setting('lock_timeout');
 BEGIN
-    PERFORM cairn_child_resolve(NEW.id);
+    PERFORM set_config('lock_timeout', '20ms', true);
+    BEGIN
+        PERFORM cairn_child_resolve(NEW.id);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM set_config('lock_timeout', v_timeout, true);
+        INSERT INTO child_run_ends (child_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
     RETURN NULL;
 END $$;
 
 -- runs_child_ended: a child run (parent_step set) whose status becomes succeeded,
 -- failed or canceled resolves its parent's step: succeeded with the child's output,
--- or failed (code child_failed or child_canceled).
+-- or failed (code child_failed or child_canceled); at once, or through the wake
+-- sweeper when the parent is busy (cairn_child_ended).
 -- Decision: stays in SQL. A run ends through many writers (cairn_run_settle,
 -- cairn_steps_succeed, cairn_run_cancel, cairn_run_deadlines, a parent's cancel by
 -- runs_children_follow); the status column is the one place every end passes, and
@@ -84,6 +101,9 @@ CREATE OR REPLACE TRIGGER runs_child_ended AFTER UPDATE OF status ON runs
 -- way are resumed. Each child's own children follow it in turn. The children are
 -- locked as they are chosen (a child that ends meanwhile is skipped, not an error
 -- that would undo the parent's change).
+-- Each child is locked in the lock order (run_control.sql: its advisory lock,
+-- exclusive, then its steps: cairn_run_control_lock) before its row, and looked at
+-- again under those locks; a child that ended meanwhile is left as it is.
 CREATE OR REPLACE FUNCTION cairn_children_follow()
 RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -93,28 +113,33 @@ BEGIN
     IF NEW.status = 'canceled' THEN
         FOR c IN SELECT id FROM runs
                   WHERE parent_id = NEW.id AND parent_step IS NOT NULL AND status IN ('pending', 'running', 'paused')
-                  ORDER BY id
-                  FOR UPDATE
+                  ORDER BY id DESC
         LOOP
+            PERFORM cairn_run_control_lock(c.id);
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM runs WHERE id = c.id AND status IN ('pending', 'running', 'paused'));
             PERFORM cairn_run_cancel(c.id, format('parent run %s canceled', NEW.id));
         END LOOP;
     ELSIF NEW.status = 'paused' AND NEW.pause_reason = 'run' THEN
         FOR c IN SELECT id FROM runs
                   WHERE parent_id = NEW.id AND parent_step IS NOT NULL AND status IN ('pending', 'running')
-                  ORDER BY id
-                  FOR UPDATE
+                  ORDER BY id DESC
         LOOP
+            PERFORM cairn_run_control_lock(c.id);
+            CONTINUE WHEN NOT EXISTS (SELECT 1 FROM runs WHERE id = c.id AND status IN ('pending', 'running'));
             PERFORM cairn_run_pause(c.id, v_actor, format('parent run %s paused', NEW.id));
         END LOOP;
     ELSIF OLD.status = 'paused' AND NEW.status IN ('pending', 'running') THEN
         FOR c IN SELECT r.id FROM runs r
                   WHERE r.parent_id = NEW.id AND r.parent_step IS NOT NULL AND r.status = 'paused'
                     AND r.pause_reason = 'run'
-                    AND (SELECT e.data ->> 'actor' FROM events e
-                          WHERE e.run_id = r.id AND e.type = 'run.paused' ORDER BY e.seq DESC LIMIT 1) = v_actor
-                  ORDER BY r.id
-                  FOR UPDATE OF r
+                  ORDER BY r.id DESC
         LOOP
+            PERFORM cairn_run_control_lock(c.id);
+            CONTINUE WHEN NOT EXISTS (
+                SELECT 1 FROM runs r
+                WHERE r.id = c.id AND r.status = 'paused' AND r.pause_reason = 'run'
+                  AND (SELECT e.data ->> 'actor' FROM events e
+                        WHERE e.run_id = r.id AND e.type = 'run.paused' ORDER BY e.seq DESC LIMIT 1) = v_actor);
             PERFORM cairn_run_resume(c.id, v_actor, format('parent run %s resumed', NEW.id));
         END LOOP;
     END IF;

@@ -1,5 +1,5 @@
 -- Waits: a step that suspends (sleep, signal, approval, callback) and what ends its
--- wait: the wake sweeper (cairn_wake_due), a signal (cairn_signal_send), an
+-- wait: the wake sweeper (cairn_wake_next), a signal (cairn_signal_send), an
 -- approver's decision (cairn_step_decide), a callback (cairn_callback_complete), a
 -- condition decided in Go (cairn_condition_decide). A suspended step ends through
 -- cairn_step_resolve (steps.sql). cairn_wake is the NOTIFY that tells idle
@@ -125,27 +125,45 @@ BEGIN
     RETURN false;
 END $$;
 
--- cairn_wake_due is the wake sweeper: up to p_limit due suspended steps (sleeps whose
--- time has come, waits whose timeout has passed) are woken (cairn_step_wake), oldest
--- due first. Held steps (of a paused run) are not: they wake once it resumes. Safe
--- to run from every dispatcher at once (SKIP LOCKED): each step is woken once.
--- Returns how many it woke.
-CREATE OR REPLACE FUNCTION cairn_wake_due(p_limit integer)
+-- cairn_wake_next is the wake sweeper's step: it ends one due wait (a sleep's end or
+-- a timeout: cairn_step_wake) of the earliest due ones that no other sweeper holds,
+-- or resolves the parent's step of a child run's end left in child_run_ends (see
+-- cairn_child_ended, triggers.sql), in the lock order: the run's shared lock, tried
+-- without waiting (a run being canceled, paused or retried is left to the next
+-- round), then the step, then the run's row. Held steps (of a paused run) are not
+-- woken: they wake once it resumes. 1 when it did one, 0 when none is due, -1 when
+-- the due ones are busy; the caller makes one transaction of each call
+-- (catalog.WakeDue).
+CREATE OR REPLACE FUNCTION cairn_wake_next()
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
-    r record;
-    n integer := 0;
+    r       record;
+    v_child uuid;
 BEGIN
-    FOR r IN
-        SELECT run_id, key FROM steps
-        WHERE status = 'suspended' AND NOT held AND least(wait_until, timeout_at) <= now()
-        ORDER BY least(wait_until, timeout_at)
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
-    LOOP
-        n := n + cairn_step_wake(r.run_id, r.key)::integer;
-    END LOOP;
-    RETURN n;
+    SELECT e.child_id INTO v_child FROM child_run_ends e ORDER BY e.ended_at LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+        SELECT parent_id INTO r FROM runs WHERE id = v_child;
+        IF r.parent_id IS NOT NULL AND NOT cairn_runs_try_share(r.parent_id) THEN
+            RETURN -1;
+        END IF;
+        PERFORM cairn_child_resolve(v_child);
+        DELETE FROM child_run_ends WHERE child_id = v_child;
+        RETURN 1;
+    END IF;
+    SELECT run_id, key INTO r FROM steps
+    WHERE status = 'suspended' AND NOT held AND least(wait_until, timeout_at) <= now()
+    ORDER BY least(wait_until, timeout_at)
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN CASE WHEN EXISTS (SELECT 1 FROM steps
+                                 WHERE status = 'suspended' AND NOT held AND least(wait_until, timeout_at) <= now())
+                    THEN -1 ELSE 0 END;
+    END IF;
+    IF NOT cairn_runs_try_share(r.run_id) THEN
+        RETURN -1;
+    END IF;
+    RETURN cairn_step_wake(r.run_id, r.key)::integer;
 END $$;
 
 -- cairn_signal_send delivers a signal p_name with p_payload to run p_run, sent by
@@ -244,30 +262,46 @@ BEGIN
 END $$;
 
 -- cairn_step_decide records the decision (approved or rejected) of approver
--- p_approver, whose token has role p_role, on approval step p_key of run p_run.
--- An approver who decided on the step's current attempt before is answered with
--- that first decision (counted false): nothing is written, whatever the step's
--- state now. Otherwise the step must be a suspended approval (CAR09, naming its
--- state), the role one of its roles or admin (CA403). The decision is recorded with
--- an event (step.approved or step.rejected, naming the actor); the required-th
--- approval ends the step succeeded with {"approved_by": [{name, comment, input,
--- at}…]} (in order), a rejection ends it failed, terminal, code rejected.
--- Concurrent decisions serialize on the step's row. CA404 for no such step.
+-- p_approver, whose token has role p_role (p_named: the token has a name of its
+-- own), on approval step p_key of run p_run. A step that does not wait for approval
+-- is CAR09 naming its state (rejected, failed, succeeded, canceled; and its run's
+-- state when the run has ended), for every caller, an approver who decided before
+-- included; only while the step waits is a repeat answered with the first decision
+-- (counted false, nothing written). Then the role must be one of the step's roles
+-- or admin (CA403), and an approval of a step that needs more than one approver
+-- from a token without a name is CA403 too: such tokens are told apart by their
+-- role only. The decision is recorded with an event (step.approved or
+-- step.rejected, naming the actor); the required-th approval ends the step
+-- succeeded with {"approved_by": [{name, comment, input, at}…]} (in order), a
+-- rejection ends it failed, terminal, code rejected. Concurrent decisions
+-- serialize on the step's row. CA404 for no such step.
 CREATE OR REPLACE FUNCTION cairn_step_decide(p_run uuid, p_key text, p_approver text, p_role text, p_decision text,
-                                  p_comment text, p_input jsonb)
+                                  p_comment text, p_input jsonb, p_named boolean)
 RETURNS TABLE (decision text, counted boolean) LANGUAGE plpgsql AS $$
 DECLARE
     s         record;
+    v_run     text;
     v_prior   text;
     v_output  jsonb;
 BEGIN
     IF p_decision IS NULL OR p_decision NOT IN ('approved', 'rejected') THEN
         RAISE EXCEPTION 'decision % is not approved or rejected', p_decision USING ERRCODE = 'CA422';
     END IF;
-    SELECT st.status, st.wait_kind, st.attempts, st.approval_required, st.approval_roles, st.approvals INTO s
+    SELECT st.status, st.wait_kind, st.attempts, st.approval_required, st.approval_roles, st.approvals,
+           st.last_error->>'code' AS error_code INTO s
       FROM steps st WHERE st.run_id = p_run AND st.key = p_key FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'step % of run % not found', p_key, p_run USING ERRCODE = 'CA404';
+    END IF;
+    IF s.status <> 'suspended' OR s.wait_kind IS DISTINCT FROM 'approval' THEN
+        SELECT r.status INTO v_run FROM runs r WHERE r.id = p_run;
+        RAISE EXCEPTION 'step % of run % was decided already or no longer waits for approval: it is %', p_key, p_run,
+            CASE WHEN s.status = 'suspended' THEN 'waiting for a ' || s.wait_kind
+                 WHEN s.status = 'failed' AND s.error_code = 'rejected' THEN 'failed (rejected)'
+                 WHEN s.status = 'failed' THEN 'failed (' || coalesce(s.error_code, 'error') || ')'
+                 ELSE s.status END
+            || CASE WHEN v_run IN ('succeeded', 'failed', 'canceled') THEN ', and its run has ended (' || v_run || ')' ELSE '' END
+            USING ERRCODE = 'CAR09';
     END IF;
     SELECT a.decision INTO v_prior FROM approvals a
      WHERE a.run_id = p_run AND a.step_key = p_key AND a.attempt = s.attempts AND a.approver = p_approver;
@@ -275,15 +309,14 @@ BEGIN
         RETURN QUERY SELECT v_prior, false;
         RETURN;
     END IF;
-    IF s.status <> 'suspended' OR s.wait_kind IS DISTINCT FROM 'approval' THEN
-        RAISE EXCEPTION 'step % of run % is %, not waiting for approval', p_key, p_run,
-            CASE WHEN s.status = 'suspended' THEN 'waiting for a ' || s.wait_kind ELSE s.status END
-            USING ERRCODE = 'CAR09';
-    END IF;
     IF p_role IS DISTINCT FROM 'admin' AND NOT (p_role = ANY (s.approval_roles)) THEN
         RAISE EXCEPTION 'step % may be decided by the roles %, not %', p_key,
             array_to_string(s.approval_roles || '{admin}'::text[], ', '), coalesce(p_role, 'none')
             USING ERRCODE = 'CA403';
+    END IF;
+    IF p_decision = 'approved' AND s.approval_required > 1 AND p_named IS NOT TRUE THEN
+        RAISE EXCEPTION 'step % needs % distinct approvers, and a token without a name (this one acts as "%") cannot be told apart from another person''s: approve with a named token (CAIRN_TOKENS role:name:token)',
+            p_key, s.approval_required, p_approver USING ERRCODE = 'CA403';
     END IF;
 
     INSERT INTO approvals (run_id, step_key, attempt, approver, decision, comment, input)
@@ -335,6 +368,44 @@ BEGIN
     WHERE run_id = p_run AND key = p_key;
     PERFORM cairn_step_resolve(p_run, p_key, s.callback_outcome, s.callback_output, s.callback_error, 'callback');
     RETURN true;
+END $$;
+
+-- cairn_callback_claim: the request p_holder takes the callback of attempt
+-- p_attempt of step p_key of run p_run for p_ttl, before it reads its body, so that
+-- a concurrent second request is refused before it writes anything. The step must
+-- wait for that attempt's callback as cairn_callback_complete takes it (suspended
+-- for it, or still running that attempt with no callback kept): CAR09 naming its
+-- state otherwise, CA404 for no such step. A claim another request holds for the
+-- same attempt and that has not lapsed (callback_claims.until: a server that died
+-- mid-upload holds no step forever) is a CAR09 too: nothing is written. Lock order:
+-- the step (key share), then its claim.
+CREATE OR REPLACE FUNCTION cairn_callback_claim(p_run uuid, p_key text, p_attempt integer, p_holder uuid, p_ttl interval)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    s record;
+BEGIN
+    SELECT st.status, st.wait_kind, st.attempts, st.callback_attempt INTO s
+      FROM steps st WHERE st.run_id = p_run AND st.key = p_key FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'step % of run % not found', p_key, p_run USING ERRCODE = 'CA404';
+    END IF;
+    IF NOT ((s.status = 'suspended' AND s.wait_kind = 'callback' AND s.attempts = p_attempt)
+            OR (s.status = 'running' AND s.attempts = p_attempt AND s.callback_attempt IS DISTINCT FROM p_attempt)) THEN
+        RAISE EXCEPTION 'step % no longer waits for the callback of attempt %: it is %, attempt %', p_key, p_attempt,
+            CASE WHEN s.status = 'suspended' THEN 'waiting for a ' || s.wait_kind
+                 WHEN s.status = 'running' AND s.callback_attempt = p_attempt THEN 'running, with a callback kept for it already'
+                 ELSE s.status END, s.attempts
+            USING ERRCODE = 'CAR09';
+    END IF;
+    INSERT INTO callback_claims AS c (run_id, step_key, attempt, holder, until)
+    VALUES (p_run, p_key, p_attempt, p_holder, clock_timestamp() + p_ttl)
+    ON CONFLICT (run_id, step_key) DO UPDATE
+       SET attempt = EXCLUDED.attempt, holder = EXCLUDED.holder, until = EXCLUDED.until
+     WHERE c.until < clock_timestamp() OR c.attempt <> EXCLUDED.attempt;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'step % is receiving another callback for attempt % at this moment: this one was not read',
+            p_key, p_attempt USING ERRCODE = 'CAR09';
+    END IF;
 END $$;
 
 -- cairn_callback_complete ends step p_key of run p_run, suspended for the callback

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"iter"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 
@@ -66,8 +68,8 @@ func (c *cli) registerFlags(cmd *cobra.Command) {
 // of --token or CAIRN_TOKEN. When neither a server nor a token is given, both come
 // from the credentials file that `cairn dev` writes (./.cairn/credentials).
 func (c *cli) client() (*client.Client, error) {
-	server := firstNonEmpty(c.server, c.e("CAIRN_SERVER"))
-	token := firstNonEmpty(c.token, c.e("CAIRN_TOKEN"))
+	server, serverFrom := firstSet(setting{c.server, "--server"}, setting{c.e("CAIRN_SERVER"), "CAIRN_SERVER"})
+	token, tokenFrom := firstSet(setting{c.token, "--token"}, setting{c.e("CAIRN_TOKEN"), "CAIRN_TOKEN"})
 	if server == "" && token == "" {
 		vals, err := readCredentials(c.credentials)
 		switch {
@@ -83,6 +85,7 @@ func (c *cli) client() (*client.Client, error) {
 		if server == "" || token == "" {
 			return nil, fmt.Errorf("credentials file %s lacks CAIRN_SERVER or CAIRN_TOKEN", c.credentials)
 		}
+		serverFrom, tokenFrom = c.credentials, c.credentials
 	}
 	if server == "" {
 		return nil, errors.New("no server: pass --server or set CAIRN_SERVER")
@@ -90,24 +93,98 @@ func (c *cli) client() (*client.Client, error) {
 	if token == "" {
 		return nil, errors.New("no token: pass --token or set CAIRN_TOKEN")
 	}
-	cl, err := client.New(server, token)
+	cl, err := client.New(server, token, client.WithHTTPClient(&diagnosingDoer{next: http.DefaultClient,
+		server: server, serverFrom: serverFrom, tokenFrom: tokenFrom, credentials: c.credentials}))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", server, err)
 	}
 	return cl, nil
 }
 
-// logger is the command's diagnostics logger (stderr, CAIRN_LOG_LEVEL).
-func (c *cli) logger() *slog.Logger { return newLogger(c.e, c.stderr) }
+// setting is a value of a flag or variable, and where it comes from ("--server").
+type setting struct{ value, from string }
 
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
+// firstSet returns the first setting with a value, and where it comes from.
+func firstSet(settings ...setting) (value, from string) {
+	for _, s := range settings {
+		if s.value != "" {
+			return s.value, s.from
 		}
 	}
-	return ""
+	return "", ""
 }
+
+// diagnosingDoer sends the client's requests and turns the two failures a user
+// meets first into errors that say what to do: a server that does not answer
+// (none started, a wrong URL) and a token it does not know (one kept from an
+// earlier `cairn dev`, which makes new tokens each time it starts). They name the
+// server and where it and the token came from (a flag, a variable, the credentials
+// file).
+type diagnosingDoer struct {
+	next                   client.HttpRequestDoer
+	server, serverFrom     string
+	tokenFrom, credentials string
+}
+
+// Do implements client.HttpRequestDoer.
+func (d *diagnosingDoer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := d.next.Do(req)
+	if err != nil {
+		var opErr *net.OpError
+		var dnsErr *net.DNSError
+		if req.Context().Err() == nil && (errors.As(err, &opErr) && opErr.Op == "dial" || errors.As(err, &dnsErr)) {
+			return nil, &unreachableError{server: d.server, from: d.serverFrom, err: err}
+		}
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		defer resp.Body.Close()
+		p := &client.Problem{Code: "unauthorized", Status: http.StatusUnauthorized, Title: "Unauthorized"}
+		_ = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(p)
+		return nil, &unknownTokenError{server: d.server, from: d.tokenFrom, credentials: d.credentials, problem: p}
+	}
+	return resp, nil
+}
+
+// unreachableError is a server that did not answer at all.
+type unreachableError struct {
+	server, from string
+	err          error
+}
+
+func (e *unreachableError) Error() string {
+	cause := e.err.Error()
+	var opErr *net.OpError
+	if errors.As(e.err, &opErr) && opErr.Err != nil {
+		cause = opErr.Err.Error() // "connect: connection refused", without the address again
+	}
+	return fmt.Sprintf("cannot reach the Cairn server at %s (from %s): %s. Is it running? Start a local one with `cairn dev` "+
+		"(the CLI then finds it through %s), or give the URL of yours with --server or CAIRN_SERVER", e.server, e.from, cause, defaultCredentials)
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// unknownTokenError is a 401: the server does not know the token. It wraps the
+// server's *client.Problem.
+type unknownTokenError struct {
+	server, from, credentials string
+	problem                   *client.Problem
+}
+
+func (e *unknownTokenError) Unwrap() error { return e.problem }
+
+func (e *unknownTokenError) Error() string {
+	if e.from == e.credentials {
+		return fmt.Sprintf("the server at %s does not know the token of %s (401): the file is older than the server, or from another one; "+
+			"`cairn dev` rewrites it each time it starts, with new tokens", e.server, e.from)
+	}
+	return fmt.Sprintf("the server at %s does not know the token of %s (401). A `cairn dev` makes new tokens each time it starts: "+
+		"the current ones are in %s, in the folder it runs in (the CLI reads that file when none of --server, --token, CAIRN_SERVER "+
+		"and CAIRN_TOKEN is set; to load it into a shell: set -a; . %s; set +a)", e.server, e.from, e.credentials, e.credentials)
+}
+
+// logger is the command's diagnostics logger (stderr, CAIRN_LOG_LEVEL).
+func (c *cli) logger() *slog.Logger { return newLogger(c.e, c.stderr) }
 
 // readCredentials reads KEY=value lines as `cairn dev` writes them; it also accepts
 // what a shell would source: blank lines, # comments, "export " and quoted values.

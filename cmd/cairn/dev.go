@@ -24,6 +24,7 @@ const devDatabase = "cairn"
 
 func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var dataDir, listen string
+	var extra extraTokens
 	var rf runtimeFlags
 	var lf limitFlags
 	cmd := &cobra.Command{
@@ -31,26 +32,40 @@ func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		Short: "Run everything in one process: API, dispatcher, a private PostgreSQL and a file blob store",
 		Long: `dev needs no configuration. It keeps its state under --data-dir (default ./.cairn):
 a PostgreSQL cluster started from the installed binaries, the blob store, and a
-credentials file with the URL and freshly generated tokens that the CLI reads.`,
+credentials file with the URL and freshly generated tokens that the CLI reads.
+PostgreSQL asks every connection for a password (the superuser's is in
+pg/superuser-password); the server works as cairn_app, which is no superuser.
+Tokens of --tokens (CAIRN_TOKENS) and --tokens-file (CAIRN_TOKENS_FILE), such as two
+named operators to try approvals with, are served beside the generated ones.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := errors.Join(rf.check(), lf.check()); err != nil {
 				return err
 			}
-			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, rf, lf)
+			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, extra, rf, lf)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", ".cairn", "folder for the database, blobs and credentials")
 	f.StringVar(&listen, "listen", defaultListen, "address to serve HTTP on")
-	bindEnv(f, map[string]string{"listen": "CAIRN_LISTEN"})
+	f.StringVar(&extra.spec, "tokens", "", "more bearer tokens, beside the generated ones: role:token or role:name:token, comma-separated")
+	f.StringVar(&extra.file, "tokens-file", "", "file of more role:token or role:name:token lines")
+	bindEnv(f, map[string]string{"listen": "CAIRN_LISTEN", "tokens": "CAIRN_TOKENS", "tokens-file": "CAIRN_TOKENS_FILE"})
 	rf.register(f, true)
 	lf.register(f)
 	return cmd
 }
 
-func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, rf runtimeFlags, lf limitFlags) (err error) {
+// extraTokens are the tokens `cairn dev` serves beside those it generates.
+type extraTokens struct{ spec, file string }
+
+func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, extra extraTokens, rf runtimeFlags, lf limitFlags) (err error) {
 	logger := newLogger(e, stderr)
+	// Read before anything starts: a mistake in them fails at once.
+	configured, err := loadTokens(extra.spec, extra.file)
+	if err != nil {
+		return err
+	}
 	dataDir, err = filepath.Abs(dataDir)
 	if err != nil {
 		return fmt.Errorf("data dir: %w", err)
@@ -81,17 +96,11 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			logger.Info("PostgreSQL stopped")
 		}
 	}()
-	if err := cluster.CreateDatabase(ctx, devDatabase); err != nil {
-		return fmt.Errorf("create database: %w", err)
-	}
-	store, err := openStore(ctx, cluster.URL(devDatabase), logger, rf.idempotencyTTL)
+	store, dbURL, err := openDevCatalog(ctx, cluster, logger, rf.idempotencyTTL)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	if _, err := store.Migrate(ctx, logger.With("component", "migrate")); err != nil {
-		return err
-	}
 	blobs, err := blobstore.NewFile(filepath.Join(dataDir, "blobs"), nil)
 	if err != nil {
 		return fmt.Errorf("open blob store: %w", err)
@@ -121,12 +130,13 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 			return err
 		}
 	}
+	tokens.Merge(configured)
 	credPath := filepath.Join(dataDir, "credentials")
 	lambdaInvoker, err := newLambdaInvoker(ctx, e, logger)
 	if err != nil {
 		return err
 	}
-	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: cluster.URL(devDatabase), store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, getenv: e}
+	parts := serverParts{lambda: lambdaInvoker, listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, getenv: e}
 	return runServer(ctx, parts, func(addr string) {
 		creds.server = "http://" + addr
 		if err := os.WriteFile(credPath, []byte(creds.file()), 0o600); err != nil {
@@ -140,6 +150,9 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		fmt.Fprintf(stdout, "  credentials: %s (server URL and viewer, operator and admin tokens)\n", credPath)
 		fmt.Fprintf(stdout, "  in a shell:  set -a; . %s; set +a\n", shellQuote(credPath))
 		fmt.Fprintf(stdout, "  the CLI reads ./.cairn/credentials by default\n")
+		if n := configured.Len(); n > 0 {
+			fmt.Fprintf(stdout, "  also serving the %d tokens of CAIRN_TOKENS and CAIRN_TOKENS_FILE\n", n)
+		}
 		// The one-click login carries the operator token in the URL's fragment,
 		// which a browser never sends: it stays out of the server's logs and
 		// history (the login page moves it into a form, then drops it).

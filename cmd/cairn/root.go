@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -71,7 +72,56 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newOpenAPICmd(stdout),
 	)
 	root.AddCommand(newClientCmds(e, stdout, stderr)...)
+	refuseUnknownCommands(root)
 	return root
+}
+
+// refuseUnknownCommands makes every group of commands (root, run, schedule, …)
+// refuse a word that is none of its commands: an error naming it and the commands
+// it is close to (exit 1), where cobra would print the group's help and exit 0 below
+// the root. A group given no word still prints its help.
+func refuseUnknownCommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		refuseUnknownCommands(sub)
+	}
+	if !cmd.HasSubCommands() || cmd.Run != nil || cmd.RunE != nil {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return unknownCommand(cmd, args[0])
+	}
+}
+
+// nearCommands returns cmd's commands closest to word: one edit away ("lst":
+// list) if any, else two ("delpoy": deploy, cobra's own reach), or starting
+// with word.
+func nearCommands(cmd *cobra.Command, word string) []string {
+	for _, d := range []int{1, 2} {
+		cmd.SuggestionsMinimumDistance = d
+		if near := cmd.SuggestionsFor(word); len(near) > 0 {
+			return near
+		}
+	}
+	return nil
+}
+
+// unknownCommand is the error of word, which is none of cmd's commands: `unknown
+// command "lst" for "cairn run": did you mean "list"?`.
+func unknownCommand(cmd *cobra.Command, word string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "unknown command %q for %q", word, cmd.CommandPath())
+	if near := nearCommands(cmd, word); len(near) > 0 {
+		for i, n := range near {
+			near[i] = strconv.Quote(n)
+		}
+		fmt.Fprintf(&b, ": did you mean %s?", strings.Join(near, " or "))
+	}
+	fmt.Fprintf(&b, " (%s --help lists its commands)", cmd.CommandPath())
+	return errors.New(b.String())
 }
 
 // newLogger builds the process logger: text on stderr, level from CAIRN_LOG_LEVEL

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -189,19 +190,40 @@ func stoppedFollowing(id uuid.UUID, err error) error {
 }
 
 // readInput reads --input: JSON, or @file. It is checked here so that a typo is
-// reported before a run starts.
+// reported, with its place, before a run starts.
 func readInput(s string) (json.RawMessage, error) {
-	b := []byte(s)
+	b, what := []byte(s), "--input"
 	if name, ok := strings.CutPrefix(s, "@"); ok {
 		var err error
 		if b, err = os.ReadFile(name); err != nil {
 			return nil, fmt.Errorf("read input: %w", err)
 		}
+		what = name
 	}
-	if !json.Valid(b) {
-		return nil, errors.New("input is not valid JSON")
+	if err := checkJSON(b); err != nil {
+		return nil, fmt.Errorf("%s is not valid JSON: %w", what, err)
 	}
 	return json.RawMessage(b), nil
+}
+
+// checkJSON returns nil for valid JSON, else where the first mistake is: `line 3,
+// column 11 (byte 25): invalid character 'x' …`.
+func checkJSON(b []byte) error {
+	var v any
+	err := json.Unmarshal(b, &v)
+	var syntax *json.SyntaxError
+	if !errors.As(err, &syntax) {
+		return err
+	}
+	// Offset counts the bytes read, the bad one included (all of them at an
+	// unexpected end): the mistake is at the byte before.
+	at := min(max(syntax.Offset-1, 0), int64(len(b)))
+	if syntax.Offset >= int64(len(b)) && strings.Contains(syntax.Error(), "unexpected end") {
+		at = int64(len(b))
+	}
+	line := 1 + bytes.Count(b[:at], []byte("\n"))
+	col := int(at) - bytes.LastIndexByte(b[:at], '\n')
+	return fmt.Errorf("line %d, column %d (byte %d): %s", line, col, at, syntax.Error())
 }
 
 func (c *cli) newRunGetCmd() *cobra.Command {

@@ -51,11 +51,17 @@ type runtimeFlags struct {
 	execIsolation isolationFlag
 	execUID       int
 	execCgroup    string
+	// execMemory, execPids and execTmpBytes are the default bounds of sandboxed
+	// exec handlers (functions.ExecConfig); 0: none.
+	execMemory   int64
+	execPids     int
+	execTmpBytes int64
 	// httpAllowLocal lets http steps call local addresses (serve: false; dev: true).
 	httpAllowLocal bool
-	// maxChildDepth and maxChildRuns bound child runs (workflow steps).
+	// maxChildDepth, maxChildRuns and maxTreeRuns bound child runs (workflow steps).
 	maxChildDepth int
 	maxChildRuns  int
+	maxTreeRuns   int
 	// retention, archiveRuns and idempotencyTTL: retention.go.
 	retention      retentionFlag
 	archiveRuns    bool
@@ -94,8 +100,12 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.BoolVar(&f.httpAllowLocal, "http-allow-local", dev, "let http steps call loopback and link-local addresses (this machine, cloud instance credentials)")
 	fs.IntVar(&f.execUID, "exec-uid", functions.DefaultSandboxUID, "uid and gid of sandboxed exec handlers when the server runs as root")
 	fs.StringVar(&f.execCgroup, "exec-cgroup", "/sys/fs/cgroup", "the cgroup v2 mount where exec steps' resources are enforced with a cgroup per attempt, when the server's cgroup there is delegated (else rlimits); none: rlimits always")
+	fs.Int64Var(&f.execMemory, "exec-memory", functions.DefaultMemoryBytes, "memory of a sandboxed exec handler whose step sets no resources.memory, in bytes; 0: no default")
+	fs.IntVar(&f.execPids, "exec-pids", functions.DefaultPids, "processes and threads of a sandboxed exec handler whose step sets no resources.pids; 0: no default")
+	fs.Int64Var(&f.execTmpBytes, "exec-tmp-bytes", functions.DefaultTempBytes, "bound of each file a sandboxed exec handler writes and, on a root server, of its HOME and TMPDIR together, in bytes; 0: none")
 	fs.IntVar(&f.maxChildDepth, "max-child-depth", runtime.DefaultMaxChildDepth, "how deep child runs (workflow steps) may nest: a step that would start a deeper one fails with code child_limit")
 	fs.IntVar(&f.maxChildRuns, "max-child-runs", runtime.DefaultMaxChildRuns, "most child runs the workflow steps of one run may start in all (code child_limit past it)")
+	fs.IntVar(&f.maxTreeRuns, "max-tree-runs", runtime.DefaultMaxTreeRuns, "most child runs one tree of runs (a run without a parent and its descendants, at every depth) may hold in all (code child_limit past it)")
 	bindEnv(fs, map[string]string{
 		"concurrency":      "CAIRN_CONCURRENCY",
 		"tags":             "CAIRN_TAGS",
@@ -111,8 +121,12 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
 		"exec-uid":         "CAIRN_EXEC_UID",
 		"exec-cgroup":      "CAIRN_EXEC_CGROUP",
+		"exec-memory":      "CAIRN_EXEC_MEMORY",
+		"exec-pids":        "CAIRN_EXEC_PIDS",
+		"exec-tmp-bytes":   "CAIRN_EXEC_TMP_BYTES",
 		"max-child-depth":  "CAIRN_MAX_CHILD_DEPTH",
 		"max-child-runs":   "CAIRN_MAX_CHILD_RUNS",
+		"max-tree-runs":    "CAIRN_MAX_TREE_RUNS",
 	})
 	// Issue 16 and the design spell it CAIRN_SECRETS_KEY.
 	envAlias(fs, "secret-key", "CAIRN_SECRETS_KEY")
@@ -131,12 +145,16 @@ func (f *runtimeFlags) check() error {
 		return errors.New("--inline-limit (CAIRN_INLINE_LIMIT) must be at least 1")
 	case f.shutdownGrace < 0:
 		return errors.New("--shutdown-grace (CAIRN_SHUTDOWN_GRACE) must not be negative")
+	case f.execMemory < 0 || f.execPids < 0 || f.execTmpBytes < 0:
+		return errors.New("--exec-memory, --exec-pids and --exec-tmp-bytes (CAIRN_EXEC_MEMORY, CAIRN_EXEC_PIDS, CAIRN_EXEC_TMP_BYTES) must not be negative (0: no bound)")
 	case f.maxChildDepth < 1:
 		return errors.New("--max-child-depth (CAIRN_MAX_CHILD_DEPTH) must be at least 1")
 	case f.idempotencyTTL < time.Minute:
 		return errors.New("--idempotency-ttl (CAIRN_IDEMPOTENCY_TTL) must be at least 1m")
 	case f.maxChildRuns < 1:
 		return errors.New("--max-child-runs (CAIRN_MAX_CHILD_RUNS) must be at least 1")
+	case f.maxTreeRuns < 1:
+		return errors.New("--max-tree-runs (CAIRN_MAX_TREE_RUNS) must be at least 1")
 	}
 	for _, tag := range f.tags {
 		if !bundle.ValidTag(tag) {
@@ -169,6 +187,14 @@ func (f *isolationFlag) Set(v string) error {
 // Type implements pflag.Value.
 func (f *isolationFlag) Type() string { return "mode" }
 
+// unbounded turns a bound flag's 0 (none) into ExecConfig's word for none, -1.
+func unbounded(v int64) int64 {
+	if v == 0 {
+		return -1
+	}
+	return v
+}
+
 // newExecInvoker makes the exec invoker with the isolation rf asks for, and says at
 // start-up how handlers will run.
 func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
@@ -176,7 +202,8 @@ func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
 	if iso == "" {
 		iso, fallback = functions.IsolationBwrap, true
 	}
-	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID, CgroupRoot: rf.execCgroup}
+	cfg := &functions.ExecConfig{Logger: logger, Isolation: iso, SandboxUID: rf.execUID, CgroupRoot: rf.execCgroup,
+		DefaultMemoryBytes: unbounded(rf.execMemory), DefaultPids: int(unbounded(int64(rf.execPids))), TempBytes: unbounded(rf.execTmpBytes)}
 	inv := functions.NewExec(cfg)
 	how, err := inv.Isolation()
 	switch {
@@ -218,7 +245,7 @@ func (f *limitFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection is kept open")
 	fs.DurationVar(&f.bodyReadTimeout, "body-read-timeout", api.DefaultBodyReadTimeout, "window over which an upload (bundle, checkpoint) must arrive at --min-body-rate, or is cut")
 	fs.Int64Var(&f.minBodyRate, "min-body-rate", api.DefaultMinBodyRate, "slowest upload rate accepted, in bytes per second, averaged over --body-read-timeout")
-	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", api.DefaultMaxCheckpointSize, "largest checkpoint accepted by PUT …/checkpoint, in bytes")
+	fs.Int64Var(&f.maxCheckpointSize, "max-checkpoint-size", api.DefaultMaxCheckpointSize, "largest checkpoint accepted by PUT …/checkpoint, a callback or a signal, and read from an exec handler's checkpoint_file, in bytes")
 	fs.IntVar(&f.maxSteps, "max-steps", bundle.DefaultMaxSteps, "most steps a deployed workflow may have")
 	fs.StringVar(&f.metricsToken, "metrics-token", "", "bearer token GET /metrics requires (an admin token works too); empty: /metrics is open")
 	bindEnv(fs, map[string]string{
@@ -462,6 +489,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			ShutdownGrace: p.rt.shutdownGrace,
 			MaxChildDepth: p.rt.maxChildDepth,
 			MaxChildRuns:  p.rt.maxChildRuns,
+			MaxTreeRuns:   p.rt.maxTreeRuns,
 			Retention:     p.rt.retentionDefaults(),
 			CacheDir:      p.rt.cacheDir,
 			DatabaseURL:   p.dbURL,
@@ -478,6 +506,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			},
 		}
 		p.rt.gcConfig(rtc)
+		// The API's limit of PUT …/checkpoint bounds the files handlers name too.
+		rtc.MaxCheckpointSize = p.limits.maxCheckpointSize
 		disp, err = runtime.New(p.store, p.blobs, rtc)
 		if err != nil {
 			ln.Close()
@@ -496,7 +526,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		Capabilities: capabilities,
 		SecretKeys:   secretKeys,
 	})
-	if err := mountUI(srv, p.tokens, p.logger); err != nil {
+	if err := mountUI(srv, p.tokens, p.store, p.logger); err != nil {
 		ln.Close()
 		return err
 	}
@@ -539,9 +569,9 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 }
 
 // mountUI serves the web UI under /ui (and sends / there), calling the API in
-// process with each user's token.
-func mountUI(srv *api.Server, tokens *api.Tokens, logger *slog.Logger) error {
-	h, err := ui.New(srv.Handler(), tokens, &ui.Config{Logger: logger})
+// process as each session's user; its sessions are kept in the catalog.
+func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, logger *slog.Logger) error {
+	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger})
 	if err != nil {
 		return fmt.Errorf("web UI: %w", err)
 	}

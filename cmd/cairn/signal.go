@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,8 +46,8 @@ With --idempotency-key, a repeat is applied once.`,
 					ct = "application/octet-stream"
 				}
 			case data != "":
-				if !json.Valid([]byte(data)) {
-					return errors.New("--data is not valid JSON (use @file for other bytes)")
+				if err := checkJSON([]byte(data)); err != nil {
+					return fmt.Errorf("--data is not valid JSON (use @file for other bytes): %w", err)
 				}
 				body = bytes.NewReader([]byte(data))
 			}

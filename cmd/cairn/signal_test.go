@@ -13,7 +13,8 @@ import (
 )
 
 // TestCLISignal: `cairn run get` shows what a step waits for; `cairn run signal`
-// delivers JSON and files; a repeat with the same key is applied once.
+// delivers JSON and files; a repeat with the same key and payload is applied once,
+// the key with another payload refused.
 func TestCLISignal(t *testing.T) {
 	t.Parallel()
 	b := setupCLI(t)
@@ -38,7 +39,9 @@ steps:
 	_, err := b.cli(t, "run", "signal", id, "nope")
 	require.Equal(t, "not_found", client.ProblemCode(err), "%v", err)
 	require.Regexp(t, `^signal paid #\d+ completed step paid\n$`, b.mustCLI(t, "run", "signal", id, "paid", "--data", `{"amount": 5}`, "--idempotency-key", "p1"))
-	require.Regexp(t, `^signal paid #\d+ sent before`, b.mustCLI(t, "run", "signal", id, "paid", "--data", `{"amount": 6}`, "--idempotency-key", "p1"))
+	require.Regexp(t, `^signal paid #\d+ sent before`, b.mustCLI(t, "run", "signal", id, "paid", "--data", `{"amount": 5}`, "--idempotency-key", "p1"))
+	_, err = b.cli(t, "run", "signal", id, "paid", "--data", `{"amount": 6}`, "--idempotency-key", "p1")
+	require.Equal(t, "idempotency_key_reused", client.ProblemCode(err), "the key with another payload: %v", err)
 
 	file := filepath.Join(t.TempDir(), "invoice.pdf")
 	require.NoError(t, os.WriteFile(file, []byte("%PDF-1.4 not really"), 0o644))

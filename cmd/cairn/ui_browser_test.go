@@ -555,11 +555,13 @@ func writeUIBundles(t *testing.T, dir string, gatePort int) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 		require.NoError(t, os.WriteFile(path, []byte(body), mode))
 	}
-	write(filepath.Join(dir, "gated", "cairn.yaml"), `name: gated
+	// The gate is a port of the host: a sandboxed handler reaches it only when
+	// its step allows it (network: allow).
+	write(filepath.Join(dir, "gated", "cairn.yaml"), fmt.Sprintf(`name: gated
 steps:
-  - {key: first, exec: ["./first"]}
+  - {key: first, exec: ["./first"], network: {allow: ["127.0.0.1:%d"]}}
   - {key: second, needs: [first], builtin: echo, with: {value: {done: true}}}
-`, 0o644)
+`, gatePort), 0o644)
 	write(filepath.Join(dir, "gated", "first"), fmt.Sprintf(`#!/bin/bash
 cat >/dev/null
 echo "first: waiting for the gate" >&2

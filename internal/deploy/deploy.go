@@ -121,7 +121,7 @@ func checkChildren(ctx context.Context, store *catalog.Store, b *bundle.Bundle) 
 			}
 		}
 		errs = append(errs, &bundle.ValidationError{Path: bundle.ManifestPath, Step: cw.Step, Field: cw.Field,
-			Message: fmt.Sprintf("step %q runs workflow %s version %d, which does not exist", cw.Step, cw.Name, cw.Version)})
+			Message: fmt.Sprintf("runs workflow %s version %d, which does not exist", cw.Name, cw.Version)})
 	}
 	return errors.Join(errs...)
 }

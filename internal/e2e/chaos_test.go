@@ -98,6 +98,7 @@ type chaosStack struct {
 	killed  []*server
 	errors  []chaosAnswer // 5xx answers
 	orphans []string      // handlers that outlived their server
+	watched int           // processes of killed servers checked for that
 	wg      sync.WaitGroup
 }
 
@@ -165,6 +166,9 @@ const orphanGrace = 3 * time.Second
 // just before its death) still alive orphanGrace after it.
 func (cs *chaosStack) checkOrphans(victim *server, procs []proc) {
 	time.Sleep(orphanGrace)
+	cs.mu.Lock()
+	cs.watched += len(procs)
+	cs.mu.Unlock()
 	for _, p := range procs {
 		if p.alive() {
 			cs.mu.Lock()
@@ -447,6 +451,7 @@ func TestChaos(t *testing.T) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	require.Empty(t, cs.orphans, "handlers alive %s after their server was SIGKILLed", orphanGrace)
+	t.Logf("%d processes of killed servers (handlers, sandboxes) all died with them", cs.watched)
 
 	// 5xx: none outside the outages (and the reconnection just after them), and
 	// within them only 503 (the database or the blob store cannot be reached).

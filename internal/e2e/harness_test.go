@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
@@ -108,7 +109,16 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	st := &stack{t: t, dbURL: opts.dbURL, blobURL: opts.blobURL, env: opts.env, dir: t.TempDir()}
 	// Extracted bundles are read-only: make them removable for TempDir's cleanup,
 	// which runs after this one.
-	t.Cleanup(func() { makeWritable(st.dir) })
+	t.Cleanup(func() {
+		// A server killed while a root server's handlers ran leaves their
+		// attempt directories mounted (a tmpfs each).
+		st.mu.Lock()
+		for _, s := range st.servers {
+			_, _ = functions.RemoveLeftoverAttempts(filepath.Join(s.home, "tmp"))
+		}
+		st.mu.Unlock()
+		makeWritable(st.dir)
+	})
 	if st.dbURL == "" {
 		st.dbURL = testenv.DatabaseURL(t)
 	}
@@ -157,6 +167,7 @@ type server struct {
 	url     string
 	pid     int
 	logPath string
+	home    string // HOME; its tmp is the server's TMPDIR
 	// started is when the process was started, ready when /readyz first answered 200.
 	started time.Time
 	ready   time.Time
@@ -253,6 +264,7 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 		name:    opts.name,
 		url:     "http://" + addr,
 		logPath: filepath.Join(st.dir, fmt.Sprintf("%s-%d.log", opts.name, n)),
+		home:    home,
 		exited:  make(chan struct{}),
 	}
 	logFile, err := os.Create(s.logPath)

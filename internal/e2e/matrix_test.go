@@ -103,6 +103,19 @@ steps:
 		})
 	}
 
+	// firstAttemptHangs is one step with the default retry policy whose first
+	// attempt sleeps a minute and whose next one answers at once.
+	firstAttemptHangs := func(m *matrixCase) map[string]string {
+		return m.files(`name: matrix
+steps:
+  - key: work
+    exec: ["./bin/work"]
+`, map[string]string{"bin/work": `#!/bin/bash
+if [ "$CAIRN_ATTEMPT" = 1 ]; then sleep 60; fi
+echo '{"done":'$CAIRN_ATTEMPT'}'
+`})
+	}
+
 	rows := []struct {
 		name string
 		// setup prepares the row before its server starts (an http function).
@@ -208,17 +221,8 @@ exit 1
 			// SIGTERM while a step runs: the server hands the lease back when its
 			// shutdown grace is over; the attempt is interrupted and does not count
 			// (max_attempts is 1), and the next server finishes the step.
-			name: "server-restart-mid-run",
-			bundle: func(m *matrixCase) map[string]string {
-				return m.files(`name: matrix
-steps:
-  - key: work
-    exec: ["./bin/work"]
-`, map[string]string{"bin/work": `#!/bin/bash
-if [ "$CAIRN_ATTEMPT" = 1 ]; then sleep 60; fi
-echo '{"done":'$CAIRN_ATTEMPT'}'
-`})
-			},
+			name:   "server-restart-mid-run",
+			bundle: firstAttemptHangs,
 			server: serverOptions{shutdownGrace: 500 * time.Millisecond},
 			during: func(m *matrixCase) {
 				m.api.waitStep(m.runID, "work", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
@@ -240,17 +244,8 @@ echo '{"done":'$CAIRN_ATTEMPT'}'
 			// SIGKILL while a step runs, with the default retry policy (max_attempts
 			// 1): the lease expires, the attempt is interrupted and does not count,
 			// and the next server finishes the step. A crash never fails a run.
-			name: "server-killed-mid-step",
-			bundle: func(m *matrixCase) map[string]string {
-				return m.files(`name: matrix
-steps:
-  - key: work
-    exec: ["./bin/work"]
-`, map[string]string{"bin/work": `#!/bin/bash
-if [ "$CAIRN_ATTEMPT" = 1 ]; then sleep 60; fi
-echo '{"done":'$CAIRN_ATTEMPT'}'
-`})
-			},
+			name:   "server-killed-mid-step",
+			bundle: firstAttemptHangs,
 			during: func(m *matrixCase) {
 				m.api.waitStep(m.runID, "work", 20*time.Second, "running", func(s client.Step) bool { return s.Status == client.StepStatusRunning })
 				m.srv.kill()

@@ -51,5 +51,5 @@ exec perl -e '$x = "a" x ($ARGV[0] * 1024 * 1024); print "{\"mib\": $ARGV[0]}"' 
 	var buf bytes.Buffer
 	_, err := bundle.Pack(context.Background(), dir, &buf) // the server runs the same checks (400)
 	require.Error(t, err)
-	require.Contains(t, err.Error(), "steps[0].resources: resources apply to exec steps only")
+	require.Contains(t, err.Error(), `step "a": resources: resources apply to exec steps only`)
 }

@@ -52,6 +52,8 @@ type Cluster struct {
 	bins    binaries
 	acct    *account // nil: run as ourselves
 	logger  *slog.Logger
+	// password is the superuser's, fixed once Start returns (see ensureAuth).
+	password string
 
 	mu   sync.Mutex
 	proc *process // nil when stopped
@@ -130,6 +132,9 @@ func (c *Cluster) start(ctx context.Context, pickPort bool) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.StartTimeout)
 	defer cancel()
 	if err := reclaim(ctx, c.dataDir, c.logger.Info); err != nil {
+		return fmt.Errorf("start postgres in %s: %w", c.dataDir, err)
+	}
+	if err := c.ensureAuth(ctx); err != nil {
 		return fmt.Errorf("start postgres in %s: %w", c.dataDir, err)
 	}
 	for attempt := 1; ; attempt++ {
@@ -226,15 +231,23 @@ func (c *Cluster) serverArgs(port int) []string {
 	}
 	args := []string{"-D", c.dataDir, "-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + sockDir}
+	return append(args, c.settingArgs()...)
+}
+
+// settingArgs returns Config.Settings as -c options, sorted, and the settings
+// the cluster always has: passwords are stored as SCRAM-SHA-256 verifiers, the
+// only kind pg_hba.conf accepts (PostgreSQL before 14 stored MD5 by default).
+func (c *Cluster) settingArgs() []string {
 	names := make([]string, 0, len(c.cfg.Settings))
 	for name := range c.cfg.Settings {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	var args []string
 	for _, name := range names {
 		args = append(args, "-c", name+"="+c.cfg.Settings[name])
 	}
-	return args
+	return append(args, "-c", "password_encryption=scram-sha-256")
 }
 
 // openLog opens the server log for appending, rotating it when large.
@@ -277,7 +290,12 @@ func (c *Cluster) waitReady(ctx context.Context, p *process, port int) error {
 			}
 		}
 		var pqErr *pq.Error
-		if errors.As(err, &pqErr) && (pqErr.Code.Class() == "28" || pqErr.Code.Class() == "3D") {
+		switch {
+		case errors.As(err, &pqErr) && pqErr.Code == "28P01":
+			// Waiting won't help: the password was refused.
+			return fmt.Errorf("connect as %s: %w (the password in %s is not the superuser's: remove the file, "+
+				"and the next start sets a new one)", c.cfg.User, err, c.PasswordFile())
+		case errors.As(err, &pqErr) && (pqErr.Code.Class() == "28" || pqErr.Code.Class() == "3D"):
 			// Waiting won't help: the role or database does not exist.
 			return fmt.Errorf("connect as %s: %w (was the data dir initialized with another Config.User?)", c.cfg.User, err)
 		}
@@ -390,16 +408,27 @@ func (c *Cluster) killProcess(p *process) {
 }
 
 // URL returns the lib/pq connection URL of database dbname as the superuser,
-// e.g. postgres://cairn@127.0.0.1:5432/dbname?sslmode=disable. It stays
+// with its password, e.g.
+// postgres://cairn:<password>@127.0.0.1:5432/dbname?sslmode=disable. It stays
 // valid across Stop and Start.
 func (c *Cluster) URL(dbname string) string {
 	return c.urlFor(c.port, dbname)
 }
 
 func (c *Cluster) urlFor(port int, dbname string) string {
+	return roleURL(port, dbname, c.cfg.User, c.password)
+}
+
+// RoleURL returns the lib/pq connection URL of database dbname as role with
+// password (see [Cluster.CreateRole]). It stays valid across Stop and Start.
+func (c *Cluster) RoleURL(dbname, role, password string) string {
+	return roleURL(c.port, dbname, role, password)
+}
+
+func roleURL(port int, dbname, role, password string) string {
 	u := url.URL{
 		Scheme:   "postgres",
-		User:     url.User(c.cfg.User),
+		User:     url.UserPassword(role, password),
 		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 		Path:     "/" + dbname,
 		RawQuery: "sslmode=disable",
@@ -415,27 +444,6 @@ func (c *Cluster) DataDir() string { return c.dataDir }
 
 // LogFile returns the path of the server's log (its stdout and stderr).
 func (c *Cluster) LogFile() string { return filepath.Join(c.dataDir, logFileName) }
-
-// CreateDatabase creates database name owned by the superuser. A database
-// that already exists is not an error. The server must be running.
-func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
-	db, err := sql.Open("postgres", c.URL("postgres"))
-	if err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	defer db.Close()
-	// Cluster administration, not catalog SQL: the name is quoted, and
-	// CREATE DATABASE takes no placeholders.
-	_, err = db.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name))
-	var pqErr *pq.Error
-	if errors.As(err, &pqErr) && pqErr.Code == "42P04" { // duplicate_database
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("create database %s: %w", name, err)
-	}
-	return nil
-}
 
 // freePort asks the kernel for a free TCP port on 127.0.0.1. Another process
 // may take it before postgres binds it; start retries then.

@@ -140,7 +140,9 @@ func TestStart(t *testing.T) {
 	c := startCluster(t, cfg)
 
 	require.NotZero(t, c.Port())
-	require.Equal(t, fmt.Sprintf("postgres://cairn@127.0.0.1:%d/app?sslmode=disable", c.Port()), c.URL("app"))
+	password, err := os.ReadFile(c.PasswordFile())
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("postgres://cairn:%s@127.0.0.1:%d/app?sslmode=disable", strings.TrimSpace(string(password)), c.Port()), c.URL("app"))
 	require.FileExists(t, c.LogFile())
 	require.FileExists(t, filepath.Join(c.DataDir(), ".s.PGSQL."+strconv.Itoa(c.Port())))
 
@@ -152,8 +154,8 @@ func TestStart(t *testing.T) {
 	require.Equal(t, "UTF8", queryString(t, db, "SHOW server_encoding"))
 	require.Equal(t, "cairn", queryString(t, db, "SELECT current_user"))
 
-	require.NoError(t, c.CreateDatabase(t.Context(), "app"))
-	require.NoError(t, c.CreateDatabase(t.Context(), "app"), "an existing database is not an error")
+	require.NoError(t, c.CreateDatabase(t.Context(), "app", ""))
+	require.NoError(t, c.CreateDatabase(t.Context(), "app", ""), "an existing database is not an error")
 	app := openDB(t, c.URL("app"))
 	require.Equal(t, "app", queryString(t, app, "SELECT current_database()"))
 
@@ -484,5 +486,5 @@ func TestCreateDatabaseStopped(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, testConfig(t))
 	require.NoError(t, c.Stop(t.Context()))
-	require.ErrorContains(t, c.CreateDatabase(t.Context(), "app"), "create database app")
+	require.ErrorContains(t, c.CreateDatabase(t.Context(), "app", ""), "create database app")
 }

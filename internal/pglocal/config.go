@@ -12,6 +12,7 @@ import (
 // Defaults of [Config].
 const (
 	// DefaultUser is the superuser role initdb creates when Config.User is empty.
+	// Its password is in the data directory ([PasswordFileName]).
 	DefaultUser = "cairn"
 	// DefaultStartTimeout bounds how long a start waits for the server to
 	// accept connections when Config.StartTimeout is zero. Crash recovery of
@@ -45,6 +46,8 @@ func reservedSetting(name string) (why string, reserved bool) {
 		return "use Config.DataDir", true
 	case "config_file", "hba_file", "ident_file":
 		return "the cluster uses the files in its data directory", true
+	case "password_encryption":
+		return "passwords are stored as SCRAM-SHA-256 verifiers, the only kind the cluster accepts", true
 	}
 	return "", false
 }
@@ -73,8 +76,8 @@ type Config struct {
 	// merged over the defaults max_connections=200, shared_buffers=128MB and
 	// logging_collector=off. Setting fsync=off also makes initdb skip its
 	// final sync. port, listen_addresses, unix_socket_directories,
-	// data_directory, config_file, hba_file and ident_file are rejected: the cluster
-	// chooses those.
+	// data_directory, config_file, hba_file, ident_file and password_encryption
+	// are rejected: the cluster chooses those.
 	Settings map[string]string
 
 	// Logger receives the cluster's own events (start, stop, left-over
@@ -84,7 +87,8 @@ type Config struct {
 
 	// User is the database superuser created by initdb, used in [Cluster.URL].
 	// Default [DefaultUser]. For a reused data directory it must name the
-	// superuser it was initialized with. Authentication is trust.
+	// superuser it was initialized with. It logs in with a password, like every
+	// role: see the package documentation.
 	User string
 
 	// Getenv reads the environment for binary discovery ($CAIRN_PG_BIN,

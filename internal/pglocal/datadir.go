@@ -134,7 +134,9 @@ func runInitdb(ctx context.Context, cfg Config, bins binaries, acct *account, di
 			return fmt.Errorf("chown %s to %s: %w", dir, acct.name, err)
 		}
 	}
-	args := []string{"-D", dir, "--auth=trust", "-U", cfg.User, "-E", "UTF8", "--locale=C"}
+	// reject: the pg_hba.conf initdb writes lets nobody in. Cluster.ensureAuth
+	// replaces it, and gives the superuser a password, before the first start.
+	args := []string{"-D", dir, "--auth=reject", "-U", cfg.User, "-E", "UTF8", "--locale=C"}
 	if strings.EqualFold(cfg.Settings["fsync"], "off") {
 		args = append(args, "--no-sync") // the server won't sync either
 	}

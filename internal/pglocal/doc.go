@@ -6,9 +6,25 @@
 // initdb on a new data directory or reuses an initialized one with its data,
 // and starts the postmaster listening on 127.0.0.1 only, with its Unix socket
 // inside the data directory and its log in <DataDir>/postgres.log. It returns
-// once the server accepts connections. Authentication is "trust": anyone who
-// can reach 127.0.0.1 may connect as any role, so the cluster is for one
-// machine's development and tests, never for shared hosts.
+// once the server accepts connections.
+//
+// # Passwords
+//
+// Anyone who can reach 127.0.0.1 can reach the server: every local process, and
+// the handlers of a Cairn server that share the host's network. So every
+// connection, over TCP and over the Unix socket alike, authenticates with a
+// password (SCRAM-SHA-256): the cluster writes its own pg_hba.conf before every
+// start, with no "trust" and no "peer" in it. The superuser ([Config.User]) gets
+// a random password before the server first starts, kept in
+// <DataDir>/superuser-password ([PasswordFileName], mode 0600, owned by the
+// account the server runs as); [Cluster.URL] carries it. A data directory
+// initialized by an earlier version with trust authentication gets one the same
+// way, through PostgreSQL's single-user mode, so it never listens without one.
+// Applications should not work as the superuser, which can run programs as the
+// server's account (COPY … TO PROGRAM): [Cluster.CreateRole] makes a role that
+// can do no more than it owns or is granted, [Cluster.CreateDatabase] gives a
+// database to such a role, [Cluster.GrantAccess] lets another one use its rows,
+// and [Cluster.RoleURL] is their URL.
 //
 // # Why the postmaster is a direct child
 //

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // the "postgres" driver
+	"github.com/lib/pq"
 	"github.com/ory/dockertest/v3"
 	"github.com/ory/dockertest/v3/docker"
 	"github.com/peterldowns/pgtestdb"
@@ -85,10 +85,13 @@ var dbStaleOnce sync.Once
 // DB returns a connection pool to a fresh database for this test, fully
 // migrated (a clone of a template database that holds migrations.FS), as a
 // role that is neither superuser nor allowed to create databases or roles, like
-// the application's. The pool is closed and the database dropped when the test
-// ends (kept if the test failed, for inspection; its URL is logged). Backends
-// still connected then, such as those of a killed cairn subprocess, are
-// terminated first.
+// the application's, and that owns the database. On the servers testenv starts
+// itself that role's password is random (and so is the superuser's, which only
+// creates and drops the databases); on a server from CAIRN_TEST_DATABASE_URL it
+// is pgtestdb's default role. The pool is closed and the database dropped when
+// the test ends (kept if the test failed, for inspection; its URL is logged).
+// Backends still connected then, such as those of a killed cairn subprocess,
+// are terminated first.
 //
 // The server is shared by every test of the test binary and chosen once, in
 // order: the server named by CAIRN_TEST_DATABASE_URL; a private cluster from
@@ -158,18 +161,23 @@ func PG(t testing.TB) *pglocal.Cluster {
 }
 
 // ClusterDatabaseURL creates a database with a fresh random name on c (from
-// PG), applies migrations.FS to it, and returns its URL. It connects as the
-// cluster's superuser, unlike DB. The database goes with the cluster; c must
-// be running.
+// PG), owned by a new role of the same name with a random password (neither
+// superuser nor allowed to create databases or roles, like DB's), applies
+// migrations.FS to it as that role, and returns its URL with that role's
+// credentials. The database goes with the cluster; c must be running.
 func ClusterDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
 	name := "cairn_" + dbRandomSuffix(t)
-	if err := c.CreateDatabase(ctx, name); err != nil {
+	password := rand.Text()
+	if err := c.CreateRole(ctx, name, password); err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	dsn := c.URL(name)
+	if err := c.CreateDatabase(ctx, name, name); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	dsn := c.RoleURL(name, name, password)
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		t.Fatalf("testenv: open %s: %v", dsn, err)
@@ -221,6 +229,8 @@ func unavailable(t testing.TB, msg string) {
 // dbStart finds or starts the test binary's server (see DB for the order).
 func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 	if raw := os.Getenv(EnvDatabaseURL); raw != "" {
+		// pgtestdb's default role: a role of a server that outlives this binary
+		// keeps the password it was created with.
 		conf, err := dbConfigFromURL(raw)
 		if err != nil {
 			return conf, "", fmt.Errorf("%s: %w", EnvDatabaseURL, err)
@@ -239,6 +249,7 @@ func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 		// The cluster is never stopped: it receives SIGQUIT when the test
 		// binary exits (DieWithParent).
 		conf, err := dbConfigFromURL(c.URL("postgres"))
+		conf.TestRole = dbTestRole()
 		return conf, "", err
 	}
 
@@ -247,9 +258,20 @@ func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 		return conf, "", err
 	}
 	if found {
+		conf.TestRole = dbTestRole()
 		return conf, "", nil
 	}
 	return conf, dbInstallHint, nil
+}
+
+// dbTestRole is the role DB's databases belong to on a server testenv started:
+// pgtestdb's default but for its password, a random one instead of the
+// well-known default, since anything on the machine can reach the server. The
+// server is new, so the role is created with that password.
+func dbTestRole() *pgtestdb.Role {
+	role := pgtestdb.DefaultRole()
+	role.Password = rand.Text()
+	return &role
 }
 
 // dbStartLocal starts a cluster on a new data directory under os.TempDir.
@@ -356,13 +378,14 @@ func dbStartContainer(ctx context.Context) (conf pgtestdb.Config, found bool, er
 	// the server (pid 1, once the entrypoint execs it) for a fast shutdown,
 	// and Docker removes the stopped container (AutoRemove).
 	script := fmt.Sprintf(`(sleep %d; kill -INT 1) & exec docker-entrypoint.sh "$@"`, dbContainerLifetime)
+	password := rand.Text() // the image asks every TCP connection for it (scram-sha-256)
 	res, err := pool.RunWithOptions(&dockertest.RunOptions{
 		Repository: dbDockerRepository,
 		Tag:        dbDockerTag,
 		Entrypoint: []string{"/bin/sh", "-c", script, "sh"},
 		Cmd: []string{"postgres", "-c", "fsync=off", "-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off", "-c", "max_connections=200"},
-		Env: []string{"POSTGRES_USER=cairn", "POSTGRES_PASSWORD=cairn", "POSTGRES_DB=postgres"},
+		Env: []string{"POSTGRES_USER=cairn", "POSTGRES_PASSWORD=" + password, "POSTGRES_DB=postgres"},
 		Labels: map[string]string{
 			dbDockerLabel:      "postgres",
 			dbDockerOwnerLabel: host + ":" + strconv.Itoa(os.Getpid()),
@@ -381,7 +404,7 @@ func dbStartContainer(ctx context.Context) (conf pgtestdb.Config, found bool, er
 	}
 	conf, err = dbConfigFromURL((&url.URL{
 		Scheme:   "postgres",
-		User:     url.UserPassword("cairn", "cairn"),
+		User:     url.UserPassword("cairn", password),
 		Host:     net.JoinHostPort(dockerHost, res.GetPort("5432/tcp")),
 		Path:     "/postgres",
 		RawQuery: "sslmode=disable",
@@ -453,4 +476,24 @@ func dbRandomSuffix(t testing.TB) string {
 		t.Fatalf("testenv: random name: %v", err)
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// RequireNoLogin fails the test unless PostgreSQL turns a connection to dsn
+// away at authentication (SQLSTATE class 28, e.g. for want of a password): the
+// connection reached the server and the server refused it.
+func RequireNoLogin(t testing.TB, dsn string) {
+	t.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatalf("testenv: open %s: %v", dsn, err)
+	}
+	defer db.Close()
+	err = db.PingContext(context.Background())
+	var pqErr *pq.Error
+	switch {
+	case err == nil:
+		t.Fatalf("%s got in without a password", dsn)
+	case !errors.As(err, &pqErr) || pqErr.Code.Class() != "28":
+		t.Fatalf("%s: want the server's refusal at authentication, got %v", dsn, err)
+	}
 }

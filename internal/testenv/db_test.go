@@ -2,12 +2,15 @@ package testenv
 
 import (
 	"io/fs"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/peterldowns/pgtestdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -62,6 +65,27 @@ func TestDatabaseURLFresh(t *testing.T) {
 	require.False(t, super, "tests connect as an ordinary role, like the application")
 }
 
+// TestDBNeedsPassword (second security audit, E1): the servers the tests start
+// let nothing in without a password, and the role of the tests' databases has
+// a password of its own, not pgtestdb's well-known default.
+func TestDBNeedsPassword(t *testing.T) {
+	t.Parallel()
+	if os.Getenv(EnvDatabaseURL) != "" {
+		t.Skip("the server of " + EnvDatabaseURL + " is configured by whoever runs it")
+	}
+	u, err := url.Parse(DatabaseURL(t))
+	require.NoError(t, err)
+	for _, user := range []*url.Userinfo{
+		url.User(u.User.Username()),
+		url.UserPassword(u.User.Username(), pgtestdb.DefaultRolePassword),
+		url.User("cairn"),
+		url.User("postgres"),
+	} {
+		u.User = user
+		RequireNoLogin(t, u.String())
+	}
+}
+
 func TestPGRestart(t *testing.T) {
 	t.Parallel()
 	c := PG(t)
@@ -69,6 +93,9 @@ func TestPGRestart(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	dbRequireMigrated(t, db)
+	var super bool
+	require.NoError(t, db.GetContext(t.Context(), &super, `SELECT rolsuper OR rolcreatedb OR rolcreaterole FROM pg_roles WHERE rolname = current_user`))
+	require.False(t, super, "a cluster's database belongs to an ordinary role")
 	_, err = db.ExecContext(t.Context(), `INSERT INTO workflows (name) VALUES ('kept')`)
 	require.NoError(t, err)
 

@@ -8,7 +8,9 @@
 // from CAIRN_TEST_DATABASE_URL ([EnvDatabaseURL]), a private cluster started
 // from the installed PostgreSQL binaries (package internal/pglocal), or a
 // postgres:16.4 container. Tests that stop or kill PostgreSQL take a cluster
-// of their own from [PG] and a database on it from [ClusterDatabaseURL].
+// of their own from [PG] and a database on it from [ClusterDatabaseURL]. The
+// servers started here ask every connection for a password (random ones, like
+// `cairn dev`'s), and the tests work as roles that are not superusers.
 //
 // Buckets: [S3Endpoint], [S3Bucket] and [Blobs] do the same for S3, with
 // CAIRN_TEST_S3_ENDPOINT, a local versitygw process or a MinIO container.

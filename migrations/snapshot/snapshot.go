@@ -31,7 +31,7 @@ const (
 type Object struct {
 	Kind Kind
 	// Key identifies the object across snapshots: for a function its name and
-	// input argument types (cairn_sweep(integer, interval)), for a trigger its name
+	// input argument types (cairn_sweep_next(interval)), for a trigger its name
 	// and table (runs_child_ended ON runs).
 	Key string
 	// Drop is the statement that removes the object (DROP FUNCTION …(types) or

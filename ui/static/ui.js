@@ -199,7 +199,7 @@
     }, 150);
   }
 
-  // The run's events, relayed by the UI (the token stays in its HttpOnly cookie).
+  // The run's events, relayed by the UI (the session stays in its HttpOnly cookie).
   var es = null;
   function follow() {
     es = new EventSource(base + "/events");

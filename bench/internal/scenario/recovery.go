@@ -105,6 +105,14 @@ SELECT (SELECT count(*) FROM attempts WHERE number >= 2),
 	r.Set("duplicate_successes", float64(duplicates))
 	r.Set("interrupted_attempts", float64(interrupted))
 	r.Set("lease_lost_survivor", metrics["cairn_lease_lost_total"])
+	// The survivor's lease renewals, each one statement for its liveness and
+	// every lease it holds (half the runs, then all of them), none waiting for a
+	// row lock.
+	if n := metrics["cairn_heartbeat_seconds_count"]; n > 0 {
+		r.Set("heartbeat_mean_ms", 1000*metrics["cairn_heartbeat_seconds_sum"]/n)
+	}
+	r.Set("heartbeats_survivor", metrics["cairn_heartbeat_seconds_count"])
+	r.Set("heartbeats_failed_survivor", metrics["cairn_heartbeats_failed_total"])
 	r.Set("runs_not_succeeded", float64(failed))
 	if reclaimed != held {
 		return fmt.Errorf("%d steps re-claimed, but the killed dispatcher held %d", reclaimed, held)

@@ -121,7 +121,7 @@ export interface paths {
         put?: never;
         /**
          * Complete a step waiting for a callback
-         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes.
+         * @description The envelope's `callback_url`: authenticated by its token (signed by the server, naming run, step and attempt), not by an API token. The step, suspended after its function answered `{"$suspend": …}`, succeeds with the body as its output, as the signal endpoint takes a payload: a JSON body (Content-Type application/json) inline when small, any other body stored as bytes in the blob store (the output is its `$blob` reference), an empty body null. With `?outcome=failed` the body is `{"message", "code"?}` and the step fails with it, terminally (code default callback_failed). Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). A callback that comes while the attempt still runs (before its function answered `{"$suspend": …}`) is kept (`buffered`, event step.callback_received) and completes the step as soon as it suspends. A token the server did not sign is a 401 unauthorized; a token whose step no longer waits for that attempt's callback (completed already, timed out, canceled, run again, or a callback is kept already) a 409 callback_not_waiting, before the body is read, and nothing changes. One request at a time reads a body for a step: a second one for the same step while the first is still being received is a 409 callback_not_waiting too, before its body is read.
          */
         post: operations["completeCallback"];
         delete?: never;
@@ -141,7 +141,7 @@ export interface paths {
         put?: never;
         /**
          * Start a run from a signed webhook delivery
-         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started. The body is at most 1 MiB. Answers 202 with the run's ID.
+         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
          */
         post: operations["deliverHook"];
         delete?: never;
@@ -453,11 +453,33 @@ export interface paths {
         put?: never;
         /**
          * Send a signal to a run
-         * @description Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat is applied once. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
+         * @description Delivers a payload to the run's signal step of that name (`signal: {name}` in cairn.yaml): the step waiting for it succeeds with the payload as its output. A signal sent before any step waits for it is buffered, in order: the next signal step of that name takes the oldest. A JSON body (Content-Type application/json) is the payload, inline when small; any other body is stored as bytes in the blob store and the payload is its `$blob` reference; an empty body is null. Bodies up to the server's CAIRN_MAX_CHECKPOINT_SIZE (default 256 MiB). With an Idempotency-Key, a repeat with the same payload is applied once (the answer says duplicate); the same key with another payload is a 409 idempotency_key_reused and nothing is applied. A run that has finished is a 409 run_finished; a name no signal step of the run's version has is a 404. The event signal.received names the actor.
          *
          *     Requires the `operator` role.
          */
         post: operations["sendSignal"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/runs/{id}/step-history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the steps of a run's earlier tries
+         * @description The steps that retries of the run replaced, each as it was then (step), with the try it belonged to (1 for the run's first, 2 after one retry, …), by try: the failed, canceled and skipped steps a retry ran again, and the failure handlers (compensate-… and on_failure steps) that the failure had run. A step a retry kept (it succeeded) is listed by GET /v1/runs/{id}/steps only; a map's instances by GET …/items. Empty for a run never retried. The events of every try stay in GET /v1/runs/{id}/events.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listStepHistory"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -497,7 +519,7 @@ export interface paths {
         put?: never;
         /**
          * Approve an approval step
-         * @description Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. The same approver (the token's name) counts once: a repeat answers their first decision with `counted: false`, whatever the step's state. A token whose role is not among the step's `roles` (admin always may) is refused with 403 forbidden; a step that does not wait for approval is a 409 invalid_run_state. One event step.approved names the actor.
+         * @description Records the token's approval of an approval step that waits (`waiting_for.kind` approval). When `required` distinct approvers have approved, the step succeeds with `{"approved_by": [{name, comment, input, at}…]}`. Approvers are told apart by their token's name: the same approver counts once, and while the step still waits a repeat answers their first decision with `counted: false`. A token without a name (CAIRN_TOKENS `role:token`) acts as its role's name, which every such token shares, so it may approve only a step whose `required` is 1: on any other it is refused with 403 forbidden, as is a token whose role is not among the step's `roles` (admin always may). A step that does not wait for approval (approved or rejected already, failed, timed out, canceled, or its run ended) is a 409 invalid_run_state whose detail names its state, for a repeat too. One event step.approved names the actor.
          *
          *     Requires the `operator` role.
          */
@@ -695,7 +717,7 @@ export interface paths {
         put?: never;
         /**
          * Reject an approval step
-         * @description Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. An approver who approved before is answered with that approval (`counted: false`). Roles and states as for approve. One event step.rejected names the actor, then step.failed.
+         * @description Records the token's rejection of an approval step that waits: the step fails at once, terminal (no retry), with error code `rejected` naming the approver and the comment; its dependents are skipped. Any token of the step's roles may reject, named or not (one rejection is enough). An approver who approved before, while the step still waits, is answered with that approval (`counted: false`). Roles and states as for approve: a step decided already is a 409 invalid_run_state naming its state. One event step.rejected names the actor, then step.failed.
          *
          *     Requires the `operator` role.
          */
@@ -1292,7 +1314,7 @@ export interface components {
             input?: unknown;
         };
         DecisionResult: {
-            /** @description false when this approver had decided before: the same approver counts once, nothing was recorded */
+            /** @description false when this approver had decided before on the step, which still waits: the same approver counts once, nothing was recorded */
             counted: boolean;
             /**
              * @description the approver's decision on the step: this one, or the first one when counted is false
@@ -1383,6 +1405,9 @@ export interface components {
         };
         ItemsOutputStepBody: {
             items: components["schemas"]["Step"][] | null;
+        };
+        ItemsOutputTriedStepBody: {
+            items: components["schemas"]["TriedStep"][] | null;
         };
         LimitKey: {
             /** @description the key, the value of concurrency.key for the step's run (empty: one key for the whole limit) */
@@ -1933,6 +1958,15 @@ export interface components {
             /** @description what a waiting or suspended step waits for; absent otherwise */
             waiting_for?: components["schemas"]["WaitingFor"];
         };
+        TriedStep: {
+            /** @description the step as it was then, as GET /v1/runs/{id}/steps shows a step */
+            step: components["schemas"]["Step"];
+            /**
+             * Format: int64
+             * @description the try it belonged to: 1 for the run's first, 2 after one retry, …
+             */
+            try: number;
+        };
         UploadResult: {
             /** @description false when this bundle was uploaded before (status 200) */
             created: boolean;
@@ -2130,7 +2164,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2194,7 +2228,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2246,7 +2280,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2337,7 +2371,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2402,7 +2436,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2466,7 +2500,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2518,7 +2552,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2632,7 +2666,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already). Nothing changed, and the body was not stored.
+             *     - `callback_not_waiting`: POST /v1/callbacks/{token}: the token is genuine, but its step no longer waits for that attempt's callback (it was completed already, timed out, canceled, or runs again; or a callback is kept for it already), or another request for it is being received at this moment. Nothing changed, and the body was not stored.
              */
             409: {
                 headers: {
@@ -2684,7 +2718,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2823,7 +2857,7 @@ export interface operations {
              * @description Service Unavailable:
              *
              *     - `secret_key_missing`: The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart.
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -2887,7 +2921,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -2926,7 +2960,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3007,7 +3041,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3085,7 +3119,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3147,7 +3181,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3186,7 +3220,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3263,7 +3297,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3315,7 +3349,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3398,7 +3432,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3450,7 +3484,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3545,7 +3579,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3584,7 +3618,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3661,7 +3695,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3713,7 +3747,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3794,7 +3828,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -3898,7 +3932,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -3981,7 +4015,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4033,7 +4067,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4116,7 +4150,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4168,7 +4202,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4249,7 +4283,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4288,7 +4322,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4353,7 +4387,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4447,7 +4481,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4487,7 +4521,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -4553,7 +4587,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4634,7 +4668,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4673,7 +4707,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -4738,7 +4772,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4822,7 +4856,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -4862,7 +4896,7 @@ export interface operations {
              * @description Conflict:
              *
              *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              *     - `incompatible_version`: The version asked for lacks steps the run keeps (same key, same needs); `detail` names them. Nothing changed.
              */
             409: {
@@ -4928,7 +4962,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -4961,7 +4995,7 @@ export interface operations {
             header?: {
                 /** @description application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store */
                 "Content-Type"?: string;
-                /** @description a repeat with the same key (same run and name) is the same signal, applied once */
+                /** @description a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused */
                 "Idempotency-Key"?: string;
             };
             path: {
@@ -5017,7 +5051,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5056,6 +5090,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
+             *     - `idempotency_key_reused`: The Idempotency-Key was used before with a different request. Nothing was created.
              *     - `run_finished`: The run has already finished: it cannot be canceled or signaled.
              */
             409: {
@@ -5108,7 +5143,136 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listStepHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description run ID */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemsOutputTriedStepBody"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5185,7 +5349,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5237,7 +5401,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5320,7 +5484,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5359,7 +5523,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -5424,7 +5588,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5503,7 +5667,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5555,7 +5719,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5635,7 +5799,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5687,7 +5851,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5841,7 +6005,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -5927,7 +6091,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -5979,7 +6143,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6060,7 +6224,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6112,7 +6276,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6198,7 +6362,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6250,7 +6414,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6332,7 +6496,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6384,7 +6548,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6472,7 +6636,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6524,7 +6688,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6604,7 +6768,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6656,7 +6820,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6739,7 +6903,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -6778,7 +6942,7 @@ export interface operations {
             /**
              * @description Conflict:
              *
-             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval; `detail` says the run's or step's state.
+             *     - `invalid_run_state`: The run is not in a state the action applies to: retry and rerun need a run that has ended (failed or canceled for retry), pause one that has not, resume a paused one, approve and reject a step waiting for approval (a step decided already is refused, a repeat of one's own decision included); `detail` says the run's or step's state.
              */
             409: {
                 headers: {
@@ -6843,7 +7007,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -6922,7 +7086,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7000,7 +7164,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7081,7 +7245,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7120,7 +7284,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7184,7 +7348,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7236,7 +7400,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7317,7 +7481,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7408,7 +7572,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7472,7 +7636,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7524,7 +7688,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7588,7 +7752,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7640,7 +7804,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7704,7 +7868,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7769,7 +7933,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7848,7 +8012,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -7887,7 +8051,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -7968,7 +8132,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8047,7 +8211,7 @@ export interface operations {
              * @description Service Unavailable:
              *
              *     - `secret_key_missing`: The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart.
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8126,7 +8290,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8165,7 +8329,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8229,7 +8393,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8281,7 +8445,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8363,7 +8527,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8415,7 +8579,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8481,7 +8645,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8533,7 +8697,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8616,7 +8780,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8707,7 +8871,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8773,7 +8937,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -8838,7 +9002,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -8919,7 +9083,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9010,7 +9174,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -9091,7 +9255,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9182,7 +9346,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -9267,7 +9431,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9371,7 +9535,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -9453,7 +9617,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9505,7 +9669,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
@@ -9571,7 +9735,7 @@ export interface operations {
             /**
              * @description Forbidden:
              *
-             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles.
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
                 headers: {
@@ -9623,7 +9787,7 @@ export interface operations {
             /**
              * @description Service Unavailable:
              *
-             *     - `unavailable`: The database cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
              */
             503: {
                 headers: {
