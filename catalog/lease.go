@@ -341,10 +341,11 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 
 	sqlSweep = `SELECT cairn_sweep_next(make_interval(secs => $1))`
 
-	// When cairn_sweep may next take a lease: a lease of a dead owner at its
+	// When cairn_sweep_next may next take a lease: a lease of a dead owner at its
 	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
 	// liveness ends or the lease is $1 past its expiry, whichever comes first; but
-	// not before the sweep grace after the database's start (see cairn_sweep).
+	// not before the sweep grace after the database's start (see cairn_sweep_next
+	// in catalog/sql/steps.sql).
 	sqlNextLeaseExpiry = `
 SELECT greatest(min(CASE WHEN d.lease_until > now()
                          THEN least(d.lease_until, s.lease_expires_at + make_interval(secs => $1))
@@ -801,7 +802,7 @@ type Lease struct {
 // every lease given that it still holds, in one statement that waits for no row
 // lock (sqlHeartbeat). It returns the tokens still held: extended, or left as they
 // were this time because another transaction had the step's row locked (the
-// owner's liveness covers them: cairn_sweep); the others are lost. It runs on the
+// owner's liveness covers them: cairn_sweep_next); the others are lost. It runs on the
 // store's lease connection (Open), so that it does not queue for the pool behind
 // the claims and finishes of a busy dispatcher.
 func (s *Store) LeaseExtend(ctx context.Context, owner string, leases []Lease, ttl time.Duration) (map[int64]bool, error) {
@@ -866,7 +867,7 @@ func leaseError(op string, err error) error {
 // interrupted, not counted) or to failed (interrupted too often). It returns how
 // many it handled. Until grace has passed since the database started, it sweeps
 // nothing: leases that ran out while the database was down belong to owners that
-// could not renew them, and those owners get the grace to do so (cairn_sweep says
+// could not renew them, and those owners get the grace to do so (cairn_sweep_next says
 // why the database's start time decides, not a dispatcher's memory). A lease of a
 // live owner (one still renewing: dispatchers.lease_until) is swept only a grace
 // past its expiry. Each step is swept in a transaction of its own, in the catalog's
