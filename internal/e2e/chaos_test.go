@@ -197,7 +197,7 @@ func descendants(pid int) []proc {
 		if err != nil {
 			continue
 		}
-		ppid, start, ok := procStat(p)
+		ppid, start, _, ok := procStat(p)
 		if ok {
 			children[ppid] = append(children[ppid], proc{pid: p, start: start})
 		}
@@ -214,36 +214,30 @@ func descendants(pid int) []proc {
 	return out
 }
 
-// procStat reads a process's parent and start time from /proc/PID/stat.
-func procStat(pid int) (ppid int, start string, ok bool) {
+// procStat reads a process's parent, start time and state from /proc/PID/stat.
+func procStat(pid int) (ppid int, start string, state string, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	// The command name, in parentheses, may hold spaces: the fields start after
 	// its last ')'.
 	i := strings.LastIndexByte(string(b), ')')
 	if i < 0 {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 20 {
-		return 0, "", false
+		return 0, "", "", false
 	}
 	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[19], err == nil
+	return ppid, f[19], f[0], err == nil
 }
 
 // alive reports whether p still runs (and is not a zombie waiting to be reaped).
 func (p proc) alive() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid))
-	if err != nil {
-		return false
-	}
-	_, start, ok := procStat(p.pid)
-	i := strings.LastIndexByte(string(b), ')')
-	zombie := i >= 0 && strings.HasPrefix(strings.TrimSpace(string(b[i+1:])), "Z")
-	return ok && start == p.start && !zombie
+	_, start, state, ok := procStat(p.pid)
+	return ok && start == p.start && state != "Z"
 }
 
 // cmdline is p's command line, for a message.
