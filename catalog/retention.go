@@ -78,12 +78,14 @@ WHERE scope = $1 AND key = $2 AND resource_id = $5`
 var (
 	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
 	// (SKIP LOCKED: a run being retried or read for update is left for a later
-	// pass), with their steps, edges and events (no foreign key since migration
-	// 00025: this statement is the one that deletes runs). Their attempts go
-	// with the steps by the trigger steps_deleted (catalog/sql/triggers.sql), their
-	// approvals and map rows with the steps, their signals and live logs with the
-	// runs, by ON DELETE CASCADE; runs that name them (rerun_of, parent_id) keep
-	// a NULL.
+	// pass), with their steps, edges, events, signals, queued spans and tree
+	// counts (no foreign key since migrations 00025 and 00051, so that a busy
+	// run's row is not share-locked by each row that names it: this statement is
+	// the one that deletes runs), and clears rerun_of and parent_id in the runs
+	// that name them. Their attempts go with the steps by the trigger
+	// steps_deleted (catalog/sql/triggers.sql), their approvals and map rows with
+	// the steps, their live logs, step history and child_run_ends rows with the
+	// runs, by ON DELETE CASCADE.
 	//
 	// The runs archived before ($5: ids, $6: their archives' blob keys) get their
 	// archived_runs row in the same statement, and archived_blobs rows for the
@@ -102,6 +104,17 @@ gone_edges AS (
     DELETE FROM step_edges e USING doomed WHERE e.run_id = doomed.id),
 gone_events AS (
     DELETE FROM events e USING doomed WHERE e.run_id = doomed.id),
+gone_signals AS (
+    DELETE FROM signals g USING doomed WHERE g.run_id = doomed.id),
+gone_spans AS (
+    DELETE FROM span_outbox o USING doomed WHERE o.run_id = doomed.id),
+gone_trees AS (
+    DELETE FROM run_trees t USING doomed WHERE t.root_id = doomed.id),
+orphans AS (
+    UPDATE runs o SET parent_id = CASE WHEN o.parent_id = ANY (d.ids) THEN NULL ELSE o.parent_id END,
+                      rerun_of = CASE WHEN o.rerun_of = ANY (d.ids) THEN NULL ELSE o.rerun_of END
+    FROM (SELECT array_agg(doomed.id) AS ids FROM doomed) d
+    WHERE (o.parent_id = ANY (d.ids) OR o.rerun_of = ANY (d.ids)) AND o.id <> ALL (d.ids)),
 archived AS (
     INSERT INTO archived_runs (run_id, workflow, status, finished_at, blob_key)
     SELECT g.id, g.workflow, g.status, g.finished_at, a.key

@@ -74,10 +74,13 @@ func endedRun(t *testing.T, ctx context.Context, s *catalog.Store, workflow stri
 func rowsOf(t *testing.T, ctx context.Context, s *catalog.Store, id uuid.UUID) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, table := range []string{"runs", "steps", "step_edges", "attempts", "events", "signals"} {
+	for _, table := range []string{"runs", "steps", "step_edges", "attempts", "events", "signals", "span_outbox", "run_trees"} {
 		col := "run_id"
-		if table == "runs" {
+		switch table {
+		case "runs":
 			col = "id"
+		case "run_trees":
+			col = "root_id"
 		}
 		var n int
 		require.NoError(t, s.DB().GetContext(ctx, &n, `SELECT count(*) FROM `+table+` WHERE `+col+` = $1`, id))
@@ -120,11 +123,23 @@ func TestRetentionReap(t *testing.T) {
 	old := endedRun(t, ctx, s, "short", uuid.Nil, catalog.OutcomeSucceeded, 2*time.Hour)
 	_, err := s.DB().ExecContext(ctx, `INSERT INTO signals (run_id, name, payload, actor) VALUES ($1, 'x', '{}', 'test')`, old)
 	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO span_outbox (run_id) VALUES ($1)`, old)
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO run_trees (root_id, runs) VALUES ($1, 2)`, old)
+	require.NoError(t, err)
 	before := rowsOf(t, ctx, s, old)
 	require.Equal(t, 1, before["attempts"])
 	require.Positive(t, before["events"])
+	require.Equal(t, 1, before["span_outbox"])
+	require.Equal(t, 1, before["run_trees"])
 	recent := endedRun(t, ctx, s, "short", uuid.Nil, catalog.OutcomeSucceeded, 10*time.Minute)
 	failed := endedRun(t, ctx, s, "short", uuid.Nil, catalog.OutcomeFailed, 1000*time.Hour)
+	// Runs that name old (a rerun of it, a run it started) keep a NULL once it
+	// is gone.
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET rerun_of = $1, rerun_from_step = 's' WHERE id = $2`, old, recent)
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET parent_id = $1 WHERE id = $2`, old, failed)
+	require.NoError(t, err)
 	plain := endedRun(t, ctx, s, "plain", uuid.Nil, catalog.OutcomeSucceeded, 2*time.Hour)
 	// A parent still running, with an old finished child: the child stays.
 	parent, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "plain", Input: json.RawMessage(`{}`)})
@@ -139,6 +154,9 @@ func TestRetentionReap(t *testing.T) {
 	for table, n := range rowsOf(t, ctx, s, old) {
 		require.Zero(t, n, table)
 	}
+	var named int
+	require.NoError(t, s.DB().GetContext(ctx, &named, `SELECT count(*) FROM runs WHERE rerun_of = $1 OR parent_id = $1`, old))
+	require.Zero(t, named, "runs still naming the deleted run")
 	for _, id := range []uuid.UUID{recent, failed, plain, parent.ID, child} {
 		r, err := s.RunGet(ctx, id)
 		require.NoError(t, err)

@@ -30,7 +30,10 @@
 -- step a transaction (cairn_sweep_next, cairn_wake_next, cairn_queue_timeout_next),
 -- trying the run's locks without waiting: one run's locks, never a run's row while
 -- waiting for another run's step. A claim takes no advisory lock: it skips locked
--- steps and then only waits for run rows, which everyone takes last. catalog
+-- steps and then only waits for run rows, which everyone takes last. No row that
+-- names a busy run share-locks it: signals, runs.parent_id and rerun_of, span_outbox
+-- and run_trees have no foreign key to runs (migration 00051 says why; the retention
+-- reaper, catalog/retention.go, deletes or clears them with their run). catalog
 -- TestLockOrderStress runs every kind of writer at once and counts no deadlock.
 
 -- cairn_runs_order lists the runs p_runs and their ancestors in the lock order
