@@ -179,6 +179,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSteps()
 	s.registerArchivedRuns()
 	s.registerSignals()
+	s.registerReceivedEvents()
 	s.registerApprovals()
 	s.registerCallbacks()
 	s.registerEvents()

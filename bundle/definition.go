@@ -65,6 +65,10 @@ type Definition struct {
 	Hooks []Hook `json:"hooks,omitempty"`
 	// Schedules in manifest order; absent when there are none.
 	Schedules []ScheduleDefinition `json:"schedules,omitempty"`
+	// Triggers and CancelOn as the manifest has them (event.go); absent when
+	// there are none.
+	Triggers []Trigger  `json:"triggers,omitempty"`
+	CancelOn []CancelOn `json:"cancel_on,omitempty"`
 	// Timeout bounds a whole run (and in milliseconds); absent: no bound.
 	Timeout   *Duration `json:"timeout,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms,omitempty"`
@@ -93,6 +97,8 @@ type StepDefinition struct {
 	// Sleep is set for KindSleep, Signal for KindSignal (wait.go).
 	Sleep  *SleepDefinition  `json:"sleep,omitempty"`
 	Signal *SignalDefinition `json:"signal,omitempty"`
+	// WaitForEvent is set for KindWaitForEvent (event.go).
+	WaitForEvent *WaitForEventDefinition `json:"wait_for_event,omitempty"`
 	// Approval is set for KindApproval (approval.go).
 	Approval *ApprovalDefinition `json:"approval,omitempty"`
 	// Workflow is set for KindWorkflow (workflow_step.go).
@@ -217,7 +223,8 @@ func (m *Manifest) Normalize() (*Definition, error) {
 		byKey[s.Key] = d
 	}
 	def := &Definition{Schema: DefinitionSchema, Name: m.Name, Description: m.Description,
-		Hooks: normalizeHooks(m.Hooks), Schedules: normalizeSchedules(m.Schedules)}
+		Hooks: normalizeHooks(m.Hooks), Schedules: normalizeSchedules(m.Schedules),
+		Triggers: m.Triggers, CancelOn: m.CancelOn}
 	if m.Timeout != nil {
 		t := *m.Timeout
 		def.Timeout, def.TimeoutMS = &t, t.Std().Milliseconds()
@@ -263,7 +270,7 @@ func normalizeStep(s Step, timeout Duration, defaults RetryPolicy) (StepDefiniti
 	d.With = with
 	normalizeMapSpec(&s, &d)
 	switch {
-	case normalizeWait(&s, &d), normalizeApproval(&s, &d), normalizeWorkflow(&s, &d):
+	case normalizeWait(&s, &d), normalizeWaitForEvent(&s, &d), normalizeApproval(&s, &d), normalizeWorkflow(&s, &d):
 	case s.Exec != nil:
 		p, _ := execPath(s.Exec[0])
 		d.Kind = KindExec

@@ -39,6 +39,11 @@ type Manifest struct {
 	Hooks []Hook `yaml:"hooks,omitempty" json:"hooks,omitempty"`
 	// Schedules start runs of the workflow's latest version on a clock (schedule.go).
 	Schedules []Schedule `yaml:"schedules,omitempty" json:"schedules,omitempty"`
+	// Triggers start runs of the workflow's latest version by received events
+	// (event.go).
+	Triggers []Trigger `yaml:"triggers,omitempty" json:"triggers,omitempty"`
+	// CancelOn cancels the workflow's unfinished runs by received events (event.go).
+	CancelOn []CancelOn `yaml:"cancel_on,omitempty" json:"cancel_on,omitempty"`
 	// OnFailure are steps run once when a run fails, after its compensations, with
 	// "failure" in their envelope (condition.go).
 	OnFailure []Step `yaml:"on_failure,omitempty" json:"on_failure,omitempty"`
@@ -87,6 +92,8 @@ type Step struct {
 	Sleep *SleepSpec `yaml:"sleep,omitempty" json:"sleep,omitempty"`
 	// Signal waits for a signal (wait.go).
 	Signal *SignalSpec `yaml:"signal,omitempty" json:"signal,omitempty"`
+	// WaitForEvent waits for a received event (event.go).
+	WaitForEvent *WaitForEventSpec `yaml:"wait_for_event,omitempty" json:"wait_for_event,omitempty"`
 	// Approval waits for approvals (approval.go).
 	Approval *ApprovalSpec `yaml:"approval,omitempty" json:"approval,omitempty"`
 	// Workflow starts a child run and waits for its end (workflow_step.go).

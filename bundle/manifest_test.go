@@ -143,9 +143,9 @@ func TestValidate(t *testing.T) {
 			`cairn.yaml: step "x": needs: is part of a dependency cycle: x → y → x`,
 			`cairn.yaml: step "q": needs: is part of a dependency cycle: q → r → q`}},
 		{"no function", steps("  - key: b\n"), []string{
-			`cairn.yaml: step "b": has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "b": has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow`}},
 		{"two functions", steps("  - key: b\n    builtin: noop\n    http: {url: 'http://x'}\n"), []string{
-			`cairn.yaml: step "b": sets http and builtin: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "b": sets http and builtin: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow`}},
 		{"unknown builtin", steps("  - key: b\n    builtin: explode\n"), []string{
 			`cairn.yaml: step "b": builtin: unknown built-in "explode" (known: noop, echo, sleep, fail)`}},
 		{"bad sleep duration", steps("  - key: b\n    builtin: sleep\n    with: {duration: 2}\n"), []string{
@@ -203,7 +203,7 @@ func TestValidate(t *testing.T) {
 		{"every error at once", "name: X\nsteps:\n  - key: a\n  - key: a\n    builtin: nope\n", []string{
 			`cairn.yaml: name: "X" must be 1 to 63 lower-case letters, digits and hyphens, starting with a letter or digit`,
 			`cairn.yaml: steps[1].key: duplicate step key "a" (first used by steps[0])`,
-			`cairn.yaml: steps[0]: has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`,
+			`cairn.yaml: steps[0]: has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow`,
 			`cairn.yaml: steps[1].builtin: unknown built-in "nope" (known: noop, echo, sleep, fail)`}},
 	}
 	for _, tt := range tests {

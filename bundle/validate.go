@@ -135,6 +135,7 @@ func (v *validator) manifest(m *Manifest) {
 	}
 	v.hooks(m.Hooks)
 	v.schedules(m.Schedules)
+	v.events(m)
 	if len(m.Steps) == 0 {
 		v.add("", "steps", "at least one step is required")
 		return
@@ -219,10 +220,10 @@ func (v *validator) step(f string, s Step, keys map[string]int, defaults RetryPo
 	v.resources(s.Key, f, s)
 	switch len(kinds) {
 	case 0:
-		v.add(s.Key, f, "has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow")
+		v.add(s.Key, f, "has no function: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow")
 	case 1:
 	default:
-		v.add(s.Key, f, "sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow", strings.Join(kinds, " and "))
+		v.add(s.Key, f, "sets %s: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow", strings.Join(kinds, " and "))
 	}
 	if s.With != nil {
 		if _, err := normalizeWith(s.With); err != nil {

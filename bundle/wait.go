@@ -139,6 +139,10 @@ func (v *validator) waitKinds(f string, s Step) []string {
 			}
 		}
 	}
+	if s.WaitForEvent != nil {
+		kinds = append(kinds, "wait_for_event")
+		v.waitForEvent(s.Key, f, s.WaitForEvent)
+	}
 	if s.Signal != nil {
 		kinds = append(kinds, "signal")
 		sg := s.Signal
@@ -188,7 +192,9 @@ func normalizeWait(s *Step, d *StepDefinition) bool {
 }
 
 // Waits reports whether steps of kind k wait instead of running a function.
-func (k Kind) Waits() bool { return k == KindSleep || k == KindSignal || k == KindApproval }
+func (k Kind) Waits() bool {
+	return k == KindSleep || k == KindSignal || k == KindApproval || k == KindWaitForEvent
+}
 
 // SignalNames returns the names of the signals the definition's steps wait for.
 func (d *Definition) SignalNames() []string {

@@ -57,9 +57,9 @@ func TestWaitStepsInvalid(t *testing.T) {
 		want       []string
 	}{
 		{"sleep and builtin", steps("  - {key: a, builtin: noop, sleep: 1h}\n"), []string{
-			`cairn.yaml: step "a": sets builtin and sleep: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "a": sets builtin and sleep: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow`}},
 		{"sleep and signal", steps("  - {key: a, sleep: 1h, signal: {name: x}}\n"), []string{
-			`cairn.yaml: step "a": sets sleep and signal: set exactly one of exec, http, lambda, builtin, sleep, signal, approval, workflow`}},
+			`cairn.yaml: step "a": sets sleep and signal: set exactly one of exec, http, lambda, builtin, sleep, signal, wait_for_event, approval, workflow`}},
 		{"sleep too long", steps("  - {key: a, sleep: 9000h}\n"), []string{
 			`cairn.yaml: step "a": sleep: sleep 9000h0m0s: must be > 0 and at most 8784h0m0s (a year)`}},
 		{"sleep zero", steps("  - {key: a, sleep: 0s}\n"), []string{

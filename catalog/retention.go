@@ -78,8 +78,8 @@ WHERE scope = $1 AND key = $2 AND resource_id = $5`
 var (
 	// sqlRunsDelete deletes the runs of $4 that are still expired and not locked
 	// (SKIP LOCKED: a run being retried or read for update is left for a later
-	// pass), with their steps, edges, events, signals, queued spans and tree
-	// counts (no foreign key since migrations 00025 and 00051, so that a busy
+	// pass), with their steps, edges, events, signals, queued spans, tree counts
+	// and taken events (no foreign key since migrations 00025 and 00051, so that a busy
 	// run's row is not share-locked by each row that names it: this statement is
 	// the one that deletes runs), and clears rerun_of and parent_id in the runs
 	// that name them. Their attempts go with the steps by the trigger
@@ -110,6 +110,8 @@ gone_spans AS (
     DELETE FROM span_outbox o USING doomed WHERE o.run_id = doomed.id),
 gone_trees AS (
     DELETE FROM run_trees t USING doomed WHERE t.root_id = doomed.id),
+gone_takes AS (
+    DELETE FROM event_takes t USING doomed WHERE t.run_id = doomed.id),
 orphans AS (
     UPDATE runs o SET parent_id = CASE WHEN o.parent_id = ANY (d.ids) THEN NULL ELSE o.parent_id END,
                       rerun_of = CASE WHEN o.rerun_of = ANY (d.ids) THEN NULL ELSE o.rerun_of END

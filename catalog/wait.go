@@ -53,6 +53,9 @@ const (
 	WaitCallback WaitKind = "callback"
 	// WaitChildRun: a workflow step waits for its child run (child.go).
 	WaitChildRun WaitKind = "child_run"
+	// WaitEvent: a wait_for_event step waits for a received event
+	// (received_event.go).
+	WaitEvent WaitKind = "event"
 )
 
 // OnTimeout is what a wait does when its timeout passes.

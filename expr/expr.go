@@ -50,6 +50,9 @@ const (
 	Index   = "index"
 	Body    = "body"
 	Headers = "headers"
+	// Event is a received event ({id, name, data, received_at}): the scope of
+	// the expressions of event triggers, waits and cancel_on.
+	Event = "event"
 )
 
 // costLimit bounds the work of one evaluation (CEL's cost units: roughly one per
@@ -84,6 +87,10 @@ var (
 	// HookEnv is the scope of a webhook's expressions: the delivery's JSON body and
 	// its headers (lower-case names → the first value).
 	HookEnv = mustEnv(Body, Headers)
+	// EventEnv is the scope of the expressions that look at a received event: a
+	// trigger's if and input (input is null there), a wait_for_event's and a
+	// cancel_on's match (input is the run's input).
+	EventEnv = mustEnv(Event, Input)
 )
 
 func mustEnv(names ...string) *Env {

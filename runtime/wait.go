@@ -52,6 +52,11 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		if step.Signal.Timeout != nil {
 			w.TimeoutAt = dbNow.Add(step.Signal.Timeout.Std())
 		}
+	case bundle.KindWaitForEvent:
+		w.Kind, w.Name, w.OnTimeout = catalog.WaitEvent, step.WaitForEvent.Event, catalog.OnTimeout(step.WaitForEvent.OnTimeout)
+		if step.WaitForEvent.Timeout != nil {
+			w.TimeoutAt = dbNow.Add(step.WaitForEvent.Timeout.Std())
+		}
 	case bundle.KindApproval:
 		w.Kind, w.OnTimeout = catalog.WaitApproval, catalog.OnTimeout(step.Approval.OnTimeout)
 		if step.Approval.Timeout != nil {
@@ -67,6 +72,11 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 	err := d.suspendWritten(a, "suspend the step", "wait", nil, func() error {
 		if approval != nil {
 			return d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
+		}
+		if w.Kind == catalog.WaitEvent {
+			// It takes a matching event received since its run began, if any.
+			_, err := d.store.EventWaitSuspend(d.abandonCtx, a.lease(), catalog.EventWait{Wait: w, Match: step.WaitForEvent.Match})
+			return err
 		}
 		return d.store.StepSuspend(d.abandonCtx, a.lease(), w)
 	})

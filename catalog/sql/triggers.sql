@@ -282,7 +282,7 @@ WHEN (
     OR ((NEW.queue_timeout_s > (0)::double precision)) IS FALSE -- steps_queue_timeout_s_check
     OR ((((NEW.rate_name IS NULL) = (NEW.rate_key IS NULL)) AND ((NEW.rate_name IS NULL) = (NEW.rate_limit IS NULL)) AND ((NEW.rate_name IS NULL) = (NEW.rate_per_s IS NULL)) AND ((NEW.rate_limit IS NULL) OR (NEW.rate_limit >= 1)) AND ((NEW.rate_per_s IS NULL) OR (NEW.rate_per_s > (0)::double precision)))) IS FALSE -- steps_rate_check
     OR ((NEW.trigger_rule = ANY (ARRAY['all_succeeded'::text, 'all_done'::text, 'none_failed'::text, 'any_failed'::text]))) IS FALSE -- steps_trigger_rule_check
-    OR ((NEW.wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'approval'::text, 'callback'::text, 'child_run'::text, 'map'::text]))) IS FALSE -- steps_wait_kind_check
+    OR ((NEW.wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'approval'::text, 'callback'::text, 'child_run'::text, 'map'::text, 'event'::text]))) IS FALSE -- steps_wait_kind_check
 )
 EXECUTE FUNCTION cairn_steps_check_failed();
 
@@ -321,7 +321,7 @@ BEGIN
        OR ((n.queue_timeout_s > (0)::double precision)) IS FALSE -- steps_queue_timeout_s_check
        OR ((((n.rate_name IS NULL) = (n.rate_key IS NULL)) AND ((n.rate_name IS NULL) = (n.rate_limit IS NULL)) AND ((n.rate_name IS NULL) = (n.rate_per_s IS NULL)) AND ((n.rate_limit IS NULL) OR (n.rate_limit >= 1)) AND ((n.rate_per_s IS NULL) OR (n.rate_per_s > (0)::double precision)))) IS FALSE -- steps_rate_check
        OR ((n.trigger_rule = ANY (ARRAY['all_succeeded'::text, 'all_done'::text, 'none_failed'::text, 'any_failed'::text]))) IS FALSE -- steps_trigger_rule_check
-       OR ((n.wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'approval'::text, 'callback'::text, 'child_run'::text, 'map'::text]))) IS FALSE -- steps_wait_kind_check
+       OR ((n.wait_kind = ANY (ARRAY['sleep'::text, 'signal'::text, 'approval'::text, 'callback'::text, 'child_run'::text, 'map'::text, 'event'::text]))) IS FALSE -- steps_wait_kind_check
     LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'new row for relation "steps" violates check trigger "steps_checks"'

@@ -15,9 +15,10 @@ $$;
 
 -- cairn_step_suspend: a running step, fenced by its lease token (false, nothing
 -- written, when the token is not its current lease), gives up its lease and waits:
---   p_kind        sleep, signal, approval or callback;
+--   p_kind        sleep, signal, approval, callback or event (a wait_for_event
+--                 step, whose buffered events catalog/event.go looks at first);
 --   p_until       a sleep's end (required for sleep);
---   p_name        a signal's name (required for signal);
+--   p_name        a signal's or an event's name (required for signal and event);
 --   p_timeout_at  when the wait gives up (NULL: never);
 --   p_on_timeout  fail (default) or continue.
 -- Its attempt ends succeeded (it did its part: start the wait) and the step is
@@ -36,14 +37,14 @@ DECLARE
     v_attempt integer;
     v_signal  record;
 BEGIN
-    IF p_kind IS NULL OR p_kind NOT IN ('sleep', 'signal', 'approval', 'callback') THEN
-        RAISE EXCEPTION 'wait kind % is not sleep, signal, approval or callback', p_kind USING ERRCODE = 'CA422';
+    IF p_kind IS NULL OR p_kind NOT IN ('sleep', 'signal', 'approval', 'callback', 'event') THEN
+        RAISE EXCEPTION 'wait kind % is not sleep, signal, approval, callback or event', p_kind USING ERRCODE = 'CA422';
     END IF;
     IF p_kind = 'sleep' AND p_until IS NULL THEN
         RAISE EXCEPTION 'a sleep needs its end (until)' USING ERRCODE = 'CA422';
     END IF;
-    IF p_kind = 'signal' AND p_name IS NULL THEN
-        RAISE EXCEPTION 'a signal wait needs the signal''s name' USING ERRCODE = 'CA422';
+    IF p_kind IN ('signal', 'event') AND p_name IS NULL THEN
+        RAISE EXCEPTION 'a % wait needs the %''s name', p_kind, p_kind USING ERRCODE = 'CA422';
     END IF;
     IF coalesce(p_on_timeout, 'fail') NOT IN ('fail', 'continue') THEN
         RAISE EXCEPTION 'on_timeout % is not fail or continue', p_on_timeout USING ERRCODE = 'CA422';
