@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,6 @@ type Dispatcher struct {
 	metrics  *metrics
 	versions *definitions // compiled versions, cached
 	cache    *fileCache
-	// collector is the blob garbage collector; nil when off.
-	collector *Collector
 
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
@@ -135,13 +134,6 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		d.logger.Warn("another dispatcher uses this cache directory: its size cap is off; give each dispatcher its own --cache-dir",
 			"cache_dir", c.CacheDir)
 	}
-	if cb, ok := blobs.(CollectorBlobs); ok && c.GCInterval > 0 {
-		d.collector, err = NewCollector(store, cb, &CollectorConfig{Grace: c.GCGrace, Interval: c.GCInterval,
-			DryRun: c.GCDryRun, Owner: c.ID, Logger: c.Logger, Registerer: c.Registerer})
-		if err != nil {
-			return nil, err
-		}
-	}
 	d.metrics.admissionLimit.Set(float64(c.Concurrency))
 	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
@@ -153,8 +145,13 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 // ID returns the dispatcher's name, as recorded in leases and attempts.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
-// Start runs the dispatcher's loops (claim, heartbeat, sweep, notifications) in the
-// background and returns. The loops live until Stop, not until ctx ends.
+// Tags returns the dispatcher's tags (Config.Tags), sorted and without repeats,
+// as the registry of live dispatchers records them (maintenance.Registry).
+func (d *Dispatcher) Tags() []string { return slices.Clone(d.cfg.Tags) }
+
+// Start runs the dispatcher's loops (claim, complete, heartbeat, sweep, wake, map
+// and notifications) in the background and returns. The loops live until Stop, not
+// until ctx ends. The server's housekeeping runs beside it (package maintenance).
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -167,7 +164,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop, d.gcLoop, d.spanLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()
@@ -271,23 +268,6 @@ func (d *Dispatcher) nudge() {
 	}
 }
 
-// idle waits between two rounds of a periodic loop: about period (jittered
-// within ±50 %, so that servers started together spread their rounds). false
-// when the dispatcher is shutting down (ctx ended or claiming stopped): the
-// loop returns.
-func (d *Dispatcher) idle(ctx context.Context, period time.Duration) bool {
-	t := time.NewTimer(period/2 + time.Duration(jitterRand()*float64(period)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-d.noClaim:
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 func (d *Dispatcher) claiming() bool {
 	select {
 	case <-d.noClaim:
@@ -317,7 +297,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		for d.claiming() {
 			n, full, err := d.claimOnce(ctx)
 			if err != nil {
-				d.noteDBError()
+				d.NoteDBError()
 				failures++
 				if ctx.Err() == nil {
 					d.logger.Warn("claim failed", "error", err)
@@ -414,35 +394,6 @@ func (d *Dispatcher) release(n int) {
 	}
 }
 
-// registryBeat is how often a dispatcher writes its row of the registry
-// (catalog.DispatcherBeat); catalog.DispatcherLive is three of them.
-const registryBeat = 5 * time.Second
-
-// registryLoop keeps this dispatcher's row in the catalog's registry of live
-// dispatchers (with its tags: a step whose runs_on no live dispatcher has shows
-// blocked_by no_dispatcher) until it stops claiming, then removes it.
-func (d *Dispatcher) registryLoop(ctx context.Context) {
-	t := time.NewTicker(registryBeat)
-	defer t.Stop()
-	for {
-		if err := d.store.DispatcherBeat(ctx, d.cfg.ID, d.cfg.Tags); err != nil && ctx.Err() == nil {
-			d.logger.Warn("dispatcher registry heartbeat failed", "error", err)
-		}
-		select {
-		case <-t.C:
-			continue
-		case <-ctx.Done():
-		case <-d.noClaim:
-		}
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := d.store.DispatcherGone(gctx, d.cfg.ID); err != nil {
-			d.logger.Debug("dispatcher registry removal failed", "error", err)
-		}
-		cancel()
-		return
-	}
-}
-
 // noteDue makes the claim loop's next look be at t at the latest, without waking it
 // now (it is the claim loop that learns of t).
 func (d *Dispatcher) noteDue(t time.Time) {
@@ -504,7 +455,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			// The attempts go on: when the database answers again the leases are
 			// renewed (sweepers wait a lease TTL after an outage) or found lost.
 			// Only the catalog's answer ends an attempt.
-			d.noteDBError()
+			d.NoteDBError()
 			d.metrics.heartbeatFailed.Inc()
 			if time.Since(lastWarn) >= interval {
 				lastWarn = time.Now()
@@ -581,7 +532,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 		for {
 			n, err := d.store.StepSweep(ctx, 100, d.sweepGrace())
 			if err != nil {
-				d.noteDBError()
+				d.NoteDBError()
 				if ctx.Err() == nil {
 					d.logger.Warn("sweep failed", "error", err)
 				}
@@ -630,8 +581,11 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 // dispatchers that started after it came back; see catalog.StepSweep).
 func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
-// noteDBError records that a database call failed just now (see sweepGrace).
-func (d *Dispatcher) noteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
+// NoteDBError records that a database call failed just now (see sweepGrace): the
+// dispatcher's loops call it, and so do the server's housekeeping services, which
+// cairn serve hands it (maintenance.ReaperConfig.OnDBError and the like). It is
+// safe for concurrent use.
+func (d *Dispatcher) NoteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
 
