@@ -27,36 +27,40 @@ type testBundle struct {
 	store *catalog.Store
 	blobs blobstore.Store
 	dbURL string
-	env   *runtimetest.Env
 }
 
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
 	env := runtimetest.New(t)
-	return context.Background(), &testBundle{store: env.Store, blobs: env.Blobs, dbURL: env.DatabaseURL, env: env}
+	return context.Background(), &testBundle{store: env.Store, blobs: env.Blobs, dbURL: env.DatabaseURL}
+}
+
+// env is the bundle as runtimetest's helpers take it.
+func (tb *testBundle) env() *runtimetest.Env {
+	return &runtimetest.Env{Store: tb.store, Blobs: tb.blobs, DatabaseURL: tb.dbURL}
 }
 
 // startDispatcher runs a dispatcher until the test ends (runtimetest.Env.Start).
 func startDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.Dispatcher {
 	t.Helper()
-	return tb.env.Start(t, cfg)
+	return tb.env().Start(t, cfg)
 }
 
 // deploy deploys a bundle made of files (runtimetest.Env.Deploy).
 func deploy(t *testing.T, tb *testBundle, files map[string]string) *catalog.Version {
 	t.Helper()
-	return tb.env.Deploy(t, files)
+	return tb.env().Deploy(t, files)
 }
 
 func startRun(t *testing.T, tb *testBundle, v *catalog.Version, input string) uuid.UUID {
 	t.Helper()
-	return tb.env.StartRun(t, v, input)
+	return tb.env().StartRun(t, v, input)
 }
 
 // waitRun waits until the run is terminal and returns it.
 func waitRun(t *testing.T, tb *testBundle, id uuid.UUID, within time.Duration) *catalog.Run {
 	t.Helper()
-	return tb.env.WaitRun(t, id, within)
+	return tb.env().WaitRun(t, id, within)
 }
 
 // testingT is what the helpers below need: a *testing.T, or the *assert.CollectT
