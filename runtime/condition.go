@@ -28,7 +28,7 @@ func (d *Dispatcher) decideConditions(ctx context.Context) {
 			return d.decide(ctx, p)
 		})
 		if err != nil {
-			d.NoteDBError()
+			d.noteDBError()
 			if ctx.Err() == nil {
 				d.logger.Warn("decide conditions failed", "error", err)
 			}

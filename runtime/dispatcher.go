@@ -297,7 +297,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		for d.claiming() {
 			n, full, err := d.claimOnce(ctx)
 			if err != nil {
-				d.NoteDBError()
+				d.noteDBError()
 				failures++
 				if ctx.Err() == nil {
 					d.logger.Warn("claim failed", "error", err)
@@ -455,7 +455,7 @@ func (d *Dispatcher) heartbeatLoop(ctx context.Context) {
 			// The attempts go on: when the database answers again the leases are
 			// renewed (sweepers wait a lease TTL after an outage) or found lost.
 			// Only the catalog's answer ends an attempt.
-			d.NoteDBError()
+			d.noteDBError()
 			d.metrics.heartbeatFailed.Inc()
 			if time.Since(lastWarn) >= interval {
 				lastWarn = time.Now()
@@ -532,7 +532,7 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 		for {
 			n, err := d.store.StepSweep(ctx, 100, d.sweepGrace())
 			if err != nil {
-				d.NoteDBError()
+				d.noteDBError()
 				if ctx.Err() == nil {
 					d.logger.Warn("sweep failed", "error", err)
 				}
@@ -581,11 +581,14 @@ func (d *Dispatcher) listenLoop(ctx context.Context) {
 // dispatchers that started after it came back; see catalog.StepSweep).
 func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
-// NoteDBError records that a database call failed just now (see sweepGrace): the
-// dispatcher's loops call it, and so do the server's housekeeping services, which
-// cairn serve hands it (maintenance.ReaperConfig.OnDBError and the like). It is
+// noteDBError records that a database call failed just now (see sweepGrace).
+func (d *Dispatcher) noteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
+
+// NoteDBError records that a database call of the server failed just now, as the
+// dispatcher's own loops do (see sweepGrace): cairn serve hands it to the
+// housekeeping services (maintenance.ReaperConfig.OnDBError and the like). It is
 // safe for concurrent use.
-func (d *Dispatcher) NoteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
+func (d *Dispatcher) NoteDBError() { d.noteDBError() }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
 

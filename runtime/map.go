@@ -140,7 +140,7 @@ func (d *Dispatcher) mapLoop(ctx context.Context) {
 		}
 		maps, err := d.store.MapsOpen(ctx, 100)
 		if err != nil {
-			d.NoteDBError()
+			d.noteDBError()
 			if ctx.Err() == nil {
 				d.logger.Warn("list open maps failed", "error", err)
 			}

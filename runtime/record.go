@@ -82,7 +82,7 @@ func (d *Dispatcher) untilWritten(a *attempt, op, what string, final func(error)
 			return fmt.Errorf("%w: %w", errWriteGivenUp, err)
 		}
 		if transient {
-			d.NoteDBError()
+			d.noteDBError()
 		}
 		a.logger().Warn(what+" failed; retrying", "error", err, "in", backoff)
 		select {

@@ -165,7 +165,7 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 		for {
 			n, err := d.store.WakeDue(ctx, batch)
 			if err != nil {
-				d.NoteDBError()
+				d.noteDBError()
 				if ctx.Err() == nil {
 					d.logger.Warn("wake sweep failed", "error", err)
 				}

@@ -46,10 +46,10 @@ func New(t testing.TB) *Env {
 	return &Env{Store: store, Blobs: blobs, DatabaseURL: url}
 }
 
-// Start runs a dispatcher over the Env until the test ends (Stop must then return
-// nil). Unless cfg sets them: a cache folder of the test's, a poll interval of 50 ms,
-// and the Env's database for notifications.
-func (e *Env) Start(t testing.TB, cfg runtime.Config) *runtime.Dispatcher {
+// Dispatcher returns a dispatcher over the Env, not started. Unless cfg sets them: a
+// cache folder of the test's, a poll interval of 50 ms, and the Env's database for
+// notifications.
+func (e *Env) Dispatcher(t testing.TB, cfg runtime.Config) *runtime.Dispatcher {
 	t.Helper()
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = t.TempDir()
@@ -62,6 +62,14 @@ func (e *Env) Start(t testing.TB, cfg runtime.Config) *runtime.Dispatcher {
 	}
 	d, err := runtime.New(e.Store, e.Blobs, &cfg)
 	require.NoError(t, err)
+	return d
+}
+
+// Start runs a dispatcher over the Env (as Dispatcher makes it) until the test ends;
+// its Stop must then return nil.
+func (e *Env) Start(t testing.TB, cfg runtime.Config) *runtime.Dispatcher {
+	t.Helper()
+	d := e.Dispatcher(t, cfg)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
