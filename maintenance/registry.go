@@ -49,7 +49,7 @@ func NewRegistry(store *catalog.Store, id string, tags []string, cfg *RegistryCo
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Registry{loop: loop{name: "registry"}, store: store, id: id, tags: tags,
-		logger: c.Logger.With("component", "registry", "dispatcher", id)}, nil
+		logger: c.Logger.With("component", "registry")}, nil
 }
 
 // Start writes the row now and every 5 s until Stop.

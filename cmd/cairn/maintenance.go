@@ -21,6 +21,8 @@ import (
 // before it: the registry then drops disp's row when it stops claiming.
 func newMaintenance(store *catalog.Store, blobs blobstore.Store, disp *runtime.Dispatcher, rt runtimeFlags,
 	logger *slog.Logger, reg prometheus.Registerer, tracer *tracing.Tracer) (maintenance.Group, error) {
+	// Their logs name the dispatcher beside which they run, as its own do.
+	logger = logger.With("dispatcher", disp.ID())
 	registry, err := maintenance.NewRegistry(store, disp.ID(), disp.Tags(), &maintenance.RegistryConfig{Logger: logger})
 	if err != nil {
 		return nil, err
