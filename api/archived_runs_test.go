@@ -16,7 +16,7 @@ import (
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/testenv"
-	"github.com/cairnrun/cairn/runtime"
+	"github.com/cairnrun/cairn/maintenance"
 )
 
 // TestArchivedRun: a run past its retention, with archive: true, is archived to
@@ -91,9 +91,7 @@ func TestArchivedRun(t *testing.T) {
 	_, eventsBefore := get("/v1/runs/" + id + "/events")
 	require.Len(t, items(attemptsBefore), 2)
 
-	disp, err := runtime.New(store, blobs, &runtime.Config{CacheDir: t.TempDir()})
-	require.NoError(t, err)
-	require.Equal(t, 1, disp.Reap(ctx))
+	require.Equal(t, 1, maintenance.NewReaper(store, blobs, nil).Reap(ctx))
 
 	status, _ = get("/v1/runs/" + id)
 	require.Equal(t, http.StatusNotFound, status)

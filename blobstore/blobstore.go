@@ -78,7 +78,7 @@ type PutOptions struct {
 	// that a catalog row will name pass the catalog's claim
 	// (catalog.Store.BlobClaim), so that the garbage collector cannot delete an
 	// object between the moment Put finds it stored and the moment the row that
-	// names it commits (see runtime.Collector). Default nil.
+	// names it commits (see maintenance.Collector). Default nil.
 	Claim func(ctx context.Context, key string) error
 }
 

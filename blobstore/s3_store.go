@@ -120,7 +120,7 @@ func (c S3Config) withDefaults() S3Config {
 // with one PutObject, and a larger one is uploaded part by part (one part in
 // memory) to a temporary key under ".tmp/", then copied server-side to its
 // final key and the temporary object deleted. A crash leaves an incomplete multipart upload, or a temporary
-// object, behind: CleanTemp (run by the garbage collector, runtime.Collector)
+// object, behind: CleanTemp (run by the garbage collector, maintenance.Collector)
 // removes them once they are older than the longest upload.
 type S3Store struct {
 	client   *minio.Client

@@ -16,7 +16,6 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
-	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/tracing"
 )
@@ -65,7 +64,9 @@ const (
 // heartbeats (every LeaseTTL/3).
 const MinLeaseTTL = 300 * time.Millisecond
 
-// Config tunes a Dispatcher. A nil *Config means all defaults.
+// Config tunes a Dispatcher. A nil *Config means all defaults. The server's
+// housekeeping (retention, the blob collector, schedules, bulk operations, span
+// export, the registry) is tuned by the configs of package maintenance.
 type Config struct {
 	// ID names this dispatcher in leases and attempts; default host-pid-random.
 	ID string
@@ -152,29 +153,6 @@ type Config struct {
 	// step that would start one more fails with code child_limit. Default
 	// DefaultMaxTreeRuns (10000).
 	MaxTreeRuns int
-	// Retention is the server's retention of finished runs, for the versions that
-	// set none (cairn serve --retention); default: runs are kept forever.
-	Retention catalog.RetentionDefaults
-	// ReapInterval is how often the reaper looks for runs past their retention
-	// and expired idempotency keys; default DefaultReapInterval (1m).
-	ReapInterval time.Duration
-	// ReapBatch is how many runs one reaper transaction deletes at most; default
-	// DefaultReapBatch (100).
-	ReapBatch int
-	// GCInterval is how often the blob garbage collector (Collector) runs a
-	// pass, across all servers: each dispatcher tries every quarter of it, and
-	// a lease in the catalog lets one pass run at a time and no sooner than
-	// GCInterval after the last one ended. Default DefaultGCInterval (1h);
-	// negative: this dispatcher runs no collector. The collector needs a blob
-	// store with CollectorBlobs (both of blobstore's have it); with another,
-	// it is off.
-	GCInterval time.Duration
-	// GCGrace is the collector's CollectorConfig.Grace; default
-	// DefaultGCGrace (24h).
-	GCGrace time.Duration
-	// GCDryRun makes the collector delete nothing: its passes log what they
-	// would delete. Default false.
-	GCDryRun bool
 	// CacheMaxBytes caps the size of CacheDir (extracted bundles and
 	// downloaded blobs): past it, the entries used least recently and not in
 	// use by an attempt are removed. Default DefaultCacheMaxBytes (10 GiB);
@@ -259,21 +237,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxTreeRuns <= 0 {
 		out.MaxTreeRuns = DefaultMaxTreeRuns
-	}
-	if out.ReapInterval <= 0 {
-		out.ReapInterval = DefaultReapInterval
-	}
-	if out.ReapBatch <= 0 {
-		out.ReapBatch = DefaultReapBatch
-	}
-	if out.GCInterval == 0 {
-		out.GCInterval = DefaultGCInterval
-	}
-	if out.GCGrace < 0 {
-		return out, fmt.Errorf("runtime config: negative GC grace %s", out.GCGrace)
-	}
-	if out.GCGrace == 0 {
-		out.GCGrace = DefaultGCGrace
 	}
 	if out.CacheMaxBytes == 0 {
 		out.CacheMaxBytes = DefaultCacheMaxBytes

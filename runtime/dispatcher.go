@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,6 @@ type Dispatcher struct {
 	metrics  *metrics
 	versions *definitions // compiled versions, cached
 	cache    *fileCache
-	// collector is the blob garbage collector; nil when off.
-	collector *Collector
 
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
@@ -135,13 +134,6 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		d.logger.Warn("another dispatcher uses this cache directory: its size cap is off; give each dispatcher its own --cache-dir",
 			"cache_dir", c.CacheDir)
 	}
-	if cb, ok := blobs.(CollectorBlobs); ok && c.GCInterval > 0 {
-		d.collector, err = NewCollector(store, cb, &CollectorConfig{Grace: c.GCGrace, Interval: c.GCInterval,
-			DryRun: c.GCDryRun, Owner: c.ID, Logger: c.Logger, Registerer: c.Registerer})
-		if err != nil {
-			return nil, err
-		}
-	}
 	d.metrics.admissionLimit.Set(float64(c.Concurrency))
 	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
@@ -153,8 +145,13 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 // ID returns the dispatcher's name, as recorded in leases and attempts.
 func (d *Dispatcher) ID() string { return d.cfg.ID }
 
-// Start runs the dispatcher's loops (claim, heartbeat, sweep, notifications) in the
-// background and returns. The loops live until Stop, not until ctx ends.
+// Tags returns the dispatcher's tags (Config.Tags), sorted and without repeats,
+// as the registry of live dispatchers records them (maintenance.Registry).
+func (d *Dispatcher) Tags() []string { return slices.Clone(d.cfg.Tags) }
+
+// Start runs the dispatcher's loops (claim, complete, heartbeat, sweep, wake, map
+// and notifications) in the background and returns. The loops live until Stop, not
+// until ctx ends. The server's housekeeping runs beside it (package maintenance).
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -167,7 +164,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop, d.operationLoop, d.scheduleLoop, d.registryLoop, d.reapLoop, d.gcLoop, d.spanLoop} {
+	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop} {
 		d.loops.Add(1)
 		go func() {
 			defer d.loops.Done()
@@ -268,23 +265,6 @@ func (d *Dispatcher) nudge() {
 	select {
 	case d.wake <- struct{}{}:
 	default:
-	}
-}
-
-// idle waits between two rounds of a periodic loop: about period (jittered
-// within ±50 %, so that servers started together spread their rounds). false
-// when the dispatcher is shutting down (ctx ended or claiming stopped): the
-// loop returns.
-func (d *Dispatcher) idle(ctx context.Context, period time.Duration) bool {
-	t := time.NewTimer(period/2 + time.Duration(jitterRand()*float64(period)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-d.noClaim:
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -411,35 +391,6 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 func (d *Dispatcher) release(n int) {
 	for i := 0; i < n; i++ {
 		d.slots <- struct{}{}
-	}
-}
-
-// registryBeat is how often a dispatcher writes its row of the registry
-// (catalog.DispatcherBeat); catalog.DispatcherLive is three of them.
-const registryBeat = 5 * time.Second
-
-// registryLoop keeps this dispatcher's row in the catalog's registry of live
-// dispatchers (with its tags: a step whose runs_on no live dispatcher has shows
-// blocked_by no_dispatcher) until it stops claiming, then removes it.
-func (d *Dispatcher) registryLoop(ctx context.Context) {
-	t := time.NewTicker(registryBeat)
-	defer t.Stop()
-	for {
-		if err := d.store.DispatcherBeat(ctx, d.cfg.ID, d.cfg.Tags); err != nil && ctx.Err() == nil {
-			d.logger.Warn("dispatcher registry heartbeat failed", "error", err)
-		}
-		select {
-		case <-t.C:
-			continue
-		case <-ctx.Done():
-		case <-d.noClaim:
-		}
-		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		if err := d.store.DispatcherGone(gctx, d.cfg.ID); err != nil {
-			d.logger.Debug("dispatcher registry removal failed", "error", err)
-		}
-		cancel()
-		return
 	}
 }
 
@@ -632,6 +583,12 @@ func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
 // noteDBError records that a database call failed just now (see sweepGrace).
 func (d *Dispatcher) noteDBError() { d.lastDBError.Store(time.Now().UnixNano()) }
+
+// NoteDBError records that a database call of the server failed just now, as the
+// dispatcher's own loops do (see sweepGrace): cairn serve hands it to the
+// housekeeping services (maintenance.ReaperConfig.OnDBError and the like). It is
+// safe for concurrent use.
+func (d *Dispatcher) NoteDBError() { d.noteDBError() }
 
 func (d *Dispatcher) String() string { return fmt.Sprintf("dispatcher %s", d.cfg.ID) }
 

@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,11 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/blobstore"
-	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
-	cairndeploy "github.com/cairnrun/cairn/internal/deploy"
-	"github.com/cairnrun/cairn/internal/testenv"
 	"github.com/cairnrun/cairn/runtime"
+	"github.com/cairnrun/cairn/runtime/runtimetest"
 )
 
 type testBundle struct {
@@ -34,83 +31,36 @@ type testBundle struct {
 
 func setup(t *testing.T) (context.Context, *testBundle) {
 	t.Helper()
-	url := testenv.DatabaseURL(t)
-	store, err := catalog.Open(context.Background(), url, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { store.Close() })
-	blobs, err := blobstore.NewFile(t.TempDir(), nil)
-	require.NoError(t, err)
-	return context.Background(), &testBundle{store: store, blobs: blobs, dbURL: url}
+	env := runtimetest.New(t)
+	return context.Background(), &testBundle{store: env.Store, blobs: env.Blobs, dbURL: env.DatabaseURL}
 }
 
-// startDispatcher runs a dispatcher until the test ends.
+// env is the bundle as runtimetest's helpers take it.
+func (tb *testBundle) env() *runtimetest.Env {
+	return &runtimetest.Env{Store: tb.store, Blobs: tb.blobs, DatabaseURL: tb.dbURL}
+}
+
+// startDispatcher runs a dispatcher until the test ends (runtimetest.Env.Start).
 func startDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.Dispatcher {
 	t.Helper()
-	if cfg.CacheDir == "" {
-		cfg.CacheDir = t.TempDir()
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	if cfg.DatabaseURL == "" {
-		cfg.DatabaseURL = tb.dbURL
-	}
-	d, err := runtime.New(tb.store, tb.blobs, &cfg)
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		require.NoError(t, d.Stop(ctx))
-	})
-	return d
+	return tb.env().Start(t, cfg)
 }
 
-// deploy writes a bundle folder from files (path → content; paths under bin/ are
-// executable), packs it and deploys the archive as the API does (deploy.Register).
+// deploy deploys a bundle made of files (runtimetest.Env.Deploy).
 func deploy(t *testing.T, tb *testBundle, files map[string]string) *catalog.Version {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	for p, content := range files {
-		full := filepath.Join(dir, p)
-		require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
-		mode := os.FileMode(0o644)
-		if strings.HasPrefix(p, "bin/") {
-			mode = 0o755
-		}
-		require.NoError(t, os.WriteFile(full, []byte(content), mode))
-	}
-	var archive bytes.Buffer
-	_, err := bundle.Pack(ctx, dir, &archive)
-	require.NoError(t, err)
-	v, _, err := cairndeploy.Register(ctx, tb.store, tb.blobs, &archive, &cairndeploy.Config{TempDir: t.TempDir()})
-	require.NoError(t, err)
-	return v
+	return tb.env().Deploy(t, files)
 }
 
 func startRun(t *testing.T, tb *testBundle, v *catalog.Version, input string) uuid.UUID {
 	t.Helper()
-	p := &catalog.RunCreateParams{Workflow: v.Workflow, Version: v.Version}
-	if input != "" {
-		p.Input = json.RawMessage(input)
-	}
-	run, _, err := tb.store.RunCreate(context.Background(), p)
-	require.NoError(t, err)
-	return run.ID
+	return tb.env().StartRun(t, v, input)
 }
 
 // waitRun waits until the run is terminal and returns it.
 func waitRun(t *testing.T, tb *testBundle, id uuid.UUID, within time.Duration) *catalog.Run {
 	t.Helper()
-	var run *catalog.Run
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		r, err := tb.store.RunGet(context.Background(), id)
-		require.NoError(c, err)
-		require.True(c, r.FinishedAt != nil, "run %s is %s", id, r.Status)
-		run = r
-	}, within, 20*time.Millisecond, "waiting for run %s to finish", id)
-	return run
+	return tb.env().WaitRun(t, id, within)
 }
 
 // testingT is what the helpers below need: a *testing.T, or the *assert.CollectT
@@ -406,4 +356,28 @@ steps:
 	err = tb.store.DB().GetContext(ctx, &owners, `SELECT count(DISTINCT dispatcher) FROM attempts`)
 	require.NoError(t, err)
 	require.Equal(t, 2, owners, "both dispatchers took work")
+}
+
+// TestDispatcherClaimsOutputs: the output a step stores as a blob is claimed
+// before its Put (catalog.Store.BlobClaim), as the blob collector's protocol needs
+// (maintenance.Collector).
+func TestDispatcherClaimsOutputs(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{InlineLimit: 8})
+	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
+	id := startRun(t, tb, v, `{"big enough": true}`)
+	waitRun(t, tb, id, 30*time.Second)
+	steps, err := tb.store.StepList(ctx, id)
+	require.NoError(t, err)
+	ref, ok := blobstore.ParseRef(json.RawMessage(steps[0].Output))
+	require.True(t, ok, "the output is a blob: %s", steps[0].Output)
+	key, err := ref.Key()
+	require.NoError(t, err)
+	refs, err := tb.store.BlobsKept(ctx, []string{key}, time.Hour)
+	require.NoError(t, err)
+	require.True(t, refs[key])
+	var claims int
+	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key = $1`, key))
+	require.Equal(t, 1, claims, "the output's key was claimed")
 }

@@ -5,10 +5,11 @@
 // checkpoints over the inline limit go to the blob store, and large inputs reach
 // handlers as local files or presigned URLs, through a size-capped local cache).
 //
-// Every dispatcher also runs housekeeping loops: the reaper (runs past their
-// retention, expired idempotency keys; retention.go) and the blob garbage
-// collector (Collector: objects no catalog row names, leftovers of crashed
-// uploads; collector.go).
+// The dispatcher keeps to the step path: its loops claim, complete, heartbeat,
+// sweep, wake, expand maps and listen for notifications. The server's
+// housekeeping (retention, the blob collector, schedules, bulk operations, span
+// export, the registry of live dispatchers) is the work of the services of package
+// maintenance, which cairn serve runs beside it.
 //
 // The package's name is the one DESIGN gives it, and it shadows the standard
 // library's runtime: a file that needs both imports one of them under another name

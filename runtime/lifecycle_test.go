@@ -26,20 +26,10 @@ steps:
   - {key: long, builtin: sleep, with: {duration: 10m}, retry: {max_attempts: 1}}
 `
 
+// newDispatcher returns a dispatcher not started (runtimetest.Env.Dispatcher).
 func newDispatcher(t *testing.T, tb *testBundle, cfg runtime.Config) *runtime.Dispatcher {
 	t.Helper()
-	if cfg.CacheDir == "" {
-		cfg.CacheDir = t.TempDir()
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	if cfg.DatabaseURL == "" {
-		cfg.DatabaseURL = tb.dbURL
-	}
-	d, err := runtime.New(tb.store, tb.blobs, &cfg)
-	require.NoError(t, err)
-	return d
+	return tb.env().Dispatcher(t, cfg)
 }
 
 // waitRunning waits until the step of the run holds a lease.

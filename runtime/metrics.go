@@ -12,9 +12,6 @@ type metrics struct {
 	// decided counts the conditions (when) this dispatcher decided.
 	decided prometheus.Counter
 	running prometheus.Gauge
-	// scheduleFires counts the fires of schedules this dispatcher's fire loop
-	// handled, by result (created, skipped).
-	scheduleFires *prometheus.CounterVec
 	// mapInstances counts the map instances this dispatcher's map loop created.
 	mapInstances prometheus.Counter
 	// queueWait is how long claimed steps had been ready (ready → started), by workflow.
@@ -22,11 +19,6 @@ type metrics struct {
 	// attemptDuration is how long attempts took (claim → outcome recorded), by
 	// workflow and outcome.
 	attemptDuration *prometheus.HistogramVec
-	// runsReaped, runsArchived and keysExpired count what this dispatcher's
-	// reaper deleted (retention.go).
-	runsReaped   prometheus.Counter
-	runsArchived prometheus.Counter
-	keysExpired  prometheus.Counter
 	// heartbeatFailed counts lease renewals that failed (the database did not
 	// answer within a lease TTL, or refused).
 	heartbeatFailed prometheus.Counter
@@ -65,9 +57,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_attempts_running", Help: "Attempts running in this dispatcher.",
 		}),
-		scheduleFires: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cairn_schedule_fires_total", Help: "Schedule fires handled by this dispatcher's fire loop, by result: created (a run) or skipped (overlap, or older than the catchup window).",
-		}, []string{"result"}),
 		mapInstances: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_map_instances_created_total", Help: "Map instances created by this dispatcher's map loop.",
 		}),
@@ -79,15 +68,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "cairn_attempt_duration_seconds", Help: "Duration of the attempts this dispatcher ran (claim → outcome recorded), by workflow and outcome.",
 			Buckets: durationBuckets,
 		}, []string{"workflow", "outcome"}),
-		runsReaped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cairn_runs_reaped_total", Help: "Finished runs deleted by this dispatcher's reaper, past their retention.",
-		}),
-		runsArchived: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cairn_runs_archived_total", Help: "Runs archived to the blob store by this dispatcher's reaper before their deletion.",
-		}),
-		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "cairn_idempotency_keys_expired_total", Help: "Expired idempotency keys deleted by this dispatcher's reaper.",
-		}),
 		heartbeatFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_heartbeats_failed_total", Help: "Lease renewals of this dispatcher that failed (retried until the leases expire).",
 		}),
@@ -104,9 +84,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running, m.scheduleFires,
-			m.mapInstances, m.queueWait, m.attemptDuration, m.runsReaped, m.runsArchived, m.keysExpired,
-			m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit)
+		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running,
+			m.mapInstances, m.queueWait, m.attemptDuration, m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit)
 	}
 	return m
 }

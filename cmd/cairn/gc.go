@@ -10,14 +10,15 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/maintenance"
 	"github.com/cairnrun/cairn/runtime"
 )
 
 // registerGC adds the blob collector's and the cache's flags: --gc-interval,
 // --gc-grace, --gc-dry-run and --cache-max-bytes.
 func (f *runtimeFlags) registerGC(fs *pflag.FlagSet) {
-	fs.DurationVar(&f.gcInterval, "gc-interval", runtime.DefaultGCInterval, "how often the blob garbage collector deletes the payloads, logs and bundles no catalog row names (one pass at a time across servers); 0: this server runs none")
-	fs.DurationVar(&f.gcGrace, "gc-grace", runtime.DefaultGCGrace, "age under which the blob collector keeps any object (longer than the longest upload), and past which it removes leftovers of crashed uploads (.tmp/, incomplete multipart uploads)")
+	fs.DurationVar(&f.gcInterval, "gc-interval", maintenance.DefaultGCInterval, "how often the blob garbage collector deletes the payloads, logs and bundles no catalog row names (one pass at a time across servers); 0: this server runs none")
+	fs.DurationVar(&f.gcGrace, "gc-grace", maintenance.DefaultGCGrace, "age under which the blob collector keeps any object (longer than the longest upload), and past which it removes leftovers of crashed uploads (.tmp/, incomplete multipart uploads)")
 	fs.BoolVar(&f.gcDryRun, "gc-dry-run", false, "the blob collector deletes nothing: it logs what it would delete")
 	fs.Int64Var(&f.cacheMaxBytes, "cache-max-bytes", runtime.DefaultCacheMaxBytes, "cap of the cache folder, in bytes: past it, the bundles and inputs used least recently (and by no running attempt) are removed; 0: no cap")
 	bindEnv(fs, map[string]string{
@@ -28,15 +29,22 @@ func (f *runtimeFlags) registerGC(fs *pflag.FlagSet) {
 	})
 }
 
-// gcConfig maps the flags to runtime.Config's fields: 0 means off there.
-func (f *runtimeFlags) gcConfig(c *runtime.Config) {
-	c.GCInterval, c.GCGrace, c.GCDryRun, c.CacheMaxBytes = f.gcInterval, f.gcGrace, f.gcDryRun, f.cacheMaxBytes
-	if f.gcInterval <= 0 {
-		c.GCInterval = -1
-	}
+// cacheMaxBytesConfig maps --cache-max-bytes to runtime.Config.CacheMaxBytes: 0 means
+// no cap there.
+func (f *runtimeFlags) cacheMaxBytesConfig() int64 {
 	if f.cacheMaxBytes <= 0 {
-		c.CacheMaxBytes = -1
+		return -1
 	}
+	return f.cacheMaxBytes
+}
+
+// collectorConfig maps the flags to the blob collector's config; nil when
+// --gc-interval is 0 or less: this server runs none.
+func (f *runtimeFlags) collectorConfig() *maintenance.CollectorConfig {
+	if f.gcInterval <= 0 {
+		return nil
+	}
+	return &maintenance.CollectorConfig{Interval: f.gcInterval, Grace: f.gcGrace, DryRun: f.gcDryRun}
 }
 
 // newGCCmd is `cairn gc`: one pass of the blob collector now, against the
@@ -44,7 +52,7 @@ func (f *runtimeFlags) gcConfig(c *runtime.Config) {
 func newGCCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var dbURL, blobURL string
 	var dryRun, asJSON bool
-	var grace = runtime.DefaultGCGrace
+	var grace = maintenance.DefaultGCGrace
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Delete the blobs no catalog row names, and leftovers of crashed uploads (one pass now)",
@@ -65,11 +73,11 @@ running on a server makes this one wait for it to end.`,
 				return err
 			}
 			defer store.Close()
-			cb, ok := blobs.(runtime.CollectorBlobs)
+			cb, ok := blobs.(maintenance.CollectorBlobs)
 			if !ok {
 				return fmt.Errorf("blob store %s cannot be listed", blobURL)
 			}
-			c, err := runtime.NewCollector(store, cb, &runtime.CollectorConfig{Grace: grace, DryRun: dryRun, Logger: logger})
+			c, err := maintenance.NewCollector(store, cb, &maintenance.CollectorConfig{Grace: grace, DryRun: dryRun, Logger: logger})
 			if err != nil {
 				return err
 			}
@@ -105,7 +113,7 @@ running on a server makes this one wait for it to end.`,
 	f.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
 	f.StringVar(&blobURL, "blobstore", "", "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1")
 	f.BoolVar(&dryRun, "dry-run", false, "delete nothing; report what would be deleted")
-	f.DurationVar(&grace, "grace", runtime.DefaultGCGrace, "age under which objects and claims are kept (as the servers' --gc-grace)")
+	f.DurationVar(&grace, "grace", maintenance.DefaultGCGrace, "age under which objects and claims are kept (as the servers' --gc-grace)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	bindEnv(f, map[string]string{
 		"database-url": "CAIRN_DATABASE_URL",

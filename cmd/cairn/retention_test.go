@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
-	"github.com/cairnrun/cairn/runtime"
+	"github.com/cairnrun/cairn/maintenance"
 )
 
 // TestRetentionFlag: --retention takes per-status periods (a status left out
@@ -67,9 +67,7 @@ func TestCLIRunGetArchived(t *testing.T) {
 	_, err = store.DB().ExecContext(t.Context(), `UPDATE runs SET finished_at = now() - interval '2 minutes' WHERE id = $1`, id)
 	require.NoError(t, err)
 	before := b.mustCLI(t, "run", "get", id, "--output", "json")
-	disp, err := runtime.New(store, b.blobs, &runtime.Config{CacheDir: t.TempDir()})
-	require.NoError(t, err)
-	require.Equal(t, 1, disp.Reap(t.Context()))
+	require.Equal(t, 1, maintenance.NewReaper(store, b.blobs, nil).Reap(t.Context()))
 
 	_, err = b.cli(t, "run", "get", id)
 	require.Error(t, err)

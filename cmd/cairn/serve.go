@@ -21,6 +21,7 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/functions"
 	"github.com/cairnrun/cairn/internal/tracing"
+	"github.com/cairnrun/cairn/maintenance"
 	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
 	"github.com/cairnrun/cairn/ui"
@@ -435,9 +436,10 @@ func newHTTPServer(h http.Handler, lim limitFlags, logger *slog.Logger) *http.Se
 	}
 }
 
-// runServer runs the dispatcher and serves the API until ctx ends, then drains HTTP
-// for at most shutdownGrace and stops the dispatcher (running attempts get their grace,
-// then their leases are handed back). onListen, when set, is called with the bound
+// runServer runs the dispatcher with its housekeeping services (newMaintenance) and
+// serves the API until ctx ends, then drains HTTP for at most shutdownGrace, stops
+// the services and stops the dispatcher (running attempts get their grace, then their
+// leases are handed back). onListen, when set, is called with the bound
 // address once the listener is open.
 func runServer(ctx context.Context, p serverParts, onListen func(addr string)) error {
 	reg := prometheus.NewRegistry()
@@ -478,6 +480,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		publicURL = "http://" + addr
 	}
 	var disp *runtime.Dispatcher
+	var housekeeping maintenance.Group // beside the dispatcher, none without it
 	var capabilities func() map[string]string
 	if !p.rt.noDispatcher {
 		execInvoker := newExecInvoker(p.rt, p.logger)
@@ -490,8 +493,8 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			MaxChildDepth: p.rt.maxChildDepth,
 			MaxChildRuns:  p.rt.maxChildRuns,
 			MaxTreeRuns:   p.rt.maxTreeRuns,
-			Retention:     p.rt.retentionDefaults(),
 			CacheDir:      p.rt.cacheDir,
+			CacheMaxBytes: p.rt.cacheMaxBytesConfig(),
 			DatabaseURL:   p.dbURL,
 			SigningKey:    []byte(p.rt.signingKey),
 			Secrets:       secrets.NewVault(p.store, secretKeys),
@@ -505,7 +508,6 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 				bundle.KindLambda: p.lambda,
 			},
 		}
-		p.rt.gcConfig(rtc)
 		// The API's limit of PUT …/checkpoint bounds the files handlers name too.
 		rtc.MaxCheckpointSize = p.limits.maxCheckpointSize
 		disp, err = runtime.New(p.store, p.blobs, rtc)
@@ -514,6 +516,10 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			return err
 		}
 		capabilities = disp.Capabilities
+		if housekeeping, err = newMaintenance(p.store, p.blobs, disp, p.rt, p.logger, reg, tracer); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 
 	lim := p.limits
@@ -533,6 +539,11 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 	if disp != nil {
 		if err := disp.Start(ctx); err != nil {
 			ln.Close()
+			return err
+		}
+		if err := housekeeping.Start(ctx); err != nil {
+			ln.Close()
+			_ = disp.Stop(context.WithoutCancel(ctx))
 			return err
 		}
 	}
@@ -561,6 +572,9 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		// Stop bounds itself to about twice the grace; this is the last resort.
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*p.rt.shutdownGrace+10*time.Second)
 		defer dcancel()
+		if err := housekeeping.Stop(dctx); err != nil {
+			p.logger.Warn("housekeeping shutdown", "error", err)
+		}
 		if err := disp.Stop(dctx); err != nil {
 			p.logger.Warn("dispatcher shutdown", "error", err)
 		}

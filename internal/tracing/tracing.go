@@ -5,7 +5,8 @@
 // of each step are hashes of the run ID and the step key. So a dispatcher on any
 // server joins an attempt to its run's trace without reading anything from the
 // catalog, and each of the run and step spans is emitted once, by the dispatcher that
-// records its end, with its real start and end times.
+// records its end (or, for ends no attempt records, the span exporter of package
+// maintenance), with its real start and end times (ends.go).
 //
 // A nil *Tracer traces nothing, and its methods return at once: tracing off costs a
 // nil check on the attempt path.

@@ -1,4 +1,4 @@
-package runtime_test
+package maintenance_test
 
 import (
 	"testing"
@@ -8,21 +8,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/maintenance"
 	"github.com/cairnrun/cairn/runtime"
 )
 
-// TestReapLoop: a started dispatcher's reaper deletes a run past its retention
-// (here the server's default), keeps one within it, and counts what it deleted.
+// TestReapLoop: a started reaper deletes a run past its retention (here the
+// server's default), keeps one within it, and counts what it deleted.
 func TestReapLoop(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	reg := prometheus.NewRegistry()
-	startDispatcher(t, tb, runtime.Config{ReapInterval: 20 * time.Millisecond, Registerer: reg,
-		Retention: catalog.RetentionDefaults{Succeeded: time.Hour}})
-	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: quick\nsteps:\n  - {key: a, builtin: noop}\n"})
-	old, kept := startRun(t, tb, v, ""), startRun(t, tb, v, "")
-	waitRun(t, tb, old, 30*time.Second)
-	waitRun(t, tb, kept, 30*time.Second)
+	tb.env.Start(t, runtime.Config{})
+	start(t, maintenance.NewReaper(tb.store, tb.blobs, &maintenance.ReaperConfig{Interval: 20 * time.Millisecond,
+		Registerer: reg, Retention: catalog.RetentionDefaults{Succeeded: time.Hour}}))
+	v := tb.env.Deploy(t, map[string]string{"cairn.yaml": "name: quick\nsteps:\n  - {key: a, builtin: noop}\n"})
+	old, kept := tb.env.StartRun(t, v, ""), tb.env.StartRun(t, v, "")
+	tb.env.WaitRun(t, old, 30*time.Second)
+	tb.env.WaitRun(t, kept, 30*time.Second)
 	_, err := tb.store.DB().ExecContext(ctx, `UPDATE runs SET finished_at = now() - interval '2 hours' WHERE id = $1`, old)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

@@ -1,4 +1,4 @@
-package runtime
+package maintenance
 
 import (
 	"crypto/rand"

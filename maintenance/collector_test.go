@@ -1,4 +1,4 @@
-package runtime_test
+package maintenance_test
 
 import (
 	"bytes"
@@ -28,6 +28,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/catalog/catalogtest"
+	"github.com/cairnrun/cairn/maintenance"
 	"github.com/cairnrun/cairn/runtime"
 )
 
@@ -81,9 +82,9 @@ func TestCollector(t *testing.T) {
 	finishedRunWithOutput(t, ctx, tb.store, "gc", blobstore.ObjectRef(used).JSON())
 	require.NoError(t, tb.store.BlobClaim(ctx, claimed.Key))
 
-	newCollector := func(dry bool, reg prometheus.Registerer) *runtime.Collector {
-		c, err := runtime.NewCollector(tb.store, tb.blobs.(runtime.CollectorBlobs),
-			&runtime.CollectorConfig{Grace: 24 * time.Hour, DryRun: dry, Registerer: reg})
+	newCollector := func(dry bool, reg prometheus.Registerer) *maintenance.Collector {
+		c, err := maintenance.NewCollector(tb.store, tb.blobs.(maintenance.CollectorBlobs),
+			&maintenance.CollectorConfig{Grace: 24 * time.Hour, DryRun: dry, Registerer: reg})
 		require.NoError(t, err)
 		return c
 	}
@@ -102,7 +103,7 @@ func TestCollector(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, rep.Skipped)
 	require.Equal(t, 1, rep.DeletedObjects)
-	require.Equal(t, map[string]runtime.KindCount{blobstore.KindPayloads: {Objects: 1, Bytes: garbage.Size}}, rep.ByKind)
+	require.Equal(t, map[string]maintenance.KindCount{blobstore.KindPayloads: {Objects: 1, Bytes: garbage.Size}}, rep.ByKind)
 	require.False(t, exists(t, tb, garbage.Key))
 	for _, o := range []blobstore.Object{used, young, claimed} {
 		require.True(t, exists(t, tb, o.Key), "%s is kept", o.Key)
@@ -129,7 +130,7 @@ func TestCollectorCleansTemp(t *testing.T) {
 	require.NoError(t, os.WriteFile(young, []byte("in progress"), 0o600))
 	at := time.Now().Add(-48 * time.Hour)
 	require.NoError(t, os.Chtimes(old, at, at))
-	c, err := runtime.NewCollector(tb.store, fs, nil)
+	c, err := maintenance.NewCollector(tb.store, fs, nil)
 	require.NoError(t, err)
 	rep, err := c.Collect(ctx, true)
 	require.NoError(t, err)
@@ -160,7 +161,7 @@ func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) 
 // heldLister holds the listing of payloads until release is closed: its pass
 // is then between its mark and its sweeps.
 type heldLister struct {
-	runtime.CollectorBlobs
+	maintenance.CollectorBlobs
 	listing, release chan struct{}
 }
 
@@ -185,10 +186,10 @@ func TestCollectorKeepsClaimsSinceMark(t *testing.T) {
 	const grace = time.Second
 	old := putAged(t, tb, "found again by a writer", time.Hour)
 	garbage := putAged(t, tb, "nobody's", time.Hour)
-	h := &heldLister{CollectorBlobs: tb.blobs.(runtime.CollectorBlobs), listing: make(chan struct{}), release: make(chan struct{})}
-	c, err := runtime.NewCollector(s, h, &runtime.CollectorConfig{Grace: grace})
+	h := &heldLister{CollectorBlobs: tb.blobs.(maintenance.CollectorBlobs), listing: make(chan struct{}), release: make(chan struct{})}
+	c, err := maintenance.NewCollector(s, h, &maintenance.CollectorConfig{Grace: grace})
 	require.NoError(t, err)
-	var rep runtime.GCReport
+	var rep maintenance.GCReport
 	done := make(chan error, 1)
 	go func() {
 		var err error
@@ -233,15 +234,14 @@ func TestCollectorRace(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	// The reaper: a dispatcher that is not started, whose runs are kept one
-	// second.
-	reaper, err := runtime.New(s, tb.blobs, &runtime.Config{CacheDir: t.TempDir(), GCInterval: -1,
+	// The reaper, not started (its passes are called below), whose runs are kept
+	// one second.
+	reaper := maintenance.NewReaper(s, tb.blobs, &maintenance.ReaperConfig{
 		Retention: catalog.RetentionDefaults{Succeeded: time.Second}})
-	require.NoError(t, err)
 	// The grace bounds the time from a writer's claim to its row's commit; two
 	// seconds is plenty for these writers however loaded the machine.
 	const grace = 2 * time.Second
-	collector, err := runtime.NewCollector(s, tb.blobs.(runtime.CollectorBlobs), &runtime.CollectorConfig{Grace: grace, Batch: 4})
+	collector, err := maintenance.NewCollector(s, tb.blobs.(maintenance.CollectorBlobs), &maintenance.CollectorConfig{Grace: grace, Batch: 4})
 	require.NoError(t, err)
 
 	// Many shared contents, each reused now and then: often after the runs that
@@ -413,14 +413,17 @@ SELECT id FROM runs WHERE workflow = 'pair' AND status = 'succeeded' ORDER BY ra
 		writes.Load(), reruns.Load(), reaped.Load(), deleted.Load(), checked)
 }
 
-// TestGCLoop: a started dispatcher's collector deletes an old unreferenced
-// blob on its own, and counts it.
+// TestGCLoop: a started collector deletes an old unreferenced blob on its own,
+// and counts it.
 func TestGCLoop(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	garbage := putAged(t, tb, "left behind", 48*time.Hour)
 	reg := prometheus.NewRegistry()
-	startDispatcher(t, tb, runtime.Config{GCInterval: 20 * time.Millisecond, Registerer: reg})
+	c, err := maintenance.NewCollector(tb.store, tb.blobs.(maintenance.CollectorBlobs),
+		&maintenance.CollectorConfig{Interval: 20 * time.Millisecond, Registerer: reg})
+	require.NoError(t, err)
+	start(t, c)
 	// Waiting for a pass of the loop to delete it.
 	require.Eventually(t, func() bool {
 		_, err := tb.blobs.(blobstore.Store).Stat(ctx, garbage.Key)
@@ -431,18 +434,23 @@ func TestGCLoop(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond)
 }
 
-// TestCollectorRaceDispatcher is the race through a started dispatcher: its
-// steps store outputs over a tiny inline limit (some identical across runs), its
-// reaper deletes runs a second after they end, and its collector loops with a
-// short grace. Every output a surviving run names stays readable.
+// TestCollectorRaceDispatcher is the race through a started dispatcher, as a
+// server runs it: its steps store outputs over a tiny inline limit (some
+// identical across runs), the reaper deletes runs a second after they end, and
+// the collector loops with a short grace. Every output a surviving run names
+// stays readable.
 func TestCollectorRaceDispatcher(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	reg := prometheus.NewRegistry()
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 8, Registerer: reg,
-		ReapInterval: 50 * time.Millisecond, Retention: catalog.RetentionDefaults{Succeeded: time.Second},
-		GCInterval: 50 * time.Millisecond, GCGrace: 2 * time.Second})
-	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
+	tb.env.Start(t, runtime.Config{InlineLimit: 8, Registerer: reg})
+	start(t, maintenance.NewReaper(tb.store, tb.blobs, &maintenance.ReaperConfig{Interval: 50 * time.Millisecond,
+		Retention: catalog.RetentionDefaults{Succeeded: time.Second}, Registerer: reg}))
+	c, err := maintenance.NewCollector(tb.store, tb.blobs.(maintenance.CollectorBlobs),
+		&maintenance.CollectorConfig{Interval: 50 * time.Millisecond, Grace: 2 * time.Second, Registerer: reg})
+	require.NoError(t, err)
+	start(t, c)
+	v := tb.env.Deploy(t, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
 
 	var runs []uuid.UUID
 	stop := make(chan struct{})
@@ -459,7 +467,7 @@ func TestCollectorRaceDispatcher(t *testing.T) {
 			if i%2 == 1 {
 				input = fmt.Sprintf(`{"unique": %d}`, i)
 			}
-			runs = append(runs, startRun(t, tb, v, input))
+			runs = append(runs, tb.env.StartRun(t, v, input))
 		}
 	}()
 	// Waiting for the reaper to delete runs and the collector to reclaim the
@@ -503,27 +511,4 @@ func TestCollectorRaceDispatcher(t *testing.T) {
 		checked++
 	}
 	require.Positive(t, checked)
-}
-
-// TestDispatcherClaimsOutputs: the output a step stores as a blob is claimed
-// before its Put (catalog.Store.BlobClaim), as the collector's protocol needs.
-func TestDispatcherClaimsOutputs(t *testing.T) {
-	t.Parallel()
-	ctx, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 8, GCInterval: -1})
-	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
-	id := startRun(t, tb, v, `{"big enough": true}`)
-	waitRun(t, tb, id, 30*time.Second)
-	steps, err := tb.store.StepList(ctx, id)
-	require.NoError(t, err)
-	ref, ok := blobstore.ParseRef(json.RawMessage(steps[0].Output))
-	require.True(t, ok, "the output is a blob: %s", steps[0].Output)
-	key, err := ref.Key()
-	require.NoError(t, err)
-	refs, err := tb.store.BlobsKept(ctx, []string{key}, time.Hour)
-	require.NoError(t, err)
-	require.True(t, refs[key])
-	var claims int
-	require.NoError(t, tb.store.DB().GetContext(ctx, &claims, `SELECT count(*) FROM blob_claims WHERE blob_key = $1`, key))
-	require.Equal(t, 1, claims, "the output's key was claimed")
 }

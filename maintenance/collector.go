@@ -1,4 +1,4 @@
-package runtime
+package maintenance
 
 import (
 	"context"
@@ -6,10 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,8 +22,7 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 )
 
-// Defaults of the blob garbage collector (Config.GCInterval, Config.GCGrace,
-// CollectorConfig).
+// Defaults of the blob garbage collector (CollectorConfig).
 const (
 	// DefaultGCInterval is how often a pass runs, across all servers.
 	DefaultGCInterval = time.Hour
@@ -126,9 +123,11 @@ type KindCount struct {
 // servers (a lease row in the catalog); a pass that lost it sweeps nothing
 // more.
 //
-// Create it with NewCollector; every dispatcher runs one (Config.GCInterval),
-// and `cairn gc` runs one pass. It is safe for concurrent use.
+// Create it with NewCollector. Every server runs one with Start and Stop (a pass
+// tried every quarter of Interval), and `cairn gc` runs one pass with Collect. It
+// is safe for concurrent use.
 type Collector struct {
+	loop
 	store   *catalog.Store
 	blobs   CollectorBlobs
 	cfg     CollectorConfig
@@ -161,15 +160,40 @@ func NewCollector(store *catalog.Store, blobs CollectorBlobs, cfg *CollectorConf
 	if c.Owner == "" {
 		// Unique to this collector: two passes under one name could share the
 		// lease, and one's expiry of claims could outrun the other's sweeps.
-		host, _ := os.Hostname()
-		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), rand.Text()[:8])
+		c.Owner = newOwner()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Collector{store: store, blobs: blobs, cfg: c, logger: c.Logger.With("component", "blob_gc"),
-		metrics: newGCMetrics(c.Registerer)}, nil
+	return &Collector{loop: loop{name: "blob collector"}, store: store, blobs: blobs, cfg: c,
+		logger: c.Logger.With("component", "blob_gc"), metrics: newGCMetrics(c.Registerer)}, nil
 }
+
+// Start runs the collector's passes until Stop: it tries every quarter of Interval
+// (jittered), and the catalog's lease lets one pass run at a time across servers,
+// Interval after the last one ended.
+func (c *Collector) Start(ctx context.Context) error {
+	return c.start(ctx, func(ctx context.Context) {
+		for idle(ctx, c.cfg.Interval/4) {
+			rep, err := c.Collect(ctx, false)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.logger.Warn("blob collector pass failed", "error", err)
+				}
+				continue
+			}
+			if !rep.Skipped {
+				c.logger.Info("blob collector pass", "dry_run", rep.DryRun, "scanned", rep.ScannedObjects,
+					"deleted", rep.DeletedObjects, "deleted_bytes", rep.DeletedBytes,
+					"temp_objects", rep.Temp.Objects, "incomplete_uploads", rep.Temp.Uploads)
+			}
+		}
+	})
+}
+
+// Stop ends the passes (one under way is canceled and releases its lease) and
+// waits for them, or for ctx.
+func (c *Collector) Stop(ctx context.Context) error { return c.stop(ctx) }
 
 // Collect runs one pass now and reports it. With force, it does not wait for
 // the interval since the last pass (but still for another server's pass to
@@ -456,29 +480,6 @@ func (c *Collector) sweep(ctx context.Context, kind string, batch []blobstore.Li
 		c.logger.Debug("deleted unreferenced objects", "kind", kind, "count", len(deleted))
 	}
 	return err
-}
-
-// gcLoop runs the blob collector's passes: every dispatcher tries every
-// quarter of GCInterval (jittered), and the catalog's lease lets one pass run
-// at a time, GCInterval after the last one ended.
-func (d *Dispatcher) gcLoop(ctx context.Context) {
-	if d.collector == nil {
-		return
-	}
-	for d.idle(ctx, d.cfg.GCInterval/4) {
-		rep, err := d.collector.Collect(ctx, false)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.logger.Warn("blob collector pass failed", "error", err)
-			}
-			continue
-		}
-		if !rep.Skipped {
-			d.logger.Info("blob collector pass", "dry_run", rep.DryRun, "scanned", rep.ScannedObjects,
-				"deleted", rep.DeletedObjects, "deleted_bytes", rep.DeletedBytes,
-				"temp_objects", rep.Temp.Objects, "incomplete_uploads", rep.Temp.Uploads)
-		}
-	}
 }
 
 // gcMetrics are the collector's Prometheus series.
