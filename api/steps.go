@@ -46,9 +46,9 @@ type Step struct {
 // step), or the end of a durable wait (a suspended step: sleep, signal, approval,
 // callback, child run).
 type WaitingFor struct {
-	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback,child_run,map" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)"`
+	Kind      string     `json:"kind" enum:"upstream,sleep,signal,approval,callback,child_run,map,event" doc:"upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map; event: a wait_for_event step, name)"`
 	Until     *time.Time `json:"until,omitempty" doc:"a sleep's end"`
-	Name      string     `json:"name,omitempty" doc:"the signal's name (POST /v1/runs/{id}/signals/{name})"`
+	Name      string     `json:"name,omitempty" doc:"the signal's name (POST /v1/runs/{id}/signals/{name}), or the event's (POST /v1/events)"`
 	RunID     string     `json:"run_id,omitempty" format:"uuid" doc:"the child run a workflow step waits for"`
 	Since     *time.Time `json:"since,omitempty" doc:"when the wait began"`
 	TimeoutAt *time.Time `json:"timeout_at,omitempty" doc:"when the wait gives up"`

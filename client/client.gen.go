@@ -497,31 +497,34 @@ func (e StepTriggerRule) Valid() bool {
 
 // Defines values for WaitingForKind.
 const (
-	Approval WaitingForKind = "approval"
-	Callback WaitingForKind = "callback"
-	ChildRun WaitingForKind = "child_run"
-	Map      WaitingForKind = "map"
-	Signal   WaitingForKind = "signal"
-	Sleep    WaitingForKind = "sleep"
-	Upstream WaitingForKind = "upstream"
+	WaitingForKindApproval WaitingForKind = "approval"
+	WaitingForKindCallback WaitingForKind = "callback"
+	WaitingForKindChildRun WaitingForKind = "child_run"
+	WaitingForKindEvent    WaitingForKind = "event"
+	WaitingForKindMap      WaitingForKind = "map"
+	WaitingForKindSignal   WaitingForKind = "signal"
+	WaitingForKindSleep    WaitingForKind = "sleep"
+	WaitingForKindUpstream WaitingForKind = "upstream"
 )
 
 // Valid indicates whether the value is a known member of the WaitingForKind enum.
 func (e WaitingForKind) Valid() bool {
 	switch e {
-	case Approval:
+	case WaitingForKindApproval:
 		return true
-	case Callback:
+	case WaitingForKindCallback:
 		return true
-	case ChildRun:
+	case WaitingForKindChildRun:
 		return true
-	case Map:
+	case WaitingForKindEvent:
 		return true
-	case Signal:
+	case WaitingForKindMap:
 		return true
-	case Sleep:
+	case WaitingForKindSignal:
 		return true
-	case Upstream:
+	case WaitingForKindSleep:
+		return true
+	case WaitingForKindUpstream:
 		return true
 	default:
 		return false
@@ -1613,10 +1616,10 @@ type WaitingFor struct {
 	// Approvals an approval: how many have approved so far
 	Approvals *int64 `json:"approvals,omitempty"`
 
-	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
+	// Kind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map; event: a wait_for_event step, name)
 	Kind WaitingForKind `json:"kind"`
 
-	// Name the signal's name (POST /v1/runs/{id}/signals/{name})
+	// Name the signal's name (POST /v1/runs/{id}/signals/{name}), or the event's (POST /v1/events)
 	Name *string `json:"name,omitempty"`
 
 	// OnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)
@@ -1638,7 +1641,7 @@ type WaitingFor struct {
 	Until *time.Time `json:"until,omitempty"`
 }
 
-// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
+// WaitingForKind upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map; event: a wait_for_event step, name)
 type WaitingForKind string
 
 // WaitingForOnTimeout what happens then: fail (code timeout) or continue (succeeds with a null output)

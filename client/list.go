@@ -215,3 +215,19 @@ func (c *Client) SchedulePages(ctx context.Context, p *ListSchedulesParams) iter
 		return resp, resp.JSON200.NextCursor, nil
 	})
 }
+
+// ReceivedEventPages iterates over the pages of GET /v1/events (newest first).
+func (c *Client) ReceivedEventPages(ctx context.Context, p *ListReceivedEventsParams) iter.Seq2[*ListReceivedEventsResponse, error] {
+	params := copyParams(p)
+	return pages(ctx, "list events", params.Cursor, func(cursor *string) (*ListReceivedEventsResponse, *string, error) {
+		params.Cursor = cursor
+		resp, err := c.ListReceivedEventsWithResponse(ctx, &params)
+		if err != nil {
+			return nil, nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, unexpectedAnswer(resp.StatusCode())
+		}
+		return resp, resp.JSON200.NextCursor, nil
+	})
+}

@@ -665,7 +665,7 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if v.Step.LastError != nil {
 		v.LastError = pretty(v.Step.LastError)
 	}
-	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.Approval && !terminalRun(run.JSON200.Status) &&
+	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.WaitingForKindApproval && !terminalRun(run.JSON200.Status) &&
 		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
 	return v, nil
 }

@@ -35,6 +35,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newSecretCmd(e, stdout, stderr),
 		newLimitCmd(e, stdout, stderr),
 		newScheduleCmd(e, stdout, stderr),
+		newEventCmd(e, stdout, stderr),
 	}
 }
 

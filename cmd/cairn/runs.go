@@ -348,7 +348,7 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 	}
 	var out string
 	switch w.Kind {
-	case client.Upstream:
+	case client.WaitingForKindUpstream:
 		var keys []string
 		for _, n := range deref(s.Needs) {
 			if status[n] != client.StepStatusSucceeded {
@@ -356,19 +356,21 @@ func waitingText(s client.Step, status map[string]client.StepStatus, now time.Ti
 			}
 		}
 		out = "upstream " + strings.Join(keys, ",")
-	case client.Sleep:
+	case client.WaitingForKindSleep:
 		out = "sleep"
 		if w.Until != nil {
 			out += " until " + w.Until.UTC().Format(time.RFC3339) + " (" + relative(*w.Until, now) + ")"
 		}
-	case client.Signal:
+	case client.WaitingForKindSignal:
 		out = "signal " + deref(w.Name)
-	case client.Approval:
+	case client.WaitingForKindEvent:
+		out = "event " + deref(w.Name)
+	case client.WaitingForKindApproval:
 		out = "approval"
 		if w.Required != nil && w.Approvals != nil {
 			out += fmt.Sprintf(" %d/%d", *w.Approvals, *w.Required)
 		}
-	case client.ChildRun:
+	case client.WaitingForKindChildRun:
 		out = "child run"
 		if w.RunId != nil {
 			out += " " + w.RunId.String()

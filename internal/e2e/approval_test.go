@@ -38,7 +38,7 @@ func TestApprovalThroughRealServer(t *testing.T) {
 	step := c.waitStep(id, "gate", time.Minute, "suspended for approval", func(s client.Step) bool {
 		return s.Status == client.StepStatusSuspended
 	})
-	require.Equal(t, client.Approval, step.WaitingFor.Kind)
+	require.Equal(t, client.WaitingForKindApproval, step.WaitingFor.Kind)
 	require.EqualValues(t, 2, deref(step.WaitingFor.Required))
 	require.EqualValues(t, 0, deref(step.WaitingFor.Approvals))
 	require.NotNil(t, step.WaitingFor.TimeoutAt)

@@ -47,7 +47,7 @@ func callbackRun(t *testing.T, c *apiClient, name, timeout string) (id, url stri
 		return s.Status == client.StepStatusSuspended
 	})
 	require.NotNil(t, st.WaitingFor)
-	require.Equal(t, client.Callback, st.WaitingFor.Kind)
+	require.Equal(t, client.WaitingForKindCallback, st.WaitingFor.Kind)
 	m := callbackURLLine.FindStringSubmatch(c.logs(id, "charge", 1))
 	require.NotNil(t, m, "the function's log names its callback_url")
 	decoded, err := base64.StdEncoding.DecodeString(m[1])

@@ -29,7 +29,7 @@ steps:
 		return s.Status == client.StepStatusSuspended
 	})
 	require.NotNil(t, nap.WaitingFor)
-	require.Equal(t, client.Sleep, nap.WaitingFor.Kind)
+	require.Equal(t, client.WaitingForKindSleep, nap.WaitingFor.Kind)
 	require.NotNil(t, nap.WaitingFor.Until)
 	until := *nap.WaitingFor.Until
 	require.WithinDuration(t, started.Add(30*time.Second), until, 2*time.Second)

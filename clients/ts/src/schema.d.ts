@@ -2135,11 +2135,11 @@ export interface components {
              */
             approvals?: number;
             /**
-             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map)
+             * @description upstream: steps it needs have not finished (see needs); the others: a suspended step's wait (child_run: a workflow step's child run, run_id; map: a map step's instances, see map; event: a wait_for_event step, name)
              * @enum {string}
              */
-            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run" | "map";
-            /** @description the signal's name (POST /v1/runs/{id}/signals/{name}) */
+            kind: "upstream" | "sleep" | "signal" | "approval" | "callback" | "child_run" | "map" | "event";
+            /** @description the signal's name (POST /v1/runs/{id}/signals/{name}), or the event's (POST /v1/events) */
             name?: string;
             /**
              * @description what happens then: fail (code timeout) or continue (succeeds with a null output)
