@@ -33,11 +33,6 @@ func eventOf(e *catalog.Event) Event {
 	return Event{Seq: e.Seq, Type: string(e.Type), Step: e.StepKey, Attempt: e.Attempt, Data: jsonOrNull(e.Data), CreatedAt: e.CreatedAt.UTC()}
 }
 
-// isFinal reports whether an event ends a run's history.
-func isFinal(typ string) bool {
-	return typ == "run.succeeded" || typ == "run.failed" || typ == "run.canceled"
-}
-
 // ssePollInterval is how often a live stream looks for new events (see pollEvents).
 const ssePollInterval = 100 * time.Millisecond
 
@@ -184,7 +179,7 @@ func (s *Server) followEvents(hc huma.Context, id uuid.UUID, after int64) {
 				return
 			}
 			after = ev.Seq
-			if isFinal(ev.Type) && i == len(rows)-1 && s.endsHistory(ctx, gen, id, ev.Seq) {
+			if rows[i].Type.Final() && i == len(rows)-1 && s.endsHistory(ctx, gen, id, ev.Seq) {
 				flush()
 				return
 			}

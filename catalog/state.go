@@ -85,6 +85,8 @@ package catalog
 //   - workflow_versions_kept, workflow_versions_kept_truncate (a delete, renumber or
 //     truncate of workflow_versions): refused, restrict_violation. Stay.
 
+import "strings"
+
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,
 // or pending when no step has started), and a paused run still ends when its last
@@ -208,6 +210,14 @@ const (
 
 // EventType is the type of an entry of a run's history (Event.Type).
 type EventType string
+
+// Final reports whether an event of type t ends a run's history: the event of a
+// terminal run status, run.<status> (run.succeeded, run.failed, run.canceled).
+// A retry of the run writes more events after it (run.retried).
+func (t EventType) Final() bool {
+	st, ok := strings.CutPrefix(string(t), "run.")
+	return ok && RunStatus(st).Terminal()
+}
 
 // Event types. The SQL functions write all but step.checkpointed (StepCheckpoint)
 // and step.progress (StepEvent).
