@@ -194,7 +194,7 @@ func TestRejectAndRoles(t *testing.T) {
 	require.Equal(t, http.StatusConflict, a.status, "%s", a.body)
 }
 
-// TestApprovalNeedsNamedApprovers (audit 2, I1): one person holding the two tokens
+// TestApprovalNeedsNamedApprovers: one person holding the two tokens
 // `cairn dev` makes (operator and admin, neither named) met `required: 2`, since an
 // unnamed token takes its role's name. Such a token may not approve a step that
 // needs more than one approver (403 naming why and how to name tokens), and
@@ -236,7 +236,7 @@ func TestApprovalNeedsNamedApprovers(t *testing.T) {
 	require.Equal(t, "failed", decode[decisionAnswer](t, a).Step.Status)
 }
 
-// TestApprovalTwoUnnamedTokens (audit 2, I1, as reproduced): the operator and admin
+// TestApprovalTwoUnnamedTokens: the operator and admin
 // tokens of one holder, both unnamed, approve a required-2 step: refused, and the
 // step still waits.
 func TestApprovalTwoUnnamedTokens(t *testing.T) {
@@ -254,7 +254,7 @@ func TestApprovalTwoUnnamedTokens(t *testing.T) {
 	require.Equal(t, catalog.StepSuspended, st.Status, "one person with two tokens did not meet required: 2")
 }
 
-// TestDecideDecidedStep (issue 33 §5): approving or rejecting a step that was
+// TestDecideDecidedStep: approving or rejecting a step that was
 // decided already is a 409 invalid_run_state naming the step's state, for an
 // approver who decided before too (it answered 200 counted:false); a repeat while
 // the step still waits stays 200 counted:false.

@@ -17,7 +17,8 @@ import (
 // Role is what a token may do. Roles are ordered: each includes the ones below it.
 type Role int
 
-// The roles of DESIGN §6.
+// The roles of a token (CAIRN_TOKENS, README.md "Configuration"), each allowed
+// what the one before it is.
 const (
 	// RoleNone marks public operations (health, the OpenAPI document).
 	RoleNone Role = iota

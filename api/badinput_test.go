@@ -97,7 +97,8 @@ func (tb *testBundle) deployHello(t *testing.T) (runID, step string) {
 	return run.ID, claimed[0].Key
 }
 
-// legacyCursor mints a cursor the way the audit did (W7): the checksum was the first
+// legacyCursor mints a cursor as a client could before cursors were signed: the
+// checksum was the first
 // 16 hex digits of sha256("1\0<list>\0<filter>\0<after>"), computable by anyone.
 func legacyCursor(list, filter, after string) string {
 	sum := sha256.Sum256([]byte("1\x00" + list + "\x00" + filter + "\x00" + after))
@@ -109,7 +110,8 @@ func legacyCursor(list, filter, after string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// TestBadInputAnswers4xx replays the D5 reproductions of security audit 1: text
+// TestBadInputAnswers4xx replays input PostgreSQL cannot store (docs/security.md,
+// "Bad input"): text
 // PostgreSQL refuses (NUL, invalid UTF-8, lone surrogates) and integers beyond its
 // integer columns, in bodies, headers, paths, queries and cursors, are answered with
 // a 4xx naming the field, never a 500.
@@ -197,7 +199,7 @@ func TestGoodTextAccepted(t *testing.T) {
 }
 
 // TestBadBundleStrings: a manifest whose description or "with" values hold a NUL is
-// a 400 naming the field (D5), not a 500.
+// a 400 naming the field, not a 500.
 func TestBadBundleStrings(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ name, manifest, field string }{
@@ -225,7 +227,7 @@ func TestBadBundleStrings(t *testing.T) {
 	}
 }
 
-// TestProblemsEchoShortPrefix (W8): a problem never echoes more than a short prefix
+// TestProblemsEchoShortPrefix: a problem never echoes more than a short prefix
 // of a bad value, whatever its size.
 func TestProblemsEchoShortPrefix(t *testing.T) {
 	t.Parallel()

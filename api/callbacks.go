@@ -16,11 +16,11 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Callbacks (issue 14): a function that started work outside Cairn answers
-// {"$suspend": …}; its step waits until a third party POSTs the result to the
-// envelope's callback_url. The URL is envelope-free: its body is the step's output
-// as it is (a webhook from a payment provider can be pointed at it unchanged),
-// and its token is the only credential.
+// Callbacks (docs/api-endpoints.md, "Callbacks"): a function that started work
+// outside Cairn answers {"$suspend": …}; its step waits until a third party POSTs
+// the result to the envelope's callback_url. The URL is envelope-free: its body is
+// the step's output as it is (a webhook from a payment provider can be pointed at
+// it unchanged), and its token is the only credential.
 
 // maxCallbackErrorSize bounds the body of a failing callback ({"message", "code"}).
 const maxCallbackErrorSize = 64 << 10
@@ -81,7 +81,7 @@ func (s *Server) registerCallbacks() {
 			}
 			// Nothing goes to the blob store for a step that no longer waits (the
 			// token's signature never expires), nor for a second request while one
-			// is reading its body (audit 2, E6): the request takes the step's
+			// is reading its body: the request takes the step's
 			// callback first, and keeps it until it has answered. The catalog checks
 			// the step again when it completes it, so a race ends in the same 409.
 			holder := uuid.New()

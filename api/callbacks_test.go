@@ -141,7 +141,7 @@ func TestCallback(t *testing.T) {
 	require.JSONEq(t, `{"early":true}`, string(st.Output))
 }
 
-// TestCallbackOneUploadAtATime (audit 2, E6): requests racing on one callback URL
+// TestCallbackOneUploadAtATime: requests racing on one callback URL
 // were all read to the end and stored (3 × 50 MB refused with 409, 191 MB
 // written). While one request reads its body, a second one for the same step is a
 // 409 callback_not_waiting before a byte of its body is stored, and the first

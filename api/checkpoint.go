@@ -1,14 +1,12 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -99,11 +97,7 @@ func (s *Server) registerCheckpoint() {
 		if err != nil {
 			return nil, err
 		}
-		data, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
-		if len(stored) > 1024 {
-			data = []byte(`{"size":` + strconv.Itoa(len(stored)) + `}`)
-		}
-		if err := s.store.StepCheckpoint(ctx, lease, stored, data); err != nil {
+		if err := s.store.StepCheckpoint(ctx, lease, stored, catalog.CheckpointEventData(stored)); err != nil {
 			return nil, s.countLeaseLost(err)
 		}
 		return &struct{ Body CheckpointResult }{Body: CheckpointResult{Checkpoint: stored}}, nil
@@ -142,38 +136,57 @@ func checkpointTooLarge(limit int64) error {
 	return withDetail(errTooLarge, "the checkpoint is larger than the limit of %d bytes", limit)
 }
 
-// storeCheckpoint keeps a small JSON checkpoint inline and streams anything else
-// into the blob store.
+// storeCheckpoint stores a request body (a checkpoint, a signal's payload, a
+// callback's output) as the runtime stores payloads (blobstore.PutPayload): a
+// small JSON body inline, anything else streamed into the blob store. A JSON body
+// within the inline limit must be JSON that PostgreSQL can store.
 func (s *Server) storeCheckpoint(ctx context.Context, body io.Reader, contentType string) (json.RawMessage, error) {
-	limit := s.cfg.InlineLimit
-	head, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		return nil, bodyError(err)
-	}
-	isJSON := strings.HasPrefix(strings.ToLower(contentType), "application/json")
-	if int64(len(head)) <= limit && isJSON {
-		if !json.Valid(head) {
-			return nil, withDetail(errBadRequest, "the checkpoint is not valid JSON")
-		}
-		if at, msg := jsonTextProblem(head); msg != "" {
-			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body" + at, Message: msg}}}
-		}
-		// The runtime's rule: a value that mentions "$blob", however spelled, is
-		// stored as bytes, so that it can never read as a reference.
-		if !blobstore.MentionsRef(head) {
-			return json.RawMessage(bytes.TrimSpace(head)), nil
-		}
-	}
 	ct := contentType
 	if ct == "" {
-		ct = "application/octet-stream"
+		ct = blobstore.DefaultContentType
 	}
-	obj, err := s.blobs.Put(ctx, blobstore.KindPayloads, io.MultiReader(bytes.NewReader(head), body), blobstore.PutOptions{ContentType: ct, Size: -1, Claim: s.store.BlobClaim})
-	if err != nil {
-		return nil, err // a *http.MaxBytesError for a body over the limit: a 413
+	stored, err := blobstore.PutPayload(ctx, s.blobs, readErrors{body}, blobstore.PayloadOptions{
+		InlineLimit: s.cfg.InlineLimit,
+		Bytes:       !strings.HasPrefix(strings.ToLower(contentType), "application/json"),
+		Check:       checkJSONBody,
+		ContentType: ct,
+		Claim:       s.store.BlobClaim,
+	})
+	if re := (*readError)(nil); errors.As(err, &re) {
+		return nil, bodyError(re.err)
 	}
-	return blobstore.ObjectRef(obj).JSON(), nil
+	return stored, err
 }
+
+// checkJSONBody refuses a JSON body that is not valid (400) or that PostgreSQL
+// cannot store (422).
+func checkJSONBody(b []byte) error {
+	if !json.Valid(b) {
+		return withDetail(errBadRequest, "the checkpoint is not valid JSON")
+	}
+	if at, msg := jsonTextProblem(b); msg != "" {
+		return &validationError{errs: []error{&huma.ErrorDetail{Location: "body" + at, Message: msg}}}
+	}
+	return nil
+}
+
+// readErrors marks the errors of reading a request body (readError), so that a
+// failed read is told from a failed write to the blob store.
+type readErrors struct{ r io.Reader }
+
+func (r readErrors) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = &readError{err}
+	}
+	return n, err
+}
+
+// readError is an error of reading a request body.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
 
 // bodyError is the error of a failed read of the request body: over the limit (a
 // *http.MaxBytesError, a 413), too slow (errSlowBody, a 408), or broken.

@@ -14,7 +14,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 )
 
-// TestCheckpointForgedReferenceIsStoredAsBytes (audit D4): a checkpoint PUT that
+// TestCheckpointForgedReferenceIsStoredAsBytes: a checkpoint PUT that
 // spells a $blob reference with an escape, in another key order or twice is stored
 // as the bytes it is; the reference in the catalog is Cairn's own, to those bytes.
 func TestCheckpointForgedReferenceIsStoredAsBytes(t *testing.T) {
@@ -54,7 +54,7 @@ func TestCheckpointForgedReferenceIsStoredAsBytes(t *testing.T) {
 	}
 }
 
-// TestCheckpointBadTextNamed (audit D5): a JSON checkpoint with text PostgreSQL
+// TestCheckpointBadTextNamed: a JSON checkpoint with text PostgreSQL
 // cannot store is a 422 naming where, not a 500 (nor the catalog's fallback 400).
 func TestCheckpointBadTextNamed(t *testing.T) {
 	t.Parallel()

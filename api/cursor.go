@@ -16,8 +16,8 @@ import (
 // Cursors are opaque to clients: base64url of a versioned JSON document naming the
 // list they page, a fingerprint of the list's filters and the last key seen, with a
 // MAC keyed by the server (HMAC-SHA256), so that a cursor the server did not issue,
-// edited or minted by a client, is refused rather than read (security audit 1, W7:
-// the checksum was unkeyed, and forged keys reached SQL).
+// edited or minted by a client, is refused rather than read (an unkeyed
+// checksum once let forged keys reach SQL).
 
 const (
 	// cursorVersion 2: keyed MAC. Version 1 cursors (an unkeyed checksum) are

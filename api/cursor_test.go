@@ -30,9 +30,9 @@ func setupSigned(t *testing.T, key string) *testBundle {
 	return &testBundle{store: store, blobDir: blobDir, url: hs.URL}
 }
 
-// TestForgedCursorRefused (W7): a cursor minted by a client, with the checksum the
-// audit recomputed, or taken from a server with another key, is a 400; the server's
-// own cursors page as before, on any server sharing its signing key.
+// TestForgedCursorRefused: a cursor minted by a client, with the checksum
+// recomputed (legacyCursor), or taken from a server with another key, is a 400; the
+// server's own cursors page as before, on any server sharing its signing key.
 func TestForgedCursorRefused(t *testing.T) {
 	t.Parallel()
 	tb := setupSigned(t, "signing-key-one")
@@ -50,7 +50,7 @@ func TestForgedCursorRefused(t *testing.T) {
 	require.NoError(t, json.Unmarshal(a.body, &page))
 	require.Equal(t, "wf-b", page.Items[0].Name)
 
-	// The audit's forgeries of legitimate-looking keys: refused.
+	// Forgeries of legitimate-looking keys: refused.
 	a = tb.send(t, http.MethodGet, "/v1/workflows?limit=1&cursor="+legacyCursor("workflows", "", `"wf-a"`), nil, nil)
 	require.Equal(t, http.StatusBadRequest, a.status, "%s", a.body)
 	a = tb.send(t, http.MethodGet, "/v1/runs?cursor="+legacyCursor("runs", "\x00", `"ffffffff-ffff-ffff-ffff-ffffffffffff"`), nil, nil)

@@ -71,7 +71,7 @@ func (c *countingConn) ResetSession(ctx context.Context) error {
 
 func (c *countingConn) IsValid() bool { return c.Conn.(driver.Validator).IsValid() }
 
-// TestStreamsOfOneRunSharePolls (audit W2): the live streams of one run wake together
+// TestStreamsOfOneRunSharePolls: the live streams of one run wake together
 // and share their polls of the catalog, so fifty streams cost about what one does,
 // not fifty times as much (each polled twice every 100 ms before).
 func TestStreamsOfOneRunSharePolls(t *testing.T) {

@@ -154,7 +154,7 @@ func (s *Server) registerHooks() {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: field("input"), Message: fmt.Sprintf("the input is %d bytes, over the limit of %d", len(input), maxInputSize)}}}
 		}
 		// Text the catalog cannot store (a \u0000 in the body's strings) is the
-		// delivery's fault, said as such (audit 2, I4), not the database's refusal.
+		// delivery's fault, said as such, not the database's refusal.
 		if at, msg := jsonTextProblem(input); msg != "" {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: field("input"), Message: "the input" + at + " " + msg}}}
 		}
@@ -189,7 +189,7 @@ func (s *Server) registerHooks() {
 
 // hookIdempotencyKey is the key that names a delivery: the value of the hook's
 // idempotency_key expression; for a github hook without one, GitHub's delivery ID
-// (X-GitHub-Delivery, the same on a redelivery; audit 2, I3); "" for none (every
+// (X-GitHub-Delivery, the same on a redelivery); "" for none (every
 // delivery starts a run). A key too long for the catalog, or whose text it cannot
 // store, is kept as its SHA-256. An expression that fails or gives "" is a 422
 // naming field.

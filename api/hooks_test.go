@@ -233,7 +233,7 @@ func hookDeliveries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	return out
 }
 
-// TestHookGitHubDeliveryKey (audit 2, I3): a github hook without an
+// TestHookGitHubDeliveryKey: a github hook without an
 // idempotency_key started a run for every replay of a delivery. Its key is now
 // GitHub's delivery ID (X-GitHub-Delivery): the same delivery again answers the
 // first run, another delivery starts its own. An hmac-sha256 hook without a key
@@ -270,7 +270,7 @@ func TestHookGitHubDeliveryKey(t *testing.T) {
 	require.Equal(t, 4, tb.runCount(t), "an hmac-sha256 hook without a key has no replay protection")
 }
 
-// TestHookTextTheCatalogRefuses (audit 2, I4): a delivery whose body holds a
+// TestHookTextTheCatalogRefuses: a delivery whose body holds a
 // \u0000 was a 400 bad_request ("database refused a value"); it is the sender's
 // input, a 422 validation_failed naming the hook's input and where in it. Nothing
 // is started.

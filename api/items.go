@@ -11,9 +11,9 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 )
 
-// Map instances (issue 15): a map step's instances are steps keyed "key[index]";
-// these operations page through them and reach each one's output, logs and
-// attempts by index.
+// Map instances (docs/api-endpoints.md, "Map instances"): a map step's instances
+// are steps keyed "key[index]"; these operations page through them and reach each
+// one's output, logs and attempts by index.
 
 // MapProgress is where a map step's instances stand.
 type MapProgress struct {

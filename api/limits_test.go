@@ -77,7 +77,7 @@ func (tb *testBundle) putCheckpoint(t *testing.T, id uuid.UUID, key, cred, conte
 	return resp.StatusCode, string(b)
 }
 
-// TestCheckpointRefusedWritesNothing (audit D6): a checkpoint from a lease that is no
+// TestCheckpointRefusedWritesNothing: a checkpoint from a lease that is no
 // longer current is refused before its body is read, so the blob store is unchanged;
 // one from the current lease is stored.
 func TestCheckpointRefusedWritesNothing(t *testing.T) {
@@ -103,7 +103,7 @@ func TestCheckpointRefusedWritesNothing(t *testing.T) {
 	require.Greater(t, len(tb.blobFiles(t)), len(before))
 }
 
-// TestCheckpointSizeLimit (audit D6): a body over MaxCheckpointSize is a 413, refused
+// TestCheckpointSizeLimit: a body over MaxCheckpointSize is a 413, refused
 // unread when its Content-Length says so, and nothing is stored either way.
 func TestCheckpointSizeLimit(t *testing.T) {
 	t.Parallel()
@@ -176,7 +176,7 @@ func trickle(t *testing.T, addr, head string, body []byte, interval, max time.Du
 	return time.Since(start), status, closed
 }
 
-// TestTrickledBodyIsCut (audit W1): a streamed upload arriving at 20 bytes/s, under the
+// TestTrickledBodyIsCut: a streamed upload arriving at 20 bytes/s, under the
 // minimum rate, is cut after about one window; the unread body of a refused request
 // does not hold its connection either.
 func TestTrickledBodyIsCut(t *testing.T) {
@@ -250,7 +250,7 @@ func (tb *testBundle) openStream(t testingT, id uuid.UUID) *http.Response {
 	return resp
 }
 
-// TestStreamCap (audit W2): past MaxStreams open event streams, a new one is a 503
+// TestStreamCap: past MaxStreams open event streams, a new one is a 503
 // with Retry-After; once one closes, there is room again.
 func TestStreamCap(t *testing.T) {
 	t.Parallel()
@@ -281,7 +281,7 @@ func TestStreamCap(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 }
 
-// TestMetricsToken (audit W3): with a metrics token, /metrics needs it (or an admin
+// TestMetricsToken: with a metrics token, /metrics needs it (or an admin
 // token); without one, /metrics stays open.
 func TestMetricsToken(t *testing.T) {
 	t.Parallel()
@@ -315,7 +315,7 @@ func TestMetricsToken(t *testing.T) {
 	require.Equal(t, http.StatusOK, get(t, open.url, ""))
 }
 
-// TestUploadStepLimit (audit D9): deploying more steps than the limit is a 400 naming
+// TestUploadStepLimit: deploying more steps than the limit is a 400 naming
 // the count and the limit; the default limit is bundle.DefaultMaxSteps.
 func TestUploadStepLimit(t *testing.T) {
 	t.Parallel()
@@ -353,7 +353,7 @@ func TestUploadStepLimit(t *testing.T) {
 	}
 }
 
-// TestConnectionCap (audit D7): past the cap, a new connection is answered 503 with
+// TestConnectionCap: past the cap, a new connection is answered 503 with
 // Retry-After instead of waiting; once connections close there is room again.
 func TestConnectionCap(t *testing.T) {
 	t.Parallel()
@@ -412,7 +412,7 @@ func TestConnectionCap(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 }
 
-// TestIdleConnectionsYieldAtTheCap (audit D7): a client holding idle keep-alive
+// TestIdleConnectionsYieldAtTheCap: a client holding idle keep-alive
 // connections up to the cap does not keep others out: near the cap, idle connections
 // are closed and a new client is served.
 func TestIdleConnectionsYieldAtTheCap(t *testing.T) {

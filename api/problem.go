@@ -224,8 +224,8 @@ type readyError struct{ checks map[string]string }
 
 func (e *readyError) Error() string { return "not ready" }
 
-// What a problem repeats of a request is bounded (security audit 1, W8: a 900 KB
-// cursor was echoed whole): a bad value is shown by its first maxEchoed bytes, then
+// What a problem repeats of a request is bounded (a 900 KB cursor was once
+// echoed whole): a bad value is shown by its first maxEchoed bytes, then
 // "…"; a location (which may hold a client's field name) and a message (which may
 // quote a value) are cut likewise at larger bounds; at most maxProblemErrors errors
 // are listed.

@@ -13,7 +13,7 @@ import (
 
 var fsPathError = fs.PathError{Op: "open", Path: "/etc/cairn/secret", Err: fs.ErrNotExist}
 
-// TestProblemTruncates (W8): a problem repeats at most a short prefix of a value,
+// TestProblemTruncates: a problem repeats at most a short prefix of a value,
 // and no file path of the server.
 func TestProblemTruncates(t *testing.T) {
 	t.Parallel()

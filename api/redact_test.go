@@ -16,7 +16,7 @@ import (
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
-// TestHTTPHeadersHiddenFromViewers (audit W4): the credentials an http step sends in
+// TestHTTPHeadersHiddenFromViewers: the credentials an http step sends in
 // its headers are never shown to a viewer: not in the version's definition, not
 // through a bundle download (operators only).
 func TestHTTPHeadersHiddenFromViewers(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestListRunsLeavesOutLargeInputs (D8): list items carry a run's input only when it
+// TestListRunsLeavesOutLargeInputs: list items carry a run's input only when it
 // is small; a larger one is left out (null, input_omitted) so that a page stays
 // small whatever the inputs. GET /v1/runs/{id} has every input whole.
 func TestListRunsLeavesOutLargeInputs(t *testing.T) {

@@ -131,7 +131,7 @@ const maxInputSize = expr.MaxValue
 
 // maxListedInput is the largest input, in bytes (as JSON text and as stored), that
 // a list of runs carries: a page of the largest size (1,000) then holds at most
-// 4 MiB of inputs (security audit 1, D8: a page of runs with 1 MiB inputs made
+// 4 MiB of inputs (a page of runs with 1 MiB inputs once made
 // gigabytes of garbage).
 const maxListedInput = 4 << 10
 

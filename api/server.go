@@ -19,7 +19,6 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/tracing"
-	"github.com/cairnrun/cairn/runtime"
 	"github.com/cairnrun/cairn/secrets"
 )
 
@@ -50,8 +49,9 @@ type Config struct {
 	// SigningKey verifies lease credentials on PUT …/checkpoint (the dispatchers sign
 	// them with the same key); default none, so that operation answers 401.
 	SigningKey []byte
-	// InlineLimit is the largest checkpoint kept inline; default
-	// runtime.DefaultInlineLimit (256 KiB), as for the dispatchers' outputs.
+	// InlineLimit is the largest checkpoint, signal or callback body kept inline;
+	// default blobstore.DefaultInlineLimit (256 KiB), as for the dispatchers'
+	// outputs.
 	InlineLimit int64
 	// TempDir is where uploads are unpacked for validation; default os.TempDir().
 	TempDir string
@@ -101,7 +101,7 @@ func (c *Config) withDefaults() Config {
 		out.Tokens = &Tokens{}
 	}
 	if out.InlineLimit <= 0 {
-		out.InlineLimit = runtime.DefaultInlineLimit
+		out.InlineLimit = blobstore.DefaultInlineLimit
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)

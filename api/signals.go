@@ -9,6 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 )
@@ -115,10 +116,6 @@ func (s *Server) signalKnown(ctx context.Context, run *catalog.Run, name string)
 // isEmptyBlob reports whether a stored payload is a reference to zero bytes (a body
 // of unknown length that was empty): the payload is then null.
 func isEmptyBlob(stored json.RawMessage) bool {
-	var ref struct {
-		Blob *struct {
-			Size *int64 `json:"size"`
-		} `json:"$blob"`
-	}
-	return json.Unmarshal(stored, &ref) == nil && ref.Blob != nil && ref.Blob.Size != nil && *ref.Blob.Size == 0
+	ref, ok := blobstore.ParseRef(stored)
+	return ok && ref.Size == 0
 }

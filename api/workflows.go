@@ -59,7 +59,7 @@ func versionOf(v *catalog.Version, withDefinition bool) Version {
 const redacted = "[redacted]"
 
 // redactDefinition hides the plain values of http steps' headers and exec steps'
-// env, the manifest's places for a function's credentials (audit W4): viewers see
+// env, the manifest's places for a function's credentials: viewers see
 // that a header or variable is set, not to what. Secret references ({"secret":
 // name}) stay: they hold a name, never a value. Compensations count as steps.
 func redactDefinition(def json.RawMessage) json.RawMessage {

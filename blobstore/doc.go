@@ -19,6 +19,11 @@
 // Both stream: memory per Put is bounded (one part for S3, a copy buffer for
 // files) whatever the size of the content, and its length need not be known.
 //
+// Payloads (outputs, checkpoints, signals' and callbacks' bodies) are stored
+// through PutPayload, the one rule for keeping a value inline in a catalog row or
+// storing it as an object; a stored object is named by a {"$blob": …} reference
+// (Ref), written by Ref.JSON and read only by ParseRef.
+//
 // Open builds a Store from a CAIRN_BLOBSTORE URL. The conformance suite in
 // blobstoretest runs the same tests against every backend.
 package blobstore

@@ -9,10 +9,18 @@ import (
 // Key layout: "<kind>/sha256/<hex>". The kind is a short lower-case word, the
 // digest is always lower-case hex, so a key is also a safe relative file path.
 const (
-	digestPrefix  = "sha256:"
 	keyAlgo       = "/sha256/"
 	maxKindLength = 32
 )
+
+// DigestPrefix begins every digest: "sha256:<hex>".
+const DigestPrefix = "sha256:"
+
+// KeyPrefix returns what every key of kind begins with, "<kind>/sha256/": the
+// key of a digest is KeyPrefix followed by the digest without DigestPrefix. The
+// catalog's blob collector builds keys so in SQL, from the digests of the
+// references it finds; everything else calls KeyFor or Ref.Key.
+func KeyPrefix(kind string) string { return kind + keyAlgo }
 
 // Kinds of objects: the first part of every key (see KeyFor).
 const (
@@ -54,7 +62,7 @@ func ParseKey(key string) (kind, digest string, err error) {
 	if checkKind(kind) != nil || !isHex64(rest) {
 		return "", "", fmt.Errorf("%w: %q", ErrInvalidKey, key)
 	}
-	return kind, digestPrefix + rest, nil
+	return kind, DigestPrefix + rest, nil
 }
 
 // checkKind reports whether kind matches ^[a-z][a-z0-9-]{0,31}$.
@@ -73,7 +81,7 @@ func checkKind(kind string) error {
 
 // digestHex returns the hex part of "sha256:<64 lower-case hex>".
 func digestHex(digest string) (string, error) {
-	h, ok := strings.CutPrefix(digest, digestPrefix)
+	h, ok := strings.CutPrefix(digest, DigestPrefix)
 	if !ok || !isHex64(h) {
 		return "", fmt.Errorf("%w: digest %q", ErrInvalidKey, digest)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 )
 
-// Open returns the Store a URL names (DESIGN §7, CAIRN_BLOBSTORE):
+// Open returns the Store a URL names (CAIRN_BLOBSTORE, README.md "Configuration"):
 //
 //	file:///abs/path                          a FileStore rooted there (created if missing)
 //	s3://bucket?endpoint=http://host:9000&region=us-east-1

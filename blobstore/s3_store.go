@@ -337,7 +337,7 @@ func (s *S3Store) putSmall(ctx context.Context, kind string, hr *hashingReader, 
 		return deref(stored), err
 	}
 	ct := contentType(opts.ContentType)
-	_, err = s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", strings.TrimPrefix(sum, digestPrefix),
+	_, err = s.core.PutObject(ctx, s.bucket, key, bytes.NewReader(data), int64(len(data)), "", strings.TrimPrefix(sum, DigestPrefix),
 		minio.PutObjectOptions{ContentType: ct, UserMetadata: map[string]string{s3MetaSHA256: sum}})
 	if err != nil {
 		return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
@@ -365,7 +365,7 @@ func (s *S3Store) putSpooled(ctx context.Context, kind string, hr *hashingReader
 		// The reading buffer goes back to the pool only after a success: a request
 		// that failed may still be read by the HTTP transport after it returned.
 		bp := spoolPool.Get().(*[]byte)
-		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, *bp), size, "", strings.TrimPrefix(sum, digestPrefix), meta); err != nil {
+		if _, err := s.core.PutObject(ctx, s.bucket, key, spool.reader(0, size, *bp), size, "", strings.TrimPrefix(sum, DigestPrefix), meta); err != nil {
 			return Object{}, fmt.Errorf("put object %s: %w", key, s3Error(err))
 		}
 		spoolPool.Put(bp)

@@ -76,7 +76,7 @@ func (hr *hashingReader) finish() (string, error) {
 	if hr.size > 0 && hr.n != hr.size {
 		return "", fmt.Errorf("%w: read %d bytes, expected %d", ErrSizeMismatch, hr.n, hr.size)
 	}
-	return digestPrefix + hex.EncodeToString(hr.h.Sum(nil)), nil
+	return DigestPrefix + hex.EncodeToString(hr.h.Sum(nil)), nil
 }
 
 // identify finishes reading and names what was read: the content's own digest

@@ -4,8 +4,9 @@ import (
 	"slices"
 )
 
-// KindApproval is an approval step (issue 14): it runs no function; it waits for
-// POST /v1/runs/{id}/steps/{key}/approve (or reject) from tokens of its roles.
+// KindApproval is an approval step (docs/api-endpoints.md, "Approvals"): it runs no
+// function; it waits for POST /v1/runs/{id}/steps/{key}/approve (or reject) from
+// tokens of its roles.
 const KindApproval Kind = "approval"
 
 // MaxApprovalsRequired bounds an approval's required approvals.

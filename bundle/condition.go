@@ -7,7 +7,7 @@ import (
 	"github.com/cairnrun/cairn/expr"
 )
 
-// Conditions, trigger rules and failure handling (issue 15):
+// Conditions, trigger rules and failure handling (docs/functions.md):
 //
 //   - when: a CEL condition over the step's scope (expr.StepEnv), evaluated once
 //     when the step is ready; false skips the step (reason condition_false) without

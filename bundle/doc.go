@@ -1,7 +1,8 @@
-// Package bundle implements Cairn's bundle format (DESIGN.md §3): packing a folder into
-// a deterministic archive, reading an uploaded archive as a stream and validating it
-// against hostile input, the canonical digest of a bundle, and the manifest
-// (cairn.yaml): its schema, validation and normalization into a Definition.
+// Package bundle implements Cairn's bundle format (docs/functions.md): packing a
+// folder into a deterministic archive, reading an uploaded archive as a stream and
+// validating it against hostile input, the canonical digest of a bundle, and the
+// manifest (cairn.yaml): its schema, validation and normalization into a
+// Definition.
 //
 // It imports nothing of Cairn's. Every function is safe for concurrent use; values
 // returned (Tree, Manifest, Definition, Bundle) must not be modified once shared.

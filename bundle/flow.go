@@ -17,7 +17,7 @@ var reLimitName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 // ValidLimitName reports whether name is a valid concurrency limit name.
 func ValidLimitName(name string) bool { return reLimitName.MatchString(name) }
 
-// ConcurrencySpec is a step's concurrency limit as written (issue 16): at most Limit
+// ConcurrencySpec is a step's concurrency limit as written (docs/flow.md): at most Limit
 // attempts of the steps with the same Name and key run at once, across all
 // dispatchers.
 type ConcurrencySpec struct {
@@ -75,7 +75,7 @@ func effectiveConcurrency(step, defaults *ConcurrencySpec, workflow string) *Con
 // MaxRatePer bounds rate_limit.per: a day.
 const MaxRatePer = 24 * time.Hour
 
-// RateLimitSpec is a step's rate limit as written (issue 16): at most Limit attempts
+// RateLimitSpec is a step's rate limit as written (docs/flow.md): at most Limit attempts
 // of the steps with the same Name and key start per Per, across all dispatchers (a
 // token bucket of Limit tokens, refilled evenly over Per).
 type RateLimitSpec struct {

@@ -16,7 +16,7 @@ import (
 // ManifestPath is the path of the manifest in a bundle: cairn.yaml at its root.
 const ManifestPath = "cairn.yaml"
 
-// Manifest is the content of cairn.yaml, as written by the user (DESIGN.md §3).
+// Manifest is the content of cairn.yaml, as written by the user.
 // ParseManifest decodes it, Validate checks it, Normalize turns it into the Definition
 // that the catalog stores and the engine runs.
 type Manifest struct {

@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// designManifest is the example of DESIGN.md §3.
+// designManifest is a manifest with a step of each kind of function, defaults,
+// retries and needs.
 const designManifest = `name: doc-pipeline                  # ^[a-z0-9][a-z0-9-]{0,62}$
 description: Fetch, summarise and store a document
 defaults:                           # optional; applied to every step

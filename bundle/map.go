@@ -21,7 +21,7 @@ const (
 	MaxMapParallel = 10000
 )
 
-// MapSpec runs a step once per item of a list (issue 15): `map: {over,
+// MapSpec runs a step once per item of a list (docs/functions.md, "Maps"): `map: {over,
 // max_parallel, tolerate_failures}` on an exec, http, lambda, builtin or workflow
 // step. Each instance sees `item` and `index` in its envelope (and expressions).
 type MapSpec struct {

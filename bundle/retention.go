@@ -125,7 +125,7 @@ func (p *RetentionPeriod) UnmarshalJSON(b []byte) error {
 
 // RetentionDefinition is a Retention normalized: the periods in seconds beside
 // their canonical strings (-1: forever; absent: the server's default). The
-// catalog reads the seconds (migration 00018).
+// catalog reads the seconds (catalog/retention.go).
 type RetentionDefinition struct {
 	Succeeded  *RetentionPeriod `json:"succeeded,omitempty"`
 	SucceededS *int64           `json:"succeeded_s,omitempty"`

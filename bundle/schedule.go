@@ -12,7 +12,7 @@ import (
 )
 
 // Schedule is one entry of the manifest's schedules: a cron expression that starts a
-// run of the workflow's latest version at every fire time (DESIGN.md §9).
+// run of the workflow's latest version at every fire time (docs/schedules.md).
 type Schedule struct {
 	// Name identifies the schedule in its workflow: ^[a-z0-9][a-z0-9_-]{0,62}$, unique
 	// among the workflow's schedules.

@@ -9,8 +9,7 @@ import (
 // TestValidateRefusesTextTheCatalogCannotStore: a NUL character (or, where YAML can
 // carry it, invalid UTF-8) in the description or in "with" keys and values makes the
 // manifest invalid, naming the field; the catalog, whose text and jsonb cannot hold
-// them, would otherwise refuse the version with an error of its own (security
-// audit 1, D5).
+// them, would otherwise refuse the version with an error of its own.
 func TestValidateRefusesTextTheCatalogCannotStore(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ name, yaml, want string }{

@@ -48,7 +48,7 @@ var (
 	reQualifier = regexp.MustCompile(`^[A-Za-z0-9$_-]{1,128}$`)
 )
 
-// Validate checks m against the rules of DESIGN.md §3 and reports every violation, each
+// Validate checks m against the manifest's rules and reports every violation, each
 // a *ValidationError naming the step and the field, joined with errors.Join (nil if m
 // is valid): the name and key syntax, unique keys, at least one step, needs naming
 // existing other steps, no dependency cycle (the message spells the cycle,

@@ -11,8 +11,9 @@ import (
 	"github.com/cairnrun/cairn/expr"
 )
 
-// The step kinds that wait (issue 14): they run no function. A dispatcher that
-// claims one suspends it at once (catalog.StepSuspend): it then holds no slot.
+// The step kinds that wait (docs/functions.md, "Waiting"): they run no function. A
+// dispatcher that claims one suspends it at once (catalog.StepSuspend): it then
+// holds no slot.
 const (
 	KindSleep  Kind = "sleep"
 	KindSignal Kind = "signal"

@@ -11,10 +11,10 @@ import (
 	"github.com/cairnrun/cairn/expr"
 )
 
-// KindWorkflow is a step that starts a child run (issue 15): a run of another (or
-// the same) workflow, pinned to a version or an alias, whose end ends the step. It
-// runs no function: the dispatcher that claims it creates the child and suspends it
-// (catalog.ChildStart).
+// KindWorkflow is a step that starts a child run (docs/functions.md, "Child
+// runs"): a run of another (or the same) workflow, pinned to a version or an
+// alias, whose end ends the step. It runs no function: the dispatcher that claims
+// it creates the child and suspends it (catalog.ChildStart).
 const KindWorkflow Kind = "workflow"
 
 // reWorkflowName is the syntax of a workflow's name (Manifest.Name).
@@ -30,8 +30,8 @@ type WorkflowSpec struct {
 	// Version is a version number or an alias; unset: latest (resolved when the
 	// child starts).
 	Version ChildVersion `yaml:"version,omitempty" json:"version,omitzero"`
-	// Input is a CEL expression giving the child's input (DESIGN.md §9); unset: the
-	// child's input is null.
+	// Input is a CEL expression giving the child's input (package expr); unset:
+	// the child's input is null.
 	Input string `yaml:"input,omitempty" json:"input,omitempty"`
 }
 

@@ -90,7 +90,7 @@ func TestStepDecideTwoApprovers(t *testing.T) {
 	require.Equal(t, "bob", out.ApprovedBy[1].Name)
 	require.False(t, out.ApprovedBy[1].At.IsZero())
 
-	// Ended: a new approver is refused, and so is a repeat (issue 33 §5), naming
+	// Ended: a new approver is refused, and so is a repeat, naming
 	// the step's state.
 	_, err = decide(ctx, s, r.ID, "carol", "operator", catalog.DecisionApproved, "")
 	require.ErrorIs(t, err, catalog.ErrRunState)
@@ -291,7 +291,7 @@ func TestCallbackBeforeSuspend(t *testing.T) {
 	require.Equal(t, "suspended", statuses(t, ctx, s, r2.ID)["a"])
 }
 
-// TestStepDecideUnnamed (audit 2, I1): a token without a name may not approve a
+// TestStepDecideUnnamed: a token without a name may not approve a
 // step that needs more than one approver (ErrForbidden, nothing counted); it may
 // approve one that needs one, and reject any.
 func TestStepDecideUnnamed(t *testing.T) {
@@ -320,7 +320,7 @@ func TestStepDecideUnnamed(t *testing.T) {
 	require.Equal(t, "succeeded", statuses(t, ctx, s, one.ID)["gate"])
 }
 
-// TestCallbackClaim (audit 2, E6): one request at a time holds a step's callback
+// TestCallbackClaim: one request at a time holds a step's callback
 // while it reads its body; another is refused (ErrCallbackNotWaiting, saying so)
 // until the holder releases it or the claim lapses unrenewed. A step that does not
 // wait for that attempt's callback cannot be claimed.

@@ -3,11 +3,14 @@ package catalog
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
+
+	"github.com/cairnrun/cairn/blobstore"
 )
 
 // Blob garbage collection: what the catalog knows of the blob store's objects.
@@ -97,9 +100,17 @@ UPDATE blob_gc SET owner = NULL, expires_at = '-infinity',
 WHERE owner = $1`
 )
 
-// blobPath finds the digests of every {"$blob": …} reference at any depth of
-// a jsonb value (lax mode skips what is not an object; duplicates are fine).
-const blobPath = `'lax $.**."$blob".digest'`
+// blobPath finds the digests (Ref.Digest) of every {"$blob": …} reference
+// (blobstore.Ref) at any depth of a jsonb value (lax mode skips what is not an
+// object; duplicates are fine).
+var blobPath = `'lax $.**."` + blobstore.RefKey + `".digest'`
+
+// blobKeyOf is the SQL of blobstore.Ref.Key for d, a digest blobPath found: the
+// key of the payload object that the reference names.
+func blobKeyOf(d string) string {
+	return `'` + blobstore.KeyPrefix(blobstore.KindPayloads) + `' || substr(` + d + ` #>> '{}', ` +
+		strconv.Itoa(len(blobstore.DigestPrefix)+1) + `)`
+}
 
 // runBlobRefs returns a query of (run_id, key) for every object the rows of a
 // run name: payload references in its input, steps, events, signals,
@@ -115,7 +126,7 @@ func runBlobRefs(cond func(col string) string) string {
 		`SELECT run_id, jsonb_path_query(items, ` + blobPath + `) FROM step_maps WHERE items IS NOT NULL AND ` + cond("run_id"),
 	}
 	return `
-SELECT p.run_id, 'payloads/sha256/' || substr(p.d #>> '{}', 8) AS key FROM (
+SELECT p.run_id, ` + blobKeyOf("p.d") + ` AS key FROM (
     ` + strings.Join(payloads, "\n    UNION ALL ") + `) p
 UNION ALL SELECT run_id, log_key FROM attempts WHERE log_key IS NOT NULL AND ` + cond("run_id") + `
 UNION ALL SELECT run_id, blob_key FROM step_maps WHERE blob_key IS NOT NULL AND ` + cond("run_id")
@@ -137,7 +148,7 @@ UNION ALL SELECT blob_key FROM blob_claims WHERE claimed_at > now() - make_inter
 const sqlBundleKeys = `SELECT b.blob_key AS key FROM bundles b JOIN workflow_versions v ON v.bundle_digest = b.digest`
 
 var sqlScheduleKeys = `
-    SELECT 'payloads/sha256/' || substr(d #>> '{}', 8) AS key FROM (
+    SELECT ` + blobKeyOf("d") + ` AS key FROM (
         SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x`
 
 // sqlBlobRefsSizeHint is the rows of the tables sqlBlobRefs reads, by the

@@ -11,10 +11,11 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Child runs (issue 15): a workflow step starts a run of another workflow and
-// suspends until it ends. Migration 00015 links the two: cairn_child_suspend, and the
-// triggers that resolve the parent's step when the child ends and make children
-// follow their parent's cancel, pause and resume.
+// Child runs (docs/functions.md, "Child runs"): a workflow step starts a run of
+// another workflow and suspends until it ends. catalog/sql links the two:
+// cairn_child_suspend (maps_children.sql), and the triggers that resolve the
+// parent's step when the child ends and make children follow their parent's
+// cancel, pause and resume (triggers.sql).
 
 const (
 	sqlChildSuspend = `SELECT cairn_child_suspend($1, $2, $3, $4)
@@ -55,18 +56,19 @@ RETURNING runs`
 	sqlChildCount = `SELECT count(*) FROM runs WHERE parent_id = $1 AND parent_step IS NOT NULL`
 
 	// sqlChildLatest is the newest child run the step $2 of run $1 started. It is
-	// not locked here: a retry of it takes its locks in the order of migration
-	// 00042 (its parent's advisory lock, its own, its steps, its row), and the
-	// suspend that follows locks its row.
+	// not locked here: a retry of it takes its locks in the lock order of
+	// catalog/sql/run_control.sql (its parent's advisory lock, its own, its steps,
+	// its row), and the suspend that follows locks its row.
 	sqlChildLatest = `
 SELECT id, status FROM runs WHERE parent_id = $1 AND parent_step = $2 ORDER BY id DESC LIMIT 1`
 
 	sqlChildRetry = `SELECT cairn_run_retry($1, 0, $2)`
 
 	// sqlChildWorkflowShare locks the child's workflow's row, FOR KEY SHARE, as a
-	// run's creation does: ChildStart takes it first, then the parent's shared
-	// lock (sqlRunShare), in the order of catalog/sql/run_control.sql (a workflow's row, then
-	// the runs' advisory locks, then rows: the child's row refers to its parent's).
+	// run's creation does: ChildStart takes it first, then the parent's shared lock
+	// (sqlRunShare), in the order of catalog/sql/run_control.sql (a workflow's row,
+	// then the runs' advisory locks, then rows: the child's row refers to its
+	// parent's).
 	sqlChildWorkflowShare = `SELECT 1 FROM workflows WHERE name = $1 FOR KEY SHARE`
 )
 

@@ -195,7 +195,7 @@ func mustRun(t *testing.T, ctx context.Context, s *catalog.Store, kid int) uuid.
 	return r.ID
 }
 
-// TestChildRunTreeLimit (audit 2, I6): child runs were bounded per run and by
+// TestChildRunTreeLimit: child runs were bounded per run and by
 // depth only, so a workflow that starts itself twice grew its tree exponentially.
 // MaxTreeRuns bounds a tree's child runs at every depth, counted at the root: a
 // child over it is ErrChildLimit naming the root and CAIRN_MAX_TREE_RUNS, and

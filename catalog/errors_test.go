@@ -79,8 +79,8 @@ func TestTranslateError(t *testing.T) {
 }
 
 // TestTransient: only what may pass when tried again unchanged is transient; a
-// refused value, an answer about the call and an unknown error are not (security
-// audit 2, E2: a refused value was retried for ever).
+// refused value, an answer about the call and an unknown error are not (a refused
+// value was once retried for ever).
 func TestTransient(t *testing.T) {
 	t.Parallel()
 	pqErr := func(code string) error { return &pq.Error{Severity: "ERROR", Code: pq.ErrorCode(code), Message: "m"} }

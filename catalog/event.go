@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -33,4 +34,19 @@ func (s *Store) EventList(ctx context.Context, runID uuid.UUID, after int64, lim
 		return nil, fmt.Errorf("list events of run %s: %w", runID, translateError(err))
 	}
 	return out, nil
+}
+
+// EventValueShown is the size, in bytes, of the largest value an event's data
+// shows whole: a larger one shows only its size. 1 KiB.
+const EventValueShown = 1 << 10
+
+// CheckpointEventData returns the data of the step.checkpointed event of a stored
+// checkpoint (inline JSON or a $blob reference): {"checkpoint": stored} up to
+// EventValueShown bytes, else {"size": n}.
+func CheckpointEventData(stored json.RawMessage) json.RawMessage {
+	if len(stored) > EventValueShown {
+		return json.RawMessage(fmt.Sprintf(`{"size":%d}`, len(stored)))
+	}
+	b, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
+	return b
 }

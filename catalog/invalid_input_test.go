@@ -12,8 +12,7 @@ import (
 
 // TestInvalidInputTranslated: values PostgreSQL refuses (text with NUL or invalid
 // UTF-8, a JSON \u0000 or unpaired surrogate, an integer beyond its column) come
-// back as ErrInvalidInput, which the API answers with a 400, not a 500 (security
-// audit 1, D5).
+// back as ErrInvalidInput, which the API answers with a 400, not a 500.
 func TestInvalidInputTranslated(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)

@@ -80,9 +80,9 @@ WITH c AS (
 	// held, condition decided, runs_on within the dispatcher's tags $2). Only when
 	// no other step has been waiting for a claim (ready before this transaction
 	// began, ready_at < now()): a dependent never goes ahead of a step that waited
-	// longer, whatever its priority. Its locks come in the order of 00023: the
-	// run's shared lock and row were taken by the finish, and the steps are
-	// skipped when locked, never waited for.
+	// longer, whatever its priority. Its locks come in the lock order
+	// (catalog/sql/run_control.sql): the run's shared lock and row were taken by
+	// the finish, and the steps are skipped when locked, never waited for.
 	//
 	// Its shape keeps it linear in the dependents: d looks each one up by primary
 	// key (the LATERAL's LIMIT keeps the planner from joining every ready step to

@@ -232,7 +232,7 @@ func TestMapRetryOntoVersion(t *testing.T) {
 
 // TestMapItemsRefused: a page of items the database refuses (a \u0000) or that
 // Page says are not items ends the map as Refused says once its live instances
-// have ended, instead of being tried at every MapWork (security audit 2, E2).
+// have ended, instead of being tried at every MapWork.
 func TestMapItemsRefused(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {

@@ -183,10 +183,10 @@ LIMIT $10`
 
 	sqlRunCancel = `SELECT cairn_run_cancel($1, $2)`
 
-	// sqlRunPause and sqlRunResume take the run's locks in the order of migration
-	// 00023 first (cairn_run_control_lock, in their WHERE: a one-time filter,
-	// evaluated before the function), so that they never wait for the run's
-	// finishers in a circle.
+	// sqlRunPause and sqlRunResume take the run's locks in the lock order first
+	// (cairn_run_control_lock, catalog/sql/run_control.sql, in their WHERE: a
+	// one-time filter, evaluated before the function), so that they never wait
+	// for the run's finishers in a circle.
 	sqlRunPause  = `SELECT cairn_run_pause($1, $2, $3) WHERE cairn_run_control_lock($1)`
 	sqlRunResume = `SELECT cairn_run_resume($1, $2, $3) WHERE cairn_run_control_lock($1)`
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/cairnrun/cairn/catalog/catalogtest"
 )
 
-// TestRunListLeavesOutLargeInputs (D8): a page of runs carries the inputs up to
+// TestRunListLeavesOutLargeInputs: a page of runs carries the inputs up to
 // MaxInput bytes of JSON text and leaves out larger ones, however well they compress.
 func TestRunListLeavesOutLargeInputs(t *testing.T) {
 	t.Parallel()

@@ -11,7 +11,7 @@ import (
 )
 
 // saga is reserve → charge → ship, each with a compensation: the shape of
-// examples/saga (the reproduction of issue 33 §4).
+// examples/saga.
 var saga = []catalog.NewStep{
 	{Key: "reserve", MaxAttempts: 1, CompensateAttempts: 1},
 	{Key: "charge", Needs: []string{"reserve"}, MaxAttempts: 1, CompensateAttempts: 1},

@@ -8,7 +8,8 @@ import (
 	"github.com/jmoiron/sqlx"
 )
 
-// Sessions of the web UI (migration 00046, audit 2 I7): a logged-in browser holds a
+// Sessions of the web UI (table sessions; docs/security.md, "The web UI's
+// sessions"): a logged-in browser holds a
 // random session ID in its cookie, never an API token; the catalog keeps the ID's
 // hash, the hash of the token it logged in with, who that was and until when.
 

@@ -32,8 +32,9 @@ package catalog
 //
 // Conditions and trigger rules (condition.go): a ready step with a when waits for
 // StepDecide (skipped, reason condition_false, when false); a step's trigger rule
-// decides, when its upstream settles, whether it becomes ready or is skipped. RunCancel cancels a run that has not
-// ended, its unfinished steps and their running attempts (run.canceled).
+// decides, when its upstream settles, whether it becomes ready or is skipped.
+// RunCancel cancels a run that has not ended, its unfinished steps and their
+// running attempts (run.canceled).
 //
 // Pause (RunPause, WorkflowPause, or a step with on_exhausted: pause that would
 // fail) holds a run's unfinished steps: the claim skips them, running attempts
@@ -84,6 +85,8 @@ package catalog
 //     promote, rollback): the workflow's schedules follow its version. Stays.
 //   - workflow_versions_kept, workflow_versions_kept_truncate (a delete, renumber or
 //     truncate of workflow_versions): refused, restrict_violation. Stay.
+
+import "strings"
 
 // RunStatus is the state of a run: pending → running → succeeded | failed |
 // canceled; pending and running runs may be paused and resumed (paused → running,
@@ -209,6 +212,14 @@ const (
 // EventType is the type of an entry of a run's history (Event.Type).
 type EventType string
 
+// Final reports whether an event of type t ends a run's history: the event of a
+// terminal run status, run.<status> (run.succeeded, run.failed, run.canceled).
+// A retry of the run writes more events after it (run.retried).
+func (t EventType) Final() bool {
+	st, ok := strings.CutPrefix(string(t), "run.")
+	return ok && RunStatus(st).Terminal()
+}
+
 // Event types. The SQL functions write all but step.checkpointed (StepCheckpoint)
 // and step.progress (StepEvent).
 const (
@@ -224,30 +235,30 @@ const (
 	EventStepHandedBack   EventType = "step.handed_back"
 	EventStepCheckpointed EventType = "step.checkpointed"
 	EventStepProgress     EventType = "step.progress"
-	// Operator actions (issue 13); their data names the actor.
+	// Operator actions (docs/operations.md); their data names the actor.
 	EventRunRetried EventType = "run.retried"
 	EventRunPaused  EventType = "run.paused"
 	EventRunResumed EventType = "run.resumed"
 	// EventStepReused lists the steps a rerun carried over from its source run
 	// (data: steps, rerun_of); they have no attempt.
 	EventStepReused EventType = "step.reused"
-	// Waits (issue 14). step.suspended: data kind, until, name, timeout_at,
+	// Waits (wait.go). step.suspended: data kind, until, name, timeout_at,
 	// on_timeout. step.resumed: data kind, outcome, reason (sleep_done, signal,
 	// timeout, …); step.succeeded or step.failed follows. signal.received: data
 	// name, seq, actor, idempotency_key.
 	EventStepSuspended  EventType = "step.suspended"
 	EventStepResumed    EventType = "step.resumed"
 	EventSignalReceived EventType = "signal.received"
-	// Approvals (issue 14). step.approved: data actor, comment, approvals,
+	// Approvals (approval.go). step.approved: data actor, comment, approvals,
 	// required. step.rejected: data actor, comment (step.failed follows, code
 	// rejected).
 	EventStepApproved EventType = "step.approved"
 	EventStepRejected EventType = "step.rejected"
-	// Callbacks (issue 14). step.callback_received: data outcome; a callback that
+	// Callbacks (wait.go). step.callback_received: data outcome; a callback that
 	// came while its attempt still ran, kept until the step suspends (then
 	// step.suspended and step.resumed, reason callback, follow at once).
 	EventStepCallbackReceived EventType = "step.callback_received"
-	// Failure handling (issue 15). run.compensating: data step (the failed step)
+	// Failure handling (condition.go). run.compensating: data step (the failed step)
 	// and steps (the handlers, in the order they run). step.skipped gains reasons
 	// (step key → SkipReason) or, for one step, reason and because.
 	EventRunCompensating EventType = "run.compensating"

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -63,10 +64,12 @@ func (o FollowOptions) withDefaults() FollowOptions {
 	return o
 }
 
-// IsFinalEvent reports whether an event of type typ ends a run's history
-// (run.succeeded, run.failed, run.canceled).
+// IsFinalEvent reports whether an event of type typ ends a run's history: the
+// event of a terminal status, run.<status> (run.succeeded, run.failed,
+// run.canceled).
 func IsFinalEvent(typ string) bool {
-	return typ == "run.succeeded" || typ == "run.failed" || typ == "run.canceled"
+	st, ok := strings.CutPrefix(typ, "run.")
+	return ok && RunStatus(st).Terminal()
 }
 
 // Terminal reports whether a run in status s has ended: succeeded, failed or

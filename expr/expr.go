@@ -34,6 +34,8 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/cairnrun/cairn/blobstore"
 )
 
 // Code is the error code of a step whose expression failed at run time.
@@ -297,7 +299,7 @@ func (p *Program) blobDep(vars Vars) string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if !isBlobRef(m[k]) {
+		if _, ok := blobstore.ParseRef(m[k]); !ok {
 			continue
 		}
 		mention := regexp.MustCompile(`deps\s*(\.\s*` + regexp.QuoteMeta(k) + `\b|\[\s*["']` + regexp.QuoteMeta(k) + `["']\s*\])`)
@@ -306,15 +308,6 @@ func (p *Program) blobDep(vars Vars) string {
 		}
 	}
 	return ""
-}
-
-func isBlobRef(raw json.RawMessage) bool {
-	var ref map[string]json.RawMessage
-	if json.Unmarshal(raw, &ref) != nil || len(ref) != 1 {
-		return false
-	}
-	_, ok := ref["$blob"]
-	return ok
 }
 
 // Error is an expression that failed at run time.

@@ -162,9 +162,9 @@ func TestCompiledOnceUsedEverywhere(t *testing.T) {
 	}
 }
 
-// TestEvalBoundsValues (security audit 2, E3): a value an expression builds is
-// bounded by MaxValue (the API's input limit) while it is built. The audit's
-// reproduction: `L.map(a, L.map(b, input.s))` over a 100 KB string gave a child run
+// TestEvalBoundsValues: a value an expression builds is
+// bounded by MaxValue (the API's input limit) while it is built. What it
+// replays: `L.map(a, L.map(b, input.s))` over a 100 KB string gave a child run
 // a 10 MB input, and four nested maps (a gigabyte of JSON) took the server to
 // 4.5 GB. Each now fails with an expression error naming the limit; values under
 // it still evaluate.

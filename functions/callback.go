@@ -11,10 +11,10 @@ import (
 	"github.com/google/uuid"
 )
 
-// Callbacks (issue 14): a function that starts work outside Cairn answers that it
-// completes later, with the output {"$suspend": {"timeout": "24h"}}; its step then
-// waits (suspended) until a third party POSTs the result to the envelope's
-// callback_url, which carries a CallbackToken.
+// Callbacks (docs/functions.md, "Completing later"): a function that starts work
+// outside Cairn answers that it completes later, with the output {"$suspend":
+// {"timeout": "24h"}}; its step then waits (suspended) until a third party POSTs
+// the result to the envelope's callback_url, which carries a CallbackToken.
 
 // SuspendKey is the one key of an output that suspends the step for a callback.
 const SuspendKey = "$suspend"

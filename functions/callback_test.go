@@ -116,7 +116,7 @@ func FuzzParseSuspend(f *testing.F) {
 	})
 }
 
-// TestMaskCallbackPath (I8): the access log and traces show a callback request's
+// TestMaskCallbackPath: the access log and traces show a callback request's
 // run, step and attempt, never the MAC that makes its token a credential.
 func TestMaskCallbackPath(t *testing.T) {
 	t.Parallel()

@@ -244,7 +244,7 @@ func (s *refusingSink) CheckpointFile(_ context.Context, f *os.File) error {
 	return CheckpointTooLarge(f.Name(), 1024)
 }
 
-// TestExecCheckpointFileRefusedFailsAttempt (E4): a checkpoint_file the sink
+// TestExecCheckpointFileRefusedFailsAttempt: a checkpoint_file the sink
 // refuses with an *Error (over the size limit) ends the attempt at once with that
 // error, terminal, and the handler's log says which message was refused; the
 // handler's later lines and its exit do not matter.

@@ -107,7 +107,7 @@ type ExecConfig struct {
 }
 
 // Exec runs exec steps: a program of the bundle, once per attempt, in its own
-// process group (DESIGN §5).
+// process group (docs/functions.md, "exec").
 //
 // The program (Spec.Exec[0]) is resolved inside Invocation.BundleDir, which is
 // also its working directory; a path that is absolute or leaves the bundle

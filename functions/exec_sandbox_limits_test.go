@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestSandboxNoNamespacesNoKernelExtras (audit 2, S11): a handler cannot make a
+// TestSandboxNoNamespacesNoKernelExtras: a handler cannot make a
 // user namespace (where it would be root and mount a tmpfs past its memory
 // limit) nor any other, and runs under a seccomp filter that refuses mount,
 // ptrace, bpf and keyctl.
@@ -44,7 +44,7 @@ PY`)
 	}
 }
 
-// TestSandboxDefaultLimits (audit 2, S16, S17, S18, S20): a handler whose step
+// TestSandboxDefaultLimits: a handler whose step
 // sets no resources still has the server's bounds: memory (3 GiB refused under
 // the 2 GiB default), processes (a fork loop stops at the bound), each file (a
 // memfd under a 256Mi memory limit cannot grow to 1 GiB) and, on a root

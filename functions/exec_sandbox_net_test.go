@@ -41,7 +41,7 @@ func listenHost(t *testing.T, addr string) string {
 	return ln.Addr().String()
 }
 
-// TestSandboxNetwork (audit 2, E1 and I5): a handler's network is a namespace of
+// TestSandboxNetwork: a handler's network is a namespace of
 // its own: the host's loopback (where the catalog and the API listen), the
 // host's other addresses and the link-local range (instance metadata) are not
 // reachable from it, a port the step allows is, and so is another machine (a

@@ -41,7 +41,7 @@ func setupSandbox(t *testing.T) *execTestBundle {
 }
 
 // TestSandboxHidesTheServer: a sandboxed handler sees no process of the server
-// (the audit's /proc/$PPID/environ read), none of its files, and runs as an
+// (a read of /proc/$PPID/environ), none of its files, and runs as an
 // unprivileged uid when the server is root.
 func TestSandboxHidesTheServer(t *testing.T) {
 	t.Parallel()
@@ -74,7 +74,7 @@ echo "home=$(echo y > "$HOME/f" && cat "$HOME/f")"
 	}
 }
 
-// TestSandboxBundleIsReadOnly: the audit's tamper script cannot change the bundle
+// TestSandboxBundleIsReadOnly: a tampering handler cannot change the bundle
 // that later attempts run, whatever it tries (root inside included).
 func TestSandboxBundleIsReadOnly(t *testing.T) {
 	t.Parallel()

@@ -21,7 +21,8 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 )
 
-// Envelope is the JSON document every handler receives (DESIGN §5).
+// Envelope is the JSON document every handler receives (docs/functions.md, "The
+// envelope").
 type Envelope struct {
 	RunID    string `json:"run_id"`
 	Workflow string `json:"workflow"`

@@ -23,7 +23,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Headers of an http function call (DESIGN §5).
+// Headers of an http function call (docs/functions.md, "http").
 const (
 	// HeaderRunID carries the run's ID.
 	HeaderRunID = "Cairn-Run-Id"
@@ -81,7 +81,8 @@ type HTTPConfig struct {
 	AllowLocal bool
 }
 
-// HTTP runs http steps: a POST of the envelope (JSON) to HTTPSpec.URL (DESIGN §5).
+// HTTP runs http steps: a POST of the envelope (JSON) to HTTPSpec.URL
+// (docs/functions.md, "http").
 //
 // The request carries the step's HTTPSpec.Headers (for credentials, say) and
 // then Content-Type: application/json, Cairn-Run-Id, Cairn-Step, Cairn-Attempt,

@@ -403,7 +403,7 @@ func FuzzVerifySignature(f *testing.F) {
 	})
 }
 
-// TestHTTPRefusesLocalAddresses (audit W5): by default a step cannot reach the
+// TestHTTPRefusesLocalAddresses: by default a step cannot reach the
 // server's own machine (its API, /metrics) or a cloud's instance credentials, by
 // address or by a name that resolves to one; the failure is terminal and no
 // request is sent.

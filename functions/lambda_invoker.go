@@ -72,7 +72,7 @@ type LambdaConfig struct {
 
 // Lambda runs lambda steps: a synchronous (RequestResponse) Invoke of
 // LambdaSpec.Function, with LambdaSpec.Qualifier (a version or alias) when set
-// (DESIGN §5).
+// (docs/functions.md, "lambda").
 //
 // The payload is the envelope as JSON; inputs and upstream outputs over the
 // inline limit already arrive as {"$blob": {"url": …}} references (presigned

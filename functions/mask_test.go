@@ -49,11 +49,11 @@ func TestMaskWriter(t *testing.T) {
 	require.Equal(t, "abc", out.String())
 }
 
-// TestMaskJSONEscapes (security audit 2, E5, K4): a secret is masked however a JSON
+// TestMaskJSONEscapes: a secret is masked however a JSON
 // library escapes its characters, since PostgreSQL's jsonb (and every JSON reader)
 // decodes them: `\/` (PHP), `\u00e9` (Python's json.dumps), any character as \uXXXX
-// in either case, a surrogate pair, Go's \u003c. The audit's secret,
-// `ab/cd-SECRET-é-xyz`, went through as `ab\/cd…` and `…\u00e9…` and was stored
+// in either case, a surrogate pair, Go's \u003c. A secret like
+// `ab/cd-SECRET-é-xyz` once went through as `ab\/cd…` and `…\u00e9…` and was stored
 // and shown in clear. Masked JSON stays valid JSON; text that only looks alike
 // stays.
 func TestMaskJSONEscapes(t *testing.T) {

@@ -210,10 +210,10 @@ func TestCollectorKeepsClaimsSinceMark(t *testing.T) {
 	require.Equal(t, 1, rep.DeletedObjects)
 }
 
-// TestCollectorRace is issue 18's race: writers store outputs (some identical
-// across runs, some unique) and finish steps with them while the reaper deletes
-// runs (some archived) and the collector loops with a short grace; reruns copy
-// outputs from runs the reaper is about to delete (references written without
+// TestCollectorRace is the race the collector must win: writers store outputs (some
+// identical across runs, some unique) and finish steps with them while the reaper
+// deletes runs (some archived) and the collector loops with a short grace; reruns
+// copy outputs from runs the reaper is about to delete (references written without
 // a claim). No blob that a surviving row or an archive names is ever deleted,
 // including content shared by a run that was reaped and one that was not.
 func TestCollectorRace(t *testing.T) {

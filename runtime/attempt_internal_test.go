@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestInfraErrorHidesServerPaths (audit W9): what viewers see of an infrastructure
+// TestInfraErrorHidesServerPaths: what viewers see of an infrastructure
 // failure names no file of the server, but keeps URLs and the cause.
 func TestInfraErrorHidesServerPaths(t *testing.T) {
 	t.Parallel()

@@ -8,11 +8,11 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Callbacks (issue 14): every exec, http and lambda attempt gets a callback_url in
-// its envelope. A function that started work outside Cairn answers
-// {"$suspend": {"timeout": …}}: its attempt ends, and the step is suspended
-// (wait_kind callback) until POST /v1/callbacks/<token> completes it or the timeout
-// passes.
+// Callbacks (docs/functions.md, "Completing later"): every exec, http and lambda
+// attempt gets a callback_url in its envelope. A function that started work outside
+// Cairn answers {"$suspend": {"timeout": …}}: its attempt ends, and the step is
+// suspended (wait_kind callback) until POST /v1/callbacks/<token> completes it or
+// the timeout passes.
 
 // addCallbackURL puts the attempt's callback URL in its envelope (none without a
 // signing key or a public URL). Its token is the credential that completes the

@@ -26,7 +26,7 @@ func payloadBytes(t *testing.T, tb *testBundle) int64 {
 	return n
 }
 
-// TestCheckpointFileLimit (security audit 2, E4, S22): a handler that names a
+// TestCheckpointFileLimit: a handler that names a
 // 5 GiB sparse file (no disk blocks in its TMPDIR) as its checkpoint_file used to
 // store 5 GiB in the blob store. Now a checkpoint_file over MaxCheckpointSize
 // (CAIRN_MAX_CHECKPOINT_SIZE) fails the attempt at once, terminally, with code
@@ -54,7 +54,7 @@ head -c 1000 /dev/zero > "$TMPDIR/cp"
 echo "{\"checkpoint_file\": \"$TMPDIR/cp\"}" >&3
 echo '{}'
 `,
-		// The audit's reproduction; the sleep is cut short by the refusal.
+		// A 5 GiB sparse file; the sleep is cut short by the refusal.
 		"bin/big": `#!/bin/sh
 cat >/dev/null
 truncate -s 5G "$TMPDIR/sparse"

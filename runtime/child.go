@@ -12,10 +12,10 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Child runs (issue 15): a workflow step runs no function. The dispatcher that
-// claims it evaluates the child's input, then creates the child run and suspends
-// the step in one transaction fenced by its lease (catalog.ChildStart); the
-// catalog's triggers end the step when the child ends.
+// Child runs (docs/functions.md, "Child runs"): a workflow step runs no function.
+// The dispatcher that claims it evaluates the child's input, then creates the child
+// run and suspends the step in one transaction fenced by its lease
+// (catalog.ChildStart); the catalog's triggers end the step when the child ends.
 
 // Error codes of a workflow step that fails before its child starts.
 const (

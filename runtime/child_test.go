@@ -158,7 +158,7 @@ steps:
 	require.Contains(t, e["message"], "CAIRN_MAX_CHILD_DEPTH")
 }
 
-// TestChildRunTreeLimit (audit 2, I6, as reproduced): a workflow whose map step
+// TestChildRunTreeLimit: a workflow whose map step
 // starts itself twice grew a tree of 2 + 4 + … runs, bounded only by depth × the
 // children per run. With CAIRN_MAX_TREE_RUNS at 6 the tree holds at most 6 child
 // runs, the step over it fails with code child_limit naming the limit, and the

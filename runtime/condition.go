@@ -11,12 +11,12 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Conditions (issue 15): a step with a when is ready but not claimable until its
-// condition is decided, once, by whichever dispatcher locks it first
-// (catalog.ConditionsDecide): true makes it claimable, false skips it without an
-// attempt, an expression that fails fails it (code expression). The claim loop
-// decides before each claim, so a step whose condition passes is claimed in the
-// same round.
+// Conditions (docs/functions.md, "Conditions and trigger rules"): a step with a
+// when is ready but not claimable until its condition is decided, once, by
+// whichever dispatcher locks it first (catalog.ConditionsDecide): true makes it
+// claimable, false skips it without an attempt, an expression that fails fails it
+// (code expression). The claim loop decides before each claim, so a step whose
+// condition passes is claimed in the same round.
 
 // conditionBatch is how many conditions one transaction decides.
 const conditionBatch = 100

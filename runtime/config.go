@@ -34,7 +34,7 @@ const (
 	DefaultClaimBatch    = 64
 	DefaultLeaseTTL      = 30 * time.Second
 	DefaultPollInterval  = time.Second
-	DefaultInlineLimit   = 256 << 10
+	DefaultInlineLimit   = blobstore.DefaultInlineLimit
 	DefaultShutdownGrace = 10 * time.Second
 	// DefaultStartLatencyTarget is Config.StartLatencyTarget's default.
 	DefaultStartLatencyTarget = time.Second

@@ -33,7 +33,7 @@ type compiledVersion struct {
 // definitions caches compiled versions by workflow and number. Concurrent misses of
 // one version share a single load: the first run of a large version starts many
 // attempts at once, and each loading and parsing the definition (megabytes for
-// thousands of steps) took the process to gigabytes (security audit 1, D9). It is
+// thousands of steps) took the process to gigabytes. It is
 // safe for concurrent use.
 type definitions struct {
 	store *catalog.Store

@@ -20,7 +20,7 @@ import (
 )
 
 // TestDefinitionsLoadOnceForConcurrentMisses: the first attempts of a large version,
-// starting together, load and parse its definition once, not once each (audit D9).
+// starting together, load and parse its definition once, not once each.
 func TestDefinitionsLoadOnceForConcurrentMisses(t *testing.T) {
 	t.Parallel()
 	const steps, callers = 2000, 32

@@ -11,10 +11,10 @@
 // export, the registry of live dispatchers) is the work of the services of package
 // maintenance, which cairn serve runs beside it.
 //
-// The package's name is the one DESIGN gives it, and it shadows the standard
-// library's runtime: a file that needs both imports one of them under another name
-// (cmd/cairn and the exec invoker do). Likewise package functions is plural because
-// it holds the invokers of every kind of function, not one function.
+// The package is named for what it is, the engine's runtime, although it shadows
+// the standard library's runtime: a file that needs both imports one of them under
+// another name (cmd/cairn and the exec invoker do). Likewise package functions is
+// plural because it holds the invokers of every kind of function, not one function.
 //
 // Dispatchers are stateless: any number of them run against one database. The
 // catalog's state machine (migrations, cairn_* functions) decides what follows an

@@ -14,7 +14,7 @@ import (
 	"github.com/cairnrun/cairn/runtime"
 )
 
-// TestExpressionValuesBounded (security audit 2, E3, X1): a child run's input and a
+// TestExpressionValuesBounded: a child run's input and a
 // map's items built by an expression are bounded by expr.MaxValue, the API's input
 // limit. `L.map(a, L.map(b, input.s))` over a 100 KB string used to start a child
 // with a 10 MB input; now the step fails with code expression, naming the limit,

@@ -18,10 +18,10 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Maps (issue 15). The dispatcher that claims a map step evaluates map.over and
-// suspends the step with its items (catalog.MapStart): a list inline, or the $blob
-// holding them, read as a stream a page at a time, never whole. Every dispatcher's
-// map loop then creates instances in pages as earlier ones finish
+// Maps (docs/functions.md, "Maps"). The dispatcher that claims a map step evaluates
+// map.over and suspends the step with its items (catalog.MapStart): a list inline,
+// or the $blob holding them, read as a stream a page at a time, never whole. Every
+// dispatcher's map loop then creates instances in pages as earlier ones finish
 // (catalog.MapWork), and resolves the map step, with the list of the instances'
 // outputs in item order (a blob when large), once they have all ended. Instances
 // are ordinary steps, claimed and run like any other with item and index in their

@@ -42,7 +42,7 @@ func rowsContaining(t *testing.T, tb *testBundle, s string) int {
 	return total
 }
 
-// TestSecretMaskedInEveryEscaping (security audit 2, E5, K4): a handler prints a
+// TestSecretMaskedInEveryEscaping: a handler prints a
 // secret JSON-escaped as PHP does (`ab\/cd…`) and as Python's json.dumps does
 // (`…\u00e9…`) in its output, a checkpoint, a progress report and its log. Before,
 // the mask missed both; PostgreSQL's jsonb decoded them, and viewers (and the
@@ -85,7 +85,7 @@ printf '{"slash": "%s", "pyjson": "%s", "raw": "%s"}\n' "$esc" "$uni" "$TOK"
 	require.Zero(t, rowsContaining(t, tb, "SECRET"), "no row of the catalog holds the secret")
 }
 
-// TestCallbackURLMasked (security audit 2, I8): the token of an attempt's callback
+// TestCallbackURLMasked: the token of an attempt's callback
 // URL is the credential that completes its step. A handler that logs its envelope,
 // or puts the URL in its output or a progress report, used to hand it to every
 // viewer; now the token is masked there (the handler still gets and uses the URL).

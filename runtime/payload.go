@@ -105,23 +105,16 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 		}
 		return blobstore.ObjectRef(res.obj).JSON(), nil
 	}
-	data := bytes.TrimSpace(w.buf.Bytes())
-	if len(data) == 0 {
+	if len(bytes.TrimSpace(w.buf.Bytes())) == 0 {
 		return json.RawMessage("null"), nil
 	}
-	// A value that mentions "$blob" is stored as bytes, so that a handler cannot
-	// forge a reference to a blob it did not write.
-	if json.Valid(data) && !blobstore.MentionsRef(data) {
-		return json.RawMessage(bytes.Clone(data)), nil
-	}
-	ct := "application/octet-stream"
-	if json.Valid(data) {
-		ct = "application/json"
-	}
-	ct = w.contentTypeOr(ct)
-	obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, bytes.NewReader(w.buf.Bytes()), blobstore.PutOptions{ContentType: ct, Size: int64(w.buf.Len()), Claim: w.claim})
+	// Within the limit: inline when it is JSON, else a blob (PutPayload's rule,
+	// which also stores as bytes a value that mentions "$blob", so that a handler
+	// cannot forge a reference to a blob it did not write).
+	stored, err := blobstore.PutPayload(w.ctx, w.blobs, bytes.NewReader(w.buf.Bytes()), blobstore.PayloadOptions{
+		InlineLimit: w.limit, ContentType: w.contentType, Claim: w.claim})
 	if err != nil {
 		return nil, fmt.Errorf("store payload in the blob store: %w", err)
 	}
-	return blobstore.ObjectRef(obj).JSON(), nil
+	return stored, nil
 }

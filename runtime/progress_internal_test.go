@@ -53,9 +53,9 @@ func report(t *testing.T, p *progressLimiter, i int) {
 	require.NoError(t, p.report(t.Context(), json.RawMessage(fmt.Sprint(i))))
 }
 
-// TestProgressBurstThenRate (security audit 2, E8: 50,000 reports made 50,000
-// events): a burst is recorded as it comes; past it, the reports of one interval
-// are coalesced into their newest; the last report is recorded at the end.
+// TestProgressBurstThenRate (50,000 reports once made 50,000 events): a burst is
+// recorded as it comes; past it, the reports of one interval are coalesced into
+// their newest; the last report is recorded at the end.
 func TestProgressBurstThenRate(t *testing.T) {
 	t.Parallel()
 	p, b := newLimiterBundle(t)

@@ -26,10 +26,10 @@ func progressEvents(t *testing.T, tb *testBundle, id uuid.UUID) []json.RawMessag
 	return out
 }
 
-// TestProgressCoalesced (security audit 2, E8, its reproduction S26: 50,000
-// reports made 50,000 event rows): a handler that reports its progress 5,000
-// times as fast as it can gets a burst of events, then about one a second; its
-// last report is the last event, recorded before the step's end.
+// TestProgressCoalesced (50,000 reports once made 50,000 event rows): a handler
+// that reports its progress 5,000 times as fast as it can gets a burst of events,
+// then about one a second; its last report is the last event, recorded before the
+// step's end.
 func TestProgressCoalesced(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)

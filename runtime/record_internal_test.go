@@ -14,8 +14,8 @@ import (
 
 // TestUntilWrittenBounded: a write is retried only while the database is
 // unavailable; a refused value is not retried, an error the catalog does not know
-// is tried a few times, and a run canceled meanwhile ends the tries (security
-// audit 2, E2: every such write was retried every 500 ms for ever).
+// is tried a few times, and a run canceled meanwhile ends the tries (every such
+// write was once retried every 500 ms for ever).
 func TestUntilWrittenBounded(t *testing.T) {
 	t.Parallel()
 	d, err := New(nil, nil, &Config{CacheDir: t.TempDir()})

@@ -23,9 +23,9 @@ import (
 	"github.com/cairnrun/cairn/runtime"
 )
 
-// Values PostgreSQL refuses in what a step produced (security audit 2, E2, its
-// reproductions S24, X3 and X4): each one was retried every 500 ms for ever, the
-// step stayed running, held its slot, and a cancel did not stop it.
+// Values PostgreSQL refuses in what a step produced: each one was once retried
+// every 500 ms for ever, the step stayed running, held its slot, and a cancel did
+// not stop it.
 
 // nulOutput is an exec handler whose output holds a JSON \u0000, which jsonb
 // refuses (22P05).
@@ -95,8 +95,8 @@ steps:
 	requireRefused(t, tb, startRun(t, tb, v, ""), "call", refusedOutput)
 }
 
-// TestChildInputRefused: a child run's input with a NUL fails the workflow step
-// (X3), as does a map's list of items with one.
+// TestChildInputRefused: a child run's input with a NUL fails the workflow step,
+// as does a map's list of items with one.
 func TestChildInputRefused(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
@@ -159,7 +159,7 @@ steps:
 	require.Len(t, attempts(t, tb, id, "control"), 1, "retryable: false holds")
 }
 
-// TestRefusedOutputsHoldNoSlot is E2's test of done (X4): on a dispatcher of 2
+// TestRefusedOutputsHoldNoSlot: on a dispatcher of 2
 // slots, with its outcomes written to real PostgreSQL and its blobs to S3, a map
 // of 50 instances that each give a refused output fails with invalid_output; a
 // run of the same map canceled while its instances run ends canceled; and an

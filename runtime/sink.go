@@ -210,18 +210,16 @@ func (s *attemptSink) cleanup() {
 	}
 }
 
-// Checkpoint stores an inline checkpoint (or a blob when over the inline limit).
+// Checkpoint stores a checkpoint as every payload is stored
+// (blobstore.PutPayload): inline, or as a blob when over the inline limit.
 func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) error {
 	if !json.Valid(value) {
 		return fmt.Errorf("checkpoint is not valid JSON")
 	}
-	stored := value
-	if int64(len(value)) > s.d.cfg.InlineLimit || blobstore.MentionsRef(value) {
-		obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, bytes.NewReader(value), blobstore.PutOptions{ContentType: "application/json", Size: int64(len(value)), Claim: s.d.store.BlobClaim})
-		if err != nil {
-			return fmt.Errorf("store checkpoint: %w", err)
-		}
-		stored = blobstore.ObjectRef(obj).JSON()
+	stored, err := blobstore.PutPayload(ctx, s.d.blobs, bytes.NewReader(value), blobstore.PayloadOptions{
+		InlineLimit: s.d.cfg.InlineLimit, ContentType: "application/json", Size: int64(len(value)), Claim: s.d.store.BlobClaim})
+	if err != nil {
+		return fmt.Errorf("store checkpoint: %w", err)
 	}
 	return s.saveCheckpoint(ctx, stored)
 }
@@ -274,24 +272,12 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 }
 
 func (s *attemptSink) saveCheckpoint(ctx context.Context, stored json.RawMessage) error {
-	data := checkpointEventData(stored)
-	err := s.d.store.StepCheckpoint(ctx, s.a.lease(), stored, data)
+	err := s.d.store.StepCheckpoint(ctx, s.a.lease(), stored, catalog.CheckpointEventData(stored))
 	if errors.Is(err, catalog.ErrLeaseLost) {
 		s.d.metrics.leaseLost.WithLabelValues("checkpoint").Inc()
 		return fmt.Errorf("%w: %w", functions.ErrLeaseLost, err)
 	}
 	return err
-}
-
-// checkpointEventData is what the step.checkpointed event shows: the value when small
-// or a reference, else only its size.
-func checkpointEventData(stored json.RawMessage) json.RawMessage {
-	if _, isRef := blobstore.ParseRef(stored); isRef || len(stored) <= 1024 {
-		b, _ := json.Marshal(map[string]json.RawMessage{"checkpoint": stored})
-		return b
-	}
-	b, _ := json.Marshal(map[string]int{"size": len(stored)})
-	return b
 }
 
 // Progress records a progress event, within the attempt's bounds: past them the

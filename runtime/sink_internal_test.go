@@ -12,7 +12,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 )
 
-// TestLimitedReaderCountsBytesRead (E4): a checkpoint file is bounded by the bytes
+// TestLimitedReaderCountsBytesRead: a checkpoint file is bounded by the bytes
 // read, whatever its size says: a pipe (size 0) that gives one byte more than the
 // limit fails the blob store's Put, and nothing is stored; one that gives the limit
 // exactly is stored whole.

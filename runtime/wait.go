@@ -12,9 +12,10 @@ import (
 	"github.com/cairnrun/cairn/functions"
 )
 
-// Durable waits (issue 14): a sleep or signal step runs no function. The dispatcher
-// that claims it suspends it at once (catalog.StepSuspend) and frees the slot; from
-// then on the step is a row that any dispatcher's wake loop (or a signal) ends.
+// Durable waits (docs/functions.md, "Waiting"): a sleep or signal step runs no
+// function. The dispatcher that claims it suspends it at once (catalog.StepSuspend)
+// and frees the slot; from then on the step is a row that any dispatcher's wake
+// loop (or a signal) ends.
 
 // suspend starts the wait of a claimed sleep or signal step. A sleep of a duration
 // ends that long after the claim, by the database's clock (the claim's lease expiry
@@ -190,7 +191,7 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 				break
 			}
 		}
-		// Runs past their deadline fail (issue 16).
+		// Runs past their deadline fail (docs/flow.md, "Run deadlines").
 		if n, err := d.store.RunDeadlines(ctx, batch); err != nil {
 			if ctx.Err() == nil {
 				d.logger.Warn("run deadline sweep failed", "error", err)
@@ -198,7 +199,7 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 		} else if n > 0 {
 			d.logger.Info("failed runs past their deadline", "count", n)
 		}
-		// Ready steps that waited past their queue_timeout fail (issue 16).
+		// Ready steps that waited past their queue_timeout fail (docs/flow.md).
 		if n, err := d.store.QueueTimeouts(ctx, batch); err != nil {
 			if ctx.Err() == nil {
 				d.logger.Warn("queue timeout sweep failed", "error", err)

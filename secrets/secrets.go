@@ -1,6 +1,6 @@
 // Package secrets keeps the values of PUT /v1/secrets/{name} encrypted at rest and is
-// the one place that opens them again (a webhook's signature check; issue 16 passes
-// them to steps' env).
+// the one place that opens them again (a webhook's signature check; a step's env
+// and http headers, docs/functions.md).
 //
 // A value is sealed with AES-256-GCM under the server's key (CAIRN_SECRET_KEY: 32
 // bytes, base64) before it reaches the catalog, with a random 96-bit nonce and the

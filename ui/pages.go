@@ -21,6 +21,7 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 
 	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -424,7 +425,7 @@ func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
 	g := layout(items)
 	data := map[string]any{
 		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timelineOf(r, s, id, items)),
-		"Input": pretty(run.JSON200.Input), "Terminal": terminalRun(run.JSON200.Status),
+		"Input": pretty(run.JSON200.Input), "Terminal": run.JSON200.Status.Terminal(),
 	}
 	if key := r.URL.Query().Get("step"); key != "" {
 		if p, err := h.panel(r, s, id, key); err == nil {
@@ -471,10 +472,6 @@ func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session
 	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timelineOf(r, s, id, deref(steps.JSON200.Items)))))
 }
 
-func terminalRun(st client.RunStatus) bool {
-	return st == client.RunStatusSucceeded || st == client.RunStatusFailed || st == client.RunStatusCanceled
-}
-
 // runState is the JSON the run page polls after each event: the run's status and
 // each step's, to recolour the graph without a reload.
 func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
@@ -500,13 +497,14 @@ func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	out := struct {
 		Status    string              `json:"status"`
+		Terminal  bool                `json:"terminal"`
 		Remaining int64               `json:"steps_remaining"`
 		Total     int64               `json:"steps_total"`
 		Revision  int64               `json:"revision"`
 		Steps     map[string]string   `json:"steps"`
 		Attempts  map[string]int64    `json:"attempts"`
 		Maps      map[string]*mapView `json:"maps"`
-	}{string(run.JSON200.Status), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}, map[string]*mapView{}}
+	}{string(run.JSON200.Status), run.JSON200.Status.Terminal(), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}, map[string]*mapView{}}
 	for _, st := range deref(steps.JSON200.Items) {
 		out.Steps[st.Key] = string(st.Status)
 		out.Attempts[st.Key] = st.Attempts
@@ -566,8 +564,10 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *session) 
 
 // stepView is the step panel's data.
 type stepView struct {
-	RunID      string
-	RunStatus  string
+	RunID     string
+	RunStatus string
+	// RunEnded: the run is terminal (the panel offers a rerun from the step).
+	RunEnded   bool
 	Step       client.Step
 	Attempts   []attemptView
 	Log        string
@@ -607,7 +607,8 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if err != nil {
 		return nil, err
 	}
-	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunInput: pretty(run.JSON200.Input)}
+	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunEnded: run.JSON200.Status.Terminal(),
+		RunInput: pretty(run.JSON200.Input)}
 	found := false
 	for _, st := range deref(steps.JSON200.Items) {
 		if st.Key == key {
@@ -665,7 +666,7 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if v.Step.LastError != nil {
 		v.LastError = pretty(v.Step.LastError)
 	}
-	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.WaitingForKindApproval && !terminalRun(run.JSON200.Status) &&
+	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.WaitingForKindApproval && !run.JSON200.Status.Terminal() &&
 		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
 	return v, nil
 }
@@ -989,12 +990,12 @@ func prettyAll(v any) string {
 // isBlob reports whether v is a {"$blob": …} reference (a large output kept in the
 // blob store: the panel offers it as a download).
 func isBlob(v any) bool {
-	m, ok := v.(map[string]any)
-	if !ok {
+	b, err := json.Marshal(v)
+	if err != nil {
 		return false
 	}
-	_, ok = m["$blob"]
-	return ok && len(m) == 1
+	_, ok := blobstore.ParseRef(b)
+	return ok
 }
 
 // timeline is a Gantt-like view of the steps: one row per started step, from the

@@ -32,7 +32,7 @@ func serveUI(t *testing.T, store *catalog.Store, tokens *api.Tokens) *httptest.S
 	return hs
 }
 
-// TestSessionCookieHoldsNoToken (audit 2, I7): the session cookie held the raw API
+// TestSessionCookieHoldsNoToken: the session cookie held the raw API
 // token (`cairn_session=<token>`). It holds a random session ID; the catalog keeps
 // its hash and the token's, never either value. The session ends at logout (the
 // cookie's value, wherever it was copied, opens nothing), at its expiry, and when

@@ -144,7 +144,7 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		}
 		// The tokens stay in the credentials file (mode 0600): stdout often ends up
 		// in a log or a terminal recording. The one exception is the operator
-		// token of the UI's one-click login (issue 17 asks for it): a local dev
+		// token of the UI's one-click login (docs/ui.md): a local dev
 		// server's token, printed once.
 		fmt.Fprintf(stdout, "Cairn dev server ready at %s\n", creds.server)
 		fmt.Fprintf(stdout, "  credentials: %s (server URL and viewer, operator and admin tokens)\n", credPath)
@@ -161,7 +161,8 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 	})
 }
 
-// devCredentials is what `cairn dev` writes for shells and the CLI (DESIGN §7).
+// devCredentials is what `cairn dev` writes for shells and the CLI
+// (./.cairn/credentials, README.md "Five-minute tour").
 type devCredentials struct {
 	server, viewer, operator, admin string
 }

@@ -46,8 +46,8 @@ func devPGPort(t *testing.T, p *devProcess) int {
 	return port
 }
 
-// TestDevDatabaseNeedsPassword is the database side of the second security
-// audit's E1 (S6, S7): a handler of `cairn dev` found PostgreSQL's port in
+// TestDevDatabaseNeedsPassword is the database side of a handler's isolation
+// (docs/security.md): a handler of `cairn dev` found PostgreSQL's port in
 // /proc/net/tcp, logged in as the superuser without a password and ran shell
 // commands outside the sandbox with COPY … TO PROGRAM (as postgres on a root
 // server; as the server's own user on a non-root one, where it read the tokens
@@ -140,7 +140,7 @@ func devSuperuser(t *testing.T, port int, password string) *sqlx.DB {
 
 // requireUnprivileged checks, through the superuser's connection super, that
 // role is no superuser, may create neither databases nor roles, and is refused
-// COPY … TO PROGRAM, which ran `id` outside the sandbox in the audit.
+// COPY … TO PROGRAM, which once let a handler run `id` outside the sandbox.
 func requireUnprivileged(t *testing.T, super *sqlx.DB, role string) {
 	t.Helper()
 	var attrs struct {

@@ -45,7 +45,7 @@ func idleClosedWithin(t *testing.T, addr string, max time.Duration) (time.Durati
 	return time.Since(idle), !(errors.As(err, &ne) && ne.Timeout())
 }
 
-// TestHTTPServerClosesIdleConnections (audit D7): the API's http.Server closes a
+// TestHTTPServerClosesIdleConnections: the API's http.Server closes a
 // keep-alive connection left idle for IdleTimeout.
 func TestHTTPServerClosesIdleConnections(t *testing.T) {
 	t.Parallel()
@@ -135,7 +135,7 @@ func TestServeLimits(t *testing.T) {
 	})
 }
 
-// TestDevBannerHidesTokens (audit W6): `cairn dev` prints where the credentials are
+// TestDevBannerHidesTokens: `cairn dev` prints where the credentials are
 // and how to load them, not the tokens themselves (stdout ends up in logs), but for
 // the operator token in the UI's one-click login link.
 func TestDevBannerHidesTokens(t *testing.T) {
@@ -152,7 +152,7 @@ func TestDevBannerHidesTokens(t *testing.T) {
 	require.Contains(t, banner, "ready at "+p.creds["CAIRN_SERVER"])
 	require.Contains(t, banner, "credentials: "+credPath)
 	require.Contains(t, banner, ". "+credPath+"; set +a")
-	// The one exception (issue 17): the UI's one-click login link carries the
+	// The one exception (docs/ui.md): the UI's one-click login link carries the
 	// operator token in its fragment, once, and nowhere else.
 	link := p.creds["CAIRN_SERVER"] + "/ui/login#token=" + p.creds["CAIRN_OPERATOR_TOKEN"]
 	require.Equal(t, 1, strings.Count(banner, link), "the one-click login link")

@@ -222,8 +222,9 @@ func newExecInvoker(rf runtimeFlags, logger *slog.Logger) *functions.Exec {
 	return inv
 }
 
-// limitFlags bound what one server gives its clients (security audit 1); shared by
-// serve and dev. Zero means the default; negative values are refused.
+// limitFlags bound what one server gives its clients (docs/operations.md,
+// "Limits"); shared by serve and dev. Zero means the default; negative values are
+// refused.
 type limitFlags struct {
 	maxConnections    int
 	maxStreams        int

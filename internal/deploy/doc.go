@@ -15,6 +15,6 @@
 //
 // It lives under internal/ rather than at the top level because it is no public
 // surface: users deploy through the HTTP API (`cairn deploy`, package client), and
-// the top-level folders are the ones DESIGN.md §2 lists. A Go program outside this
+// the top-level folders are the ones README.md's "Layout" lists. A Go program outside this
 // module that imported it would bypass the API's authentication and limits.
 package deploy

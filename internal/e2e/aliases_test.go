@@ -29,7 +29,7 @@ func (s *server) cli(args ...string) string {
 	return stdout.String()
 }
 
-// TestRollbackAfterBadDeploy is issue 13's Done-when for aliases, through the real
+// TestRollbackAfterBadDeploy is aliases (docs/operations.md), through the real
 // binary: deploy v1 and start runs; deploy a bad v2 and start a run of it; `cairn
 // rollback`: new runs start on v1 and succeed, while the run started on v2 stays on
 // v2.

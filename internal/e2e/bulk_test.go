@@ -27,7 +27,7 @@ func bulkRuns(t *testing.T) int {
 	return n
 }
 
-// TestBulkRetrySurvivesKill (issue 13): a bulk retry of 2,000 failed runs; the
+// TestBulkRetrySurvivesKill: a bulk retry of 2,000 failed runs; the
 // server working it is killed (SIGKILL) mid-way and another started: the operation
 // finishes, and every run was retried exactly once (one run.retried event each,
 // one applied record each).

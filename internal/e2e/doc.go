@@ -3,7 +3,7 @@
 // processes on a fresh database and blob store of its own, and then kills them
 // (SIGKILL), freezes them (SIGSTOP), stops them (SIGTERM), takes PostgreSQL or the S3
 // server away from them, and checks through the HTTP API, with the generated client
-// (package client), that every run still ends as DESIGN.md §4 says: completions
+// (package client), that every run still ends as docs/architecture.md says: completions
 // fenced by their lease, expired leases swept, checkpoints resumed, infrastructure
 // failures retried without using up attempts.
 //

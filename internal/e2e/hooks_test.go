@@ -21,7 +21,7 @@ import (
 
 const adminToken = "e2e-admin-token-0123456789"
 
-// TestGitHubWebhook is issue 14's Done-when for webhooks through a real `cairn
+// TestGitHubWebhook is webhooks (docs/webhooks.md) through a real `cairn
 // serve`: a workflow with a github hook is deployed and its secret set with the
 // CLI; a GitHub-style push delivery (X-Hub-Signature-256 over the raw body,
 // X-GitHub-Delivery) starts a run with the mapped input, answered 202 with its id;

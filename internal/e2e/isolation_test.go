@@ -15,8 +15,8 @@ import (
 	"github.com/cairnrun/cairn/client"
 )
 
-// TestExecHandlersCannotReachTheServer runs the security audit's reproductions of
-// D1 and D2 against a real `cairn serve`: a handler that reads its parent's
+// TestExecHandlersCannotReachTheServer runs escapes from a handler (docs/security.md)
+// against a real `cairn serve`: a handler that reads its parent's
 // environment and command line, the credentials they lead to, and the server's
 // other files sees nothing of the server; a handler that rewrites its bundle gets
 // a read-only error and the next step runs the original program.

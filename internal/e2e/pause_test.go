@@ -15,7 +15,7 @@ import (
 	cairnruntime "github.com/cairnrun/cairn/runtime"
 )
 
-// TestPauseStopsAWideRun (issue 13, done when): a run of 1,000 short steps is
+// TestPauseStopsAWideRun: a run of 1,000 short steps is
 // paused mid-way through the real binary; no attempt starts later than the pause's
 // answer plus one poll interval (the attempts' started_at, through the API), the
 // steps that were running finish; resumed, the run succeeds.
@@ -104,7 +104,7 @@ func TestPauseStopsAWideRun(t *testing.T) {
 	require.Equal(t, held, after)
 }
 
-// TestOnExhaustedPauseParksTheRun (issue 13): a step whose retry policy says
+// TestOnExhaustedPauseParksTheRun: a step whose retry policy says
 // on_exhausted: pause uses up its attempts; instead of failing, the run is paused
 // (exhausted) with the step parked; the operator fixes the cause and resumes; the
 // step runs again and the run succeeds.

@@ -14,12 +14,13 @@ import (
 	"github.com/cairnrun/cairn/internal/testenv"
 )
 
-// TestRefusedOutputsFreeTheServer is the second security audit's E2 through the
-// real binary (X4): on a server of 2 slots (CAIRN_CONCURRENCY=2), with S3 for its
-// blobs, a map of 50 exec instances that each print a JSON \u0000 fails with
-// code invalid_output; a run of it canceled while its instances run ends
-// canceled; and an unrelated run completes. Before, each instance's outcome was
-// retried every 500 ms for ever: both slots held until a restart.
+// TestRefusedOutputsFreeTheServer is refused outputs (docs/functions.md,
+// invalid_output) through the real binary: on a server of 2 slots
+// (CAIRN_CONCURRENCY=2), with S3 for its blobs, a map of 50 exec instances that
+// each print a JSON \u0000 fails with code invalid_output; a run of it canceled
+// while its instances run ends canceled; and an unrelated run completes. Before,
+// each instance's outcome was retried every 500 ms for ever: both slots held until
+// a restart.
 func TestRefusedOutputsFreeTheServer(t *testing.T) {
 	t.Parallel()
 	s3, bucket := testenv.S3Bucket(t)

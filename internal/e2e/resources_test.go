@@ -12,8 +12,8 @@ import (
 	"github.com/cairnrun/cairn/client"
 )
 
-// TestResourcesMemory is issue 16's resources bullet through a real `cairn
-// serve`: an exec step with resources.memory whose handler allocates past it
+// TestResourcesMemory is resources.memory (docs/functions.md) through a real
+// `cairn serve`: an exec step with resources.memory whose handler allocates past it
 // fails with code resource_exhausted, at once (terminal, whatever its retry
 // policy), and a step under the same limit succeeds; packing a bundle with
 // resources on a builtin step is refused naming the field.

@@ -33,7 +33,7 @@ func retryBundle(s4Body string) map[string]string {
 	}
 }
 
-// TestRetryAndRerun is issue 13's "done when" for retry and rerun, through the real
+// TestRetryAndRerun is retry and rerun (docs/operations.md), through the real
 // server and CLI: a 5-step run whose step 4 fails is retried onto a fixed version
 // (steps 1–3 keep their single attempt, 4 and 5 run, the run succeeds); then a
 // rerun from step 3 with new input reuses 1–2 (the same stored outputs, s1's a

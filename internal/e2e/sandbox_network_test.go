@@ -40,7 +40,7 @@ for name, addr in env["input"]["targets"].items():
 print(json.dumps(out))
 `
 
-// TestExecHandlersHaveNoRouteToTheHost (audit 2, E1, I2, I5): from inside an exec
+// TestExecHandlersHaveNoRouteToTheHost: from inside an exec
 // handler of a real `cairn serve`, root or not, the catalog's PostgreSQL, the
 // API's port and its /metrics on the host cannot be reached, while a port of the
 // host the step allows can, and so can another machine (a network namespace of
@@ -96,7 +96,7 @@ steps:
 	})
 }
 
-// TestKilledServerTakesItsHandlers (issue 33 §3): a `cairn serve` killed with
+// TestKilledServerTakesItsHandlers: a `cairn serve` killed with
 // SIGKILL while sandboxed handlers run, each with children of its own (one
 // in a session of its own), leaves no process of theirs behind, nor any pasta
 // serving their network, root or not.

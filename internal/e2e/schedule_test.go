@@ -16,7 +16,7 @@ import (
 // envScheduleSeconds shortens TestScheduleThreeServers (default 60 seconds).
 const envScheduleSeconds = "CAIRN_E2E_SCHEDULE_SECONDS"
 
-// TestScheduleThreeServers is issue 14's Done-when for schedules, through the real
+// TestScheduleThreeServers is schedules (docs/schedules.md), through the real
 // binary: a schedule every second on three servers (each with its fire loop, no
 // leader) creates one run per second, none twice and none missed: N runs span N-1
 // seconds (±1 at the edges), also when one of the servers is killed halfway;

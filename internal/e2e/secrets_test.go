@@ -27,7 +27,7 @@ import (
 	"github.com/cairnrun/cairn/secrets"
 )
 
-// TestSecretsLeaveNoTrace is issue 16's Done-when for secrets, through a real
+// TestSecretsLeaveNoTrace is secrets (docs/webhooks.md), through a real
 // `cairn serve`: a secret set with the CLI reaches an exec step's env and an http
 // step's Authorization header; the exec handler prints it to stdout and stderr
 // and reports it as progress, the http function echoes it in its answer, and a

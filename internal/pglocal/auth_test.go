@@ -27,11 +27,10 @@ func requireRefused(t *testing.T, dsn string) {
 	require.Equal(t, pq.ErrorClass("28"), pqErr.Code.Class(), "want an authentication error, got %v", err)
 }
 
-// TestPasswordOnEveryConnection is the database side of the second security
-// audit's S6: `psql -h 127.0.0.1 -p <port> -U cairn` logged in as the
-// superuser without a password, from anywhere on the machine. No connection gets
-// in without the password now: over TCP on 127.0.0.1 or over the Unix socket, as
-// the superuser or as any other role.
+// TestPasswordOnEveryConnection: `psql -h 127.0.0.1 -p <port> -U cairn` once logged
+// in as the superuser without a password, from anywhere on the machine. No
+// connection gets in without the password now: over TCP on 127.0.0.1 or over the
+// Unix socket, as the superuser or as any other role.
 func TestPasswordOnEveryConnection(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, testConfig(t))

@@ -65,7 +65,7 @@ func TestDatabaseURLFresh(t *testing.T) {
 	require.False(t, super, "tests connect as an ordinary role, like the application")
 }
 
-// TestDBNeedsPassword (second security audit, E1): the servers the tests start
+// TestDBNeedsPassword: the servers the tests start
 // let nothing in without a password, and the role of the tests' databases has
 // a password of its own, not pgtestdb's well-known default.
 func TestDBNeedsPassword(t *testing.T) {

@@ -42,7 +42,8 @@
   var id = run.getAttribute("data-run");
   var base = "/ui/runs/" + id;
   var panel = document.getElementById("panel");
-  var terminal = { succeeded: 1, failed: 1, canceled: 1 };
+  // data-terminal: the server's word that the run has ended (RunStatus.Terminal).
+  function ended() { return run.getAttribute("data-terminal") === "true"; }
 
   // Show only the run actions its state allows.
   function showActions(status) {
@@ -187,6 +188,7 @@
           rs.textContent = s.status;
           setStatus(rs, s.status);
           run.setAttribute("data-status", s.status);
+          run.setAttribute("data-terminal", s.terminal ? "true" : "false");
           document.getElementById("progress").textContent = s.steps_total + " steps, " + s.steps_remaining + " left";
           showActions(s.status);
           var key = panel.getAttribute("data-step");
@@ -208,9 +210,9 @@
       // The stream ends with the run's final event: stop there; otherwise the
       // browser reconnects with Last-Event-ID by itself.
       refresh();
-      if (terminal[run.getAttribute("data-status")] && es.readyState !== EventSource.OPEN) {
+      if (ended() && es.readyState !== EventSource.OPEN) {
         es.close();
-        setTimeout(function () { if (!terminal[run.getAttribute("data-status")]) follow(); }, 3000);
+        setTimeout(function () { if (!ended()) follow(); }, 3000);
       }
     };
   }

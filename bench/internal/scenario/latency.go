@@ -25,7 +25,7 @@ func Latency(ctx context.Context, e *Env) *report.Result {
 	r.Settings["server"] = "one `cairn serve` with its dispatcher (default settings); the run is started through its API"
 	r.Settings["timestamps"] = "PostgreSQL's now() is the start of the writing transaction: finished_at is when the completing transaction began, started_at when the claiming one began"
 	err := latency(ctx, e, r)
-	r.AtMost("step_to_step_p50_ms", 2) // issue 18
+	r.AtMost("step_to_step_p50_ms", 2) // the goal, bench/README.md
 	r.AtMost("step_to_step_p99_ms", 10)
 	r.Finish(err)
 	return r
