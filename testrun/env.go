@@ -39,7 +39,17 @@ type Env struct {
 	// cloneMu serializes the clones of the template: PostgreSQL refuses a
 	// second CREATE DATABASE … TEMPLATE while one copies it.
 	cloneMu sync.Mutex
+	// spare holds databases cloned ahead (a clone takes a few hundred
+	// milliseconds), so that a case starts on one at once; bg tracks the
+	// clones and drops under way in the background.
+	spare   chan *database
+	bg      sync.WaitGroup
+	ownDir  bool
+	closing atomic.Bool
 }
+
+// spareDatabases is how many databases an Env clones ahead.
+const spareDatabases = 2
 
 // EnvConfig tunes StartEnv. The zero value is usable.
 type EnvConfig struct {
@@ -71,7 +81,7 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 			return nil, err
 		}
 	}
-	e := &Env{dir: dir, logger: logger}
+	e := &Env{dir: dir, logger: logger, ownDir: cfg.Dir == "", spare: make(chan *database, spareDatabases)}
 	defer func() {
 		if err != nil {
 			_ = e.Close(context.WithoutCancel(ctx))
@@ -109,8 +119,10 @@ func StartEnv(ctx context.Context, cfg EnvConfig) (_ *Env, err error) {
 }
 
 // Deploy registers the bundle folder dir in the template database, so that
-// every case's database has it; call it before the cases run.
+// every case's database has it; call it before the cases run, and not while
+// they run.
 func (e *Env) Deploy(ctx context.Context, dir string) (*catalog.Version, error) {
+	e.dropSpares(ctx) // cloned before this deploy: they lack the bundle
 	store, err := e.open(ctx, templateDB)
 	if err != nil {
 		return nil, err
@@ -137,11 +149,55 @@ type database struct {
 	store *catalog.Store
 }
 
-// newDatabase clones the template for one case.
+// newDatabase returns a clone of the template for one case: a spare one when
+// there is one, and clones another in the background.
 func (e *Env) newDatabase(ctx context.Context) (*database, error) {
+	var db *database
+	select {
+	case db = <-e.spare:
+	default:
+		var err error
+		if db, err = e.clone(ctx); err != nil {
+			return nil, err
+		}
+	}
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		if e.closing.Load() || len(e.spare) >= spareDatabases {
+			return
+		}
+		d, err := e.clone(context.WithoutCancel(ctx))
+		if err != nil {
+			return // the next newDatabase clones in the foreground and reports it
+		}
+		select {
+		case e.spare <- d:
+		default:
+			e.dropNow(context.WithoutCancel(ctx), d)
+		}
+	}()
+	return db, nil
+}
+
+// dropSpares drops the databases cloned ahead.
+func (e *Env) dropSpares(ctx context.Context) {
+	e.bg.Wait()
+	for {
+		select {
+		case d := <-e.spare:
+			e.dropNow(ctx, d)
+		default:
+			return
+		}
+	}
+}
+
+// clone clones the template.
+func (e *Env) clone(ctx context.Context) (*database, error) {
 	name := fmt.Sprintf("cairn_case_%d", e.n.Add(1))
 	e.cloneMu.Lock()
-	err := e.admin(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE "+pq.QuoteIdentifier(templateDB))
+	err := e.admin(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE "+pq.QuoteIdentifier(templateDB)+" STRATEGY FILE_COPY")
 	e.cloneMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -157,8 +213,16 @@ func (e *Env) newDatabase(ctx context.Context) (*database, error) {
 	return &database{name: name, url: e.cluster.URL(name), store: store}, nil
 }
 
-// drop closes and drops a case's database.
+// drop closes and drops a case's database, in the background.
 func (e *Env) drop(ctx context.Context, db *database) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		e.dropNow(context.WithoutCancel(ctx), db)
+	}()
+}
+
+func (e *Env) dropNow(ctx context.Context, db *database) {
 	_ = db.store.Close()
 	if err := e.admin(ctx, "DROP DATABASE IF EXISTS "+pq.QuoteIdentifier(db.name)+" WITH (FORCE)"); err != nil {
 		e.logger.Warn("drop a case's database", "database", db.name, "error", err)
@@ -188,11 +252,17 @@ func (e *Env) admin(ctx context.Context, stmt string) error {
 // on a partly started Env.
 func (e *Env) Close(ctx context.Context) error {
 	var errs []error
+	e.closing.Store(true)
+	if e.spare != nil {
+		e.dropSpares(ctx)
+	}
 	if e.cluster != nil {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		errs = append(errs, e.cluster.Stop(sctx))
 		cancel()
 	}
-	errs = append(errs, os.RemoveAll(e.dir))
+	if e.ownDir {
+		errs = append(errs, os.RemoveAll(e.dir))
+	}
 	return errors.Join(errs...)
 }

@@ -21,6 +21,8 @@ type mockInvoker struct {
 	kind  bundle.Kind
 	mocks map[string]Mock
 	real  functions.Invoker
+	// handled is told of each attempt a real handler runs.
+	handled func(key string)
 }
 
 // mockFor returns the mock of a step key: its own, or its map step's for a map
@@ -44,6 +46,7 @@ func (m *mockInvoker) Invoke(ctx context.Context, inv *functions.Invocation, sin
 			return &functions.Error{Code: CodeNotMocked, Message: fmt.Sprintf(
 				"step %s (%s) has no mock in this case: mock it, or run cairn test --allow-network to call it", inv.Envelope.Step, m.kind)}
 		}
+		m.handled(inv.Envelope.Step)
 		return m.real.Invoke(ctx, inv, sink)
 	}
 	n := inv.Envelope.Attempt

@@ -28,6 +28,9 @@ type Result struct {
 	Wall    time.Duration `json:"wall"`
 	Virtual time.Duration `json:"virtual"`
 	Run     *RunSummary   `json:"run,omitempty"`
+	// Handlers are the steps whose real handler ran (the others were mocked,
+	// or run no handler: waits, conditions' skips).
+	Handlers []string `json:"handlers,omitempty"`
 }
 
 // Passed reports whether the case ran and met every expectation.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -180,9 +181,15 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 	if err := store.ClockSet(ctx, start); err != nil {
 		return err
 	}
+	var mu sync.Mutex
+	handled := map[string]bool{}
 	invokers := map[bundle.Kind]functions.Invoker{}
 	for _, kind := range []bundle.Kind{bundle.KindExec, bundle.KindHTTP, bundle.KindLambda, bundle.KindBuiltin} {
-		m := &mockInvoker{kind: kind, mocks: c.Mocks}
+		m := &mockInvoker{kind: kind, mocks: c.Mocks, handled: func(key string) {
+			mu.Lock()
+			handled[key] = true
+			mu.Unlock()
+		}}
 		switch kind {
 		case bundle.KindExec:
 			m.real = functions.NewExec(&functions.ExecConfig{Logger: r.cfg.Logger})
@@ -292,6 +299,13 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		return err
 	}
 	res.Virtual = end.Sub(start)
+	if err := d.Stop(ctx); err != nil {
+		return err
+	}
+	for key := range handled {
+		res.Handlers = append(res.Handlers, key)
+	}
+	sort.Strings(res.Handlers)
 	res.Run, err = summarize(ctx, store, run.ID)
 	return err
 }
