@@ -25,7 +25,8 @@ const (
 	// sqlClockInstall makes the schema cairn_clock, its clock row (at the real
 	// time) and the functions that shadow pg_catalog's, and points the DEFAULTs
 	// of every column of the public schema that reads now() or clock_timestamp()
-	// at cairn_clock.now(). statement_timestamp() and transaction_timestamp() are
+	// at cairn_clock.now() (pg_get_expr qualifies pg_catalog's now() when the
+	// search_path already shadows it). statement_timestamp() and transaction_timestamp() are
 	// shadowed too, though the catalog does not call them. CURRENT_TIMESTAMP,
 	// a keyword rather than a function, cannot be shadowed: the catalog does not
 	// use it (TestVirtualClockCoversTheCatalog checks).
@@ -52,7 +53,8 @@ BEGIN
              JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
              JOIN pg_class c ON c.oid = d.adrelid
              WHERE c.relnamespace = 'public'::regnamespace
-               AND pg_get_expr(d.adbin, d.adrelid) IN ('now()', 'clock_timestamp()', 'CURRENT_TIMESTAMP')
+               AND regexp_replace(pg_get_expr(d.adbin, d.adrelid), '^pg_catalog[.]', '')
+                   IN ('now()', 'clock_timestamp()', 'CURRENT_TIMESTAMP')
     LOOP
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT cairn_clock.now()', r.tbl, r.col);
     END LOOP;

@@ -7,39 +7,49 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
 )
 
+// testBundles are deployed into the shared Env's template before any case
+// runs (a deploy writes the template, which a clone must not see changing).
+var testBundles = []string{"testdata/yearly", "testdata/orders"}
+
 // sharedEnv is the embedded catalog of this test binary: one cluster, whose
-// template every case clones (package-level because there is no TestMain to
-// keep it; its cluster dies with the binary: pglocal's DieWithParent).
+// template every case clones (package-level because the test binary has one
+// cluster for all its tests; TestMain closes it, and pglocal's DieWithParent
+// ends it should the binary die).
 var sharedEnv struct {
-	once sync.Once
-	env  *Env
-	err  error
+	once     sync.Once
+	env      *Env
+	versions map[string]*catalog.Version
+	err      error
 }
 
-// testEnv returns the shared Env, started on first use.
-func testEnv(t *testing.T) *Env {
-	t.Helper()
-	sharedEnv.once.Do(func() {
-		sharedEnv.env, sharedEnv.err = StartEnv(context.Background(), EnvConfig{})
-	})
-	require.NoError(t, sharedEnv.err, "start the embedded catalog (needs the PostgreSQL binaries; CAIRN_PG_BIN)")
-	return sharedEnv.env
-}
-
-// runnerFor deploys the bundle folder dir into a fresh Env of its own (the
-// shared one's template holds the bundles deployed before) and returns its
-// runner.
+// runnerFor returns a runner of the bundle dir, one of testBundles, on the
+// shared Env.
 func runnerFor(t *testing.T, dir string, cfg *Config) *Runner {
 	t.Helper()
-	ctx := context.Background()
-	env, err := StartEnv(ctx, EnvConfig{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Close(context.Background()) })
-	v, err := env.Deploy(ctx, dir)
-	require.NoError(t, err)
-	r, err := NewRunner(env, v, cfg)
+	sharedEnv.once.Do(func() {
+		ctx := context.Background()
+		sharedEnv.env, sharedEnv.err = StartEnv(ctx, EnvConfig{})
+		if sharedEnv.err != nil {
+			return
+		}
+		sharedEnv.versions = map[string]*catalog.Version{}
+		for _, d := range testBundles {
+			v, err := sharedEnv.env.Deploy(ctx, d)
+			if err != nil {
+				sharedEnv.err = err
+				return
+			}
+			sharedEnv.versions[d] = v
+		}
+	})
+	require.NoError(t, sharedEnv.err, "start the embedded catalog (needs the PostgreSQL binaries; CAIRN_PG_BIN)")
+	v := sharedEnv.versions[dir]
+	require.NotNil(t, v, "%s is not in testBundles", dir)
+	r, err := NewRunner(sharedEnv.env, v, cfg)
 	require.NoError(t, err)
 	return r
 }

@@ -2,6 +2,9 @@ package testrun
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,6 +19,43 @@ func TestYearlyCases(t *testing.T) {
 		res := r.Run(context.Background(), c)
 		require.NoError(t, res.Err, c.Name)
 		require.Empty(t, res.Failures, c.Name)
-		t.Logf("%s: wall %s, virtual %s", c.Name, res.Wall, Duration(res.Virtual))
+	}
+}
+
+// TestYearDeterministic runs the case of a year's sleep with a signal after
+// 30 days 100 times (CAIRN_TEST_REPEAT other times) and checks that every run
+// ends the same: statuses, attempts, outputs, virtual times. The wall time
+// of each is logged, not asserted (make bench holds speed goals).
+func TestYearDeterministic(t *testing.T) {
+	t.Parallel()
+	n := 100
+	if v := os.Getenv("CAIRN_TEST_REPEAT"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	r := runnerFor(t, "testdata/yearly", nil)
+	data, err := os.ReadFile("testdata/yearly/tests/year.yaml")
+	require.NoError(t, err)
+	c, err := ParseCase(data, "year")
+	require.NoError(t, err)
+	var first string
+	for i := range n {
+		res := r.Run(context.Background(), c)
+		require.NoError(t, res.Err)
+		require.Empty(t, res.Failures)
+		t.Logf("run %d: wall %s, virtual %s", i+1, res.Wall, Duration(res.Virtual))
+		res.Run.ID = [16]byte{} // a new run each time
+		got, err := json.Marshal(struct {
+			Run      *RunSummary
+			Virtual  Duration
+			Handlers []string
+		}{res.Run, Duration(res.Virtual), res.Handlers})
+		require.NoError(t, err)
+		if i == 0 {
+			first = string(got)
+			continue
+		}
+		require.Equal(t, first, string(got), "run %d differs from the first", i+1)
 	}
 }
