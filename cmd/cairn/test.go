@@ -310,7 +310,7 @@ func writeJUnit(path, workflow string, results []*testrun.Result) error {
 			c.Error = &junitProblem{Message: r.Err.Error(), Text: r.Err.Error()}
 		case len(r.Failures) > 0:
 			s.Failures++
-			c.Failure = &junitProblem{Message: r.Failures[0], Text: strings.Join(r.Failures, "\n")}
+			c.Failure = &junitProblem{Message: strings.Join(r.Failures, "; "), Text: strings.Join(r.Failures, "\n")}
 		}
 		s.Cases = append(s.Cases, c)
 	}
