@@ -31,6 +31,11 @@ type Case struct {
 	File string `yaml:"-" json:"-"`
 	// Input is the run's input (any YAML value); default null.
 	Input any `yaml:"input" json:"input"`
+	// Schedule, when set, names a schedule of the workflow (schedules: in
+	// cairn.yaml): the case's run is the one its first fire after Start
+	// creates, with the schedule's input (the clock jumps to that fire).
+	// Other schedules never fire in a case.
+	Schedule string `yaml:"schedule" json:"schedule,omitempty"`
 	// Labels of the run.
 	Labels map[string]string `yaml:"labels" json:"labels,omitempty"`
 	// Start is the virtual time at which the run starts; default DefaultStart.
@@ -263,6 +268,9 @@ func ParseCase(data []byte, name string) (*Case, error) {
 		if n != 1 {
 			return nil, fmt.Errorf("events[%d]: name exactly one of signal, approve, reject and callback", i)
 		}
+	}
+	if c.Schedule != "" && c.Input != nil {
+		return nil, fmt.Errorf("schedule %s: the schedule gives the run its input; leave input out", c.Schedule)
 	}
 	for key, m := range c.Mocks {
 		for i, o := range m {

@@ -125,6 +125,9 @@ func (r *Runner) Check(c *Case) error {
 			errs = append(errs, fmt.Errorf("step %s has no mock: http and lambda steps must be mocked, or run with --allow-network", k))
 		}
 	}
+	if c.Schedule != "" && !slices.ContainsFunc(r.def.Schedules, func(s bundle.ScheduleDefinition) bool { return s.Name == c.Schedule }) {
+		errs = append(errs, fmt.Errorf("schedule: %s has no schedule %q", r.def.Name, c.Schedule))
+	}
 	signals := r.def.SignalNames()
 	for i, e := range c.Events {
 		switch {
@@ -183,6 +186,16 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 	}
 	var mu sync.Mutex
 	handled := map[string]bool{}
+	maxTime := c.MaxTime.Std()
+	if maxTime <= 0 {
+		maxTime = DefaultMaxTime
+	}
+	// Before the dispatcher starts (its schedule loop fires too): only the
+	// case's schedule fires, once.
+	fired, err := r.fireSchedule(ctx, store, c.Schedule, start, maxTime)
+	if err != nil {
+		return err
+	}
 	invokers := map[bundle.Kind]functions.Invoker{}
 	for _, kind := range []bundle.Kind{bundle.KindExec, bundle.KindHTTP, bundle.KindLambda, bundle.KindBuiltin} {
 		m := &mockInvoker{kind: kind, mocks: c.Mocks, handled: func(key string) {
@@ -227,21 +240,28 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 	}
 	defer func() { _ = d.Stop(context.WithoutCancel(ctx)) }()
 
-	input := json.RawMessage("null")
-	if c.Input != nil {
-		if input, err = json.Marshal(jsonValue(c.Input)); err != nil {
-			return fmt.Errorf("input: %w", err)
+	runID := fired
+	if runID == uuid.Nil {
+		input := json.RawMessage("null")
+		if c.Input != nil {
+			if input, err = json.Marshal(jsonValue(c.Input)); err != nil {
+				return fmt.Errorf("input: %w", err)
+			}
 		}
+		run, _, err := store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: r.version.Workflow, Version: r.version.Version,
+			Input: input, Labels: catalog.Labels(c.Labels)})
+		if err != nil {
+			return fmt.Errorf("start the run: %w", err)
+		}
+		runID = run.ID
 	}
-	run, _, err := store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: r.version.Workflow, Version: r.version.Version,
-		Input: input, Labels: catalog.Labels(c.Labels)})
+	// Events count from the run's start: the case's start, or the fire of its
+	// schedule.
+	first, err := store.RunGet(ctx, runID)
 	if err != nil {
-		return fmt.Errorf("start the run: %w", err)
+		return err
 	}
-	maxTime := c.MaxTime.Std()
-	if maxTime <= 0 {
-		maxTime = DefaultMaxTime
-	}
+	base := first.CreatedAt
 	events := slices.Clone(c.Events)
 	sort.SliceStable(events, func(i, j int) bool { return events[i].At < events[j].At })
 	for {
@@ -252,14 +272,14 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		if err != nil {
 			return err
 		}
-		cur, err := store.RunGet(ctx, run.ID)
+		cur, err := store.RunGet(ctx, runID)
 		if err != nil {
 			return err
 		}
 		if cur.Status.Terminal() {
 			for _, e := range events {
 				res.Failures = append(res.Failures, fmt.Sprintf("event %s at %s was not delivered: the run ended (%s) at %s",
-					e.what(), e.At, cur.Status, Duration(now.Sub(start))))
+					e.what(), e.At, cur.Status, Duration(now.Sub(base))))
 			}
 			break
 		}
@@ -268,14 +288,14 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 			return err
 		}
 		if len(events) > 0 {
-			at := start.Add(events[0].At.Std())
+			at := base.Add(events[0].At.Std())
 			if next.IsZero() || !at.After(next) {
 				if at.After(now) {
 					if err := store.ClockSet(ctx, at); err != nil {
 						return err
 					}
 				}
-				if err := r.deliver(ctx, store, run.ID, events[0]); err != nil {
+				if err := r.deliver(ctx, store, runID, events[0]); err != nil {
 					res.Failures = append(res.Failures, fmt.Sprintf("event %s at %s: %v", events[0].what(), events[0].At, err))
 				}
 				events = events[1:]
@@ -306,8 +326,72 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		res.Handlers = append(res.Handlers, key)
 	}
 	sort.Strings(res.Handlers)
-	res.Run, err = summarize(ctx, store, run.ID)
+	res.Run, err = summarize(ctx, store, runID)
 	return err
+}
+
+// fireSchedule pauses the workflow's schedules but name, and, when name is
+// set, moves the clock to that schedule's first fire after start, fires it
+// (catalog.ScheduleFire, as the dispatcher's schedule loop does), pauses it
+// and returns the run it created.
+func (r *Runner) fireSchedule(ctx context.Context, store *catalog.Store, name string, start time.Time, maxTime time.Duration) (uuid.UUID, error) {
+	list, err := store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: r.def.Name})
+	if err != nil {
+		return uuid.Nil, err
+	}
+	var id int64
+	for _, s := range list {
+		if s.Name == name {
+			id = s.ID
+			continue
+		}
+		if _, err := store.SchedulePause(ctx, s.ID, true, "cairn-test"); err != nil {
+			return uuid.Nil, err
+		}
+	}
+	if name == "" {
+		return uuid.Nil, nil
+	}
+	if id == 0 {
+		return uuid.Nil, fmt.Errorf("schedule %s: not in the catalog", name)
+	}
+	next := func(expr, tz string, t time.Time) (time.Time, bool) {
+		loc, err := time.LoadLocation(tz)
+		if err != nil {
+			return time.Time{}, false
+		}
+		s, err := bundle.ParseCron(expr, loc)
+		if err != nil {
+			return time.Time{}, false
+		}
+		return bundle.NextFire(s, t)
+	}
+	for range 3 { // the first pass computes the next fire, the second fires it
+		res, err := store.ScheduleFire(ctx, &catalog.ScheduleFireParams{Next: next})
+		if err != nil {
+			return uuid.Nil, err
+		}
+		if res.Created > 0 {
+			break
+		}
+		if res.NextDue == nil || res.NextDue.Sub(start) > maxTime {
+			return uuid.Nil, fmt.Errorf("schedule %s: no fire within %s of the start", name, Duration(maxTime))
+		}
+		if err := store.ClockSet(ctx, *res.NextDue); err != nil {
+			return uuid.Nil, err
+		}
+	}
+	s, err := store.ScheduleGet(ctx, id)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if s.LastRunID == nil {
+		return uuid.Nil, fmt.Errorf("schedule %s: its fire created no run", name)
+	}
+	if _, err := store.SchedulePause(ctx, id, true, "cairn-test"); err != nil {
+		return uuid.Nil, err
+	}
+	return *s.LastRunID, nil
 }
 
 // quiet waits until the catalog has nothing running or due at the clock's

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -58,4 +59,28 @@ func TestYearDeterministic(t *testing.T) {
 		}
 		require.Equal(t, first, string(got), "run %d differs from the first", i+1)
 	}
+}
+
+// TestScheduleFire: a case of a schedule's run waits, on the virtual clock,
+// for the schedule's first fire after the start: 03:00 in Paris is 02:00 UTC
+// on the 1st of January. The other schedule (every 5 minutes) never fires.
+func TestScheduleFire(t *testing.T) {
+	t.Parallel()
+	r := runnerFor(t, "../examples/nightly", nil)
+	c, err := ParseCase([]byte(`
+schedule: report
+start: 2030-01-01T00:00:00Z
+expect:
+  status: succeeded
+  steps: {collect: succeeded, publish: succeeded}
+`), "nightly report")
+	require.NoError(t, err)
+	res := r.Run(context.Background(), c)
+	require.NoError(t, res.Err)
+	require.Empty(t, res.Failures)
+	require.Equal(t, 2*time.Hour, res.Virtual)
+
+	c.Schedule = "weekly"
+	res = r.Run(context.Background(), c)
+	require.ErrorContains(t, res.Err, `nightly has no schedule "weekly"`)
 }
