@@ -30,6 +30,7 @@ type testFlags struct {
 	replay       []string
 	run          string
 	verbose      bool
+	with         []string
 }
 
 func newTestCmd(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -67,6 +68,7 @@ The exit status is 1 when a case fails. docs/testing.md describes the case forma
 	fl.StringArrayVar(&f.replay, "replay", nil, "replay the run exported to `FILE` (cairn run export); repeatable")
 	fl.StringVar(&f.run, "run", "", "run only the cases whose name matches `REGEXP`")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "print every case's steps")
+	fl.StringArrayVar(&f.with, "with", nil, "deploy the bundle folder `DIR` first (a child workflow the bundle's workflow steps start); repeatable")
 	return cmd
 }
 
@@ -106,6 +108,11 @@ func runTests(ctx context.Context, e env, stdout, stderr io.Writer, dir string, 
 		return err
 	}
 	defer func() { _ = env.Close(context.WithoutCancel(ctx)) }()
+	for _, d := range f.with {
+		if _, err := env.Deploy(ctx, d); err != nil {
+			return fmt.Errorf("--with: %w", err)
+		}
+	}
 	v, err := env.Deploy(ctx, dir)
 	if err != nil {
 		return err
