@@ -64,25 +64,39 @@ END $$`
 	sqlClockGet = `SELECT at FROM cairn_clock.clock`
 
 	// sqlClockBusy is whether the catalog has work to do at the clock's time:
-	// an attempt running, a step ready and claimable, a wait, a deadline or a
-	// queue timeout due, or a child run's end not yet passed to its parent.
+	// an attempt running (running); a step a claim would take now (ready, its
+	// concurrency key not full, its rate bucket not empty: sqlClaimableLimits),
+	// a wait, a deadline or a queue timeout due, a child run's end not yet
+	// passed to its parent, a map with instances to create or to resolve (due).
 	sqlClockBusy = `
 SELECT EXISTS (SELECT 1 FROM steps WHERE status = 'running') AS running,
-       EXISTS (SELECT 1 FROM steps WHERE status = 'ready' AND NOT held AND ready_at <= now())
+       EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND NOT s.held AND s.ready_at <= now()` + sqlClaimableLimits + `)
     OR EXISTS (SELECT 1 FROM steps WHERE status = 'suspended' AND NOT held AND least(wait_until, timeout_at) <= now())
     OR EXISTS (SELECT 1 FROM child_run_ends)
-    OR EXISTS (SELECT 1 FROM runs WHERE deadline_at <= now() AND status IN ('pending', 'running', 'paused')) AS due`
+    OR EXISTS (SELECT 1 FROM runs WHERE deadline_at <= now() AND status IN ('pending', 'running', 'paused'))
+    OR EXISTS (SELECT 1 FROM step_maps m JOIN steps s ON s.run_id = m.run_id AND s.key = m.step_key
+               WHERE NOT m.finished AND s.status = 'suspended' AND s.wait_kind = 'map' AND NOT s.held
+                 AND (SELECT count(*) FROM steps i WHERE i.run_id = m.run_id AND i.map_parent = m.step_key
+                        AND i.status NOT IN ('succeeded', 'failed', 'skipped', 'canceled'))
+                     < CASE WHEN m.expanded THEN 1 ELSE m.max_parallel END) AS due`
 
 	// sqlClockNextDue is the earliest time after the clock's at which something
 	// becomes due: a retry's backoff ends, a wait ends or times out, a queue
-	// timeout or a run's deadline passes.
+	// timeout or a run's deadline passes, a rate bucket that ready steps wait
+	// for has a token again (a millisecond after the exact time, which floating
+	// point may miss).
 	sqlClockNextDue = `
 SELECT least(
     (SELECT min(ready_at) FROM steps WHERE status = 'ready' AND NOT held AND ready_at > now()),
     (SELECT min(least(wait_until, timeout_at)) FROM steps WHERE status = 'suspended' AND NOT held),
     (SELECT min(ready_at + make_interval(secs => queue_timeout_s)) FROM steps
       WHERE status = 'ready' AND queue_timeout_s IS NOT NULL),
-    (SELECT min(deadline_at) FROM runs WHERE status IN ('pending', 'running', 'paused', 'compensating')))`
+    (SELECT min(deadline_at) FROM runs WHERE status IN ('pending', 'running', 'paused', 'compensating')),
+    (SELECT min(b.at + make_interval(secs => (1 - b.tokens) * coalesce(l.rate_per_s, b.per_s)
+                                              / coalesce(l.rate_limit, b.lim) + 0.001))
+       FROM rate_buckets b LEFT JOIN limits l ON l.name = b.name
+      WHERE b.tokens < 1 AND EXISTS (SELECT 1 FROM steps s WHERE s.status = 'ready' AND NOT s.held
+                                       AND s.rate_name = b.name AND s.rate_key = b.key)))`
 )
 
 // InstallVirtualClock gives the database s works on a virtual clock that
@@ -113,22 +127,29 @@ func (s *Store) ClockGet(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// ClockBusy reports whether an attempt is running, and whether anything is
-// due at the database's time (with the virtual clock, at its time): a ready
-// step to claim, a wait, a deadline or a child run's end to apply.
-func (s *Store) ClockBusy(ctx context.Context) (running, due bool, err error) {
-	var b struct {
-		Running bool `db:"running"`
-		Due     bool `db:"due"`
-	}
+// ClockBusy reports whether an attempt is running (Busy.Running), and whether
+// anything is due at the database's time (with the virtual clock, at its time:
+// Busy.Due).
+func (s *Store) ClockBusy(ctx context.Context) (Busy, error) {
+	var b Busy
 	if err := s.db.GetContext(ctx, &b, sqlClockBusy); err != nil {
-		return false, false, fmt.Errorf("clock busy: %w", translateError(err))
+		return Busy{}, fmt.Errorf("clock busy: %w", translateError(err))
 	}
-	return b.Running, b.Due, nil
+	return b, nil
+}
+
+// Busy is what ClockBusy found.
+type Busy struct {
+	// Running: an attempt runs.
+	Running bool `db:"running"`
+	// Due: a step a claim would take, a wait, deadline, queue timeout or child
+	// run's end to apply, a map's instances to create or its end to record.
+	Due bool `db:"due"`
 }
 
 // ClockNextDue returns the earliest time at which a retry, a wait, a queue
-// timeout or a run's deadline comes due; the zero time when none will.
+// timeout, a run's deadline or a rate limit's token comes due; the zero time
+// when none will.
 func (s *Store) ClockNextDue(ctx context.Context) (time.Time, error) {
 	var t *time.Time
 	if err := s.db.GetContext(ctx, &t, sqlClockNextDue); err != nil {

@@ -13,7 +13,7 @@ import (
 
 // testBundles are deployed into the shared Env's template before any case
 // runs (a deploy writes the template, which a clone must not see changing).
-var testBundles = []string{"testdata/yearly", "testdata/orders", "../examples/nightly"}
+var testBundles = []string{"testdata/yearly", "testdata/orders", "../examples/nightly", "testdata/flows"}
 
 // sharedEnv is the embedded catalog of this test binary: one cluster, whose
 // template every case clones (package-level because the test binary has one

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,8 +77,9 @@ func errorCode(j catalog.JSON) string {
 	return e.Code
 }
 
-// summarize reads the run's end state.
-func summarize(ctx context.Context, store *catalog.Store, id uuid.UUID) (*RunSummary, error) {
+// summarize reads the run's end state: its steps, and the map instances
+// (KEY[i]) that instances names.
+func summarize(ctx context.Context, store *catalog.Store, id uuid.UUID, instances []string) (*RunSummary, error) {
 	run, err := store.RunGet(ctx, id)
 	if err != nil {
 		return nil, err
@@ -88,6 +91,16 @@ func summarize(ctx context.Context, store *catalog.Store, id uuid.UUID) (*RunSum
 	s := &RunSummary{ID: id, Status: string(run.Status), ErrorCode: errorCode(run.Error)}
 	if run.FinishedAt != nil {
 		s.Elapsed = run.FinishedAt.Sub(run.CreatedAt)
+	}
+	for _, key := range instances {
+		st, err := store.StepGet(ctx, id, key)
+		if errors.Is(err, catalog.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		steps = append(steps, *st)
 	}
 	for _, st := range steps {
 		ss := StepSummary{Key: st.Key, Status: string(st.Status), Attempts: st.Attempts, ErrorCode: errorCode(st.LastError)}
@@ -101,6 +114,24 @@ func summarize(ctx context.Context, store *catalog.Store, id uuid.UUID) (*RunSum
 	}
 	sort.Slice(s.Steps, func(i, j int) bool { return s.Steps[i].Key < s.Steps[j].Key })
 	return s, nil
+}
+
+// instanceKeys returns the map instances (KEY[i]) a case's expectations name.
+func instanceKeys(x Expect) []string {
+	var out []string
+	add := func(key string) {
+		if strings.HasSuffix(key, "]") && strings.Contains(key, "[") && !slices.Contains(out, key) {
+			out = append(out, key)
+		}
+	}
+	for k := range x.Steps {
+		add(k)
+	}
+	for _, k := range append(slices.Clone(x.Ran), x.NotRan...) {
+		add(k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // ran reports whether a step had an attempt, or ended by anything but a skip.

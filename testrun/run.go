@@ -25,11 +25,6 @@ import (
 const (
 	// DefaultCaseTimeout bounds the wall time of one case.
 	DefaultCaseTimeout = 2 * time.Minute
-	// stallAfter is how long the runner waits, in wall time, for ready steps
-	// that nothing claims (a rate limit's tokens refill with the virtual clock)
-	// before it moves the clock on by stallTick.
-	stallAfter = 500 * time.Millisecond
-	stallTick  = time.Second
 	// pollEvery is how often the runner looks whether the catalog is quiet.
 	pollEvery = 2 * time.Millisecond
 )
@@ -305,10 +300,13 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		if next.IsZero() || next.Sub(start) > maxTime {
 			break // the run waits for nothing that will come
 		}
-		if next.After(now) {
-			if err := store.ClockSet(ctx, next); err != nil {
-				return err
-			}
+		if !next.After(now) {
+			// Due by ClockNextDue, not by ClockBusy (a rounding at their edge):
+			// a millisecond on, so the case always moves.
+			next = now.Add(time.Millisecond)
+		}
+		if err := store.ClockSet(ctx, next); err != nil {
+			return err
 		}
 		if err := r.sweep(ctx, store); err != nil {
 			return err
@@ -326,28 +324,36 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		res.Handlers = append(res.Handlers, key)
 	}
 	sort.Strings(res.Handlers)
-	res.Run, err = summarize(ctx, store, runID)
+	res.Run, err = summarize(ctx, store, runID, instanceKeys(c.Expect))
 	return err
 }
 
-// fireSchedule pauses the workflow's schedules but name, and, when name is
+// fireSchedule pauses every schedule but the workflow's name, and, when name is
 // set, moves the clock to that schedule's first fire after start, fires it
 // (catalog.ScheduleFire, as the dispatcher's schedule loop does), pauses it
 // and returns the run it created.
 func (r *Runner) fireSchedule(ctx context.Context, store *catalog.Store, name string, start time.Time, maxTime time.Duration) (uuid.UUID, error) {
-	list, err := store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: r.def.Name})
-	if err != nil {
-		return uuid.Nil, err
-	}
+	// Every workflow's: the template may hold others (cairn test --with).
 	var id int64
-	for _, s := range list {
-		if s.Name == name {
-			id = s.ID
-			continue
-		}
-		if _, err := store.SchedulePause(ctx, s.ID, true, "cairn-test"); err != nil {
+	p := &catalog.ScheduleListParams{Limit: 100}
+	for {
+		list, err := store.ScheduleList(ctx, p)
+		if err != nil {
 			return uuid.Nil, err
 		}
+		for _, s := range list {
+			if s.Workflow == r.def.Name && s.Name == name {
+				id = s.ID
+				continue
+			}
+			if _, err := store.SchedulePause(ctx, s.ID, true, "cairn-test"); err != nil {
+				return uuid.Nil, err
+			}
+		}
+		if len(list) < p.Limit {
+			break
+		}
+		p.After = list[len(list)-1].ID
 	}
 	if name == "" {
 		return uuid.Nil, nil
@@ -395,23 +401,19 @@ func (r *Runner) fireSchedule(ctx context.Context, store *catalog.Store, name st
 }
 
 // quiet waits until the catalog has nothing running or due at the clock's
-// time. Ready steps that nothing claims for stallAfter (a rate limit, whose
-// tokens refill with the clock) move the clock on by stallTick.
+// time.
 func (r *Runner) quiet(ctx context.Context, store *catalog.Store) error {
-	var dueSince time.Time
 	swept := false
 	for {
-		running, due, err := store.ClockBusy(ctx)
+		b, err := store.ClockBusy(ctx)
 		if err != nil {
 			return err
 		}
 		switch {
-		case running:
-			dueSince = time.Time{}
-		case !due:
+		case b.Running:
+			swept = false
+		case !b.Due:
 			return nil
-		case dueSince.IsZero():
-			dueSince = time.Now()
 		case !swept:
 			// Waits, deadlines and queue timeouts due now: the wake loop applies
 			// them within its poll interval; applying them here is sooner.
@@ -419,15 +421,6 @@ func (r *Runner) quiet(ctx context.Context, store *catalog.Store) error {
 				return err
 			}
 			swept = true
-		case time.Since(dueSince) > stallAfter:
-			now, err := store.ClockGet(ctx)
-			if err != nil {
-				return err
-			}
-			if err := store.ClockSet(ctx, now.Add(stallTick)); err != nil {
-				return err
-			}
-			dueSince, swept = time.Time{}, false
 		}
 		select {
 		case <-ctx.Done():

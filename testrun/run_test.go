@@ -84,3 +84,20 @@ expect:
 	res = r.Run(context.Background(), c)
 	require.ErrorContains(t, res.Err, `nightly has no schedule "weekly"`)
 }
+
+// TestMapAndRateLimit: a map's instances (two at a time, mocked by the map
+// step's key) and a map under a rate limit of one a minute: the clock jumps
+// to each token, so the five paced instances take four to five virtual
+// minutes (whether the bucket starts full is the rate limit's business).
+func TestMapAndRateLimit(t *testing.T) {
+	t.Parallel()
+	r := runnerFor(t, "testdata/flows", nil)
+	cases, err := LoadCases("testdata/flows")
+	require.NoError(t, err)
+	res := r.Run(context.Background(), cases[0])
+	require.NoError(t, res.Err)
+	require.Empty(t, res.Failures)
+	require.GreaterOrEqual(t, res.Virtual, 4*time.Minute)
+	require.LessOrEqual(t, res.Virtual, 5*time.Minute+time.Second)
+	t.Logf("wall %s, virtual %s", res.Wall, res.Virtual)
+}
