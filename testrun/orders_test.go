@@ -8,21 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestOrdersCases runs the cases of testdata/orders: a mocked http step with
-// a sequence of outcomes (retried on the virtual clock), a condition's skip,
-// a real builtin's failure and a compensation.
-func TestOrdersCases(t *testing.T) {
-	t.Parallel()
-	r := runnerFor(t, "testdata/orders", nil)
-	cases, err := LoadCases("testdata/orders")
-	require.NoError(t, err)
-	for _, c := range cases {
-		res := r.Run(context.Background(), c)
-		require.NoError(t, res.Err, c.Name)
-		require.Empty(t, res.Failures, c.Name)
-	}
-}
-
 // TestBrokenMock: a mock that answers other than the case expects fails the
 // case with a message naming the step and the expectation.
 func TestBrokenMock(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,15 +14,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestYearlyCases(t *testing.T) {
+// TestBundleCases runs the cases of the testdata bundles: a year's sleep
+// beside a signal (yearly); a mocked http step with a sequence of outcomes
+// retried on the virtual clock, a condition's skip, a real builtin's failure
+// and a compensation (orders); maps and a rate limit (flows).
+func TestBundleCases(t *testing.T) {
 	t.Parallel()
-	r := runnerFor(t, "testdata/yearly", nil)
-	cases, err := LoadCases("testdata/yearly")
-	require.NoError(t, err)
-	for _, c := range cases {
-		res := r.Run(context.Background(), c)
-		require.NoError(t, res.Err, c.Name)
-		require.Empty(t, res.Failures, c.Name)
+	for _, dir := range []string{"testdata/yearly", "testdata/orders", "testdata/flows"} {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			t.Parallel()
+			r := runnerFor(t, dir, nil)
+			cases, err := LoadCases(dir)
+			require.NoError(t, err)
+			for _, c := range cases {
+				res := r.Run(context.Background(), c)
+				require.NoError(t, res.Err, c.Name)
+				require.Empty(t, res.Failures, c.Name)
+			}
+		})
 	}
 }
 
