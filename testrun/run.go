@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,7 +103,11 @@ func (r *Runner) Definition() *bundle.Definition { return r.def }
 func (r *Runner) Check(c *Case) error {
 	var errs []error
 	for key := range c.Mocks {
-		if _, ok := r.steps[key]; !ok {
+		base := key
+		if i := strings.LastIndexByte(key, '['); i > 0 && strings.HasSuffix(key, "]") {
+			base = key[:i] // a map instance
+		}
+		if _, ok := r.steps[base]; !ok {
 			errs = append(errs, fmt.Errorf("mocks: workflow %s has no step %q", r.def.Name, key))
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -327,7 +326,7 @@ func writeJUnit(path, workflow string, results []*testrun.Result) error {
 		return err
 	}
 	if err := os.WriteFile(path, append([]byte(xml.Header), append(b, '\n')...), 0o644); err != nil {
-		return fmt.Errorf("--junit: %w", errors.Unwrap(err))
+		return fmt.Errorf("--junit: %w", err)
 	}
 	return nil
 }
