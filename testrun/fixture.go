@@ -109,6 +109,9 @@ type ReplayPlan struct {
 	// Blobs are steps whose recorded output is a $blob, whose bytes a fixture
 	// does not hold: they run again.
 	Blobs []string
+	// Maps are map steps: a fixture holds their outputs, not their instances',
+	// so they run again.
+	Maps []string
 }
 
 // Replay turns a fixture into a case for the runner's version: the recorded
@@ -150,6 +153,9 @@ func (r *Runner) Replay(f *Fixture) (*Case, *ReplayPlan, error) {
 		} else if isBlob(s.Output) {
 			dirty[key] = true
 			plan.Blobs = append(plan.Blobs, key)
+		} else if r.steps[key].Map != nil {
+			dirty[key] = true
+			plan.Maps = append(plan.Maps, key)
 		}
 	}
 	// Dependents, in topological order (Definition.Steps is): a step runs again
@@ -225,7 +231,7 @@ func (r *Runner) Replay(f *Fixture) (*Case, *ReplayPlan, error) {
 			c.Expect.Steps[s.Key] = StepExpect{Status: s.Status}
 		}
 	}
-	for _, l := range [][]string{plan.Reused, plan.Changed, plan.Dependents, plan.Blobs} {
+	for _, l := range [][]string{plan.Reused, plan.Changed, plan.Dependents, plan.Blobs, plan.Maps} {
 		sort.Strings(l)
 	}
 	return c, plan, nil

@@ -247,6 +247,9 @@ func printResult(w io.Writer, it testItem, res *testrun.Result, verbose bool) {
 		if len(p.Blobs) > 0 {
 			fmt.Fprintf(w, "      run again (their recorded outputs are blobs): %s\n", strings.Join(p.Blobs, ", "))
 		}
+		if len(p.Maps) > 0 {
+			fmt.Fprintf(w, "      run again (map steps): %s\n", strings.Join(p.Maps, ", "))
+		}
 		fmt.Fprintf(w, "      ran their handlers: %s\n", orNone(res.Handlers))
 	}
 	if (verbose || !res.Passed()) && res.Run != nil {
