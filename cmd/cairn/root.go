@@ -70,6 +70,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newMigrateCmd(e, stdout, stderr),
 		newGCCmd(e, stdout, stderr),
 		newOpenAPICmd(stdout),
+		newTestCmd(e, stdout, stderr),
 	)
 	root.AddCommand(newClientCmds(e, stdout, stderr)...)
 	refuseUnknownCommands(root)

@@ -39,6 +39,7 @@ func newRunCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		c.newRunLogsCmd(),
 		c.newRunDecideCmd(true),
 		c.newRunDecideCmd(false),
+		c.newRunExportCmd(),
 	)
 	return cmd
 }
