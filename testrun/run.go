@@ -226,11 +226,9 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		CacheDir:     filepath.Join(r.env.dir, "cache", db.name),
 		Invokers:     invokers,
 		// Callbacks are delivered by the case's events; the URL is never called.
-		SigningKey:   key,
-		PublicURL:    "http://cairn-test.invalid",
-		GCInterval:   -1,
-		ReapInterval: 24 * time.Hour,
-		Logger:       r.cfg.Logger,
+		SigningKey: key,
+		PublicURL:  "http://cairn-test.invalid",
+		Logger:     r.cfg.Logger,
 	})
 	if err != nil {
 		return err
