@@ -72,6 +72,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newOpenAPICmd(stdout),
 	)
 	root.AddCommand(newClientCmds(e, stdout, stderr)...)
+	root.AddCommand(newDevLoopCmds(e, stdout, stderr)...)
 	refuseUnknownCommands(root)
 	return root
 }
