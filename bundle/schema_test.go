@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
-
 )
 
 // schemaPath is the committed JSON Schema of cairn.yaml, from this package's
@@ -191,9 +190,9 @@ func TestManifestSchema(t *testing.T) {
 // cron parser): the schema accepts them, validation refuses them. Every other
 // invalid fixture must fail the schema too.
 var schemaOnlyValidationCatches = map[string]string{
-	"bad-cycle.yaml":        "a cycle of needs",
-	"bad-durations.yaml":    "durations out of range",
-	"bad-alias-bomb.yaml":   "the size of the document once its aliases are expanded",
+	"bad-cycle.yaml":      "a cycle of needs",
+	"bad-durations.yaml":  "durations out of range",
+	"bad-alias-bomb.yaml": "the size of the document once its aliases are expanded",
 }
 
 // TestManifestSchemaFixtures checks the committed schema against every manifest
@@ -272,4 +271,3 @@ func mustOpen(t *testing.T, path string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
-
