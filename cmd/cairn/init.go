@@ -21,8 +21,8 @@ import (
 // templates are the projects `cairn init` writes, one folder per language. A
 // file's path and text name the workflow __NAME__; a trailing .tmpl is dropped
 // (go.mod and .go files cannot be embedded under their own names: they would
-// belong to this module), and gitignore.tmpl becomes .gitignore. Files under
-// bin/ are executable.
+// belong to this module), and gitignore.tmpl becomes .gitignore. Files in a bin
+// folder are executable.
 //
 //go:embed all:templates
 var templates embed.FS
@@ -30,13 +30,24 @@ var templates embed.FS
 // templateName stands for the workflow's name in the templates.
 const templateName = "__NAME__"
 
-// initLangs are the languages of `cairn init --lang`, and the next steps each
-// prints.
-var initLangs = map[string]string{
-	"sh":     "  cairn test          # runs tests/greet.yaml (the handler needs jq)",
-	"python": "  cairn test          # runs tests/greet.yaml (python3, standard library only)",
-	"go":     "  make build          # go build -o bin/greet ./cmd/greet\n  cairn test          # runs tests/greet.yaml",
-	"ts":     "  npm install && npm run build   # tsc: src/ into dist/\n  cairn test          # runs tests/greet.yaml",
+// initLang is a language of `cairn init --lang`.
+type initLang struct {
+	// bundle is the bundle folder in the project: "." or, for a project whose
+	// tools would weigh on every deploy (node_modules), a folder of its own.
+	bundle string
+	// next are the steps after init, as printed.
+	next string
+}
+
+// initLangs are the languages of `cairn init --lang`.
+var initLangs = map[string]initLang{
+	"sh":     {".", "  cairn test            # runs tests/greet.yaml (the handler needs jq)\n  cairn dev --watch .   # a server that deploys every save"},
+	"python": {".", "  cairn test            # runs tests/greet.yaml (python3, standard library only)\n  cairn dev --watch .   # a server that deploys every save"},
+	"go": {".", "  make build            # go build -o bin/greet ./cmd/greet\n  cairn test            # runs tests/greet.yaml\n" +
+		"  cairn dev --watch .   # a server that deploys every save (make build after each edit)"},
+	"ts": {"bundle", "  npm install && npm run build   # tsc: src/ into bundle/dist/ (node_modules stays out of the bundle)\n" +
+		"  cd bundle && cairn test        # runs tests/greet.yaml\n" +
+		"  cairn dev --watch bundle       # a server that deploys every save (npm run build -- --watch beside it)"},
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
@@ -60,7 +71,7 @@ passes. NAME is the workflow's name too: 1 to 63 of a-z, 0-9 and '-'.`,
 // initProject writes the template of lang into the folder dir, whose base name is
 // the workflow's name.
 func initProject(stdout io.Writer, dir, lang string) error {
-	next, ok := initLangs[lang]
+	spec, ok := initLangs[lang]
 	if !ok {
 		return fmt.Errorf("init: --lang %q: want one of %s", lang, strings.Join(slices.Sorted(maps.Keys(initLangs)), ", "))
 	}
@@ -84,7 +95,7 @@ func initProject(stdout io.Writer, dir, lang string) error {
 			return err
 		}
 		mode := os.FileMode(0o644)
-		if strings.HasPrefix(rel, "bin/") {
+		if path.Base(path.Dir(rel)) == "bin" {
 			mode = 0o755
 		}
 		rel = strings.TrimSuffix(rel, ".tmpl")
@@ -100,7 +111,7 @@ func initProject(stdout io.Writer, dir, lang string) error {
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
-	fmt.Fprintf(stdout, "wrote %s: workflow %s, a %s handler (bin/greet) and tests/greet.yaml\nnext:\n  cd %s\n%s\n  cairn dev --watch .   # a server that deploys every save\n",
-		dir, name, lang, shellQuote(dir), next)
+	fmt.Fprintf(stdout, "wrote %s: workflow %s, a %s handler and tests/greet.yaml in the bundle folder %s\nnext:\n  cd %s\n%s\n",
+		dir, name, lang, filepath.Join(dir, spec.bundle), shellQuote(dir), spec.next)
 	return nil
 }
