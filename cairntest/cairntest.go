@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -122,18 +121,11 @@ func (s *Server) Deploy(t testing.TB, dir string) *client.UploadResult {
 	t.Helper()
 	ctx, cancel := s.context(t)
 	defer cancel()
-	pr, pw := io.Pipe()
-	packed := make(chan error, 1)
-	go func() {
-		_, err := bundle.Pack(ctx, dir, pw)
-		pw.CloseWithError(err)
-		packed <- err
-	}()
-	res, err := s.Client.UploadBundle(ctx, pr)
-	pr.CloseWithError(errors.New("upload ended"))
+	archive := bundle.PackStream(ctx, dir)
+	res, err := s.Client.UploadBundle(ctx, archive)
 	// A bundle that does not pack explains a failed upload better than the
 	// transport's error.
-	if perr := <-packed; perr != nil && !errors.Is(perr, io.ErrClosedPipe) {
+	if perr := archive.Close(); perr != nil {
 		t.Fatalf("cairntest: deploy %s: %v", dir, perr)
 	}
 	if err != nil {
@@ -160,10 +152,7 @@ func (s *Server) StartRun(t testing.TB, workflow string, input any) *client.Run 
 // fails t.
 func (s *Server) WaitRun(t testing.TB, id string) *client.Run {
 	t.Helper()
-	uid, err := uuid.Parse(id)
-	if err != nil {
-		t.Fatalf("cairntest: run ID %q: %v", id, err)
-	}
+	uid := parseRunID(t, id)
 	ctx, cancel := s.context(t)
 	defer cancel()
 	run, err := s.Client.WaitRun(ctx, uid, client.WaitOptions{})
@@ -185,10 +174,7 @@ func (s *Server) Run(t testing.TB, workflow string, input any) *client.Run {
 // reasonable). A step without an output fails t.
 func (s *Server) Output(t testing.TB, id, step string) []byte {
 	t.Helper()
-	uid, err := uuid.Parse(id)
-	if err != nil {
-		t.Fatalf("cairntest: run ID %q: %v", id, err)
-	}
+	uid := parseRunID(t, id)
 	ctx, cancel := s.context(t)
 	defer cancel()
 	resp, err := s.Client.GetStepOutput(ctx, uid, step)
@@ -209,6 +195,16 @@ func (s *Server) OutputJSON(t testing.TB, id, step string, v any) {
 	if err := json.Unmarshal(s.Output(t, id, step), v); err != nil {
 		t.Fatalf("cairntest: output of %s in run %s: %v", step, id, err)
 	}
+}
+
+// parseRunID parses a run's ID (client.Run's Id) or fails t.
+func parseRunID(t testing.TB, id string) uuid.UUID {
+	t.Helper()
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		t.Fatalf("cairntest: run ID %q: %v", id, err)
+	}
+	return uid
 }
 
 // context bounds one helper's call by s.timeout and by t's deadline (go test

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,18 +65,11 @@ func validateBundle(ctx context.Context, dir string, lim bundle.Limits) (*bundle
 		return nil, fmt.Errorf("validate: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	pr, pw := io.Pipe()
-	packed := make(chan error, 1)
-	go func() {
-		_, err := bundle.Pack(ctx, dir, pw)
-		pw.CloseWithError(err)
-		packed <- err
-	}()
-	b, err := bundle.Load(ctx, pr, filepath.Join(tmp, "tree"), lim)
-	pr.CloseWithError(errors.New("validation ended"))
+	archive := bundle.PackStream(ctx, dir)
+	b, err := bundle.Load(ctx, archive, filepath.Join(tmp, "tree"), lim)
 	// The folder's own problems (Pack validates it first) name its files better
 	// than the archive's reader can.
-	if perr := <-packed; perr != nil && !errors.Is(perr, io.ErrClosedPipe) {
+	if perr := archive.Close(); perr != nil {
 		return nil, invalidBundle(dir, perr)
 	}
 	if err != nil {
