@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -83,9 +84,34 @@ func manifestSchema(t *testing.T) []byte {
 			prop.Enum = values
 		}
 	}
+	for _, def := range s.Definitions {
+		tidyDescriptions(def)
+	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	require.NoError(t, err)
 	return append(b, '\n')
+}
+
+// reSourceNote is a note of a Go comment that means nothing in an editor: the
+// design section or source file a rule comes from.
+var reSourceNote = regexp.MustCompile(` ?\((issue \d+|DESIGN\.md §\d+|[a-z_]+\.go)\)|; [a-z_]+\.go\b`)
+
+// tidyDescriptions makes the descriptions of s and the schemas in it read as an
+// editor shows them: one paragraph, without notes on where the rule lives.
+func tidyDescriptions(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	s.Description = reSourceNote.ReplaceAllString(strings.Join(strings.Fields(s.Description), " "), "")
+	if s.Properties != nil {
+		for p := s.Properties.Oldest(); p != nil; p = p.Next() {
+			tidyDescriptions(p.Value)
+		}
+	}
+	tidyDescriptions(s.Items)
+	for _, sub := range s.AnyOf {
+		tidyDescriptions(sub)
+	}
 }
 
 // schemaEnums are the fields of string type whose values are a fixed list:
