@@ -54,7 +54,6 @@ type options struct {
 	docker  *DockerConfig
 	logger  *slog.Logger
 	timeout time.Duration
-	env     map[string]string
 }
 
 // WithLogger sends the server's log to logger as well as to the test's output on
