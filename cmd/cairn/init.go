@@ -46,7 +46,7 @@ var initLangs = map[string]initLang{
 	"go": {".", "  make build            # go build -o bin/greet ./cmd/greet\n  cairn test            # runs tests/greet.yaml\n" +
 		"  cairn dev --watch .   # a server that deploys every save (make build after each edit)"},
 	"ts": {"bundle", "  npm install && npm run build   # tsc: src/ into bundle/dist/ (node_modules stays out of the bundle)\n" +
-		"  cd bundle && cairn test        # runs tests/greet.yaml\n" +
+		"  (cd bundle && cairn test)      # runs tests/greet.yaml\n" +
 		"  cairn dev --watch bundle       # a server that deploys every save (npm run build -- --watch beside it)"},
 }
 
