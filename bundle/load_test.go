@@ -3,7 +3,9 @@ package bundle
 import (
 	"bytes"
 	"context"
+	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +63,38 @@ steps:
 		`cairn.yaml: step "use": needs: needs unknown step "missing"`,
 		`cairn.yaml: step "use": timeout: timeout 48h0m0s is over the 24h limit`,
 	}, messages(err))
+}
+
+// TestPackStream: the archive PackStream gives is the folder's canonical archive
+// (Load reads it back to the same digest); a folder Pack refuses makes Close
+// return why; a reader that stops early stops the packing, which is no error.
+func TestPackStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"cairn.yaml": "name: packed\nsteps:\n  - {key: a, builtin: noop}\n",
+		"data.txt":   strings.Repeat("x", 1<<20),
+	})
+	want, err := LoadDir(ctx, dir, Limits{})
+	require.NoError(t, err)
+	archive := PackStream(ctx, dir)
+	b, err := Load(ctx, archive, filepath.Join(t.TempDir(), "tree"), Limits{})
+	require.NoError(t, err)
+	require.NoError(t, archive.Close())
+	require.Equal(t, want.Digest, b.Digest)
+
+	archive = PackStream(ctx, dir)
+	_, err = archive.Read(make([]byte, 10))
+	require.NoError(t, err)
+	require.NoError(t, archive.Close(), "stopped by its reader")
+	require.NoError(t, archive.Close(), "twice")
+
+	bad := t.TempDir()
+	writeFiles(t, bad, map[string]string{"cairn.yaml": "name: Bad\nsteps: []\n"})
+	archive = PackStream(ctx, bad)
+	_, err = io.ReadAll(archive)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, archive.Close(), ErrInvalid)
 }

@@ -163,3 +163,45 @@ func Pack(ctx context.Context, dir string, w io.Writer) (digest string, err erro
 	}
 	return b.Digest, nil
 }
+
+// Packing is the canonical archive of a bundle folder as it is packed (see
+// PackStream): an io.ReadCloser of the archive's bytes.
+type Packing struct {
+	r    *io.PipeReader
+	done chan struct{}
+	err  error
+}
+
+// errPackingClosed ends a packing whose reader was closed before the end.
+var errPackingClosed = errors.New("packing closed by its reader")
+
+// PackStream packs the bundle folder dir (Pack) in a goroutine as the returned
+// archive is read, so that the archive is never whole in memory or on disk: an
+// upload's body, or Load's input. A folder Pack refuses ends the reading with
+// Pack's error. Close stops the packing where the reader stopped and returns
+// Pack's error, if any, the explanation to prefer to the reader's own.
+func PackStream(ctx context.Context, dir string) *Packing {
+	pr, pw := io.Pipe()
+	p := &Packing{r: pr, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		_, err := Pack(ctx, dir, pw)
+		pw.CloseWithError(err)
+		if err != nil && !errors.Is(err, errPackingClosed) {
+			p.err = err
+		}
+	}()
+	return p
+}
+
+// Read reads the archive.
+func (p *Packing) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// Close stops the packing if it is not over, waits for it, and returns Pack's
+// error (nil when the folder packed, or when Close stopped it). Close is safe to
+// call twice.
+func (p *Packing) Close() error {
+	p.r.CloseWithError(errPackingClosed)
+	<-p.done
+	return p.err
+}

@@ -48,6 +48,10 @@ var (
 	reQualifier = regexp.MustCompile(`^[A-Za-z0-9$_-]{1,128}$`)
 )
 
+// ValidName reports whether name can name a workflow: 1 to 63 of a-z, 0-9 and
+// '-', starting with a letter or digit.
+func ValidName(name string) bool { return reName.MatchString(name) }
+
 // Validate checks m against the manifest's rules and reports every violation, each
 // a *ValidationError naming the step and the field, joined with errors.Join (nil if m
 // is valid): the name and key syntax, unique keys, at least one step, needs naming

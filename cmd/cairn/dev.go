@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/client"
 	"github.com/cairnrun/cairn/internal/pglocal"
 )
 
@@ -24,6 +25,7 @@ const devDatabase = "cairn"
 
 func newDevCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var dataDir, listen string
+	var watch []string
 	var extra extraTokens
 	var rf runtimeFlags
 	var lf limitFlags
@@ -36,13 +38,16 @@ credentials file with the URL and freshly generated tokens that the CLI reads.
 PostgreSQL asks every connection for a password (the superuser's is in
 pg/superuser-password); the server works as cairn_app, which is no superuser.
 Tokens of --tokens (CAIRN_TOKENS) and --tokens-file (CAIRN_TOKENS_FILE), such as two
-named operators to try approvals with, are served beside the generated ones.`,
+named operators to try approvals with, are served beside the generated ones.
+--watch DIR (repeatable) deploys the bundle folder DIR once the server is ready
+and again on every save, once the folder has been quiet for a moment: a save
+that does not validate prints its problems and leaves latest where it was.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := errors.Join(rf.check(), lf.check()); err != nil {
+			if err := errors.Join(rf.check(), lf.check(), checkWatchDirs(watch)); err != nil {
 				return err
 			}
-			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, extra, rf, lf)
+			return runDev(cmd.Context(), e, stdout, stderr, dataDir, listen, extra, watch, rf, lf)
 		},
 	}
 	f := cmd.Flags()
@@ -50,6 +55,7 @@ named operators to try approvals with, are served beside the generated ones.`,
 	f.StringVar(&listen, "listen", defaultListen, "address to serve HTTP on")
 	f.StringVar(&extra.spec, "tokens", "", "more bearer tokens, beside the generated ones: role:token or role:name:token, comma-separated")
 	f.StringVar(&extra.file, "tokens-file", "", "file of more role:token or role:name:token lines")
+	f.StringArrayVar(&watch, "watch", nil, "bundle folder to validate and deploy on every save (repeatable)")
 	bindEnv(f, map[string]string{"listen": "CAIRN_LISTEN", "tokens": "CAIRN_TOKENS", "tokens-file": "CAIRN_TOKENS_FILE"})
 	rf.register(f, true)
 	lf.register(f)
@@ -59,7 +65,7 @@ named operators to try approvals with, are served beside the generated ones.`,
 // extraTokens are the tokens `cairn dev` serves beside those it generates.
 type extraTokens struct{ spec, file string }
 
-func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, extra extraTokens, rf runtimeFlags, lf limitFlags) (err error) {
+func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, listen string, extra extraTokens, watch []string, rf runtimeFlags, lf limitFlags) (err error) {
 	logger := newLogger(e, stderr)
 	// Read before anything starts: a mistake in them fails at once.
 	configured, err := loadTokens(extra.spec, extra.file)
@@ -158,6 +164,14 @@ func runDev(ctx context.Context, e env, stdout, stderr io.Writer, dataDir, liste
 		// history (the login page moves it into a form, then drops it).
 		fmt.Fprintf(stdout, "  web UI:      %s/ui/\n", creds.server)
 		fmt.Fprintf(stdout, "  log in as operator: %s/ui/login#token=%s\n", creds.server, creds.operator)
+		if len(watch) > 0 {
+			cl, err := client.New(creds.server, creds.operator)
+			if err != nil {
+				logger.Error("watch", "error", err)
+				return
+			}
+			watchBundles(ctx, newCLI(e, stdout, stderr), cl, watch, logger)
+		}
 	})
 }
 

@@ -73,6 +73,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newTestCmd(e, stdout, stderr),
 	)
 	root.AddCommand(newClientCmds(e, stdout, stderr)...)
+	root.AddCommand(newDevLoopCmds(e, stdout, stderr)...)
 	refuseUnknownCommands(root)
 	return root
 }
