@@ -90,9 +90,9 @@ type suspension struct {
 
 func newCall(env Envelope, kind Kind, ch channel, logger *slog.Logger) *Call {
 	return &Call{
-		env:  env,
-		kind: kind,
-		ch:   ch,
+		env:    env,
+		kind:   kind,
+		ch:     ch,
 		logger: logger.With("run_id", env.RunID, "step", env.Step, "attempt", env.Attempt),
 	}
 }
