@@ -149,6 +149,7 @@ func suspend(ctx context.Context, c *fn.Call, p params) (any, error) {
 
 // bigOutput streams p.MiB MiB, then tells the test its peak resident size.
 func bigOutput(c *fn.Call, p params) *fn.Stream {
+	resetPeakRSS()
 	return &fn.Stream{Write: func(w io.Writer) error {
 		chunk := bytes.Repeat([]byte("x"), 64<<10)
 		for range p.MiB * 16 {
@@ -195,6 +196,10 @@ func peakRSS() int64 {
 	}
 	return -1
 }
+
+// resetPeakRSS starts the peak (VmHWM) again from the current size, so that it
+// measures this call, not an earlier one of the same http or lambda process.
+func resetPeakRSS() { _ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) }
 
 // notify POSTs v as JSON to the test's URL.
 func notify(ctx context.Context, url string, v any) error {
