@@ -75,7 +75,10 @@ def invoke(handler, call):
     except BaseException as e:  # noqa: BLE001 - every failure is reported
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        call.logger.exception("the handler failed")
+        if isinstance(e, Error):
+            call.logger.warning("the handler failed: %s", e)
+        else:
+            call.logger.exception("the handler failed")
         raise as_error(e) from None
     suspended = call._suspend_output()
     if suspended is not None:
