@@ -24,9 +24,10 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests, python3 and node for the function SDKs) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
+	@scripts/install-sdk-runtimes.sh
 	@scripts/install-chromium.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }

@@ -61,6 +61,8 @@ type conformanceSDK struct {
 	serve []string
 	// bootstrap is the Lambda bootstrap (Go only).
 	bootstrap string
+	// runtime is the interpreter the handler needs on PATH ("" for Go).
+	runtime string
 }
 
 type treeFile struct {
@@ -86,6 +88,18 @@ func TestConformance(t *testing.T) {
 	})
 	sdks := conformanceSDKs(t, root)
 	for _, sdk := range sdks {
+		if sdk.runtime != "" {
+			if _, err := exec.LookPath(sdk.runtime); err != nil {
+				t.Run(sdk.name, func(t *testing.T) {
+					msg := sdk.runtime + " is not installed: `make tools` (scripts/install-sdk-runtimes.sh) installs it"
+					if os.Getenv("CI") == "true" {
+						t.Fatal(msg)
+					}
+					t.Skip(msg)
+				})
+				continue
+			}
+		}
 		kinds := []string{"exec", "http"}
 		if sdk.bootstrap != "" {
 			kinds = append(kinds, "lambda")
@@ -155,8 +169,8 @@ func conformanceSDKs(t *testing.T, root string) []conformanceSDK {
 
 	return []conformanceSDK{
 		{name: "go", files: map[string]treeFile{"handler": {goProg, 0o755}}, entry: "handler", serve: []string{"./handler"}, bootstrap: bootstrap},
-		{name: "python", files: python, entry: "handler.py", serve: []string{"python3", "handler.py"}},
-		{name: "ts", files: ts, entry: "handler.mjs", serve: []string{"node", "handler.mjs"}},
+		{name: "python", files: python, entry: "handler.py", serve: []string{"python3", "handler.py"}, runtime: "python3"},
+		{name: "ts", files: ts, entry: "handler.mjs", serve: []string{"node", "handler.mjs"}, runtime: "node"},
 	}
 }
 
