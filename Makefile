@@ -17,7 +17,7 @@ TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
@@ -113,6 +113,16 @@ lambda-zip:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o bin/lambda-hello/bootstrap ./examples/lambda-hello/function
 	rm -f bin/lambda-hello.zip
 	cd bin/lambda-hello && zip -q -X ../lambda-hello.zip bootstrap
+
+# Examples whose bundles carry a copy of a function SDK (a bundle holds all its
+# handler needs); TestExamplesCarryTheSDK (sdk/) checks the copies are current.
+SDK_PY_EXAMPLES := examples/hello examples/large-output examples/map
+SDK_TS_EXAMPLES := examples/fanout
+
+## sdk-vendor: copy the Python and TypeScript SDKs (sdk/) into the examples that use them.
+sdk-vendor:
+	@for d in $(SDK_PY_EXAMPLES); do rm -rf $$d/bin/cairn_fn && mkdir -p $$d/bin/cairn_fn && cp sdk/python/cairn_fn/*.py $$d/bin/cairn_fn/; done
+	@for d in $(SDK_TS_EXAMPLES); do rm -rf $$d/node_modules/@cairnrun/fn && mkdir -p $$d/node_modules/@cairnrun/fn && cp sdk/ts/package.json sdk/ts/index.mjs sdk/ts/index.d.ts $$d/node_modules/@cairnrun/fn/; done
 
 clean:
 	rm -rf bin test-output

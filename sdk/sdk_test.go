@@ -5,8 +5,12 @@
 package sdk_test
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +48,61 @@ func needTool(t *testing.T, name string) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+// TestExamplesCarryTheSDK: the examples whose bundles carry a copy of an SDK
+// (the Makefile's SDK_PY_EXAMPLES and SDK_TS_EXAMPLES) carry the current one:
+// `make sdk-vendor` refreshes them.
+func TestExamplesCarryTheSDK(t *testing.T) {
+	t.Parallel()
+	copies := map[string][]string{
+		"python/cairn_fn": {"../examples/hello/bin/cairn_fn", "../examples/large-output/bin/cairn_fn", "../examples/map/bin/cairn_fn"},
+	}
+	for src, dsts := range copies {
+		want := readDir(t, src, ".py")
+		for _, dst := range dsts {
+			require.Equal(t, want, readDir(t, dst, ".py"), "%s is not a copy of sdk/%s: run make sdk-vendor", dst, src)
+		}
+	}
+	want := map[string]string{}
+	for _, name := range []string{"package.json", "index.mjs", "index.d.ts"} {
+		b, err := os.ReadFile(filepath.Join("ts", name))
+		require.NoError(t, err)
+		want[name] = string(b)
+	}
+	require.Equal(t, want, readDir(t, "../examples/fanout/node_modules/@cairnrun/fn", ""), "examples/fanout carries an old copy of sdk/ts: run make sdk-vendor")
+}
+
+// TestExamplesParseNoJSONWithSed: the examples' handlers read their envelope
+// through an SDK, not with sed.
+func TestExamplesParseNoJSONWithSed(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, filepath.WalkDir("../examples", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		require.False(t, regexp.MustCompile(`(^|[|;&\s])sed\s`).Match(b), "%s runs sed", p)
+		return nil
+	}))
+}
+
+// readDir returns the files of dir whose names end in ext, name → content.
+func readDir(t *testing.T, dir, ext string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ext) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		out[e.Name()] = string(b)
+	}
+	return out
 }
