@@ -3,9 +3,6 @@ package fn
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -39,9 +35,6 @@ type HTTPConfig struct {
 	// URLs; default http.DefaultClient.
 	Client *http.Client
 }
-
-// ErrInvalidSignature is wrapped by VerifySignature's errors.
-var ErrInvalidSignature = errors.New("invalid signature")
 
 // NewHTTPHandler serves h as an http function: Cairn POSTs the envelope, the
 // response is the output (200, streamed) or the failure (422 for a terminal
@@ -170,55 +163,4 @@ func (u *urlChannel) checkpoint(ctx context.Context, value []byte) error {
 func (u *urlChannel) progress(_ context.Context, value []byte) error {
 	u.logger.Info("progress", "run_id", u.env.RunID, "step", u.env.Step, "attempt", u.env.Attempt, "progress", json.RawMessage(value))
 	return nil
-}
-
-// VerifySignature checks a Cairn-Signature header ("t=<unix>,v1=<hex>") against
-// the request's raw body: the HMAC-SHA256, keyed with key, of "<t>.<body>",
-// with t within maxSkew of the local clock (≤ 0: 5 minutes). Several v1
-// entries may appear (key rotation); one must match. Its errors wrap
-// ErrInvalidSignature and never quote the header.
-func VerifySignature(key, header string, body []byte, maxSkew time.Duration) error {
-	if key == "" {
-		return fmt.Errorf("no signing key: %w", ErrInvalidSignature)
-	}
-	if maxSkew <= 0 {
-		maxSkew = 5 * time.Minute
-	}
-	var ts string
-	var sigs []string
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "t":
-			if ts != "" {
-				return fmt.Errorf("two timestamps: %w", ErrInvalidSignature)
-			}
-			ts = v
-		case "v1":
-			sigs = append(sigs, v)
-		}
-	}
-	if ts == "" || len(sigs) == 0 {
-		return fmt.Errorf("no Cairn-Signature with t= and v1=: %w", ErrInvalidSignature)
-	}
-	unix, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || strconv.FormatInt(unix, 10) != ts {
-		return fmt.Errorf("a malformed timestamp: %w", ErrInvalidSignature)
-	}
-	if skew := time.Since(time.Unix(unix, 0)); skew > maxSkew || skew < -maxSkew {
-		return fmt.Errorf("timestamp outside %s of the local clock: %w", maxSkew, ErrInvalidSignature)
-	}
-	mac := hmac.New(sha256.New, []byte(key))
-	mac.Write([]byte(ts + "."))
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for _, s := range sigs {
-		if got, err := hex.DecodeString(s); err == nil && hmac.Equal(got, want) {
-			return nil
-		}
-	}
-	return fmt.Errorf("no matching v1 signature: %w", ErrInvalidSignature)
 }
