@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/sdk"
 )
 
 // TestPythonSDK runs sdk/python/tests with the system's python3 (the SDK
@@ -61,7 +64,7 @@ func TestExamplesCarryTheSDK(t *testing.T) {
 	for src, dsts := range copies {
 		want := readDir(t, src, ".py")
 		for _, dst := range dsts {
-			require.Equal(t, want, readDir(t, dst, ".py"), "%s is not a copy of sdk/%s: run make sdk-vendor", dst, src)
+			requireSameFiles(t, want, readDir(t, dst, ".py"), dst)
 		}
 	}
 	want := map[string]string{}
@@ -70,7 +73,25 @@ func TestExamplesCarryTheSDK(t *testing.T) {
 		require.NoError(t, err)
 		want[name] = string(b)
 	}
-	require.Equal(t, want, readDir(t, "../examples/fanout/node_modules/@cairnrun/fn", ""), "examples/fanout carries an old copy of sdk/ts: run make sdk-vendor")
+	requireSameFiles(t, want, readDir(t, "../examples/fanout/node_modules/@cairnrun/fn", ""), "examples/fanout/node_modules/@cairnrun/fn")
+}
+
+// requireSameFiles fails, naming the files, when a copy differs from its source.
+func requireSameFiles(t *testing.T, want, got map[string]string, where string) {
+	t.Helper()
+	var differ []string
+	for name, content := range want {
+		if got[name] != content {
+			differ = append(differ, name)
+		}
+	}
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			differ = append(differ, name)
+		}
+	}
+	sort.Strings(differ)
+	require.Empty(t, differ, "%s differs from the SDK in these files: run make sdk-vendor", where)
 }
 
 // TestExamplesParseNoJSONWithSed: the examples' handlers read their envelope
@@ -88,6 +109,19 @@ func TestExamplesParseNoJSONWithSed(t *testing.T) {
 		require.False(t, regexp.MustCompile(`(^|[|;&\s])sed\s`).Match(b), "%s runs sed", p)
 		return nil
 	}))
+}
+
+// TestEmbeddedSDKs: Python and TypeScript hold the files a bundle needs.
+func TestEmbeddedSDKs(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"cairn_fn/__init__.py", "cairn_fn/_call.py", "cairn_fn/_exec.py", "cairn_fn/_http.py"} {
+		_, err := fs.Stat(sdk.Python(), name)
+		require.NoError(t, err, name)
+	}
+	for _, name := range []string{"package.json", "index.mjs", "index.d.ts"} {
+		_, err := fs.Stat(sdk.TypeScript(), name)
+		require.NoError(t, err, name)
+	}
 }
 
 // readDir returns the files of dir whose names end in ext, name → content.

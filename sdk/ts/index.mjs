@@ -585,7 +585,8 @@ export function lambdaHandler(handler) {
 
 /** Serves handler as the kind its environment says: http calls when
  * CAIRN_FN_LISTEN names an address (":8080"), verified with
- * CAIRN_SIGNING_KEY; else one exec attempt, then the exit status is set. On
+ * CAIRN_SIGNING_KEY; else one exec attempt, then the process exits with its
+ * status. On
  * Lambda, export lambdaHandler(handler) as the function's handler instead. */
 export async function run(handler) {
   const listen = process.env.CAIRN_FN_LISTEN;
@@ -593,5 +594,7 @@ export async function run(handler) {
     await serve(handler, listen);
     return;
   }
-  process.exitCode = await runExec(handler);
+  // The attempt ends when the handler has answered: exit, whatever timers or
+  // sockets it left behind (stdout, a pipe, is written synchronously on Linux).
+  process.exit(await runExec(handler));
 }
