@@ -146,21 +146,21 @@ func conformanceSDKs(t *testing.T, root string) []conformanceSDK {
 	handlers := filepath.Join(root, "sdk", "conformance", "handlers")
 	bin := t.TempDir()
 	require.NoError(t, os.Chmod(bin, 0o755))
-	goBuild := func(out string, tags ...string) []byte {
-		args := append([]string{"build", "-o", out}, tags...)
-		cmd := exec.Command("go", append(args, "./sdk/conformance/handlers/go")...)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		b, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go build the Go handler: %s", b)
-		prog, err := os.ReadFile(out)
-		require.NoError(t, err)
-		return prog
-	}
-	goProg := goBuild(filepath.Join(bin, "handler"))
-	bootstrap := filepath.Join(bin, "lambda", "bootstrap")
-	goBuild(bootstrap, "-tags", "lambda.norpc")
-	require.NoError(t, os.Chmod(filepath.Dir(bootstrap), 0o755))
+	// One build serves every kind: fn.Run serves Lambda when the emulator sets
+	// AWS_LAMBDA_RUNTIME_API (the rpc mode that lambda.norpc leaves out is only
+	// for the retired go1.x runtime).
+	prog := filepath.Join(bin, "handler")
+	cmd := exec.Command("go", "build", "-o", prog, "./sdk/conformance/handlers/go")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go build the Go handler: %s", out)
+	// The exec bundles start the program by its path rather than carry its
+	// megabytes: packing a bundle under the race detector costs seconds a
+	// megabyte, six times a kind. exec replaces the shell, so the program is the
+	// handler Cairn runs (its stdin, stdout, fd 3, pid); the servers run handlers
+	// unisolated (launch), so they see the test's folder.
+	goExec := []byte("#!/bin/sh\nexec " + prog + " \"$@\"\n")
 
 	python := map[string]treeFile{"handler.py": readTreeFile(t, filepath.Join(handlers, "python", "handler.py"), 0o755)}
 	addTree(t, python, filepath.Join(root, "sdk", "python", "cairn_fn"), "cairn_fn", ".py")
@@ -168,7 +168,7 @@ func conformanceSDKs(t *testing.T, root string) []conformanceSDK {
 	addTree(t, ts, filepath.Join(root, "sdk", "ts"), "node_modules/@cairnrun/fn", ".mjs", ".json", ".d.ts")
 
 	return []conformanceSDK{
-		{name: "go", files: map[string]treeFile{"handler": {goProg, 0o755}}, entry: "handler", serve: []string{"./handler"}, bootstrap: bootstrap},
+		{name: "go", files: map[string]treeFile{"handler": {goExec, 0o755}}, entry: "handler", serve: []string{prog}, bootstrap: prog},
 		{name: "python", files: python, entry: "handler.py", serve: []string{"python3", "handler.py"}, runtime: "python3"},
 		{name: "ts", files: ts, entry: "handler.mjs", serve: []string{"node", "handler.mjs"}, runtime: "node"},
 	}
