@@ -15,8 +15,10 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 
 FROM alpine:3.24.1
 # util-linux brings prlimit, which enforces exec steps' resources with rlimits where
-# the container's cgroup v2 is not delegated (docs/functions.md).
-RUN apk add --no-cache ca-certificates tzdata bubblewrap util-linux \
+# the container's cgroup v2 is not delegated (docs/functions.md). python3 and nodejs
+# run exec handlers written on the Python and TypeScript SDKs (examples/hello,
+# examples/fanout).
+RUN apk add --no-cache ca-certificates tzdata bubblewrap util-linux python3 nodejs \
 	&& addgroup -S -g 10001 cairn \
 	&& adduser -S -D -H -u 10001 -G cairn -s /sbin/nologin cairn
 COPY --from=build /out/cairn /usr/local/bin/cairn

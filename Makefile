@@ -17,16 +17,17 @@ TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests, python3 and node for the function SDKs) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
+	@scripts/install-sdk-runtimes.sh
 	@scripts/install-chromium.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
@@ -112,6 +113,16 @@ lambda-zip:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o bin/lambda-hello/bootstrap ./examples/lambda-hello/function
 	rm -f bin/lambda-hello.zip
 	cd bin/lambda-hello && zip -q -X ../lambda-hello.zip bootstrap
+
+# Examples whose bundles carry a copy of a function SDK (a bundle holds all its
+# handler needs); TestExamplesCarryTheSDK (sdk/) checks the copies are current.
+SDK_PY_EXAMPLES := examples/hello examples/large-output examples/map
+SDK_TS_EXAMPLES := examples/fanout
+
+## sdk-vendor: copy the Python and TypeScript SDKs (sdk/) into the examples that use them.
+sdk-vendor:
+	@for d in $(SDK_PY_EXAMPLES); do rm -rf $$d/bin/cairn_fn && mkdir -p $$d/bin/cairn_fn && cp sdk/python/cairn_fn/*.py $$d/bin/cairn_fn/; done
+	@for d in $(SDK_TS_EXAMPLES); do rm -rf $$d/node_modules/@cairnrun/fn && mkdir -p $$d/node_modules/@cairnrun/fn && cp sdk/ts/package.json sdk/ts/index.mjs sdk/ts/index.d.ts $$d/node_modules/@cairnrun/fn/; done
 
 clean:
 	rm -rf bin test-output

@@ -19,47 +19,13 @@ import (
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
+	"github.com/cairnrun/cairn/fn"
 )
 
-// Envelope is the JSON document every handler receives (docs/functions.md, "The
-// envelope").
-type Envelope struct {
-	RunID    string `json:"run_id"`
-	Workflow string `json:"workflow"`
-	Version  int    `json:"version"`
-	Step     string `json:"step"`
-	Attempt  int    `json:"attempt"`
-	// Input is the run's input (JSON null when none).
-	Input json.RawMessage `json:"input"`
-	// Params are the step's static `with` parameters (JSON null when none).
-	Params json.RawMessage `json:"params"`
-	// Deps maps each upstream step key to its output: the value inline, or a
-	// {"$blob": {...}} reference (BlobRef) for outputs over the inline limit.
-	Deps map[string]json.RawMessage `json:"deps"`
-	// Checkpoint is the newest checkpoint of an earlier attempt, or null.
-	Checkpoint json.RawMessage `json:"checkpoint"`
-	// LeaseToken is the attempt's fencing token; http and lambda functions present
-	// it as the bearer credential of PUT .../checkpoint. Empty for exec.
-	LeaseToken string `json:"lease_token,omitempty"`
-	// CheckpointURL is where an http or lambda function may PUT checkpoints.
-	CheckpointURL string `json:"checkpoint_url,omitempty"`
-	// CallbackURL is where a third party POSTs the result of work this attempt
-	// started, after the function answered {"$suspend": …} (callback.go); empty
-	// when the server has no signing key.
-	CallbackURL string `json:"callback_url,omitempty"`
-	// Failure is set for a failure handler (a compensation or an on_failure
-	// step): the run's error, the steps that failed ({key, error}) and the
-	// compensations so far ({key, compensates, status, error}).
-	Failure json.RawMessage `json:"failure,omitempty"`
-	// Item and Index are a map instance's item (as it was in the list) and its
-	// index in the list, from 0; absent for other steps.
-	Item  json.RawMessage `json:"item,omitempty"`
-	Index *int64          `json:"index,omitempty"`
-	// Traceparent is the W3C trace context of the attempt's invoke span when the
-	// server traces (OTEL_* set): a function that traces joins the run's trace.
-	// Also sent as the traceparent header (http) and the TRACEPARENT variable (exec).
-	Traceparent string `json:"traceparent,omitempty"`
-}
+// Envelope is the JSON document every handler receives (docs/functions.md):
+// the Go function SDK's type (fn.Envelope), so that the server and the SDK read
+// and write one definition.
+type Envelope = fn.Envelope
 
 // BlobRef is the body of a {"$blob": …} reference to a large value: its digest,
 // size and content type, and where the handler reads it (Path for exec, URL for

@@ -3,8 +3,6 @@ package functions
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -21,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/cairnrun/cairn/fn"
 )
 
 // Headers of an http function call (docs/functions.md, "http").
@@ -44,7 +44,7 @@ const (
 
 const (
 	// DefaultSignatureMaxSkew is VerifySignature's tolerance when it is given none.
-	DefaultSignatureMaxSkew = 5 * time.Minute
+	DefaultSignatureMaxSkew = fn.DefaultSignatureMaxSkew
 	// DefaultUserAgent is HTTPConfig.UserAgent's default.
 	DefaultUserAgent = "cairn"
 	// errorSnippetSize bounds how much of an error response goes into a message.
@@ -55,8 +55,9 @@ const (
 )
 
 // ErrInvalidSignature is what VerifySignature wraps when a signature is missing,
-// malformed, wrong or outside the time tolerance.
-var ErrInvalidSignature = errors.New("invalid signature")
+// malformed, wrong or outside the time tolerance (fn.ErrInvalidSignature: the
+// check's home is the Go function SDK).
+var ErrInvalidSignature = fn.ErrInvalidSignature
 
 // HTTPConfig configures an HTTP invoker.
 type HTTPConfig struct {
@@ -332,72 +333,16 @@ func signatureHeader(key []byte, t time.Time, body []byte) string {
 	return "t=" + strconv.FormatInt(ts, 10) + ",v1=" + hex.EncodeToString(signature(key, ts, body))
 }
 
-func signature(key []byte, ts int64, body []byte) []byte {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(strconv.FormatInt(ts, 10)))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return mac.Sum(nil)
-}
+func signature(key []byte, ts int64, body []byte) []byte { return fn.Signature(key, ts, body) }
 
 // VerifySignature checks a Cairn-Signature header against the raw request body,
-// for authors of http functions. Call it before decoding the body.
-//
-// The scheme: the header is "t=<unix seconds>,v1=<hex>", where <hex> is the
-// lower-case hex HMAC-SHA256, keyed with the shared signing key, of the string
-// "<t>.<body>" (the timestamp as sent, a period, then the body's exact bytes).
-// Several v1 entries may appear (key rotation); one must match. Unknown entries
-// are ignored. The timestamp must be within maxSkew of the local clock either way
-// (maxSkew ≤ 0 means DefaultSignatureMaxSkew), which bounds replays; the
-// Idempotency-Key header is what makes a replayed call harmless.
-//
-// It returns nil when the signature is valid, else an error wrapping
-// ErrInvalidSignature. It is safe for concurrent use.
+// for authors of http functions: it is fn.VerifySignature, where the scheme is
+// documented. It returns nil when the signature is valid, else an error wrapping
+// ErrInvalidSignature.
 func VerifySignature(key, header string, body []byte, maxSkew time.Duration) error {
 	return verifySignatureAt([]byte(key), header, body, maxSkew, time.Now())
 }
 
 func verifySignatureAt(key []byte, header string, body []byte, maxSkew time.Duration, now time.Time) error {
-	if len(key) == 0 {
-		return fmt.Errorf("verify signature: empty key: %w", ErrInvalidSignature)
-	}
-	if maxSkew <= 0 {
-		maxSkew = DefaultSignatureMaxSkew
-	}
-	var ts string
-	var sigs []string
-	for _, part := range strings.Split(header, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "t":
-			if ts != "" {
-				return fmt.Errorf("verify signature: two timestamps: %w", ErrInvalidSignature)
-			}
-			ts = v
-		case "v1":
-			sigs = append(sigs, v)
-		}
-	}
-	if ts == "" || len(sigs) == 0 {
-		return fmt.Errorf("verify signature: header needs t= and v1=: %w", ErrInvalidSignature)
-	}
-	unix, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || strconv.FormatInt(unix, 10) != ts {
-		return fmt.Errorf("verify signature: bad timestamp %q: %w", ts, ErrInvalidSignature)
-	}
-	skew := now.Sub(time.Unix(unix, 0))
-	if skew > maxSkew || skew < -maxSkew {
-		return fmt.Errorf("verify signature: timestamp %d outside tolerance %s: %w", unix, maxSkew, ErrInvalidSignature)
-	}
-	want := signature(key, unix, body)
-	for _, s := range sigs {
-		got, err := hex.DecodeString(s)
-		if err == nil && hmac.Equal(got, want) {
-			return nil
-		}
-	}
-	return fmt.Errorf("verify signature: no matching v1 signature: %w", ErrInvalidSignature)
+	return fn.VerifySignatureAt(key, header, body, maxSkew, now)
 }

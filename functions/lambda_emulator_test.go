@@ -45,9 +45,9 @@ func TestLambdaEmulator(t *testing.T) {
 	}{
 		{name: "greets", input: `{"name":"ada"}`, output: `{"greeting":"hello, ada"}`},
 		{name: "terminal failure", input: `{"fail":"terminal"}`, retryable: new(false),
-			message: "lambda cairn-hello:live: terminalError: asked to fail for good"},
+			message: "lambda cairn-hello:live: asked_to_fail: asked to fail for good"},
 		{name: "retryable failure", input: `{"fail":"retryable"}`, retryable: new(true),
-			message: "lambda cairn-hello:live: errorString: asked to fail on attempt 1; try again"},
+			message: "lambda cairn-hello:live: asked_to_fail: asked to fail on attempt 1; try again"},
 		{name: "the function's own timeout", input: `{"sleep":"1m"}`, functionTimeout: time.Second, retryable: new(true),
 			message: "lambda cairn-hello:live: Task timed out after 1.00 seconds"},
 		{

@@ -1,45 +1,33 @@
-// Command function is the Lambda function of the lambda-hello example: deployed as
-// "cairn-hello" (custom runtime provided.al2023, handler bootstrap), it greets the
-// run's input. Its input also lets it show how Cairn treats each way a Lambda
-// step can end:
+// Command function is the Lambda function of the lambda-hello example, written on
+// Cairn's Go function SDK (package fn): deployed as "cairn-hello" (custom runtime
+// provided.al2023, handler bootstrap), it greets the run's input. Its input also
+// lets it show how Cairn treats each way a Lambda step can end:
 //
 //	{"name": "ada"}          {"greeting": "hello, ada"}
-//	{"fail": "terminal"}     an error whose text is {"message": …, "retryable": false}:
-//	                         Cairn reads that from errorMessage and does not retry
-//	{"fail": "retryable"}    a plain error, retried under the step's retry policy
+//	{"fail": "terminal"}     fn.Terminal: Cairn does not retry
+//	{"fail": "retryable"}    fn.Retryable, retried under the step's retry policy
 //	{"sleep": "1m"}          answers after that long (or at the Lambda timeout):
 //	                         a step whose timeout is shorter times out
 //
-// It also reads what upstream steps sent it (the envelope's deps) and counts the
-// bytes: an output over Cairn's inline limit arrives as {"$blob": {"url": …}}, a
-// presigned URL that the function GETs; the output then says
+// It also reads what upstream steps sent it (deps) and counts the bytes: an
+// output over Cairn's inline limit arrives as {"$blob": {"url": …}}, a presigned
+// URL that fn opens as a stream; the output then says
 // {"greeting": …, "deps_bytes": {"<step>": N}}.
 //
 // Build it with `make lambda-zip` (linux/amd64, -tags lambda.norpc, zipped into
 // bin/lambda-hello.zip), or run it locally under AWS's Runtime Interface
-// Emulator (docs/functions.md). A handler runs at least once per attempt: the
-// envelope's run_id and step identify the work for functions with side effects.
+// Emulator (docs/functions.md). fn.Run serves Lambda when AWS_LAMBDA_RUNTIME_API
+// is set; the same handler would serve exec and http steps.
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/cairnrun/cairn/fn"
 )
-
-// envelope is the part of Cairn's envelope this function reads.
-type envelope struct {
-	RunID   string                     `json:"run_id"`
-	Step    string                     `json:"step"`
-	Attempt int                        `json:"attempt"`
-	Input   json.RawMessage            `json:"input"`
-	Deps    map[string]json.RawMessage `json:"deps"`
-}
 
 // input is the run's input.
 type input struct {
@@ -50,43 +38,17 @@ type input struct {
 	Sleep string `json:"sleep"`
 }
 
-// blobRef is Cairn's reference to a value too large to travel inline.
-type blobRef struct {
-	Blob *struct {
-		URL  string `json:"url"`
-		Size int64  `json:"size"`
-	} `json:"$blob"`
-}
-
 // output is the step's output.
 type output struct {
 	Greeting  string           `json:"greeting"`
 	DepsBytes map[string]int64 `json:"deps_bytes,omitempty"`
 }
 
-// terminalError is an error Cairn must not retry: its text is the JSON object
-// that Cairn looks for in a function error's errorMessage.
-type terminalError struct{ message string }
-
-func (e terminalError) Error() string {
-	b, _ := json.Marshal(struct {
-		Message   string `json:"message"`
-		Retryable bool   `json:"retryable"`
-	}{e.message, false})
-	return string(b)
-}
-
-func handle(ctx context.Context, env envelope) (output, error) {
-	var in input
-	if len(env.Input) > 0 && string(env.Input) != "null" {
-		if err := json.Unmarshal(env.Input, &in); err != nil {
-			return output{}, terminalError{fmt.Sprintf("input is not an object: %v", err)}
-		}
-	}
+func handle(ctx context.Context, c *fn.Call, in input) (output, error) {
 	if in.Sleep != "" {
 		d, err := time.ParseDuration(in.Sleep)
 		if err != nil {
-			return output{}, terminalError{fmt.Sprintf("sleep: %v", err)}
+			return output{}, fn.Terminal("bad_input", "sleep: %v", err)
 		}
 		// Work that ignores the deadline (ctx): Lambda itself ends it, with "Task
 		// timed out", the platform's timeout that tests show a step meeting. (A
@@ -96,18 +58,18 @@ func handle(ctx context.Context, env envelope) (output, error) {
 	switch in.Fail {
 	case "":
 	case "terminal":
-		return output{}, terminalError{"asked to fail for good"}
+		return output{}, fn.Terminal("asked_to_fail", "asked to fail for good")
 	case "retryable":
-		return output{}, fmt.Errorf("asked to fail on attempt %d; try again", env.Attempt)
+		return output{}, fn.Retryable("asked_to_fail", "asked to fail on attempt %d; try again", c.Attempt())
 	default:
-		return output{}, terminalError{fmt.Sprintf("fail must be terminal or retryable, not %q", in.Fail)}
+		return output{}, fn.Terminal("bad_input", "fail must be terminal or retryable, not %q", in.Fail)
 	}
 	if in.Name == "" {
 		in.Name = "world"
 	}
 	out := output{Greeting: "hello, " + in.Name}
-	for step, value := range env.Deps {
-		n, err := depBytes(ctx, value)
+	for _, step := range c.Deps() {
+		n, err := depBytes(ctx, c, step)
 		if err != nil {
 			return output{}, fmt.Errorf("read the output of %s: %w", step, err)
 		}
@@ -121,36 +83,22 @@ func handle(ctx context.Context, env envelope) (output, error) {
 
 // depBytes returns the size of an upstream output: the inline value's, or, for
 // a $blob reference, that of the body its presigned URL serves.
-func depBytes(ctx context.Context, value json.RawMessage) (int64, error) {
-	var ref blobRef
-	if json.Unmarshal(value, &ref) != nil || ref.Blob == nil {
-		return int64(len(value)), nil
-	}
-	if ref.Blob.URL == "" {
-		return 0, fmt.Errorf("a $blob reference without a URL (a blob store that cannot presign)")
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ref.Blob.URL, nil)
+func depBytes(ctx context.Context, c *fn.Call, step string) (int64, error) {
+	r, err := c.OpenDep(ctx, step)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	defer r.Close()
+	n, err := io.Copy(io.Discard, r)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET the $blob URL: %s", resp.Status)
-	}
-	n, err := io.Copy(io.Discard, resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	if n != ref.Blob.Size {
-		return 0, fmt.Errorf("the $blob URL served %d bytes, not %d", n, ref.Blob.Size)
+	if b, ok := fn.ParseBlob(c.Envelope().Deps[step]); ok && n != b.Size {
+		return 0, fmt.Errorf("the $blob URL served %d bytes, not %d", n, b.Size)
 	}
 	return n, nil
 }
 
 func main() {
-	lambda.Start(handle)
+	fn.Run(fn.Typed(handle))
 }

@@ -3,13 +3,31 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-lambda-go/lambda/messages"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/fn"
 )
+
+// invoke calls the function as Lambda would, through fn's Lambda adapter.
+func invoke(t *testing.T, env map[string]any) (json.RawMessage, error) {
+	t.Helper()
+	payload, err := json.Marshal(env)
+	require.NoError(t, err)
+	r, err := fn.LambdaHandler(fn.Typed(handle))(context.Background(), payload)
+	if err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(r)
+	require.NoError(t, err)
+	return b, nil
+}
 
 func TestHandle(t *testing.T) {
 	t.Parallel()
@@ -34,22 +52,22 @@ func TestHandle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			out, err := handle(context.Background(), envelope{RunID: "r", Step: "hello", Attempt: 1, Input: json.RawMessage(tt.input)})
+			out, err := invoke(t, map[string]any{"run_id": "r", "step": "hello", "attempt": 1, "input": json.RawMessage(tt.input)})
 			if tt.retryable == nil {
 				require.NoError(t, err)
-				require.Equal(t, tt.greeting, out.Greeting)
+				var o output
+				require.NoError(t, json.Unmarshal(out, &o))
+				require.Equal(t, tt.greeting, o.Greeting)
 				return
 			}
-			require.Error(t, err)
-			// Cairn reads "retryable": false from the error text when it is JSON.
+			// Cairn reads "retryable" from the function error's errorMessage.
+			var ie messages.InvokeResponse_Error
+			require.ErrorAs(t, err, &ie)
 			var body struct {
 				Message   string `json:"message"`
 				Retryable *bool  `json:"retryable"`
 			}
-			if json.Unmarshal([]byte(err.Error()), &body) != nil || body.Retryable == nil {
-				require.True(t, *tt.retryable, "a plain error is retried: %v", err)
-				return
-			}
+			require.NoError(t, json.Unmarshal([]byte(ie.Message), &body))
 			require.Equal(t, *tt.retryable, *body.Retryable)
 			require.NotEmpty(t, body.Message)
 		})
@@ -69,13 +87,17 @@ func TestHandleDeps(t *testing.T) {
 		"small": json.RawMessage(`{"n":1}`),
 		"big":   json.RawMessage(`{"$blob":{"digest":"sha256:00","size":307200,"url":"` + srv.URL + `/object"}}`),
 	}
-	out, err := handle(context.Background(), envelope{Step: "hello", Attempt: 1, Input: json.RawMessage(`{"name":"ada"}`), Deps: deps})
+	out, err := invoke(t, map[string]any{"step": "hello", "attempt": 1, "input": map[string]string{"name": "ada"}, "deps": deps})
 	require.NoError(t, err)
-	require.Equal(t, "hello, ada", out.Greeting)
-	require.Equal(t, map[string]int64{"small": 7, "big": 300 << 10}, out.DepsBytes)
+	var o output
+	require.NoError(t, json.Unmarshal(out, &o))
+	require.Equal(t, "hello, ada", o.Greeting)
+	require.Equal(t, map[string]int64{"small": 7, "big": 300 << 10}, o.DepsBytes)
 
 	// A size that does not match what the URL serves is an error, not a count.
 	deps["big"] = json.RawMessage(`{"$blob":{"digest":"sha256:00","size":5,"url":"` + srv.URL + `/object"}}`)
-	_, err = handle(context.Background(), envelope{Step: "hello", Attempt: 1, Deps: deps})
-	require.ErrorContains(t, err, "served 307200 bytes, not 5")
+	_, err = invoke(t, map[string]any{"step": "hello", "attempt": 1, "deps": deps})
+	var ie messages.InvokeResponse_Error
+	require.ErrorAs(t, err, &ie)
+	require.Contains(t, ie.Message, "served 307200 bytes, not 5")
 }
