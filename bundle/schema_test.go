@@ -93,8 +93,8 @@ func manifestSchema(t *testing.T) []byte {
 }
 
 // reSourceNote is a note of a Go comment that means nothing in an editor: the
-// design section or source file a rule comes from.
-var reSourceNote = regexp.MustCompile(` ?\((issue \d+|DESIGN\.md §\d+|[a-z_]+\.go)\)|; [a-z_]+\.go\b`)
+// source file a rule comes from.
+var reSourceNote = regexp.MustCompile(` ?\(([a-z_]+\.go)\)|; [a-z_]+\.go\b`)
 
 // tidyDescriptions makes the descriptions of s and the schemas in it read as an
 // editor shows them: one paragraph, without notes on where the rule lives.
