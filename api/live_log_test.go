@@ -25,8 +25,13 @@ func TestLiveLogTail(t *testing.T) {
 	tb := setup(t)
 	blobs, err := blobstore.NewFile(tb.blobDir, nil)
 	require.NoError(t, err)
-	d, err := runtime.New(tb.store, blobs, &runtime.Config{CacheDir: t.TempDir(), PollInterval: 50 * time.Millisecond,
-		LiveLogInterval: 100 * time.Millisecond})
+	d, err := runtime.New(tb.store, blobs, &runtime.Config{
+PollInterval: 50 * time.Millisecond,
+Handlers: runtime.HandlerConfig{CacheDir: t.TempDir(),
+},
+Limits: runtime.Limits{LiveLogInterval: 100 * time.Millisecond,
+},
+})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {

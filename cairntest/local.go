@@ -71,15 +71,16 @@ func startLocal(t testing.TB, tokens Tokens, logger *slog.Logger) (string, error
 	url := "http://" + ln.Addr().String()
 	signingKey := []byte(newToken())
 	disp, err := runtime.New(store, blobs, &runtime.Config{
-		CacheDir:    filepath.Join(dir, "cache"),
 		DatabaseURL: dbURL,
-		SigningKey:  signingKey,
-		Secrets:     secrets.NewVault(store, keys),
-		PublicURL:   url,
 		Logger:      logger,
-		Invokers: map[bundle.Kind]functions.Invoker{
-			bundle.KindExec: execInvoker(logger),
-			bundle.KindHTTP: functions.NewHTTP(&functions.HTTPConfig{SigningKey: signingKey, Logger: logger, AllowLocal: true}),
+		Handlers: runtime.HandlerConfig{CacheDir: filepath.Join(dir, "cache"),
+			SigningKey: signingKey,
+			Secrets:    secrets.NewVault(store, keys),
+			PublicURL:  url,
+			Invokers: map[bundle.Kind]functions.Invoker{
+				bundle.KindExec: execInvoker(logger),
+				bundle.KindHTTP: functions.NewHTTP(&functions.HTTPConfig{SigningKey: signingKey, Logger: logger, AllowLocal: true}),
+			},
 		},
 	})
 	if err != nil {

@@ -105,8 +105,11 @@ func setup(t *testing.T, configure ...func(*api.Config)) *testBundle {
 	require.NoError(t, err)
 
 	disp, err := runtime.New(store, blobs, &runtime.Config{
-		Concurrency: 8, PollInterval: 100 * time.Millisecond, ShutdownGrace: time.Second,
-		CacheDir: t.TempDir(), DatabaseURL: dbURL,
+		Concurrency:   8,
+		PollInterval:  100 * time.Millisecond,
+		ShutdownGrace: time.Second,
+		DatabaseURL:   dbURL,
+		Handlers:      runtime.HandlerConfig{CacheDir: t.TempDir()},
 	})
 	require.NoError(t, err)
 	require.NoError(t, disp.Start(ctx))

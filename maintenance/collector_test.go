@@ -142,6 +142,17 @@ func TestCollectorCleansTemp(t *testing.T) {
 // labeledCounter reads the counter of a registered vector with one label value.
 func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
 	t.Helper()
+	v, ok := findCounter(t, reg, name, value)
+	if !ok {
+		t.Fatalf("no metric %s{%s}", name, value)
+	}
+	return v
+}
+
+// findCounter is the counter name{value} of reg, and whether it exists (a
+// labeled counter appears at its first increment).
+func findCounter(t *testing.T, reg *prometheus.Registry, name, value string) (float64, bool) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
@@ -150,12 +161,11 @@ func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) 
 		}
 		for _, m := range mf.GetMetric() {
 			if m.GetLabel()[0].GetValue() == value {
-				return m.GetCounter().GetValue()
+				return m.GetCounter().GetValue(), true
 			}
 		}
 	}
-	t.Fatalf("no metric %s{%s}", name, value)
-	return 0
+	return 0, false
 }
 
 // heldLister holds the listing of payloads until release is closed: its pass
@@ -443,7 +453,7 @@ func TestCollectorRaceDispatcher(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	reg := prometheus.NewRegistry()
-	tb.env.Start(t, runtime.Config{InlineLimit: 8, Registerer: reg})
+	tb.env.Start(t, runtime.Config{Registerer: reg, Limits: runtime.Limits{InlineLimit: 8}})
 	start(t, maintenance.NewReaper(tb.store, tb.blobs, &maintenance.ReaperConfig{Interval: 50 * time.Millisecond,
 		Retention: catalog.RetentionDefaults{Succeeded: time.Second}, Registerer: reg}))
 	c, err := maintenance.NewCollector(tb.store, tb.blobs.(maintenance.CollectorBlobs),

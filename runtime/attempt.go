@@ -103,7 +103,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 	d.mu.Lock()
 	d.active[c.LeaseToken] = a
 	d.mu.Unlock()
-	d.work.Add(1)
+	d.life.work.Add(1)
 	d.metrics.running.Inc()
 	d.metrics.queueWait.WithLabelValues(c.Workflow).Observe(c.QueueWait)
 	go func() {
@@ -114,7 +114,7 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 			cancel(nil)
 			d.metrics.running.Dec()
 			d.slots <- struct{}{}
-			d.work.Done()
+			d.life.work.Done()
 			if !a.followed {
 				d.nudge()
 			}
@@ -212,7 +212,7 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 		d.startChild(ctx, a, step)
 		return
 	}
-	invoker := d.cfg.Invokers[step.Kind]
+	invoker := d.cfg.Handlers.Invokers[step.Kind]
 	if invoker == nil {
 		// Counted, so bounded by the retry policy: another dispatcher may have it.
 		d.report(a, outcome{status: catalog.OutcomeFailed, retryable: true, err: &functions.Error{
@@ -454,7 +454,7 @@ func (d *Dispatcher) invocation(ctx context.Context, c catalog.Claimed, ver *com
 			// This server's cache cannot take it, and retrying here will not
 			// change that: a counted failure, bounded by the retry policy, that
 			// does not show server paths to viewers (the log has them).
-			d.logger.Error("cannot install a bundle in the cache directory", "cache_dir", d.cfg.CacheDir, "error", err)
+			d.logger.Error("cannot install a bundle in the cache directory", "cache_dir", d.cfg.Handlers.CacheDir, "error", err)
 			reason := "permission denied"
 			var errno syscall.Errno
 			if errors.As(err, &errno) {
@@ -518,10 +518,10 @@ func (d *Dispatcher) resolveValue(ctx context.Context, inv *functions.Invocation
 	notFound := func(why string) error {
 		return &functions.Error{Message: fmt.Sprintf("secret %q %s", v.Secret, why), Code: functions.CodeSecretNotFound}
 	}
-	if d.cfg.Secrets == nil {
+	if d.cfg.Handlers.Secrets == nil {
 		return "", notFound("cannot be read: this server has no secret store configured")
 	}
-	value, _, err := d.cfg.Secrets.Reveal(ctx, v.Secret)
+	value, _, err := d.cfg.Handlers.Secrets.Reveal(ctx, v.Secret)
 	switch {
 	case errors.Is(err, catalog.ErrNotFound):
 		return "", notFound("does not exist: set it with `cairn secret set " + v.Secret + "`")
@@ -539,13 +539,13 @@ func (d *Dispatcher) resolveValue(ctx context.Context, inv *functions.Invocation
 // addCheckpointCredential lets a remote handler PUT checkpoints: the signed lease
 // credential and where to send it.
 func (d *Dispatcher) addCheckpointCredential(inv *functions.Invocation, c catalog.Claimed) {
-	if len(d.cfg.SigningKey) == 0 {
+	if len(d.cfg.Handlers.SigningKey) == 0 {
 		return
 	}
-	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
+	inv.Envelope.LeaseToken = functions.LeaseCredential(d.cfg.Handlers.SigningKey, c.RunID.String(), c.Key, c.LeaseToken)
 	inv.Secrets = append(inv.Secrets, inv.Envelope.LeaseToken) // a credential: masked like a secret
-	if d.cfg.PublicURL != "" {
-		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
+	if d.cfg.Handlers.PublicURL != "" {
+		inv.Envelope.CheckpointURL = strings.TrimRight(d.cfg.Handlers.PublicURL, "/") + "/v1/runs/" + c.RunID.String() + "/steps/" + url.PathEscape(c.Key) + "/checkpoint"
 	}
 }
 
@@ -572,7 +572,7 @@ func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind
 		}
 		ref.Path = path
 	case bundle.KindHTTP, bundle.KindLambda:
-		url, err := d.blobs.PresignGet(ctx, key, d.cfg.PresignExpiry)
+		url, err := d.blobs.PresignGet(ctx, key, d.cfg.Handlers.PresignExpiry)
 		if err == nil {
 			ref.URL = url
 		}

@@ -19,11 +19,11 @@ import (
 // step: it is masked like a secret in what the attempt produces (a handler that
 // logs its envelope would otherwise hand it to every viewer).
 func (d *Dispatcher) addCallbackURL(inv *functions.Invocation, c catalog.Claimed) {
-	if len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "" {
+	if len(d.cfg.Handlers.SigningKey) == 0 || d.cfg.Handlers.PublicURL == "" {
 		return
 	}
-	token := functions.CallbackToken(d.cfg.SigningKey, c.RunID.String(), c.Key, c.Attempt)
-	inv.Envelope.CallbackURL = strings.TrimRight(d.cfg.PublicURL, "/") + "/v1/callbacks/" + token
+	token := functions.CallbackToken(d.cfg.Handlers.SigningKey, c.RunID.String(), c.Key, c.Attempt)
+	inv.Envelope.CallbackURL = strings.TrimRight(d.cfg.Handlers.PublicURL, "/") + "/v1/callbacks/" + token
 	inv.Secrets = append(inv.Secrets, token)
 }
 
@@ -39,7 +39,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 		return nil, false
 	case err != nil:
 		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: functions.CodeProtocol}}, false
-	case len(d.cfg.SigningKey) == 0 || d.cfg.PublicURL == "":
+	case len(d.cfg.Handlers.SigningKey) == 0 || d.cfg.Handlers.PublicURL == "":
 		return &outcome{status: catalog.OutcomeFailed, err: &functions.Error{
 			Message: "the function answered $suspend, but this dispatcher gives no callback_url: callbacks need a signing key (CAIRN_SIGNING_KEY) and a public URL (CAIRN_PUBLIC_URL)",
 			Code:    functions.CodeProtocol}}, false
@@ -52,7 +52,7 @@ func (d *Dispatcher) suspendOutcome(a *attempt, start time.Time, output []byte, 
 	}
 	w.LogKey = storeLog()
 	a.reporting.Store(true)
-	if d.suspendWritten(a, "suspend for a callback", "$suspend", nil, func() error { return d.store.StepSuspend(d.abandonCtx, a.lease(), w) }) != nil {
+	if d.suspendWritten(a, "suspend for a callback", "$suspend", nil, func() error { return d.store.StepSuspend(d.life.abandonCtx, a.lease(), w) }) != nil {
 		return nil, true
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()

@@ -49,7 +49,7 @@ func TestSuspendForCallback(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
 	key := []byte("runtime-callback-key-0123456789")
-	startDispatcher(t, tb, runtime.Config{SigningKey: key, PublicURL: "http://proxy.example/cairn/"})
+	startDispatcher(t, tb, runtime.Config{Handlers: runtime.HandlerConfig{SigningKey: key, PublicURL: "http://proxy.example/cairn/"}})
 	dir := t.TempDir()
 	v := deploy(t, tb, callbackBundle(dir))
 	id := startRun(t, tb, v, "")
@@ -122,7 +122,7 @@ func TestCallbackBeforeAnswer(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	key := []byte("runtime-callback-key-0123456789")
-	startDispatcher(t, tb, runtime.Config{SigningKey: key, PublicURL: "http://127.0.0.1:1"})
+	startDispatcher(t, tb, runtime.Config{Handlers: runtime.HandlerConfig{SigningKey: key, PublicURL: "http://127.0.0.1:1"}})
 	dir := t.TempDir()
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": `

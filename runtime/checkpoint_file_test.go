@@ -36,7 +36,7 @@ func TestCheckpointFileLimit(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
 	const limit = 1 << 20
-	startDispatcher(t, tb, cairnruntime.Config{MaxCheckpointSize: limit})
+	startDispatcher(t, tb, cairnruntime.Config{Limits: cairnruntime.Limits{MaxCheckpointSize: limit}})
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": `
 name: sparse

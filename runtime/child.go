@@ -34,7 +34,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	c := a.claim
 	w := step.Workflow
 	p := &catalog.ChildStartParams{Workflow: w.Name, Version: w.Version, Alias: w.Alias,
-		MaxDepth: d.cfg.MaxChildDepth, MaxChildren: d.cfg.MaxChildRuns, MaxTreeRuns: d.cfg.MaxTreeRuns}
+		MaxDepth: d.cfg.Limits.MaxChildDepth, MaxChildren: d.cfg.Limits.MaxChildRuns, MaxTreeRuns: d.cfg.Limits.MaxTreeRuns}
 	if w.Input != "" {
 		run, err := d.store.RunGet(ctx, c.RunID)
 		if err != nil {
@@ -55,7 +55,7 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound)
 	}
 	err := d.suspendWritten(a, "start the child run", "workflow.input", childError, func() (err error) {
-		res, err = d.store.ChildStart(d.abandonCtx, a.lease(), p)
+		res, err = d.store.ChildStart(d.life.abandonCtx, a.lease(), p)
 		return err
 	})
 	switch {

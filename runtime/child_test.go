@@ -135,7 +135,7 @@ steps:
 func TestChildRunDepth(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{MaxChildDepth: 3})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{MaxChildDepth: 3}})
 	v := deploy(t, tb, map[string]string{"cairn.yaml": `
 name: forever
 steps:
@@ -166,7 +166,7 @@ steps:
 func TestChildRunTreeLimit(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{MaxChildDepth: 6, MaxTreeRuns: 6})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{MaxChildDepth: 6, MaxTreeRuns: 6}})
 	v := deploy(t, tb, map[string]string{"cairn.yaml": `
 name: rec
 steps:

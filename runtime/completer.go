@@ -65,7 +65,7 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 		}
 		// Not ctx: outcomes are written after the loops are told to end, until Stop
 		// gives up on them.
-		cctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
+		cctx, cancel := context.WithTimeout(d.life.abandonCtx, 10*time.Second)
 		start := time.Now()
 		next, room := d.claimNext(batch)
 		results, claimed, err := d.store.StepFinishClaim(cctx, params, next)
@@ -92,7 +92,7 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 // (and fail their steps, report), the others are written.
 func (d *Dispatcher) finishEach(batch []*completion) {
 	for _, c := range batch {
-		ctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(d.life.abandonCtx, 10*time.Second)
 		results, err := d.store.StepFinishBatch(ctx, []*catalog.StepFinishParams{c.p})
 		cancel()
 		if err == nil {
@@ -110,13 +110,13 @@ func (d *Dispatcher) finish(p *catalog.StepFinishParams, leaf bool) (followed bo
 	c := &completion{p: p, leaf: leaf, done: make(chan finished, 1)}
 	select {
 	case d.completions <- c:
-	case <-d.abandonCtx.Done():
+	case <-d.life.abandonCtx.Done():
 		return false, errAbandoned
 	}
 	select {
 	case f := <-c.done:
 		return f.followed, f.err
-	case <-d.abandonCtx.Done():
+	case <-d.life.abandonCtx.Done():
 		return false, errAbandoned
 	}
 }
@@ -184,7 +184,7 @@ func (d *Dispatcher) handBack(claimed []catalog.Claimed) {
 		params[i] = &catalog.StepFinishParams{RunID: c.RunID, Key: c.Key, LeaseToken: c.LeaseToken,
 			Outcome: catalog.OutcomeHandback, Error: e, Retryable: true}
 	}
-	ctx, cancel := context.WithTimeout(d.abandonCtx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(d.life.abandonCtx, 10*time.Second)
 	defer cancel()
 	if _, err := d.store.StepFinishBatch(ctx, params); err != nil {
 		d.logger.Warn("hand back steps leased at shutdown; they are swept when their leases expire", "error", err, "steps", len(claimed))

@@ -89,9 +89,6 @@ type Config struct {
 	PollInterval time.Duration
 	// SweepInterval is how often expired leases are swept; default LeaseTTL/2.
 	SweepInterval time.Duration
-	// InlineLimit is the largest output or checkpoint kept in the catalog row;
-	// larger ones go to the blob store. Default DefaultInlineLimit (256 KiB).
-	InlineLimit int64
 	// ShutdownGrace is how long Stop lets running attempts finish before handing
 	// their leases back; default DefaultShutdownGrace (10s).
 	ShutdownGrace time.Duration
@@ -99,12 +96,28 @@ type Config struct {
 	// start of its handler before the dispatcher runs fewer attempts at once
 	// (admission.go); default DefaultStartLatencyTarget (1s).
 	StartLatencyTarget time.Duration
-	// CacheDir holds extracted bundles and downloaded inputs; default
-	// $TMPDIR/cairn-cache.
-	CacheDir string
 	// DatabaseURL, when set, is used to LISTEN for notifications (new work, cancels);
 	// without it the dispatcher polls only, and cancels reach it through heartbeats.
 	DatabaseURL string
+	// Handlers says how attempts reach their handlers: invokers, credentials,
+	// secrets, the bundle cache.
+	Handlers HandlerConfig
+	// Limits bound what one attempt or run may store or start.
+	Limits Limits
+	// Logger; default discard.
+	Logger *slog.Logger
+	// Registerer receives the dispatcher's Prometheus metrics; default none.
+	Registerer prometheus.Registerer
+	// Tracer records spans of attempts, steps and runs (internal/tracing); default
+	// nil, no tracing, at the cost of a nil check per attempt.
+	Tracer *tracing.Tracer
+}
+
+// HandlerConfig is how a dispatcher's attempts reach their handlers (Config.Handlers).
+type HandlerConfig struct {
+	// CacheDir holds extracted bundles and downloaded inputs; default
+	// $TMPDIR/cairn-cache.
+	CacheDir string
 	// Invokers by function kind; default builtin and exec. http needs a signing key
 	// (see functions.NewHTTP) and lambda an AWS configuration, so the caller adds them.
 	Invokers map[bundle.Kind]functions.Invoker
@@ -121,6 +134,18 @@ type Config struct {
 	// PresignExpiry is how long presigned input URLs for http and lambda handlers
 	// live; default DefaultPresignExpiry (1h).
 	PresignExpiry time.Duration
+	// CacheMaxBytes caps the size of CacheDir (extracted bundles and
+	// downloaded blobs): past it, the entries used least recently and not in
+	// use by an attempt are removed. Default DefaultCacheMaxBytes (10 GiB);
+	// negative: no cap.
+	CacheMaxBytes int64
+}
+
+// Limits bound what one attempt or run may store or start (Config.Limits).
+type Limits struct {
+	// InlineLimit is the largest output or checkpoint kept in the catalog row;
+	// larger ones go to the blob store. Default DefaultInlineLimit (256 KiB).
+	InlineLimit int64
 	// MaxLogSize caps the stored log of one attempt; default DefaultMaxLogSize
 	// (16 MiB).
 	MaxLogSize int64
@@ -153,18 +178,6 @@ type Config struct {
 	// step that would start one more fails with code child_limit. Default
 	// DefaultMaxTreeRuns (10000).
 	MaxTreeRuns int
-	// CacheMaxBytes caps the size of CacheDir (extracted bundles and
-	// downloaded blobs): past it, the entries used least recently and not in
-	// use by an attempt are removed. Default DefaultCacheMaxBytes (10 GiB);
-	// negative: no cap.
-	CacheMaxBytes int64
-	// Logger; default discard.
-	Logger *slog.Logger
-	// Registerer receives the dispatcher's Prometheus metrics; default none.
-	Registerer prometheus.Registerer
-	// Tracer records spans of attempts, steps and runs (internal/tracing); default
-	// nil, no tracing, at the cost of a nil check per attempt.
-	Tracer *tracing.Tracer
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -202,8 +215,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.SweepInterval <= 0 {
 		out.SweepInterval = out.LeaseTTL / 2
 	}
-	if out.InlineLimit <= 0 {
-		out.InlineLimit = DefaultInlineLimit
+	if out.Limits.InlineLimit <= 0 {
+		out.Limits.InlineLimit = DefaultInlineLimit
 	}
 	if out.StartLatencyTarget <= 0 {
 		out.StartLatencyTarget = DefaultStartLatencyTarget
@@ -211,41 +224,41 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.ShutdownGrace <= 0 {
 		out.ShutdownGrace = DefaultShutdownGrace
 	}
-	if out.CacheDir == "" {
-		out.CacheDir = filepath.Join(os.TempDir(), "cairn-cache")
+	if out.Handlers.CacheDir == "" {
+		out.Handlers.CacheDir = filepath.Join(os.TempDir(), "cairn-cache")
 	}
-	if out.PresignExpiry <= 0 {
-		out.PresignExpiry = DefaultPresignExpiry
+	if out.Handlers.PresignExpiry <= 0 {
+		out.Handlers.PresignExpiry = DefaultPresignExpiry
 	}
-	if out.MaxLogSize <= 0 {
-		out.MaxLogSize = DefaultMaxLogSize
+	if out.Limits.MaxLogSize <= 0 {
+		out.Limits.MaxLogSize = DefaultMaxLogSize
 	}
-	if out.MaxCheckpointSize <= 0 {
-		out.MaxCheckpointSize = DefaultMaxCheckpointSize
+	if out.Limits.MaxCheckpointSize <= 0 {
+		out.Limits.MaxCheckpointSize = DefaultMaxCheckpointSize
 	}
-	if out.LiveLogInterval <= 0 {
-		out.LiveLogInterval = DefaultLiveLogInterval
+	if out.Limits.LiveLogInterval <= 0 {
+		out.Limits.LiveLogInterval = DefaultLiveLogInterval
 	}
-	if out.LiveLogTail <= 0 {
-		out.LiveLogTail = DefaultLiveLogTail
+	if out.Limits.LiveLogTail <= 0 {
+		out.Limits.LiveLogTail = DefaultLiveLogTail
 	}
-	if out.MaxChildDepth <= 0 {
-		out.MaxChildDepth = DefaultMaxChildDepth
+	if out.Limits.MaxChildDepth <= 0 {
+		out.Limits.MaxChildDepth = DefaultMaxChildDepth
 	}
-	if out.MaxChildRuns <= 0 {
-		out.MaxChildRuns = DefaultMaxChildRuns
+	if out.Limits.MaxChildRuns <= 0 {
+		out.Limits.MaxChildRuns = DefaultMaxChildRuns
 	}
-	if out.MaxTreeRuns <= 0 {
-		out.MaxTreeRuns = DefaultMaxTreeRuns
+	if out.Limits.MaxTreeRuns <= 0 {
+		out.Limits.MaxTreeRuns = DefaultMaxTreeRuns
 	}
-	if out.CacheMaxBytes == 0 {
-		out.CacheMaxBytes = DefaultCacheMaxBytes
+	if out.Handlers.CacheMaxBytes == 0 {
+		out.Handlers.CacheMaxBytes = DefaultCacheMaxBytes
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
-	if out.Invokers == nil {
-		out.Invokers = map[bundle.Kind]functions.Invoker{}
+	if out.Handlers.Invokers == nil {
+		out.Handlers.Invokers = map[bundle.Kind]functions.Invoker{}
 	}
 	return out, nil
 }

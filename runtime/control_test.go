@@ -117,7 +117,7 @@ func TestCheckpointsDuringBlobStoreOutage(t *testing.T) {
 	s3 := testenv.StartS3Process(t, "")
 	_, tb := setup(t)
 	tb.blobs = s3.Store()
-	startDispatcher(t, tb, cairnruntime.Config{InlineLimit: 1024})
+	startDispatcher(t, tb, cairnruntime.Config{Limits: cairnruntime.Limits{InlineLimit: 1024}})
 	marks := t.TempDir()
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": `

@@ -49,33 +49,14 @@ type Dispatcher struct {
 	// admit lowers how many attempts run at once while handlers start slowly.
 	admit *admission
 
-	mu      sync.Mutex
-	active  map[int64]*attempt // by lease token
-	started bool
-	stopped bool
-	cancel  context.CancelFunc // ends the background loops
-	loops   sync.WaitGroup     // background loops
-	work    sync.WaitGroup     // running attempts
-	noClaim chan struct{}      // closed when claiming must stop
-	nextDue time.Time          // earliest local retry we know of
-	// nextWake is the earliest end of a wait this dispatcher started (wakeAt);
-	// wakeHint tells the wake loop to look at it.
+	mu     sync.Mutex
+	active map[int64]*attempt // by lease token
+	life   lifecycle
+	// nextDue is the earliest local retry we know of; nextWake the earliest end of
+	// a wait this dispatcher started (wakeAt). Under mu.
+	nextDue  time.Time
 	nextWake time.Time
-	wakeHint chan struct{}
-	// mapHint tells the map loop to look at the maps.
-	mapHint chan struct{}
-
-	// abandonCtx ends when Stop gives up on writing what is left (outcomes, logs)
-	// because the database or the blob store does not answer in time.
-	abandonCtx context.Context
-	abandon    context.CancelFunc
-	// stopDone is closed when the first Stop has finished; stopErr is its result.
-	stopDone chan struct{}
-	// claimDone is closed when the claim loop has returned: no attempt starts
-	// after it (shutdown waits for it before it waits for the attempts, as a
-	// WaitGroup's Add from zero must not run beside its Wait).
-	claimDone chan struct{}
-	stopErr   error
+	hints    hints
 
 	// lastDBError is when a database call of the loops last failed (unix nanos).
 	// After an outage the sweeper waits two lease TTLs, so that owners can renew
@@ -88,6 +69,35 @@ type Dispatcher struct {
 	drained atomic.Bool
 }
 
+// lifecycle is the state of Start and Stop.
+type lifecycle struct {
+	started bool // under Dispatcher.mu, as stopped
+	stopped bool
+	cancel  context.CancelFunc // ends the background loops
+	loops   sync.WaitGroup     // background loops
+	work    sync.WaitGroup     // running attempts
+	noClaim chan struct{}      // closed when claiming must stop
+	// abandonCtx ends when Stop gives up on writing what is left (outcomes, logs)
+	// because the database or the blob store does not answer in time.
+	abandonCtx context.Context
+	abandon    context.CancelFunc
+	// done is closed when the first Stop has finished; err is its result.
+	done chan struct{}
+	err  error
+	// claimDone is closed when the claim loop has returned: no attempt starts
+	// after it (shutdown waits for it before it waits for the attempts, as a
+	// WaitGroup's Add from zero must not run beside its Wait).
+	claimDone chan struct{}
+}
+
+// hints wake the dispatcher's loops: work may be claimable (claim), a wait this
+// dispatcher started may be due (wake), the maps may have work (maps).
+type hints struct {
+	claim chan struct{}
+	wake  chan struct{}
+	maps  chan struct{}
+}
+
 // New returns a dispatcher over store and blobs. Invokers for builtin and exec are
 // added when cfg does not set them.
 func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
@@ -95,8 +105,8 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	invokers := make(map[bundle.Kind]functions.Invoker, len(c.Invokers)+2)
-	for k, v := range c.Invokers {
+	invokers := make(map[bundle.Kind]functions.Invoker, len(c.Handlers.Invokers)+2)
+	for k, v := range c.Handlers.Invokers {
 		invokers[k] = v
 	}
 	if invokers[bundle.KindBuiltin] == nil {
@@ -105,8 +115,8 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 	if invokers[bundle.KindExec] == nil {
 		invokers[bundle.KindExec] = functions.NewExec(&functions.ExecConfig{Logger: c.Logger})
 	}
-	c.Invokers = invokers
-	cache, err := newFileCache(c.CacheDir, blobs, c.CacheMaxBytes)
+	c.Handlers.Invokers = invokers
+	cache, err := newFileCache(c.Handlers.CacheDir, blobs, c.Handlers.CacheMaxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -118,24 +128,20 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 		metrics:  newMetrics(c.Registerer),
 		versions: newDefinitions(store),
 		cache:    cache,
-		wake:     make(chan struct{}, 1),
-		wakeHint: make(chan struct{}, 1),
-		mapHint:  make(chan struct{}, 1),
+		hints:    hints{claim: make(chan struct{}, 1), wake: make(chan struct{}, 1), maps: make(chan struct{}, 1)},
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
 		admit:       newAdmission(c.Concurrency, c.StartLatencyTarget),
 		active:      map[int64]*attempt{},
-		noClaim:     make(chan struct{}),
-		stopDone:    make(chan struct{}),
-		claimDone:   make(chan struct{}),
+		life:        lifecycle{noClaim: make(chan struct{}), done: make(chan struct{}), claimDone: make(chan struct{})},
 	}
 	if cache.shared {
 		d.logger.Warn("another dispatcher uses this cache directory: its size cap is off; give each dispatcher its own --cache-dir",
-			"cache_dir", c.CacheDir)
+			"cache_dir", c.Handlers.CacheDir)
 	}
 	d.metrics.admissionLimit.Set(float64(c.Concurrency))
-	d.abandonCtx, d.abandon = context.WithCancel(context.Background())
+	d.life.abandonCtx, d.life.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
 		d.slots <- struct{}{}
 	}
@@ -155,19 +161,19 @@ func (d *Dispatcher) Tags() []string { return slices.Clone(d.cfg.Tags) }
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.started {
+	if d.life.started {
 		return errors.New("dispatcher already started")
 	}
-	if d.stopped {
+	if d.life.stopped {
 		return errors.New("dispatcher stopped")
 	}
-	d.started = true
+	d.life.started = true
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	d.cancel = cancel
+	d.life.cancel = cancel
 	for _, loop := range []func(context.Context){d.claimLoop, d.completeLoop, d.heartbeatLoop, d.sweepLoop, d.wakeLoop, d.mapLoop, d.listenLoop} {
-		d.loops.Add(1)
+		d.life.loops.Add(1)
 		go func() {
-			defer d.loops.Done()
+			defer d.life.loops.Done()
 			loop(loopCtx)
 		}()
 	}
@@ -195,33 +201,33 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // and returns its result.
 func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.mu.Lock()
-	if d.stopped {
+	if d.life.stopped {
 		d.mu.Unlock()
 		select {
-		case <-d.stopDone:
-			return d.stopErr
+		case <-d.life.done:
+			return d.life.err
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	d.stopped = true
-	close(d.noClaim)
-	started := d.started
+	d.life.stopped = true
+	close(d.life.noClaim)
+	started := d.life.started
 	d.mu.Unlock()
 	if started {
-		d.stopErr = d.shutdown(ctx)
+		d.life.err = d.shutdown(ctx)
 	}
 	d.cache.close() // no attempt uses it any more
-	close(d.stopDone)
-	return d.stopErr
+	close(d.life.done)
+	return d.life.err
 }
 
 // shutdown is Stop's work once claiming has stopped.
 func (d *Dispatcher) shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
-		<-d.claimDone // the last attempt has been started
-		d.work.Wait()
+		<-d.life.claimDone // the last attempt has been started
+		d.life.work.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(d.cfg.ShutdownGrace)
@@ -247,10 +253,10 @@ func (d *Dispatcher) shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("stop dispatcher: gave up recording the outcomes of up to %d attempts: %w", running, ctx.Err())
 	}
-	d.abandon()
+	d.life.abandon()
 	<-done
-	d.cancel()
-	d.loops.Wait()
+	d.life.cancel()
+	d.life.loops.Wait()
 	if err != nil {
 		d.logger.Warn("dispatcher stopped without recording every outcome", "error", err)
 	} else {
@@ -263,14 +269,14 @@ func (d *Dispatcher) shutdown(ctx context.Context) error {
 // finished attempt, a due retry, a sweep).
 func (d *Dispatcher) nudge() {
 	select {
-	case d.wake <- struct{}{}:
+	case d.hints.claim <- struct{}{}:
 	default:
 	}
 }
 
 func (d *Dispatcher) claiming() bool {
 	select {
-	case <-d.noClaim:
+	case <-d.life.noClaim:
 		return false
 	default:
 		return true
@@ -280,7 +286,7 @@ func (d *Dispatcher) claiming() bool {
 // claimLoop claims as many steps as there are free slots, whenever woken (a
 // notification, a finished attempt, a due retry) or every PollInterval.
 func (d *Dispatcher) claimLoop(ctx context.Context) {
-	defer close(d.claimDone)
+	defer close(d.life.claimDone)
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	failures := 0
@@ -288,9 +294,9 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.noClaim:
+		case <-d.life.noClaim:
 			return
-		case <-d.wake:
+		case <-d.hints.claim:
 		case <-poll.C:
 		}
 		d.decideConditions(ctx)
@@ -353,7 +359,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 			want = 1
 		case <-ctx.Done():
 			return 0, false, nil
-		case <-d.noClaim:
+		case <-d.life.noClaim:
 			return 0, false, nil
 		}
 	}
@@ -605,7 +611,7 @@ type isolator interface {
 func (d *Dispatcher) Capabilities() map[string]string {
 	out := make(map[string]string, 5)
 	for _, k := range []bundle.Kind{bundle.KindExec, bundle.KindHTTP, bundle.KindLambda, bundle.KindBuiltin} {
-		inv := d.cfg.Invokers[k]
+		inv := d.cfg.Handlers.Invokers[k]
 		state := "ok"
 		if inv == nil {
 			state = "unavailable: not configured"

@@ -256,7 +256,7 @@ steps:
 func TestLargeOutputGoesToBlobStore(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 1024})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{InlineLimit: 1024}})
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": `
 name: big
@@ -297,7 +297,7 @@ func TestShutdownHandsLeasesBack(t *testing.T) {
 	ctx, tb := setup(t)
 	// A grace of a second (its hand-back is recorded within another), far under the
 	// step's sleep: 200 ms could be cut on a busy machine, as TestStopTwice's was.
-	d, err := runtime.New(tb.store, tb.blobs, &runtime.Config{CacheDir: t.TempDir(), PollInterval: 50 * time.Millisecond, ShutdownGrace: time.Second, DatabaseURL: tb.dbURL})
+	d, err := runtime.New(tb.store, tb.blobs, &runtime.Config{PollInterval: 50 * time.Millisecond, ShutdownGrace: time.Second, DatabaseURL: tb.dbURL, Handlers: runtime.HandlerConfig{CacheDir: t.TempDir()}})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
 	v := deploy(t, tb, map[string]string{"cairn.yaml": `
@@ -364,7 +364,7 @@ steps:
 func TestDispatcherClaimsOutputs(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 8})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{InlineLimit: 8}})
 	v := deploy(t, tb, map[string]string{"cairn.yaml": "name: echo\nsteps:\n  - {key: a, builtin: echo}\n"})
 	id := startRun(t, tb, v, `{"big enough": true}`)
 	waitRun(t, tb, id, 30*time.Second)

@@ -43,7 +43,7 @@ func readBlob(t *testing.T, tb *testBundle, key string) []byte {
 func TestForgedBlobReferenceIsPlainJSON(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 1024})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{InlineLimit: 1024}})
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": `
 name: forge

@@ -31,8 +31,12 @@ func TestLiveLogMaskedAndCapped(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	secret := "s3cr3t-" + strings.Repeat("x", 20)
-	startDispatcher(t, tb, runtime.Config{LiveLogInterval: 50 * time.Millisecond, LiveLogTail: 64,
-		Secrets: oneSecret{"tok", secret}})
+	startDispatcher(t, tb, runtime.Config{
+		Handlers: runtime.HandlerConfig{Secrets: oneSecret{"tok", secret}},
+		Limits: runtime.Limits{LiveLogInterval: 50 * time.Millisecond,
+			LiveLogTail: 64,
+		},
+	})
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": "name: leaky\nsteps:\n  - {key: talk, exec: [./bin/talk], env: {TOKEN: {secret: tok}}}\n",
 		"bin/talk": "#!/bin/sh\ncat >/dev/null\necho \"token=$TOKEN\" >&2\nsleep 1\n" +

@@ -82,7 +82,7 @@ func (d *Dispatcher) startMap(ctx context.Context, a *attempt, step *bundle.Step
 		return
 	}
 	a.reporting.Store(true)
-	if d.suspendWritten(a, "start the map", "map.over", nil, func() error { return d.store.MapStart(d.abandonCtx, a.lease(), p) }) != nil {
+	if d.suspendWritten(a, "start the map", "map.over", nil, func() error { return d.store.MapStart(d.life.abandonCtx, a.lease(), p) }) != nil {
 		return
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()
@@ -118,7 +118,7 @@ func (d *Dispatcher) blobFormat(ctx context.Context, key string) (string, error)
 // mapNudge makes the map loop look at the maps now.
 func (d *Dispatcher) mapNudge() {
 	select {
-	case d.mapHint <- struct{}{}:
+	case d.hints.maps <- struct{}{}:
 	default:
 	}
 }
@@ -134,7 +134,7 @@ func (d *Dispatcher) mapLoop(ctx context.Context) {
 		case <-ctx.Done():
 			timer.Stop()
 			return
-		case <-d.mapHint:
+		case <-d.hints.maps:
 			timer.Stop()
 		case <-timer.C:
 		}
@@ -297,7 +297,7 @@ func (d *Dispatcher) mapFinish(ctx context.Context, st *catalog.MapState, items 
 		}
 		return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: summary(msg), Reason: CodeMapFailed}, nil
 	}
-	w := newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim)
+	w := newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store.BlobClaim)
 	w.contentType = "application/json"
 	bw := bufio.NewWriterSize(w, 64<<10)
 	_ = bw.WriteByte('[')

@@ -20,7 +20,7 @@ import (
 func TestMapRuns(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
-	startDispatcher(t, tb, runtime.Config{InlineLimit: 256})
+	startDispatcher(t, tb, runtime.Config{Limits: runtime.Limits{InlineLimit: 256}})
 	var nums []string
 	for i := range 60 {
 		nums = append(nums, fmt.Sprint(i*100000))

@@ -52,7 +52,7 @@ func TestSecretMaskedInEveryEscaping(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
 	const secret = "ab/cd-SECRET-é-xyz"
-	startDispatcher(t, tb, runtime.Config{Secrets: oneSecret{"s1", secret}})
+	startDispatcher(t, tb, runtime.Config{Handlers: runtime.HandlerConfig{Secrets: oneSecret{"s1", secret}}})
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": "name: escapes\nsteps:\n  - {key: leak, exec: [./bin/leak], env: {TOK: {secret: s1}}}\n",
 		"bin/leak": `#!/bin/sh
@@ -93,7 +93,7 @@ func TestCallbackURLMasked(t *testing.T) {
 	t.Parallel()
 	_, tb := setup(t)
 	key := []byte("runtime-callback-key-0123456789")
-	startDispatcher(t, tb, runtime.Config{SigningKey: key, PublicURL: "http://cairn.example"})
+	startDispatcher(t, tb, runtime.Config{Handlers: runtime.HandlerConfig{SigningKey: key, PublicURL: "http://cairn.example"}})
 	dir := t.TempDir()
 	v := deploy(t, tb, map[string]string{
 		"cairn.yaml": "name: envelope\nsteps:\n  - {key: talk, exec: [./bin/talk, '" + dir + "']}\n",

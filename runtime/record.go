@@ -67,7 +67,7 @@ func (d *Dispatcher) untilWritten(a *attempt, op, what string, final func(error)
 			return err
 		case final != nil && final(err):
 			return err
-		case errors.Is(err, errAbandoned) || d.abandonCtx.Err() != nil:
+		case errors.Is(err, errAbandoned) || d.life.abandonCtx.Err() != nil:
 			a.logger().Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
 			return err
 		case errors.Is(err, catalog.ErrInvalidInput):
@@ -86,7 +86,7 @@ func (d *Dispatcher) untilWritten(a *attempt, op, what string, final func(error)
 		}
 		a.logger().Warn(what+" failed; retrying", "error", err, "in", backoff)
 		select {
-		case <-d.abandonCtx.Done():
+		case <-d.life.abandonCtx.Done():
 			a.logger().Error("could not "+what+" before shutdown; the step will be swept and claimed again", "error", err)
 			return errAbandoned
 		case <-done:

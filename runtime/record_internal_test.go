@@ -18,7 +18,7 @@ import (
 // write was once retried every 500 ms for ever).
 func TestUntilWrittenBounded(t *testing.T) {
 	t.Parallel()
-	d, err := New(nil, nil, &Config{CacheDir: t.TempDir()})
+	d, err := New(nil, nil, &Config{Handlers: HandlerConfig{CacheDir: t.TempDir()}})
 	require.NoError(t, err)
 	newAttempt := func() (*attempt, context.CancelCauseFunc) {
 		ctx, cancel := context.WithCancelCause(context.Background())

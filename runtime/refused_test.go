@@ -86,7 +86,7 @@ func TestHTTPOutputRefused(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	httpInvoker := functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte("0123456789abcdef0123456789abcdef"), AllowLocal: true})
-	startDispatcher(t, tb, runtime.Config{Invokers: map[bundle.Kind]functions.Invoker{bundle.KindHTTP: httpInvoker}})
+	startDispatcher(t, tb, runtime.Config{Handlers: runtime.HandlerConfig{Invokers: map[bundle.Kind]functions.Invoker{bundle.KindHTTP: httpInvoker}}})
 	v := deploy(t, tb, map[string]string{"cairn.yaml": `
 name: http-nul
 steps:

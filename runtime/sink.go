@@ -49,7 +49,7 @@ type attemptSink struct {
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
-	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.InlineLimit, d.store.BlobClaim),
+	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store.BlobClaim),
 		liveKick: make(chan struct{}, 1), liveStop: make(chan struct{}), liveDone: make(chan struct{})}
 	s.progress = newProgressLimiter(ctx, s.recordProgress, func(err error) {
 		a.logger().Warn("record a progress report", "error", err)
@@ -63,7 +63,7 @@ func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink
 // while the attempt runs (GET …/logs?offset=).
 func (s *attemptSink) publishLive() {
 	defer close(s.liveDone)
-	t := time.NewTicker(s.d.cfg.LiveLogInterval)
+	t := time.NewTicker(s.d.cfg.Limits.LiveLogInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -92,7 +92,7 @@ func (s *attemptSink) flushLive() {
 	defer cancel()
 	s.published.Store(true)
 	err := s.d.store.LogChunkAppend(ctx, &catalog.LogChunkAppendParams{
-		LeaseToken: s.a.claim.LeaseToken, Offset: off, Data: data, Keep: s.d.cfg.LiveLogTail})
+		LeaseToken: s.a.claim.LeaseToken, Offset: off, Data: data, Keep: s.d.cfg.Limits.LiveLogTail})
 	if err != nil && ctx.Err() == nil {
 		s.a.logger().Warn("publish the live log", "error", err)
 	}
@@ -108,7 +108,7 @@ func (s *attemptSink) stopLive() {
 // LiveLogTail bytes wait. Called with logMu held.
 func (s *attemptSink) live(p []byte) {
 	s.livePending = append(s.livePending, p...)
-	if over := int64(len(s.livePending)) - s.d.cfg.LiveLogTail; over > 0 {
+	if over := int64(len(s.livePending)) - s.d.cfg.Limits.LiveLogTail; over > 0 {
 		s.livePending = append(s.livePending[:0], s.livePending[over:]...)
 		s.liveOffset += over
 	}
@@ -134,17 +134,17 @@ func (w *logWriter) Write(p []byte) (int, error) {
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
 	if s.logFile == nil {
-		f, err := os.CreateTemp(filepath.Join(s.d.cfg.CacheDir, "tmp"), "log-")
+		f, err := os.CreateTemp(filepath.Join(s.d.cfg.Handlers.CacheDir, "tmp"), "log-")
 		if err != nil {
 			return 0, err
 		}
 		s.logFile = f
 	}
-	room := s.d.cfg.MaxLogSize - s.logSize
+	room := s.d.cfg.Limits.MaxLogSize - s.logSize
 	if room <= 0 {
 		if !s.logCapped {
 			s.logCapped = true
-			note := fmt.Appendf(nil, "\n[cairn: log truncated at %d bytes]\n", s.d.cfg.MaxLogSize)
+			note := fmt.Appendf(nil, "\n[cairn: log truncated at %d bytes]\n", s.d.cfg.Limits.MaxLogSize)
 			if _, err := s.logFile.Write(note); err == nil {
 				s.live(note)
 			}
@@ -178,7 +178,7 @@ func (s *attemptSink) storeLog() string {
 	}
 	// Not s.ctx: the log of an attempt that timed out or was handed back is kept,
 	// until Stop gives up on writing what is left.
-	ctx, cancel := context.WithTimeout(s.d.abandonCtx, time.Minute)
+	ctx, cancel := context.WithTimeout(s.d.life.abandonCtx, time.Minute)
 	defer cancel()
 	obj, err := s.d.blobs.Put(ctx, blobstore.KindLogs, s.logFile, blobstore.PutOptions{ContentType: "text/plain; charset=utf-8", Size: -1, Claim: s.d.store.BlobClaim})
 	if err != nil {
@@ -197,7 +197,7 @@ func (s *attemptSink) cleanup() {
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
 	if s.logKey != "" && s.published.Load() {
-		ctx, cancel := context.WithTimeout(s.d.abandonCtx, 10*time.Second)
+		ctx, cancel := context.WithTimeout(s.d.life.abandonCtx, 10*time.Second)
 		if err := s.d.store.LogChunkDelete(ctx, s.a.claim.LeaseToken); err != nil {
 			s.a.logger().Warn("delete the live log", "error", err)
 		}
@@ -217,7 +217,7 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 		return fmt.Errorf("checkpoint is not valid JSON")
 	}
 	stored, err := blobstore.PutPayload(ctx, s.d.blobs, bytes.NewReader(value), blobstore.PayloadOptions{
-		InlineLimit: s.d.cfg.InlineLimit, ContentType: "application/json", Size: int64(len(value)), Claim: s.d.store.BlobClaim})
+		InlineLimit: s.d.cfg.Limits.InlineLimit, ContentType: "application/json", Size: int64(len(value)), Claim: s.d.store.BlobClaim})
 	if err != nil {
 		return fmt.Errorf("store checkpoint: %w", err)
 	}
@@ -230,7 +230,7 @@ func (s *attemptSink) Checkpoint(ctx context.Context, value json.RawMessage) err
 // file may grow while it is read). A file over the limit stores nothing and is a
 // *functions.Error (code checkpoint_too_large) that fails the attempt.
 func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
-	limit := s.d.cfg.MaxCheckpointSize
+	limit := s.d.cfg.Limits.MaxCheckpointSize
 	if info, err := f.Stat(); err == nil && info.Size() > limit {
 		// Known to be too large before a byte is read.
 		return functions.CheckpointTooLarge(f.Name(), limit)

@@ -72,14 +72,14 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 	a.reporting.Store(true)
 	err := d.suspendWritten(a, "suspend the step", "wait", nil, func() error {
 		if approval != nil {
-			return d.store.ApprovalSuspend(d.abandonCtx, a.lease(), *approval)
+			return d.store.ApprovalSuspend(d.life.abandonCtx, a.lease(), *approval)
 		}
 		if w.Kind == catalog.WaitEvent {
 			// It takes a matching event received since its run began, if any.
-			_, err := d.store.EventWaitSuspend(d.abandonCtx, a.lease(), catalog.EventWait{Wait: w, Match: step.WaitForEvent.Match})
+			_, err := d.store.EventWaitSuspend(d.life.abandonCtx, a.lease(), catalog.EventWait{Wait: w, Match: step.WaitForEvent.Match})
 			return err
 		}
-		return d.store.StepSuspend(d.abandonCtx, a.lease(), w)
+		return d.store.StepSuspend(d.life.abandonCtx, a.lease(), w)
 	})
 	if err != nil {
 		return
@@ -140,7 +140,7 @@ func (d *Dispatcher) wakeAt(t time.Time) {
 	}
 	d.mu.Unlock()
 	select {
-	case d.wakeHint <- struct{}{}:
+	case d.hints.wake <- struct{}{}:
 	default:
 	}
 }
@@ -168,7 +168,7 @@ func (d *Dispatcher) wakeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			timer.Stop()
 			return
-		case <-d.wakeHint:
+		case <-d.hints.wake:
 			timer.Stop()
 			continue
 		case <-timer.C:

@@ -223,12 +223,13 @@ func (r *Runner) run(ctx context.Context, c *Case, res *Result) error {
 		Tags:         r.tags,
 		PollInterval: 50 * time.Millisecond,
 		DatabaseURL:  db.url,
-		CacheDir:     filepath.Join(r.env.dir, "cache", db.name),
-		Invokers:     invokers,
-		// Callbacks are delivered by the case's events; the URL is never called.
-		SigningKey: key,
-		PublicURL:  "http://cairn-test.invalid",
-		Logger:     r.cfg.Logger,
+		Logger:       r.cfg.Logger,
+		Handlers: runtime.HandlerConfig{CacheDir: filepath.Join(r.env.dir, "cache", db.name),
+			Invokers: invokers,
+			// Callbacks are delivered by the case's events; the URL is never called.
+			SigningKey: key,
+			PublicURL:  "http://cairn-test.invalid",
+		},
 	})
 	if err != nil {
 		return err

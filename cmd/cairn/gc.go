@@ -29,7 +29,7 @@ func (f *runtimeFlags) registerGC(fs *pflag.FlagSet) {
 	})
 }
 
-// cacheMaxBytesConfig maps --cache-max-bytes to runtime.Config.CacheMaxBytes: 0 means
+// cacheMaxBytesConfig maps --cache-max-bytes to runtime.Config.Handlers.CacheMaxBytes: 0 means
 // no cap there.
 func (f *runtimeFlags) cacheMaxBytesConfig() int64 {
 	if f.cacheMaxBytes <= 0 {

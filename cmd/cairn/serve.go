@@ -489,28 +489,30 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 			Concurrency:   p.rt.concurrency,
 			Tags:          p.rt.tags,
 			LeaseTTL:      p.rt.leaseTTL,
-			InlineLimit:   p.rt.inlineLimit,
 			ShutdownGrace: p.rt.shutdownGrace,
-			MaxChildDepth: p.rt.maxChildDepth,
-			MaxChildRuns:  p.rt.maxChildRuns,
-			MaxTreeRuns:   p.rt.maxTreeRuns,
-			CacheDir:      p.rt.cacheDir,
-			CacheMaxBytes: p.rt.cacheMaxBytesConfig(),
 			DatabaseURL:   p.dbURL,
-			SigningKey:    []byte(p.rt.signingKey),
-			Secrets:       secrets.NewVault(p.store, secretKeys),
-			PublicURL:     publicURL,
 			Logger:        p.logger,
 			Registerer:    reg,
 			Tracer:        tracer,
-			Invokers: map[bundle.Kind]functions.Invoker{
-				bundle.KindExec:   execInvoker,
-				bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: p.rt.httpAllowLocal}),
-				bundle.KindLambda: p.lambda,
+			Handlers: runtime.HandlerConfig{CacheDir: p.rt.cacheDir,
+				CacheMaxBytes: p.rt.cacheMaxBytesConfig(),
+				SigningKey:    []byte(p.rt.signingKey),
+				Secrets:       secrets.NewVault(p.store, secretKeys),
+				PublicURL:     publicURL,
+				Invokers: map[bundle.Kind]functions.Invoker{
+					bundle.KindExec:   execInvoker,
+					bundle.KindHTTP:   functions.NewHTTP(&functions.HTTPConfig{SigningKey: []byte(p.rt.signingKey), Logger: p.logger, AllowLocal: p.rt.httpAllowLocal}),
+					bundle.KindLambda: p.lambda,
+				},
+			},
+			Limits: runtime.Limits{InlineLimit: p.rt.inlineLimit,
+				MaxChildDepth: p.rt.maxChildDepth,
+				MaxChildRuns:  p.rt.maxChildRuns,
+				MaxTreeRuns:   p.rt.maxTreeRuns,
 			},
 		}
 		// The API's limit of PUT …/checkpoint bounds the files handlers name too.
-		rtc.MaxCheckpointSize = p.limits.maxCheckpointSize
+		rtc.Limits.MaxCheckpointSize = p.limits.maxCheckpointSize
 		disp, err = runtime.New(p.store, p.blobs, rtc)
 		if err != nil {
 			ln.Close()

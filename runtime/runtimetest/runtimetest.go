@@ -51,8 +51,8 @@ func New(t testing.TB) *Env {
 // notifications.
 func (e *Env) Dispatcher(t testing.TB, cfg runtime.Config) *runtime.Dispatcher {
 	t.Helper()
-	if cfg.CacheDir == "" {
-		cfg.CacheDir = t.TempDir()
+	if cfg.Handlers.CacheDir == "" {
+		cfg.Handlers.CacheDir = t.TempDir()
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 50 * time.Millisecond
