@@ -21,6 +21,10 @@ const (
 	ChannelSteps = "cairn_steps"
 	// ChannelCancel is notified with a run id when the run is canceled.
 	ChannelCancel = "cairn_cancel"
+	// ChannelProbe carries a server's notifications to itself (Store.Notify),
+	// which tell it whether its LISTEN hears what is sent through the pool
+	// (runtime's listenLoop).
+	ChannelProbe = "cairn_probe"
 )
 
 const (
@@ -829,7 +833,7 @@ func (s *Store) LeaseExtend(ctx context.Context, owner string, leases []Lease, t
 func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventData json.RawMessage) error {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var attempt int
-		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, []byte(checkpoint)); err != nil {
+		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, JSON(checkpoint)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, EventStepCheckpointed, l.Key, attempt, nullJSON(eventData))
@@ -904,6 +908,15 @@ func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.
 		return time.Time{}, nil
 	}
 	return *t, nil
+}
+
+// Notify sends payload on channel through the pool, as every NOTIFY of the
+// catalog is sent.
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		return fmt.Errorf("notify %s: %w", channel, translateError(err))
+	}
+	return nil
 }
 
 // Notification is a hint from the database. An empty Channel means the listening

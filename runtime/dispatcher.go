@@ -87,6 +87,9 @@ type Dispatcher struct {
 	// step was left waiting): only then does the finish of a success lease the
 	// dependents it makes ready (completeLoop).
 	drained atomic.Bool
+
+	// listen is what the listen loop knows of its notifications (listen.go).
+	listen listenState
 }
 
 // New returns a dispatcher over store and blobs. Invokers for builtin and exec are
@@ -329,7 +332,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 				break
 			}
 		}
-		wait := d.cfg.PollInterval
+		wait := d.pollInterval()
 		if failures > 0 {
 			wait = min(time.Duration(failures)*d.cfg.PollInterval, 10*d.cfg.PollInterval)
 		}
@@ -596,29 +599,6 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 				break // none due, or the rest belong to busy runs: the next round
 			}
 		}
-	}
-}
-
-// listenLoop turns notifications into wake-ups and cancels. Without a database URL
-// it does nothing: polling and heartbeats cover both.
-func (d *Dispatcher) listenLoop(ctx context.Context) {
-	if d.cfg.DatabaseURL == "" {
-		return
-	}
-	err := catalog.Listen(ctx, d.cfg.DatabaseURL, func(n catalog.Notification) {
-		switch n.Channel {
-		case "": // reconnected: anything may have happened meanwhile
-			d.nudge()
-		case catalog.ChannelSteps:
-			d.nudge()
-		case catalog.ChannelCancel:
-			if id, err := uuid.Parse(n.Payload); err == nil {
-				d.cancelRun(id)
-			}
-		}
-	}, catalog.ChannelSteps, catalog.ChannelCancel)
-	if err != nil {
-		d.logger.Warn("cannot listen for notifications; polling only", "error", err)
 	}
 }
 

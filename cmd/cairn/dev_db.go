@@ -40,7 +40,7 @@ func openDevCatalog(ctx context.Context, cluster *pglocal.Cluster, logger *slog.
 	if err := cluster.CreateDatabase(ctx, devDatabase, devOwnerRole); err != nil {
 		return nil, "", err
 	}
-	owner, err := openStore(ctx, cluster.RoleURL(devDatabase, devOwnerRole, passwords[devOwnerRole]), logger, 0)
+	owner, err := openStore(ctx, cluster.RoleURL(devDatabase, devOwnerRole, passwords[devOwnerRole]), logger, 0, false)
 	if err != nil {
 		return nil, "", err
 	}
@@ -53,7 +53,7 @@ func openDevCatalog(ctx context.Context, cluster *pglocal.Cluster, logger *slog.
 		return nil, "", err
 	}
 	url := cluster.RoleURL(devDatabase, devAppRole, passwords[devAppRole])
-	store, err := openStore(ctx, url, logger, idempotencyTTL)
+	store, err := openStore(ctx, url, logger, idempotencyTTL, false)
 	if err != nil {
 		return nil, "", err
 	}

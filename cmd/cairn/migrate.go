@@ -21,7 +21,7 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	// withStore opens the catalog at --database-url for one subcommand.
 	withStore := func(run func(*cobra.Command, *catalog.Store) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
-			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr), 0)
+			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr), 0, false)
 			if err != nil {
 				return err
 			}
