@@ -348,13 +348,13 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 	// When cairn_sweep_next may next take a lease: a lease of a dead owner at its
 	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
 	// liveness ends or the lease is $1 past its expiry, whichever comes first; but
-	// not before the sweep grace after the database's start (see cairn_sweep_next
-	// in catalog/sql/steps.sql).
+	// not before the sweep grace after the database started serving as the
+	// primary it is (see cairn_primary_since in catalog/sql/steps.sql).
 	sqlNextLeaseExpiry = `
 SELECT greatest(min(CASE WHEN d.lease_until > now()
                          THEN least(d.lease_until, s.lease_expires_at + make_interval(secs => $1))
                          ELSE s.lease_expires_at END),
-                pg_postmaster_start_time() + make_interval(secs => $1))
+                cairn_primary_since() + make_interval(secs => $1))
 FROM steps s LEFT JOIN dispatchers d ON d.id = s.lease_owner
 WHERE s.status = 'running'`
 )
@@ -869,12 +869,12 @@ func leaseError(op string, err error) error {
 
 // StepSweep returns up to limit steps whose lease expired to ready (attempt
 // interrupted, not counted) or to failed (interrupted too often). It returns how
-// many it handled. Until grace has passed since the database started, it sweeps
-// nothing: leases that ran out while the database was down belong to owners that
-// could not renew them, and those owners get the grace to do so (cairn_sweep_next says
-// why the database's start time decides, not a dispatcher's memory). A lease of a
-// live owner (one still renewing: dispatchers.lease_until) is swept only a grace
-// past its expiry. Each step is swept in a transaction of its own, in the catalog's
+// many it handled. Until grace has passed since the database started, or was
+// promoted to primary, it sweeps nothing: leases that ran out while the database
+// was down belong to owners that could not renew them, and those owners get the
+// grace to do so (cairn_sweep_next says why the database's memory decides, not a
+// dispatcher's). A lease of a live owner (one still renewing:
+// dispatchers.lease_until) is swept only a grace past its expiry. Each step is swept in a transaction of its own, in the catalog's
 // lock order, never waiting for a lock (cairn_sweep_next): a step whose run is
 // busy is left to the next round.
 func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
@@ -898,7 +898,8 @@ func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (
 
 // NextLeaseExpiry returns when StepSweep with the same grace may next find an
 // expired lease: the earliest expiry of a running step's lease, or the end of the
-// grace after the database's start if that is later. The zero time when no step runs.
+// grace after the database's start or promotion if that is later. The zero time
+// when no step runs.
 func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.Time, error) {
 	var t *time.Time
 	if err := s.db.GetContext(ctx, &t, sqlNextLeaseExpiry, grace.Seconds()); err != nil {

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,19 +97,19 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 			return nil, fmt.Errorf("open database: %w", err)
 		}
 	}
-	db, err := sqlx.Open("postgres", url)
+	db, err := openPool(url)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, err
 	}
 	s := New(db, cfg)
 	if err := s.Ping(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
-	lease, err := sqlx.Open("postgres", url)
+	lease, err := openPool(url)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, err
 	}
 	// Two connections: a heartbeat whose statement was cut by its deadline may
 	// leave its connection to be reset while the next one starts.
@@ -117,6 +118,16 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	lease.SetConnMaxLifetime(s.cfg.ConnMaxLifetime)
 	s.leaseDB = lease
 	return s, nil
+}
+
+// openPool is a pool of connections to url that are discarded once they meet a
+// read-only server (conn.go).
+func openPool(url string) (*sqlx.DB, error) {
+	c, err := newConnector(url)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return sqlx.NewDb(sql.OpenDB(c), "postgres"), nil
 }
 
 // withOneMessageStatements is url (a URL or a key=value DSN) with lib/pq's

@@ -606,8 +606,8 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 // renew them and report their outcomes first: two lease TTLs (a heartbeat comes
 // every third of one). Two memories of an outage apply it: this process's own
 // (lastDBError: the database did not answer us, though it may have answered
-// others) and the database's (its start time: it was down for everyone, including
-// dispatchers that started after it came back; see catalog.StepSweep).
+// others) and the database's (its start or promotion: it was down for everyone,
+// including dispatchers that started after it came back; see catalog.StepSweep).
 func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
 // noteDBError records that a database call failed just now (see sweepGrace).

@@ -124,6 +124,9 @@ const (
 	// bounceNoListenURL: through a PgBouncer, LISTEN included (no
 	// CAIRN_DATABASE_LISTEN_URL).
 	bounceNoListenURL
+	// bounceNever: directly, whatever CAIRN_E2E_PGBOUNCER says (a multi-host
+	// URL, which one PgBouncer cannot stand for).
+	bounceNever
 )
 
 // newStack prepares a stack. When the test fails, the tail of every server's log is
@@ -148,7 +151,7 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 		st.dbURL = testenv.DatabaseURL(t)
 	}
 	st.serverDBURL = st.dbURL
-	if opts.pgbouncer == bounceNoListenURL || os.Getenv(envPgBouncer) == "1" {
+	if opts.pgbouncer == bounceNoListenURL || (opts.pgbouncer == bounceFromEnv && os.Getenv(envPgBouncer) == "1") {
 		st.serverDBURL = testenv.PooledURL(t, testenv.PgBouncer(t, st.dbURL), st.dbURL)
 		st.env = append(st.env, "CAIRN_DATABASE_POOL_MODE=transaction")
 		if opts.pgbouncer != bounceNoListenURL {
