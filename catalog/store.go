@@ -34,6 +34,10 @@ type Config struct {
 	// nothing is prepared (prepared.go), and Open has lib/pq send each statement
 	// with its parameters in one message (binary_parameters). Default false.
 	TransactionPooling bool
+	// BinaryVersion names the binary in the servers' registry
+	// (DispatcherBeat), so that `cairn servers` shows which versions run
+	// during a rolling upgrade; default none.
+	BinaryVersion string
 	// IdempotencyTTL is how long an idempotency key of a run's creation holds:
 	// past it, the key starts a new run (retention.go); default
 	// DefaultIdempotencyTTL. A schedule's fire keys never expire.

@@ -404,7 +404,7 @@ func openStore(ctx context.Context, url string, logger *slog.Logger, idempotency
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL, TransactionPooling: pooling})
+	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL, TransactionPooling: pooling, BinaryVersion: binaryVersion()})
 }
 
 // openBackends opens what a server works on: the catalog at dbURL, checked to be

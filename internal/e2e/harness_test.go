@@ -190,6 +190,8 @@ type serverOptions struct {
 	noDispatcher bool
 	// env is added to the server's environment.
 	env []string
+	// binary is the cairn binary to run; default cairnBinary's (this module's).
+	binary string
 	// uid, when not 0, runs the server as that user (and group): the non-root
 	// path of production. Its folders and the stack's file blob store are handed
 	// to it.
@@ -307,7 +309,10 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin := cairnBinary(st.t)
+	bin := opts.binary
+	if bin == "" {
+		bin = cairnBinary(st.t)
+	}
 	started := make(chan error, 1)
 	// The process is started and waited for from a goroutine locked to its OS
 	// thread: Linux sends the parent-death signal when the thread that started the

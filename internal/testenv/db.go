@@ -208,17 +208,9 @@ func pg(t testing.TB, replication bool) *pglocal.Cluster {
 // credentials. The database goes with the cluster; c must be running.
 func ClusterDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
 	t.Helper()
+	dsn := ClusterEmptyDatabaseURL(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
-	name := "cairn_" + dbRandomSuffix(t)
-	password := rand.Text()
-	if err := c.CreateRole(ctx, name, password); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	if err := c.CreateDatabase(ctx, name, name); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	dsn := c.RoleURL(name, name, password)
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		t.Fatalf("testenv: open %s: %v", dsn, err)
@@ -232,6 +224,23 @@ func ClusterDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
 		t.Fatalf("testenv: migrate %s: %v", dsn, err)
 	}
 	return dsn
+}
+
+// ClusterEmptyDatabaseURL is ClusterDatabaseURL without the migrations: the
+// database is empty, for a test that migrates it itself (with another binary).
+func ClusterEmptyDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
+	defer cancel()
+	name := "cairn_" + dbRandomSuffix(t)
+	password := rand.Text()
+	if err := c.CreateRole(ctx, name, password); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if err := c.CreateDatabase(ctx, name, name); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return c.RoleURL(name, name, password)
 }
 
 // dbMigrator builds the template databases from the embedded migrations.
