@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -47,7 +46,6 @@ type Bouncer struct {
 	port int
 	acct *account
 
-	mu     sync.Mutex
 	target string
 	pid    int
 	done   chan struct{}
@@ -145,23 +143,6 @@ func (b *Bouncer) URL(dbURL string) (string, error) {
 	return u.String(), nil
 }
 
-// Retarget points the bouncer at another server (host:port), as an operator
-// repoints it after a failover: the configuration is rewritten and reloaded
-// (SIGHUP). Server connections to the old target are closed as they come back
-// to the pool; new ones go to the new target.
-func (b *Bouncer) Retarget(target string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.target = target
-	if err := b.writeFilesLocked(); err != nil {
-		return err
-	}
-	if err := syscall.Kill(b.pid, syscall.SIGHUP); err != nil {
-		return fmt.Errorf("reload pgbouncer: %w", err)
-	}
-	return nil
-}
-
 // Stop ends the bouncer (SIGINT: a fast shutdown) and waits for it, killing it
 // after five seconds. Safe to call twice.
 func (b *Bouncer) Stop() error {
@@ -180,15 +161,9 @@ func (b *Bouncer) Stop() error {
 
 func (b *Bouncer) iniPath() string { return filepath.Join(b.cfg.Dir, "pgbouncer.ini") }
 
+// writeFiles writes pgbouncer.ini and the auth file, owned by the bouncer's
+// account.
 func (b *Bouncer) writeFiles() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.writeFilesLocked()
-}
-
-// writeFilesLocked writes pgbouncer.ini and the auth file, owned by the
-// bouncer's account.
-func (b *Bouncer) writeFilesLocked() error {
 	host, port, err := net.SplitHostPort(b.target)
 	if err != nil {
 		return fmt.Errorf("pgbouncer target %q: %w", b.target, err)

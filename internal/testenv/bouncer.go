@@ -14,7 +14,7 @@ import (
 // managed setups usually reach PostgreSQL) in front of the server of dbURL (a
 // postgres:// URL with a role and password, from DatabaseURL or
 // ClusterDatabaseURL) for this test, and stops it when the test ends. Its URL
-// method gives dbURL through it; Retarget repoints it. Without a pgbouncer
+// method gives dbURL through it. Without a pgbouncer
 // binary it skips the test, or fails it when CI=true (`make tools` installs it).
 func PgBouncer(t testing.TB, dbURL string) *pglocal.Bouncer {
 	t.Helper()
