@@ -309,6 +309,9 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if pooling {
+				logger.Info("CAIRN_DATABASE_POOL_MODE=transaction: no statement is prepared, each goes in one message", "listen_url_set", listenDBURL != "")
+			}
 			if err := errors.Join(rf.check(), lf.check()); err != nil {
 				return err
 			}

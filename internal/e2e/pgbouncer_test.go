@@ -28,7 +28,7 @@ const pgbouncerWarning = "pool_mode=transaction"
 func TestPgBouncerWithoutListenURL(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, stackOptions{pgbouncer: bounceNoListenURL})
-	servers := []*server{st.start(serverOptions{env: []string{"CAIRN_DATABASE_POOL_MODE=session"}}), st.start(serverOptions{env: []string{"CAIRN_DATABASE_POOL_MODE=session"}})}
+	servers := []*server{st.start(serverOptions{}), st.start(serverOptions{})}
 	servers[0].api().deploy(map[string]string{"cairn.yaml": `name: pooled
 steps:
   - key: first
