@@ -17,17 +17,18 @@ TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-pgbouncer test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, Chromium for the UI's browser tests, python3 and node for the function SDKs) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, PgBouncer, Chromium for the UI's browser tests, python3 and node for the function SDKs) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
 	@scripts/install-sdk-runtimes.sh
+	@scripts/install-pgbouncer.sh
 	@scripts/install-chromium.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
@@ -56,6 +57,14 @@ test-go-parallel:
 
 test-go-quiet:
 	gotestsum --format testname -- -count=1 -run '$(QUIET_TESTS)' ./internal/e2e/
+
+# The end-to-end suite's core (runs, retries, waits, maps, limits, a short
+# chaos) with a PgBouncer in transaction mode between the servers and PostgreSQL
+# (internal/e2e's CAIRN_E2E_PGBOUNCER).
+PGBOUNCER_TESTS = ^(TestRetryAndRerun|TestSleepSurvivesKill|TestMapSurvivesKill|TestConcurrencyChaos|TestChaos)$$
+## test-pgbouncer: the end-to-end suite's core through a PgBouncer in transaction mode.
+test-pgbouncer:
+	CAIRN_E2E_PGBOUNCER=1 CAIRN_CHAOS_SECONDS=15 CAIRN_CHAOS_RUNS=12 gotestsum --format testname -- -count=1 -run '$(PGBOUNCER_TESTS)' ./internal/e2e/
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build

@@ -103,8 +103,11 @@ func (a *AliasVersions) Scan(src any) error {
 	return scanObject(a, src)
 }
 
-// Value implements driver.Valuer.
-func (a AliasVersions) Value() (driver.Value, error) { return json.Marshal(map[string]int(a)) }
+// Value implements driver.Valuer: the JSON object, as text (see JSON.Value).
+func (a AliasVersions) Value() (driver.Value, error) {
+	b, err := json.Marshal(map[string]int(a))
+	return string(b), err
+}
 
 // AliasSetParams point an alias at a version.
 type AliasSetParams struct {

@@ -109,7 +109,7 @@ func (s *Store) ConditionsDecide(ctx context.Context, limit int, decide func(*Pe
 			}
 			var errJSON any
 			if d.Error != nil {
-				errJSON = []byte(d.Error)
+				errJSON = JSON(d.Error)
 			}
 			var ok bool
 			if err := tx.GetContext(ctx, &ok, sqlConditionDecide, p.RunID, p.Key, d.Pass, errJSON); err != nil {

@@ -29,7 +29,8 @@ var (
 	ErrLeaseLost = errors.New("catalog: lease lost")
 	// ErrUnavailable means the database cannot be reached or is not accepting
 	// connections now (refused or dropped connection, shutting down, starting up,
-	// out of connection slots); try again later. Whether a write that failed so was
+	// out of connection slots), or is a server that only reads (a standby, after
+	// a failover: SQLSTATE 25006); try again later. Whether a write that failed so was
 	// committed is unknown.
 	ErrUnavailable = errors.New("catalog: database unavailable")
 	// ErrInvalidInput means the database refused a value of the statement's input:
@@ -240,12 +241,19 @@ func isUnavailable(err error) bool {
 	if errors.As(err, &pqErr) {
 		switch pqErr.Code {
 		case pqerror.AdminShutdown, // 57P01: the server is shutting down (fast or smart)
-			pqerror.CrashShutdown,      // 57P02: another backend crashed, all are reset
-			pqerror.CannotConnectNow,   // 57P03: "the database system is starting up" (or shutting down)
-			pqerror.TooManyConnections: // 53300: out of connection slots
+			pqerror.CrashShutdown,          // 57P02: another backend crashed, all are reset
+			pqerror.CannotConnectNow,       // 57P03: "the database system is starting up" (or shutting down)
+			pqerror.TooManyConnections,     // 53300: out of connection slots
+			pqerror.ReadOnlySQLTransaction: // 25006: a write on a standby, or a primary demoted by a failover (conn.go)
 			return true
 		}
 		return strings.HasPrefix(string(pqErr.Code), string(pqerror.ClassConnectionException)) // 08xxx
+	}
+	// lib/pq refuses a server that only reads at connect time when the URL asks
+	// for target_session_attrs=read-write (a multi-host URL after a failover, or
+	// before the standby is promoted) with an error of no type of its own.
+	if msg := err.Error(); strings.Contains(msg, "server is in hot standby mode") || strings.Contains(msg, "session is read-only") {
+		return true
 	}
 	// lib/pq reports a connection that broke under a statement as driver.ErrBadConn
 	// (database/sql then retries on a fresh one, if it can) or passes the read's

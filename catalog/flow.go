@@ -343,13 +343,13 @@ WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
   AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
 
 	sqlDispatcherBeat = `
-INSERT INTO dispatchers (id, tags) VALUES ($1, $2)
-ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), tags = excluded.tags`
+INSERT INTO dispatchers (id, tags, version) VALUES ($1, $2, $3)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), tags = excluded.tags, version = excluded.version`
 
 	sqlDispatcherGone = `DELETE FROM dispatchers WHERE id = $1 OR heartbeat_at < now() - interval '1 day'`
 
 	sqlDispatcherList = `
-SELECT id, tags, started_at, heartbeat_at FROM dispatchers
+SELECT id, tags, version, started_at, heartbeat_at FROM dispatchers
 WHERE heartbeat_at > now() - make_interval(secs => $1) ORDER BY id`
 )
 
@@ -890,12 +890,16 @@ func (s *Store) RunDeadlines(ctx context.Context, limit int) (int, error) {
 const DispatcherLive = 15 * time.Second
 
 // DispatcherBeat records that dispatcher id, with tags, is alive (its row is made
-// on the first beat).
+// on the first beat), running the binary Config.BinaryVersion names.
 func (s *Store) DispatcherBeat(ctx context.Context, id string, tags []string) error {
 	if tags == nil {
 		tags = []string{}
 	}
-	if _, err := s.db.ExecContext(ctx, sqlDispatcherBeat, id, pq.StringArray(tags)); err != nil {
+	var version any
+	if s.cfg.BinaryVersion != "" {
+		version = s.cfg.BinaryVersion
+	}
+	if _, err := s.db.ExecContext(ctx, sqlDispatcherBeat, id, pq.StringArray(tags), version); err != nil {
 		return fmt.Errorf("dispatcher heartbeat: %w", translateError(err))
 	}
 	return nil
@@ -912,10 +916,13 @@ func (s *Store) DispatcherGone(ctx context.Context, id string) error {
 
 // Dispatcher is a live dispatcher.
 type Dispatcher struct {
-	ID          string         `db:"id"`
-	Tags        pq.StringArray `db:"tags"`
-	StartedAt   time.Time      `db:"started_at"`
-	HeartbeatAt time.Time      `db:"heartbeat_at"`
+	ID   string         `db:"id"`
+	Tags pq.StringArray `db:"tags"`
+	// Version is the binary it runs (Config.BinaryVersion); nil for one of a
+	// release that did not record it.
+	Version     *string   `db:"version"`
+	StartedAt   time.Time `db:"started_at"`
+	HeartbeatAt time.Time `db:"heartbeat_at"`
 }
 
 // DispatcherList returns the live dispatchers (a heartbeat within DispatcherLive).

@@ -24,12 +24,14 @@ func (j *JSON) Scan(src any) error {
 	return nil
 }
 
-// Value implements driver.Valuer.
+// Value implements driver.Valuer. The document goes as text: lib/pq sends []byte
+// in binary format when told to (Config.TransactionPooling), which jsonb reads
+// differently (a version byte first).
 func (j JSON) Value() (driver.Value, error) {
 	if j == nil {
 		return nil, nil
 	}
-	return []byte(j), nil
+	return string(j), nil
 }
 
 // MarshalJSON writes the document, or null.

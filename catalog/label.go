@@ -53,12 +53,14 @@ func scanObject[M ~map[string]V, V any](dst *M, src any) error {
 	return nil
 }
 
-// Value implements driver.Valuer: the JSON object ({} for none).
+// Value implements driver.Valuer: the JSON object ({} for none), as text (see
+// JSON.Value).
 func (l Labels) Value() (driver.Value, error) {
 	if l == nil {
-		return []byte("{}"), nil
+		return "{}", nil
 	}
-	return json.Marshal(map[string]string(l))
+	b, err := json.Marshal(map[string]string(l))
+	return string(b), err
 }
 
 // LabelProblem says why a label key and value break the rules (a key like a step

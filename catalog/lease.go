@@ -21,6 +21,10 @@ const (
 	ChannelSteps = "cairn_steps"
 	// ChannelCancel is notified with a run id when the run is canceled.
 	ChannelCancel = "cairn_cancel"
+	// ChannelProbe carries a server's notifications to itself (Store.Notify),
+	// which tell it whether its LISTEN hears what is sent through the pool
+	// (runtime's listenLoop).
+	ChannelProbe = "cairn_probe"
 )
 
 const (
@@ -344,13 +348,13 @@ SELECT attempts FROM steps WHERE run_id = $1 AND key = $2 AND lease_token = $3 A
 	// When cairn_sweep_next may next take a lease: a lease of a dead owner at its
 	// expiry, one of a live owner (dispatchers.lease_until ahead) when that
 	// liveness ends or the lease is $1 past its expiry, whichever comes first; but
-	// not before the sweep grace after the database's start (see cairn_sweep_next
-	// in catalog/sql/steps.sql).
+	// not before the sweep grace after the database started serving as the
+	// primary it is (see cairn_primary_since in catalog/sql/steps.sql).
 	sqlNextLeaseExpiry = `
 SELECT greatest(min(CASE WHEN d.lease_until > now()
                          THEN least(d.lease_until, s.lease_expires_at + make_interval(secs => $1))
                          ELSE s.lease_expires_at END),
-                pg_postmaster_start_time() + make_interval(secs => $1))
+                cairn_primary_since() + make_interval(secs => $1))
 FROM steps s LEFT JOIN dispatchers d ON d.id = s.lease_owner
 WHERE s.status = 'running'`
 )
@@ -829,7 +833,7 @@ func (s *Store) LeaseExtend(ctx context.Context, owner string, leases []Lease, t
 func (s *Store) StepCheckpoint(ctx context.Context, l Lease, checkpoint, eventData json.RawMessage) error {
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
 		var attempt int
-		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, []byte(checkpoint)); err != nil {
+		if err := tx.GetContext(ctx, &attempt, sqlCheckpoint, l.RunID, l.Key, l.Token, JSON(checkpoint)); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, sqlStepEvent, l.RunID, EventStepCheckpointed, l.Key, attempt, nullJSON(eventData))
@@ -865,12 +869,12 @@ func leaseError(op string, err error) error {
 
 // StepSweep returns up to limit steps whose lease expired to ready (attempt
 // interrupted, not counted) or to failed (interrupted too often). It returns how
-// many it handled. Until grace has passed since the database started, it sweeps
-// nothing: leases that ran out while the database was down belong to owners that
-// could not renew them, and those owners get the grace to do so (cairn_sweep_next says
-// why the database's start time decides, not a dispatcher's memory). A lease of a
-// live owner (one still renewing: dispatchers.lease_until) is swept only a grace
-// past its expiry. Each step is swept in a transaction of its own, in the catalog's
+// many it handled. Until grace has passed since the database started, or was
+// promoted to primary, it sweeps nothing: leases that ran out while the database
+// was down belong to owners that could not renew them, and those owners get the
+// grace to do so (cairn_sweep_next says why the database's memory decides, not a
+// dispatcher's). A lease of a live owner (one still renewing:
+// dispatchers.lease_until) is swept only a grace past its expiry. Each step is swept in a transaction of its own, in the catalog's
 // lock order, never waiting for a lock (cairn_sweep_next): a step whose run is
 // busy is left to the next round.
 func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (int, error) {
@@ -894,7 +898,8 @@ func (s *Store) StepSweep(ctx context.Context, limit int, grace time.Duration) (
 
 // NextLeaseExpiry returns when StepSweep with the same grace may next find an
 // expired lease: the earliest expiry of a running step's lease, or the end of the
-// grace after the database's start if that is later. The zero time when no step runs.
+// grace after the database's start or promotion if that is later. The zero time
+// when no step runs.
 func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.Time, error) {
 	var t *time.Time
 	if err := s.db.GetContext(ctx, &t, sqlNextLeaseExpiry, grace.Seconds()); err != nil {
@@ -904,6 +909,15 @@ func (s *Store) NextLeaseExpiry(ctx context.Context, grace time.Duration) (time.
 		return time.Time{}, nil
 	}
 	return *t, nil
+}
+
+// Notify sends payload on channel through the pool, as every NOTIFY of the
+// catalog is sent.
+func (s *Store) Notify(ctx context.Context, channel, payload string) error {
+	if _, err := s.db.ExecContext(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		return fmt.Errorf("notify %s: %w", channel, translateError(err))
+	}
+	return nil
 }
 
 // Notification is a hint from the database. An empty Channel means the listening

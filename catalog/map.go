@@ -137,7 +137,7 @@ func (s *Store) MapStart(ctx context.Context, l Lease, p *MapStartParams) error 
 			return err
 		}
 		data, _ := json.Marshal(map[string]any{"kind": WaitMap, "max_parallel": p.MaxParallel, "on_timeout": OnTimeoutFail})
-		if _, err := tx.ExecContext(ctx, sqlMapEvent, l.RunID, l.Key, attempt, data); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlMapEvent, l.RunID, l.Key, attempt, JSON(data)); err != nil {
 			return err
 		}
 		var count, percent any
@@ -356,7 +356,7 @@ func endMap(ctx context.Context, tx *sqlx.Tx, ref MapRef, res Resolution) error 
 		return err
 	}
 	if res.Outcome == OutcomeSucceeded && len(res.Error) > 0 {
-		if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, []byte(res.Error)); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlMapTolerated, ref.RunID, ref.Key, JSON(res.Error)); err != nil {
 			return err
 		}
 	}

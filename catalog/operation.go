@@ -185,7 +185,7 @@ func (s *Store) OperationCreate(ctx context.Context, p *OperationCreateParams) (
 		return nil, fmt.Errorf("operation filter: %w", err)
 	}
 	var op Operation
-	if err := s.db.GetContext(ctx, &op, sqlOperationInsert, id, p.Action, raw, p.Actor, total); err != nil {
+	if err := s.db.GetContext(ctx, &op, sqlOperationInsert, id, p.Action, JSON(raw), p.Actor, total); err != nil {
 		return nil, fmt.Errorf("create operation: %w", translateError(err))
 	}
 	return &op, nil

@@ -28,14 +28,64 @@ import (
 // ("cached plan must not change result type"): such a statement is dropped from
 // the cache and the call is run again unprepared, once.
 
+// In transaction pooling (Config.TransactionPooling: the URL goes through a
+// pooler such as PgBouncer in pool_mode=transaction, where consecutive
+// transactions of one client connection may run on different server
+// connections) nothing is prepared: a named statement would exist on one server
+// connection only, and lib/pq's unnamed statements with parameters, prepared in
+// one round trip and run in the next, could be run on another. Open makes lib/pq
+// send each statement with its parameters in one message instead
+// (binary_parameters), so every call is one round trip still, but planned each
+// time.
+
+// stmt is a statement to run with its arguments: prepared on the pool (a
+// *sqlx.Stmt) or, in transaction pooling, sent whole each time (unprepared).
+type stmt interface {
+	GetContext(ctx context.Context, dest any, args ...any) error
+	SelectContext(ctx context.Context, dest any, args ...any) error
+	QueryRowxContext(ctx context.Context, args ...any) *sqlx.Row
+}
+
+// unprepared is a stmt that sends its query with every call, on q (the pool or
+// a transaction).
+type unprepared struct {
+	q     sqlx.QueryerContext
+	query string
+}
+
+func (u unprepared) GetContext(ctx context.Context, dest any, args ...any) error {
+	return sqlx.GetContext(ctx, u.q, dest, u.query, args...)
+}
+
+func (u unprepared) SelectContext(ctx context.Context, dest any, args ...any) error {
+	return sqlx.SelectContext(ctx, u.q, dest, u.query, args...)
+}
+
+func (u unprepared) QueryRowxContext(ctx context.Context, args ...any) *sqlx.Row {
+	return u.q.QueryRowxContext(ctx, u.query, args...)
+}
+
 // preparedCache maps a query to its statement on the pool.
 type preparedCache struct {
 	mu    sync.Mutex
 	stmts map[string]*sqlx.Stmt
 }
 
-// prepared returns query prepared on the pool, preparing it on first use.
-func (s *Store) prepared(ctx context.Context, query string) (*sqlx.Stmt, error) {
+// prepared returns query prepared on the pool, preparing it on first use; in
+// transaction pooling, query unprepared.
+func (s *Store) prepared(ctx context.Context, query string) (stmt, error) {
+	if s.cfg.TransactionPooling {
+		return unprepared{s.db, query}, nil
+	}
+	st, err := s.preparedOnPool(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// preparedOnPool is prepared's statement on the pool.
+func (s *Store) preparedOnPool(ctx context.Context, query string) (*sqlx.Stmt, error) {
 	c := s.stmts
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -85,18 +135,18 @@ func stalePlan(err error) bool {
 // getPrepared is GetContext through query's prepared statement; it falls back to
 // an unprepared call when the statement cannot be prepared or its plan is stale.
 func (s *Store) getPrepared(ctx context.Context, dest any, query string, args ...any) error {
-	return s.runPrepared(ctx, query, (*sqlx.Stmt).GetContext, s.db.GetContext, dest, args)
+	return s.runPrepared(ctx, query, stmt.GetContext, s.db.GetContext, dest, args)
 }
 
 // selectPrepared is getPrepared for SelectContext (rows into a slice).
 func (s *Store) selectPrepared(ctx context.Context, dest any, query string, args ...any) error {
-	return s.runPrepared(ctx, query, (*sqlx.Stmt).SelectContext, s.db.SelectContext, dest, args)
+	return s.runPrepared(ctx, query, stmt.SelectContext, s.db.SelectContext, dest, args)
 }
 
 // runPrepared runs query through its prepared statement (prepared), or
 // unprepared (direct) when it cannot be prepared or its plan went stale.
 func (s *Store) runPrepared(ctx context.Context, query string,
-	prepared func(*sqlx.Stmt, context.Context, any, ...any) error,
+	prepared func(stmt, context.Context, any, ...any) error,
 	direct func(context.Context, any, string, ...any) error,
 	dest any, args []any,
 ) error {
@@ -126,10 +176,14 @@ func (q pooledQueryer) GetContext(ctx context.Context, dest any, query string, a
 }
 
 // txPrepared returns query's prepared statement bound to tx (prepared on tx's
-// connection the first time that connection runs it, then kept). A statement
-// whose plan went stale fails the transaction: see retryStale.
-func (s *Store) txPrepared(ctx context.Context, tx *sqlx.Tx, query string) (*sqlx.Stmt, error) {
-	st, err := s.prepared(ctx, query)
+// connection the first time that connection runs it, then kept); in
+// transaction pooling, query unprepared on tx. A statement whose plan went stale
+// fails the transaction: see retryStale.
+func (s *Store) txPrepared(ctx context.Context, tx *sqlx.Tx, query string) (stmt, error) {
+	if s.cfg.TransactionPooling {
+		return unprepared{tx, query}, nil
+	}
+	st, err := s.preparedOnPool(ctx, query)
 	if err != nil {
 		return nil, err
 	}

@@ -217,10 +217,10 @@ func (s *Store) EventIngest(ctx context.Context, p *EventIngestParams) (ev *Rece
 	}
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		ev, duplicate = &ReceivedEvent{ID: p.ID, Name: p.Name, Data: JSON(p.Data), Actor: p.Actor}, false
-		err := tx.QueryRowxContext(ctx, sqlEventInsert, p.ID, p.Name, []byte(p.Data), p.Actor).Scan(&ev.Seq, &ev.ReceivedAt)
+		err := tx.QueryRowxContext(ctx, sqlEventInsert, p.ID, p.Name, string(p.Data), p.Actor).Scan(&ev.Seq, &ev.ReceivedAt)
 		if errors.Is(err, sql.ErrNoRows) {
 			var same bool
-			if err := tx.GetContext(ctx, &same, sqlEventSame, p.ID, p.Name, []byte(p.Data)); err != nil {
+			if err := tx.GetContext(ctx, &same, sqlEventSame, p.ID, p.Name, string(p.Data)); err != nil {
 				return err
 			}
 			if !same {
@@ -244,7 +244,7 @@ func (s *Store) EventIngest(ctx context.Context, p *EventIngestParams) (ev *Rece
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, sqlEventOutcome, ev.Seq, b)
+		_, err = tx.ExecContext(ctx, sqlEventOutcome, ev.Seq, string(b))
 		return err
 	})
 	if err != nil {
@@ -397,7 +397,7 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 			if _, err := tx.ExecContext(ctx, sqlEventTake, m.RunID, m.Step, ev.Seq); err != nil {
 				return nil, err
 			}
-			if _, err := tx.ExecContext(ctx, sqlEventResolve, m.RunID, m.Step, []byte(view)); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlEventResolve, m.RunID, m.Step, string(view)); err != nil {
 				return nil, err
 			}
 			out.Resumed = append(out.Resumed, m)
@@ -558,7 +558,7 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 		if _, err := tx.ExecContext(ctx, sqlEventTake, l.RunID, l.Key, take.Seq); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, sqlEventResolve, l.RunID, l.Key, []byte(take.view())); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlEventResolve, l.RunID, l.Key, string(take.view())); err != nil {
 			return err
 		}
 		took = true

@@ -610,10 +610,11 @@ func (s *Store) RunResume(ctx context.Context, id uuid.UUID, actor, note string)
 	return nil
 }
 
-// nullJSON turns an empty document into SQL NULL.
+// nullJSON turns an empty document into SQL NULL, and passes any other as JSON
+// (text: see JSON.Value).
 func nullJSON(b json.RawMessage) any {
 	if len(b) == 0 {
 		return nil
 	}
-	return []byte(b)
+	return JSON(b)
 }

@@ -2,9 +2,12 @@ package catalog
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +28,16 @@ type Config struct {
 	// TxRetries is how many times inTx re-runs a transaction that failed with
 	// ErrRetryable; default 5.
 	TxRetries int
+	// TransactionPooling says the database URL goes through a pooler in
+	// transaction mode (PgBouncer's pool_mode=transaction), where consecutive
+	// transactions of one connection may run on different server connections:
+	// nothing is prepared (prepared.go), and Open has lib/pq send each statement
+	// with its parameters in one message (binary_parameters). Default false.
+	TransactionPooling bool
+	// BinaryVersion names the binary in the servers' registry
+	// (DispatcherBeat), so that `cairn servers` shows which versions run
+	// during a rolling upgrade; default none.
+	BinaryVersion string
 	// IdempotencyTTL is how long an idempotency key of a run's creation holds:
 	// past it, the key starts a new run (retention.go); default
 	// DefaultIdempotencyTTL. A schedule's fire keys never expire.
@@ -82,19 +95,25 @@ type Store struct {
 // Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It
 // does not check the schema: see CheckSchema.
 func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
-	db, err := sqlx.Open("postgres", url)
+	if cfg != nil && cfg.TransactionPooling {
+		var err error
+		if url, err = withOneMessageStatements(url); err != nil {
+			return nil, fmt.Errorf("open database: %w", err)
+		}
+	}
+	db, err := openPool(url)
 	if err != nil {
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, err
 	}
 	s := New(db, cfg)
 	if err := s.Ping(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
-	lease, err := sqlx.Open("postgres", url)
+	lease, err := openPool(url)
 	if err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open database: %w", err)
+		return nil, err
 	}
 	// Two connections: a heartbeat whose statement was cut by its deadline may
 	// leave its connection to be reset while the next one starts.
@@ -103,6 +122,37 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	lease.SetConnMaxLifetime(s.cfg.ConnMaxLifetime)
 	s.leaseDB = lease
 	return s, nil
+}
+
+// openPool is a pool of connections to url that are discarded once they meet a
+// read-only server (conn.go).
+func openPool(url string) (*sqlx.DB, error) {
+	c, err := newConnector(url)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	return sqlx.NewDb(sql.OpenDB(c), "postgres"), nil
+}
+
+// withOneMessageStatements is url (a URL or a key=value DSN) with lib/pq's
+// binary_parameters=yes: a statement with parameters is sent in one message
+// (Parse, Bind, Execute, Sync) instead of being prepared as the unnamed
+// statement in one round trip and run in the next, between which a
+// transaction-mode pooler may hand the connection's server to another client.
+// With it lib/pq sends []byte arguments in binary format: the catalog passes
+// JSON documents as text (JSON.Value) and []byte only to bytea columns.
+func withOneMessageStatements(url string) (string, error) {
+	if strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://") {
+		u, err := neturl.Parse(url)
+		if err != nil {
+			return "", fmt.Errorf("parse the database URL: %w", err)
+		}
+		q := u.Query()
+		q.Set("binary_parameters", "yes")
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	return url + " binary_parameters=yes", nil
 }
 
 // leaseConns is the size of a Store's lease pool (Store.leaseDB).

@@ -141,3 +141,44 @@ func TestUnavailableStopped(t *testing.T) {
 	require.NoError(t, c.Kill())
 	requireUnavailable(t, s, run.ID)
 }
+
+// TestUnavailableReadOnly: the database only reads, as a standby does, or a
+// primary that a failover left behind (default_transaction_read_only stands in
+// for it here: the failover itself is internal/e2e's TestFailover). A write
+// fails with ErrUnavailable (SQLSTATE 25006), transient; and the connection
+// that met it is not used again: once the database takes writes, the next write
+// succeeds on a fresh connection, where the old one would still only read.
+func TestUnavailableReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testenv.DatabaseURL(t)
+	admin, err := sqlx.Open("postgres", url) // as the database's owner
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	var dbname string
+	require.NoError(t, admin.GetContext(ctx, &dbname, `SELECT current_database()`))
+	_, err = admin.ExecContext(ctx, `ALTER DATABASE `+dbname+` SET default_transaction_read_only = on`)
+	require.NoError(t, err)
+
+	s, err := catalog.Open(ctx, url, &catalog.Config{MaxOpenConns: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	// A statement of its own: a transaction of the catalog's begins READ WRITE,
+	// which a standby refuses at BEGIN and this database does not.
+	err = s.SessionDelete(ctx, bytes32(1))
+	require.ErrorIs(t, err, catalog.ErrUnavailable)
+	require.True(t, catalog.Transient(err))
+
+	_, err = admin.ExecContext(ctx, `ALTER DATABASE `+dbname+` RESET default_transaction_read_only`)
+	require.NoError(t, err)
+	require.NoError(t, s.SessionDelete(ctx, bytes32(1)), "the connection that only read was discarded")
+}
+
+// bytes32 is 32 bytes of b.
+func bytes32(b byte) []byte {
+	out := make([]byte, 32)
+	for i := range out {
+		out[i] = b
+	}
+	return out
+}

@@ -233,7 +233,7 @@ func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, err
 		if _, err := tx.ExecContext(ctx, sqlRunShare, sig.RunID); err != nil {
 			return err
 		}
-		if err := tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, []byte(sig.Payload),
+		if err := tx.GetContext(ctx, &out, sqlSignalSend, sig.RunID, sig.Name, JSON(sig.Payload),
 			nullString(sig.IdempotencyKey), sig.Actor); err != nil {
 			return err
 		}
@@ -242,7 +242,7 @@ func (s *Store) SignalSend(ctx context.Context, sig *Signal) (*SignalResult, err
 		}
 		var same bool
 		if err := tx.GetContext(ctx, &same, sqlSignalSamePayload, sig.RunID, sig.Name, sig.IdempotencyKey,
-			[]byte(sig.Payload)); err != nil {
+			JSON(sig.Payload)); err != nil {
 			return err
 		}
 		if !same {

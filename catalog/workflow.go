@@ -183,7 +183,7 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		for i, st := range p.OnFailure {
 			onFailureKeys[i], onFailureMaxes[i] = st.Key, int64(st.MaxAttempts)
 		}
-		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, []byte(p.Definition), p.Fingerprint,
+		if _, err := tx.ExecContext(ctx, sqlVersionInsert, p.Workflow, next, p.Digest, JSON(p.Definition), p.Fingerprint,
 			pq.Array(a.keys), pq.Array(a.needs), pq.Array(a.maxes), pq.Array(a.exhausted),
 			pq.Array(a.afters), pq.Array(a.whens), pq.Array(a.comps), pq.Array(onFailureKeys), pq.Array(onFailureMaxes)); err != nil {
 			return err

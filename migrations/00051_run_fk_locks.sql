@@ -1,3 +1,6 @@
+-- cairn-phase: contract
+-- cairn-locks: ACCESS EXCLUSIVE on signals, span_outbox, run_trees and runs (brief: constraints dropped, no rewrite)
+-- cairn-online: yes
 -- +goose Up
 -- Rows that name a busy run no longer lock it. A foreign key's check takes a
 -- KEY SHARE lock on the row it references, and five tables referenced runs (id)

@@ -67,6 +67,9 @@ type Dispatcher struct {
 	// step was left waiting): only then does the finish of a success lease the
 	// dependents it makes ready (completeLoop).
 	drained atomic.Bool
+
+	// listen is what the listen loop knows of its notifications (listen.go).
+	listen listenState
 }
 
 // lifecycle is the state of Start and Stop.
@@ -315,7 +318,7 @@ func (d *Dispatcher) claimLoop(ctx context.Context) {
 				break
 			}
 		}
-		wait := d.cfg.PollInterval
+		wait := d.pollInterval()
 		if failures > 0 {
 			wait = min(time.Duration(failures)*d.cfg.PollInterval, 10*d.cfg.PollInterval)
 		}
@@ -556,35 +559,12 @@ func (d *Dispatcher) sweepLoop(ctx context.Context) {
 	}
 }
 
-// listenLoop turns notifications into wake-ups and cancels. Without a database URL
-// it does nothing: polling and heartbeats cover both.
-func (d *Dispatcher) listenLoop(ctx context.Context) {
-	if d.cfg.DatabaseURL == "" {
-		return
-	}
-	err := catalog.Listen(ctx, d.cfg.DatabaseURL, func(n catalog.Notification) {
-		switch n.Channel {
-		case "": // reconnected: anything may have happened meanwhile
-			d.nudge()
-		case catalog.ChannelSteps:
-			d.nudge()
-		case catalog.ChannelCancel:
-			if id, err := uuid.Parse(n.Payload); err == nil {
-				d.cancelRun(id)
-			}
-		}
-	}, catalog.ChannelSteps, catalog.ChannelCancel)
-	if err != nil {
-		d.logger.Warn("cannot listen for notifications; polling only", "error", err)
-	}
-}
-
 // sweepGrace is how long after an outage leases are not swept, so that their owners
 // renew them and report their outcomes first: two lease TTLs (a heartbeat comes
 // every third of one). Two memories of an outage apply it: this process's own
 // (lastDBError: the database did not answer us, though it may have answered
-// others) and the database's (its start time: it was down for everyone, including
-// dispatchers that started after it came back; see catalog.StepSweep).
+// others) and the database's (its start or promotion: it was down for everyone,
+// including dispatchers that started after it came back; see catalog.StepSweep).
 func (d *Dispatcher) sweepGrace() time.Duration { return 2 * d.cfg.LeaseTTL }
 
 // noteDBError records that a database call failed just now (see sweepGrace).

@@ -303,6 +303,32 @@ BEGIN
     END IF;
 END $$;
 
+-- cairn_primary_since is when this database started serving as the primary it
+-- is: its start (pg_postmaster_start_time()), or, when later, when a caller
+-- first saw its current WAL timeline, which a promotion starts (a standby that
+-- started long ago keeps its start time when it is promoted). It records that
+-- first sighting in primary_timelines; the sweepers call it every round, so it
+-- is within a round of the promotion. A timeline the table does not know yet is
+-- seen now.
+CREATE OR REPLACE FUNCTION cairn_primary_since()
+RETURNS timestamptz LANGUAGE plpgsql AS $$
+DECLARE
+    v_timeline integer;
+    v_seen     timestamptz;
+BEGIN
+    IF pg_is_in_recovery() THEN
+        -- A standby: what it says of its WAL is not a primary's.
+        RAISE EXCEPTION 'the database is a standby: it only reads' USING ERRCODE = 'read_only_sql_transaction';
+    END IF;
+    -- The WAL file name's first eight hex digits are the timeline of the WAL
+    -- being written.
+    v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+    INSERT INTO primary_timelines (timeline, seen_at) VALUES (v_timeline, now())
+    ON CONFLICT (timeline) DO NOTHING;
+    SELECT seen_at INTO v_seen FROM primary_timelines WHERE timeline = v_timeline;
+    RETURN greatest(pg_postmaster_start_time(), coalesce(v_seen, now()));
+END $$;
+
 -- cairn_sweep_next takes back one lease that expired (its dispatcher died or lost
 -- the database): the attempt ends interrupted, code lease_expired
 -- (cairn_step_finish, which does not count it against max_attempts), and the step
@@ -317,12 +343,13 @@ END $$;
 -- retried is left to the next round, so the sweeper never waits where it could
 -- meet a run's controller or a finisher in a circle.
 --
--- No lease is swept until p_grace after the database itself started: while
--- PostgreSQL is down no dispatcher can renew its leases, so every lease runs out
--- during a long enough outage although its owner is alive; a server started just
--- after the database came back has seen no error of its own and would take every
--- step from the servers that lived through the outage. pg_postmaster_start_time()
--- is the one memory every dispatcher shares.
+-- No lease is swept until p_grace after the database itself started serving as
+-- the primary it is (cairn_primary_since): while PostgreSQL is down no
+-- dispatcher can renew its leases, so every lease runs out during a long enough
+-- outage although its owner is alive; a server started just after the database
+-- came back has seen no error of its own and would take every step from the
+-- servers that lived through the outage. The database's memory is the one every
+-- dispatcher shares.
 --
 -- A lease whose owner renewed its own liveness within the last lease TTL
 -- (dispatchers.lease_until still ahead) is left to it until it is p_grace past its
@@ -335,7 +362,7 @@ DECLARE
     r      record;
     v_busy boolean := false;
 BEGIN
-    IF now() < pg_postmaster_start_time() + p_grace THEN
+    IF now() < cairn_primary_since() + p_grace THEN
         RETURN 0;
     END IF;
     FOR r IN

@@ -60,7 +60,7 @@ func setupCLIWith(t *testing.T, edit func(*serverParts)) *cliBundle {
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	store, err := openStore(ctx, dbURL, logger, 0)
+	store, err := openStore(ctx, dbURL, logger, 0, false)
 	require.NoError(t, err)
 	blobs, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)

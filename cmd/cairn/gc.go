@@ -50,7 +50,7 @@ func (f *runtimeFlags) collectorConfig() *maintenance.CollectorConfig {
 // newGCCmd is `cairn gc`: one pass of the blob collector now, against the
 // catalog and blob store given (as serve takes them).
 func newGCCmd(e env, stdout, stderr io.Writer) *cobra.Command {
-	var dbURL, blobURL string
+	var dbURL, blobURL, poolMode string
 	var dryRun, asJSON bool
 	var grace = maintenance.DefaultGCGrace
 	cmd := &cobra.Command{
@@ -67,8 +67,12 @@ running on a server makes this one wait for it to end.`,
 			if blobURL == "" {
 				return errors.New("no blob store: set --blobstore or CAIRN_BLOBSTORE")
 			}
+			pooling, err := transactionPooling(poolMode)
+			if err != nil {
+				return err
+			}
 			logger := newLogger(e, stderr)
-			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, 0)
+			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, 0, pooling)
 			if err != nil {
 				return err
 			}
@@ -111,15 +115,17 @@ running on a server makes this one wait for it to end.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
+	f.StringVar(&poolMode, "database-pool-mode", "session", poolModeUsage)
 	f.StringVar(&blobURL, "blobstore", "", "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1")
 	f.BoolVar(&dryRun, "dry-run", false, "delete nothing; report what would be deleted")
 	f.DurationVar(&grace, "grace", maintenance.DefaultGCGrace, "age under which objects and claims are kept (as the servers' --gc-grace)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	bindEnv(f, map[string]string{
-		"database-url": "CAIRN_DATABASE_URL",
-		"blobstore":    "CAIRN_BLOBSTORE",
-		"grace":        "CAIRN_GC_GRACE",
-		"dry-run":      "CAIRN_GC_DRY_RUN",
+		"database-url":       "CAIRN_DATABASE_URL",
+		"database-pool-mode": "CAIRN_DATABASE_POOL_MODE",
+		"blobstore":          "CAIRN_BLOBSTORE",
+		"grace":              "CAIRN_GC_GRACE",
+		"dry-run":            "CAIRN_GC_DRY_RUN",
 	})
 	return cmd
 }

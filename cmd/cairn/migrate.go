@@ -5,8 +5,10 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/cairnrun/cairn/catalog"
 	"github.com/spf13/cobra"
+
+	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/migrations"
 )
 
 func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
@@ -21,7 +23,7 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	// withStore opens the catalog at --database-url for one subcommand.
 	withStore := func(run func(*cobra.Command, *catalog.Store) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, _ []string) error {
-			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr), 0)
+			store, err := openStore(cmd.Context(), dbURL, newLogger(e, stderr), 0, false)
 			if err != nil {
 				return err
 			}
@@ -29,12 +31,27 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			return run(cmd, store)
 		}
 	}
+	var phase string
 	up := &cobra.Command{
 		Use:   "up",
-		Short: "Apply every pending migration",
-		Args:  cobra.NoArgs,
+		Short: "Apply every pending migration, or those of one phase of a rolling upgrade (--phase)",
+		Long: `Applies the pending migrations in order. With --phase expand, only those up to the
+first contract migration: the servers of the previous release run on the schema it
+leaves, beside the new ones. With --phase contract (or no --phase), all of them: run it
+once no server of the previous release is left (cairn servers lists their versions).
+cairn migrate plan shows each pending migration's phase and locks.`,
+		Args: cobra.NoArgs,
 		RunE: withStore(func(cmd *cobra.Command, store *catalog.Store) error {
-			applied, err := store.Migrate(cmd.Context(), newLogger(e, stderr))
+			var p migrations.Phase
+			switch phase {
+			case "", string(migrations.PhaseContract):
+				p = migrations.PhaseContract
+			case string(migrations.PhaseExpand):
+				p = migrations.PhaseExpand
+			default:
+				return fmt.Errorf("--phase %q: want expand or contract", phase)
+			}
+			applied, err := store.MigratePhase(cmd.Context(), newLogger(e, stderr), p)
 			if err != nil {
 				return err
 			}
@@ -73,6 +90,40 @@ func newMigrateCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			return tw.Flush()
 		}),
 	}
-	cmd.AddCommand(up, status)
+	up.Flags().StringVar(&phase, "phase", "", "expand: the pending migrations up to the first contract one; contract: all (the default)")
+	plan := &cobra.Command{
+		Use:   "plan",
+		Short: "List the pending migrations: each one's phase, the locks it takes, and whether it runs online",
+		Args:  cobra.NoArgs,
+		RunE: withStore(func(cmd *cobra.Command, store *catalog.Store) error {
+			pending, err := store.MigrationPlan(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if len(pending) == 0 {
+				fmt.Fprintln(stdout, "schema is up to date: nothing pending")
+				return nil
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tNAME\tPHASE\tONLINE\tLOCKS")
+			expand := true
+			for _, m := range pending {
+				online := "no"
+				if m.Online {
+					online = "yes"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Version, m.Name, m.Phase, online, m.Locks)
+				expand = expand && m.Phase == migrations.PhaseExpand
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if expand {
+				fmt.Fprintln(stdout, "all expand: `cairn migrate up --phase expand` applies them while the previous release runs")
+			}
+			return nil
+		}),
+	}
+	cmd.AddCommand(up, plan, status)
 	return cmd
 }

@@ -37,6 +37,14 @@ func TestMigrateStatusAndServeRefusesUnknownMigration(t *testing.T) {
 	out, err = cli("migrate", "status")
 	require.NoError(t, err)
 	require.Regexp(t, `(?m)^1\s+00001_catalog\.sql\s+applied\s+\d{4}-`, out)
+	out, err = cli("migrate", "plan")
+	require.NoError(t, err)
+	require.Contains(t, out, "nothing pending")
+	_, err = cli("migrate", "up", "--phase", "sideways")
+	require.ErrorContains(t, err, "want expand or contract")
+	out, err = cli("servers")
+	require.NoError(t, err)
+	require.Contains(t, out, "0 live")
 
 	// A migration applied by a newer Cairn: serve must refuse to start.
 	db, err := sql.Open("postgres", url)

@@ -61,7 +61,7 @@ func TestCLIRunGetArchived(t *testing.T) {
 	out := b.mustCLI(t, "run", "start", "tidy", "--input", `{"x":1}`, "--wait")
 	id := strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])
 
-	store, err := openStore(t.Context(), b.dbURL, nil, 0)
+	store, err := openStore(t.Context(), b.dbURL, nil, 0, false)
 	require.NoError(t, err)
 	defer store.Close()
 	_, err = store.DB().ExecContext(t.Context(), `UPDATE runs SET finished_at = now() - interval '2 minutes' WHERE id = $1`, id)

@@ -69,6 +69,7 @@ func newRootCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(e, stdout, stderr),
 		newMigrateCmd(e, stdout, stderr),
 		newGCCmd(e, stdout, stderr),
+		newServersCmd(e, stdout, stderr),
 		newOpenAPICmd(stdout),
 		newTestCmd(e, stdout, stderr),
 	)

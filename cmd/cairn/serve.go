@@ -289,6 +289,7 @@ func (f *limitFlags) check() error {
 func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	var (
 		listen, dbURL, blobURL string
+		listenDBURL, poolMode  string
 		tokensSpec, tokensFile string
 		rf                     runtimeFlags
 		lf                     limitFlags
@@ -306,6 +307,13 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if blobURL == "" {
 				return errors.New("no blob store: set --blobstore or CAIRN_BLOBSTORE (file:///path or s3://bucket?endpoint=...)")
 			}
+			pooling, err := transactionPooling(poolMode)
+			if err != nil {
+				return err
+			}
+			if pooling {
+				logger.Info("CAIRN_DATABASE_POOL_MODE=transaction: no statement is prepared, each goes in one message", "listen_url_set", listenDBURL != "")
+			}
 			if err := errors.Join(rf.check(), lf.check()); err != nil {
 				return err
 			}
@@ -319,11 +327,14 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if lf.metricsToken == "" {
 				logger.Warn("no CAIRN_METRICS_TOKEN: /metrics is open to anyone who reaches the server")
 			}
-			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, rf.idempotencyTTL)
+			store, blobs, err := openBackends(ctx, e, dbURL, blobURL, logger, rf.idempotencyTTL, pooling)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
+			if listenDBURL == "" {
+				listenDBURL = dbURL
+			}
 			if rf.signingKey == "" {
 				logger.Warn("no CAIRN_SIGNING_KEY: a random per-process key signs requests to http functions, lease credentials and callback URLs, which other servers and a restart of this one then refuse")
 				rf.signingKey = newToken()
@@ -335,21 +346,25 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runServer(ctx, serverParts{listen: listen, dbURL: dbURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker, getenv: e}, nil)
+			return runServer(ctx, serverParts{listen: listen, dbURL: listenDBURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker, getenv: e}, nil)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultListen, "address to serve HTTP on")
 	f.StringVar(&dbURL, "database-url", "", "PostgreSQL URL")
+	f.StringVar(&listenDBURL, "database-listen-url", "", "PostgreSQL URL for LISTEN, a direct connection when --database-url goes through a pooler in transaction mode (default --database-url)")
+	f.StringVar(&poolMode, "database-pool-mode", "session", poolModeUsage)
 	f.StringVar(&blobURL, "blobstore", "", "blob store URL: file:///path or s3://bucket?endpoint=http://host:9000&region=us-east-1")
 	f.StringVar(&tokensSpec, "tokens", "", "bearer tokens as role:token,...")
 	f.StringVar(&tokensFile, "tokens-file", "", "file of role:token lines")
 	bindEnv(f, map[string]string{
-		"listen":       "CAIRN_LISTEN",
-		"database-url": "CAIRN_DATABASE_URL",
-		"blobstore":    "CAIRN_BLOBSTORE",
-		"tokens":       "CAIRN_TOKENS",
-		"tokens-file":  "CAIRN_TOKENS_FILE",
+		"listen":              "CAIRN_LISTEN",
+		"database-url":        "CAIRN_DATABASE_URL",
+		"database-listen-url": "CAIRN_DATABASE_LISTEN_URL",
+		"database-pool-mode":  "CAIRN_DATABASE_POOL_MODE",
+		"blobstore":           "CAIRN_BLOBSTORE",
+		"tokens":              "CAIRN_TOKENS",
+		"tokens-file":         "CAIRN_TOKENS_FILE",
 	})
 	rf.register(f, false)
 	lf.register(f)
@@ -371,22 +386,38 @@ func loadTokens(spec, file string) (*api.Tokens, error) {
 	return tokens, nil
 }
 
-// openStore opens the catalog at url; idempotencyTTL 0 is the default.
-func openStore(ctx context.Context, url string, logger *slog.Logger, idempotencyTTL time.Duration) (*catalog.Store, error) {
+// poolModeUsage documents --database-pool-mode.
+const poolModeUsage = "how the pooler in front of PostgreSQL, if any, lends its connections: session (or none), or transaction (PgBouncer's pool_mode=transaction: nothing is prepared, each statement goes in one message)"
+
+// transactionPooling reads --database-pool-mode: whether the database URL goes
+// through a pooler in transaction mode.
+func transactionPooling(mode string) (bool, error) {
+	switch mode {
+	case "", "session":
+		return false, nil
+	case "transaction":
+		return true, nil
+	}
+	return false, fmt.Errorf("--database-pool-mode (CAIRN_DATABASE_POOL_MODE) %q: want session or transaction", mode)
+}
+
+// openStore opens the catalog at url; idempotencyTTL 0 is the default; pooling
+// says url goes through a pooler in transaction mode.
+func openStore(ctx context.Context, url string, logger *slog.Logger, idempotencyTTL time.Duration, pooling bool) (*catalog.Store, error) {
 	if url == "" {
 		return nil, errors.New("no database: set --database-url or CAIRN_DATABASE_URL")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL})
+	return catalog.Open(ctx, url, &catalog.Config{Logger: logger, IdempotencyTTL: idempotencyTTL, TransactionPooling: pooling, BinaryVersion: binaryVersion()})
 }
 
 // openBackends opens what a server works on: the catalog at dbURL, checked to be
 // at the binary's schema, and the blob store at blobURL. The caller closes the
 // store.
 func openBackends(ctx context.Context, e env, dbURL, blobURL string, logger *slog.Logger,
-	idempotencyTTL time.Duration) (*catalog.Store, blobstore.Store, error) {
-	store, err := openStore(ctx, dbURL, logger, idempotencyTTL)
+	idempotencyTTL time.Duration, pooling bool) (*catalog.Store, blobstore.Store, error) {
+	store, err := openStore(ctx, dbURL, logger, idempotencyTTL, pooling)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -405,6 +436,7 @@ func openBackends(ctx context.Context, e env, dbURL, blobURL string, logger *slo
 // serverParts is what runServer runs.
 type serverParts struct {
 	listen string
+	// dbURL is the database to LISTEN on (a direct connection); "" polls only.
 	dbURL  string
 	store  *catalog.Store
 	blobs  blobstore.Store

@@ -258,6 +258,70 @@ func (cs *chaosStack) isKilled(dispatcher string) bool {
 	return false
 }
 
+// waitSucceeded waits until every run of ids has succeeded, asking random live
+// servers, and fails the test when one ends otherwise or deadline passes.
+func (cs *chaosStack) waitSucceeded(r *rand.Rand, ids []string, deadline time.Time) {
+	t := cs.t
+	t.Helper()
+	pending := map[string]bool{}
+	for _, id := range ids {
+		pending[id] = true
+	}
+	var failed *client.Run // a run that ended otherwise: it ends the wait
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for id := range pending {
+			var run client.Run
+			err := cs.call(cs.pick(r), "get run", func(ctx context.Context, c *apiClient) error {
+				uid, err := uuid.Parse(id)
+				if err != nil {
+					return err
+				}
+				resp, err := c.cl.GetRunWithResponse(ctx, uid)
+				if err == nil {
+					run = deref(resp.JSON200)
+				}
+				return err
+			})
+			require.NoError(c, err, "get run %s", id)
+			if run.Status.Terminal() {
+				if run.Status != client.RunStatusSucceeded {
+					failed = &run
+					return
+				}
+				delete(pending, id)
+			}
+		}
+		assert.Empty(c, pending, "runs still unfinished")
+	}, time.Until(deadline), 200*time.Millisecond, "waiting for every run to end by %s", deadline.Format(time.TimeOnly))
+	if failed != nil {
+		t.Fatalf("run %s %s: %s", failed.Id, failed.Status, jsonOf(failed.Error))
+	}
+}
+
+// requireEachStepOnce checks that every step of run id succeeded in exactly one
+// attempt (none lost, none duplicated) and that each interrupted attempt was of
+// a dispatcher for which mayInterrupt is true (a killed server's: no live lease
+// was swept). It returns how many attempts were interrupted.
+func (c *apiClient) requireEachStepOnce(t *testing.T, id string, mayInterrupt func(dispatcher string) bool) int {
+	t.Helper()
+	interrupted := 0
+	for _, step := range c.mustSteps(id) {
+		succeeded := 0
+		for _, at := range c.mustAttempts(id, step.Key) {
+			switch at.Status {
+			case client.AttemptStatusSucceeded:
+				succeeded++
+			case client.AttemptStatusInterrupted:
+				interrupted++
+				require.True(t, mayInterrupt(at.Dispatcher), "run %s step %s attempt %d of live dispatcher %s interrupted: %s",
+					id, step.Key, at.Number, at.Dispatcher, jsonOf(at.Error))
+			}
+		}
+		require.Equal(t, 1, succeeded, "run %s step %s", id, step.Key)
+	}
+	return interrupted
+}
+
 // window is a time span of the chaos (an outage).
 type window struct{ from, to time.Time }
 
@@ -380,39 +444,7 @@ func TestChaos(t *testing.T) {
 	t.Logf("%d runs started, %d servers killed in %s", runs, len(cs.killed), chaosEnd.Sub(start).Round(time.Millisecond))
 
 	// Every run succeeds, within 60 s of the chaos' end.
-	pending := map[string]bool{}
-	for _, id := range ids {
-		pending[id] = true
-	}
-	var failed *client.Run // a run that ended otherwise: it ends the wait
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for id := range pending {
-			var run client.Run
-			err := cs.call(cs.pick(r), "get run", func(ctx context.Context, c *apiClient) error {
-				uid, err := uuid.Parse(id)
-				if err != nil {
-					return err
-				}
-				resp, err := c.cl.GetRunWithResponse(ctx, uid)
-				if err == nil {
-					run = deref(resp.JSON200)
-				}
-				return err
-			})
-			require.NoError(c, err, "get run %s", id)
-			if run.Status.Terminal() {
-				if run.Status != client.RunStatusSucceeded {
-					failed = &run
-					return
-				}
-				delete(pending, id)
-			}
-		}
-		assert.Empty(c, pending, "runs still unfinished")
-	}, time.Until(chaosEnd.Add(60*time.Second)), 200*time.Millisecond, "waiting for every run to end within 60 s of the chaos' end")
-	if failed != nil {
-		t.Fatalf("run %s %s: %s", failed.Id, failed.Status, jsonOf(failed.Error))
-	}
+	cs.waitSucceeded(r, ids, chaosEnd.Add(60*time.Second))
 	t.Logf("every run finished %s after the chaos' end", time.Since(chaosEnd).Round(time.Millisecond))
 
 	// Exactly one successful attempt per step; interrupted attempts only on killed
@@ -420,20 +452,7 @@ func TestChaos(t *testing.T) {
 	api := cs.pick(r).api()
 	interrupted := 0
 	for i, id := range ids {
-		for _, step := range api.mustSteps(id) {
-			succeeded := 0
-			for _, at := range api.mustAttempts(id, step.Key) {
-				switch at.Status {
-				case client.AttemptStatusSucceeded:
-					succeeded++
-				case client.AttemptStatusInterrupted:
-					interrupted++
-					require.True(t, cs.isKilled(at.Dispatcher), "run %s step %s attempt %d of live dispatcher %s interrupted: %s",
-						id, step.Key, at.Number, at.Dispatcher, jsonOf(at.Error))
-				}
-			}
-			require.Equal(t, 1, succeeded, "run %s step %s", id, step.Key)
-		}
+		interrupted += api.requireEachStepOnce(t, id, cs.isKilled)
 		require.JSONEq(t, `{"lines":3000}`, string(api.output(id, "check")), "run %s", id)
 		require.JSONEq(t, `{"square":9000000}`, string(api.output(id, "square")), "run %s", id)
 		require.JSONEq(t, fmt.Sprintf(`{"n":%d}`, i), string(api.output(id, "echo")), "run %s", id)

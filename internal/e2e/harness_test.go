@@ -37,6 +37,12 @@ const (
 // envBinary names a prebuilt cairn binary to use instead of building one.
 const envBinary = "CAIRN_E2E_BINARY"
 
+// envPgBouncer, set to 1, puts a PgBouncer in transaction mode between every
+// stack's servers and its database (CAIRN_DATABASE_POOL_MODE=transaction, with
+// CAIRN_DATABASE_LISTEN_URL the direct URL): the PgBouncer leg of
+// scripts/test.sh runs the suite's core so.
+const envPgBouncer = "CAIRN_E2E_PGBOUNCER"
+
 // logTail is how much of a server's log a failed test prints.
 const logTail = 48 << 10
 
@@ -80,11 +86,14 @@ func moduleRoot() (string, error) {
 // stack is what the cairn processes of one test share: a database, a blob store,
 // the credentials, and a folder for their logs, caches and temporary files.
 type stack struct {
-	t       *testing.T
-	dbURL   string
-	blobURL string
-	env     []string // extra environment of every server (S3 credentials)
-	dir     string
+	t     *testing.T
+	dbURL string
+	// serverDBURL is the servers' CAIRN_DATABASE_URL: dbURL, or dbURL through
+	// a PgBouncer (stackOptions.pgbouncer).
+	serverDBURL string
+	blobURL     string
+	env         []string // extra environment of every server (S3 credentials)
+	dir         string
 
 	mu      sync.Mutex
 	servers []*server
@@ -99,7 +108,26 @@ type stackOptions struct {
 	blobURL string
 	// env is added to every server's environment (AWS_* for an S3 store).
 	env []string
+	// pgbouncer puts a PgBouncer in transaction mode between the servers and
+	// the database; default: when CAIRN_E2E_PGBOUNCER=1.
+	pgbouncer bouncing
 }
+
+// bouncing says whether and how a stack's servers reach PostgreSQL through a
+// PgBouncer.
+type bouncing int
+
+const (
+	// bounceFromEnv: through a PgBouncer with a direct LISTEN URL when
+	// CAIRN_E2E_PGBOUNCER=1, else directly.
+	bounceFromEnv bouncing = iota
+	// bounceNoListenURL: through a PgBouncer, LISTEN included (no
+	// CAIRN_DATABASE_LISTEN_URL).
+	bounceNoListenURL
+	// bounceNever: directly, whatever CAIRN_E2E_PGBOUNCER says (a multi-host
+	// URL, which one PgBouncer cannot stand for).
+	bounceNever
+)
 
 // newStack prepares a stack. When the test fails, the tail of every server's log is
 // printed.
@@ -121,6 +149,14 @@ func newStack(t *testing.T, opts stackOptions) *stack {
 	})
 	if st.dbURL == "" {
 		st.dbURL = testenv.DatabaseURL(t)
+	}
+	st.serverDBURL = st.dbURL
+	if opts.pgbouncer == bounceNoListenURL || (opts.pgbouncer == bounceFromEnv && os.Getenv(envPgBouncer) == "1") {
+		st.serverDBURL = testenv.PooledURL(t, testenv.PgBouncer(t, st.dbURL), st.dbURL)
+		st.env = append(st.env, "CAIRN_DATABASE_POOL_MODE=transaction")
+		if opts.pgbouncer != bounceNoListenURL {
+			st.env = append(st.env, "CAIRN_DATABASE_LISTEN_URL="+st.dbURL)
+		}
 	}
 	if st.blobURL == "" {
 		blobDir := filepath.Join(st.dir, "blobs")
@@ -154,6 +190,8 @@ type serverOptions struct {
 	noDispatcher bool
 	// env is added to the server's environment.
 	env []string
+	// binary is the cairn binary to run; default cairnBinary's (this module's).
+	binary string
 	// uid, when not 0, runs the server as that user (and group): the non-root
 	// path of production. Its folders and the stack's file blob store are handed
 	// to it.
@@ -229,7 +267,7 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 		"HOME=" + home,
 		"TMPDIR=" + filepath.Join(home, "tmp"),
 		"CAIRN_LISTEN=" + addr,
-		"CAIRN_DATABASE_URL=" + st.dbURL,
+		"CAIRN_DATABASE_URL=" + st.serverDBURL,
 		"CAIRN_BLOBSTORE=" + st.blobURL,
 		"CAIRN_TOKENS=operator:" + operatorToken + ",viewer:" + viewerToken,
 		"CAIRN_SIGNING_KEY=" + signingKey,
@@ -271,7 +309,10 @@ func (st *stack) launch(opts serverOptions) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	bin := cairnBinary(st.t)
+	bin := opts.binary
+	if bin == "" {
+		bin = cairnBinary(st.t)
+	}
 	started := make(chan error, 1)
 	// The process is started and waited for from a goroutine locked to its OS
 	// thread: Linux sends the parent-death signal when the thread that started the

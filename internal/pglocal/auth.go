@@ -29,7 +29,8 @@ const hbaFileName = "pg_hba.conf"
 // hbaConf is the pg_hba.conf written before every start: every connection,
 // over the Unix socket as over TCP, and whatever its role, authenticates with a
 // password (SCRAM-SHA-256). Nothing is trusted, no operating system user is
-// taken at its word (peer), and replication connections are refused. Anyone
+// taken at its word (peer), and replication connections are refused (but the
+// superuser's, with Config.Replication). Anyone
 // who can reach 127.0.0.1 can reach the server (the exec handlers of a server
 // that shares the host's network, say), so the password is all that keeps them
 // out.
@@ -54,7 +55,11 @@ const scramIterations = 4096
 // once a Cluster has started: a file removed or edited in the meantime is
 // written again with it.
 func (c *Cluster) ensureAuth(ctx context.Context) error {
-	if err := c.writeOwned(filepath.Join(c.dataDir, hbaFileName), []byte(hbaConf)); err != nil {
+	hba := hbaConf
+	if c.cfg.Replication {
+		hba += "host    replication " + c.cfg.User + " 127.0.0.1/32  scram-sha-256\n"
+	}
+	if err := c.writeOwned(filepath.Join(c.dataDir, hbaFileName), []byte(hba)); err != nil {
 		return err
 	}
 	path := c.PasswordFile()

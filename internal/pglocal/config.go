@@ -103,6 +103,11 @@ type Config struct {
 	// server, so the cluster keeps a locked thread per running server.
 	DieWithParent bool
 
+	// Replication lets the superuser open replication connections from
+	// 127.0.0.1 (with its password), for a standby made by [Cluster.Standby].
+	// Default off: pg_hba.conf refuses replication connections.
+	Replication bool
+
 	// StartTimeout bounds each start, from spawning postgres to accepting
 	// connections, in addition to the caller's context. Default
 	// [DefaultStartTimeout].

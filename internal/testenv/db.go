@@ -132,6 +132,47 @@ func DatabaseURL(t testing.TB) string {
 // which takes a few seconds.
 func PG(t testing.TB) *pglocal.Cluster {
 	t.Helper()
+	return pg(t, false)
+}
+
+// PGPrimary is PG with replication connections allowed (pglocal's
+// Config.Replication), for a standby of it made by PGStandby.
+func PGPrimary(t testing.TB) *pglocal.Cluster {
+	t.Helper()
+	return pg(t, true)
+}
+
+// PGStandby copies primary (from PGPrimary) into a streaming replica
+// (pg_basebackup -R) for this test alone, starts it, and stops it and removes
+// its files when the test ends. It reads only until Promote.
+func PGStandby(t testing.TB, primary *pglocal.Cluster) *pglocal.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
+	defer cancel()
+	settings := dbTestSettings()
+	delete(settings, "synchronous_commit")
+	dir, err := os.MkdirTemp("", dbTempDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	c, err := primary.Standby(ctx, pglocal.Config{DataDir: dir, Settings: settings, DieWithParent: true})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dbStopTimeout)
+		defer cancel()
+		if err := c.Stop(ctx); err != nil {
+			t.Logf("testenv: stop the standby: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	return c
+}
+
+func pg(t testing.TB, replication bool) *pglocal.Cluster {
+	t.Helper()
 	dbStaleOnce.Do(dbRemoveStale)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
@@ -142,7 +183,7 @@ func PG(t testing.TB) *pglocal.Cluster {
 	// machine itself goes down, which these tests do not do.
 	settings := dbTestSettings()
 	delete(settings, "synchronous_commit")
-	c, dir, found, err := dbStartLocal(ctx, settings)
+	c, dir, found, err := dbStartLocal(ctx, settings, replication)
 	switch {
 	case err != nil:
 		t.Fatalf("testenv: %v", err)
@@ -167,17 +208,9 @@ func PG(t testing.TB) *pglocal.Cluster {
 // credentials. The database goes with the cluster; c must be running.
 func ClusterDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
 	t.Helper()
+	dsn := ClusterEmptyDatabaseURL(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
-	name := "cairn_" + dbRandomSuffix(t)
-	password := rand.Text()
-	if err := c.CreateRole(ctx, name, password); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	if err := c.CreateDatabase(ctx, name, name); err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	dsn := c.RoleURL(name, name, password)
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		t.Fatalf("testenv: open %s: %v", dsn, err)
@@ -191,6 +224,23 @@ func ClusterDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
 		t.Fatalf("testenv: migrate %s: %v", dsn, err)
 	}
 	return dsn
+}
+
+// ClusterEmptyDatabaseURL is ClusterDatabaseURL without the migrations: the
+// database is empty, for a test that migrates it itself (with another binary).
+func ClusterEmptyDatabaseURL(t testing.TB, c *pglocal.Cluster) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
+	defer cancel()
+	name := "cairn_" + dbRandomSuffix(t)
+	password := rand.Text()
+	if err := c.CreateRole(ctx, name, password); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if err := c.CreateDatabase(ctx, name, name); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return c.RoleURL(name, name, password)
 }
 
 // dbMigrator builds the template databases from the embedded migrations.
@@ -241,7 +291,7 @@ func dbStart() (conf pgtestdb.Config, unavailable string, err error) {
 	dbStaleOnce.Do(dbRemoveStale)
 	ctx, cancel := context.WithTimeout(context.Background(), dbStartTimeout)
 	defer cancel()
-	c, _, found, err := dbStartLocal(ctx, dbTestSettings())
+	c, _, found, err := dbStartLocal(ctx, dbTestSettings(), false)
 	if err != nil {
 		return conf, "", err
 	}
@@ -277,7 +327,7 @@ func dbTestRole() *pgtestdb.Role {
 // dbStartLocal starts a cluster on a new data directory under os.TempDir.
 // found is false when no PostgreSQL binaries are installed (and
 // CAIRN_PG_BIN, which would make their absence an error, is unset).
-func dbStartLocal(ctx context.Context, settings map[string]string) (c *pglocal.Cluster, dir string, found bool, err error) {
+func dbStartLocal(ctx context.Context, settings map[string]string, replication bool) (c *pglocal.Cluster, dir string, found bool, err error) {
 	dir, err = os.MkdirTemp("", dbTempDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, "", false, fmt.Errorf("postgres data dir: %w", err)
@@ -286,6 +336,7 @@ func dbStartLocal(ctx context.Context, settings map[string]string) (c *pglocal.C
 		DataDir:       dir,
 		Settings:      settings,
 		DieWithParent: true,
+		Replication:   replication,
 	})
 	if err != nil {
 		_ = os.RemoveAll(dir)

@@ -1,0 +1,31 @@
+package main
+
+import "runtime/debug"
+
+// binaryVersion names this binary: the commit it was built from (12 hex digits,
+// "+dirty" when the work tree had changes), else the module's version, else
+// "devel". The servers' registry records it (cairn servers).
+func binaryVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	var rev, dirty string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev != "" {
+		return rev[:min(12, len(rev))] + dirty
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	return "devel"
+}
