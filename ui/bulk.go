@@ -39,8 +39,12 @@ func (h *Handler) askFirst(w http.ResponseWriter, r *http.Request, s *session, t
 	return false
 }
 
-// bulkActions are the actions of a bulk operation, and how a sentence says them.
-var bulkActions = map[string]string{"cancel": "Cancel", "retry": "Retry", "pause": "Pause", "resume": "Resume"}
+// bulkActions are the actions of a bulk operation, and how a sentence says them;
+// bulkDone how it says they were done.
+var (
+	bulkActions = map[string]string{"cancel": "Cancel", "retry": "Retry", "pause": "Pause", "resume": "Resume"}
+	bulkDone    = map[string]string{"cancel": "canceled", "retry": "retried", "pause": "paused", "resume": "resumed"}
+)
 
 // countMax is the most runs a confirmation counts exactly.
 const countMax = 10000
@@ -103,7 +107,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		n := runsText(count, more, "run")
 		if !h.askFirst(w, r, s, verb+" "+n+"?", verb+" every run this filter matches: "+n+" now ("+describe(f)+"). Runs that cannot be "+
-			strings.ToLower(verb)+"d are skipped, and the operation's page says why.", verb+" "+n, back) {
+			bulkDone[action]+" are skipped, and the operation's page says why.", verb+" "+n, back) {
 			return
 		}
 	}
@@ -152,7 +156,7 @@ func (h *Handler) bulkSelected(w http.ResponseWriter, r *http.Request, s *sessio
 		ids = ids[:1000]
 	}
 	n := plural(len(ids), "selected run")
-	if !h.askFirst(w, r, s, verb+" "+n+"?", verb+" "+n+": "+shortList(ids)+". Runs that cannot be "+strings.ToLower(verb)+"d are skipped, and the next page says why.", verb+" "+n, back) {
+	if !h.askFirst(w, r, s, verb+" "+n+"?", verb+" "+n+": "+shortList(ids)+". Runs that cannot be "+bulkDone[action]+" are skipped, and the next page says why.", verb+" "+n, back) {
 		return
 	}
 	var results []selectedResult

@@ -124,8 +124,10 @@ func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request, s *session) {
 	var attempts []attemptView
 	var logAttempt int64
 	if at, err := s.api.ListItemAttemptsWithResponse(ctx, id, key, index); err == nil {
-		for _, a := range deref(at.JSON200.Items) {
-			av := attemptView{Attempt: a, Shown: string(a.Status), Err: errorOf(a.Error), Duration: duration(&a.StartedAt, a.FinishedAt)}
+		list := deref(at.JSON200.Items)
+		for i, a := range list {
+			av := attemptView{Attempt: a, Shown: string(a.Status), Err: errorOf(a.Error), Duration: duration(&a.StartedAt, a.FinishedAt),
+				Last: i == len(list)-1 && it.Status != client.ItemStatusSucceeded}
 			attempts = append(attempts, av)
 			if a.HasLog {
 				logAttempt = a.Number

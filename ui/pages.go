@@ -43,6 +43,7 @@ func parsePages() (map[string]*template.Template, error) {
 		"errorOf":  errorOf,
 		"histURL":  historyURL,
 		"mapCount": mapCount,
+		"plural":   func(n int64, noun string) string { return plural(int(n), noun) },
 		"ago":      ago,
 		"dur":      duration,
 		"pretty":   pretty,

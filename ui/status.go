@@ -291,7 +291,7 @@ func stepCount(run *client.Run, steps []client.Step) string {
 // step kept back by a limit shows blocked.
 func nodeState(st client.Step) string {
 	switch {
-	case st.Status == client.StepStatusSuspended && st.Map != nil:
+	case st.Status == client.StepStatusSuspended && (st.Map != nil || st.WaitingFor != nil && st.WaitingFor.Kind == client.Map):
 		return "working"
 	case st.Status == client.StepStatusSuspended && st.WaitingFor != nil:
 		return "wait-" + strings.ReplaceAll(string(st.WaitingFor.Kind), "_", "-")
