@@ -271,7 +271,7 @@ type eventView struct {
 var historyKinds = []string{"all", "run", "steps", "people", "errors"}
 
 // historyPage is how many events a page of the history reads.
-const historyPage = 500
+const historyPage = 200
 
 // historyOf reads a page of the run's events and keeps those of the kind the URL
 // asks for.
