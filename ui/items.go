@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	openapi_types "github.com/oapi-codegen/runtime/types"
+
 	"github.com/cairnrun/cairn/client"
 )
 
@@ -95,14 +97,8 @@ func (h *Handler) itemsPage(w http.ResponseWriter, r *http.Request, s *session) 
 // itemPage shows one item of a map: its item, status, error, attempts, the log of
 // its last attempt and its output.
 func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
+	id, key, index, ok := itemOf(r)
 	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	key := r.PathValue("key")
-	index, err := strconv.ParseInt(r.PathValue("index"), 10, 64)
-	if err != nil || index < 0 {
 		http.NotFound(w, r)
 		return
 	}
@@ -150,9 +146,8 @@ func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request, s *session) {
 // itemLog and itemOutput stream an item's log (?attempt=N) and output as
 // downloads.
 func (h *Handler) itemLog(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	index, err := strconv.ParseInt(r.PathValue("index"), 10, 64)
-	if !ok || err != nil {
+	id, key, index, ok := itemOf(r)
+	if !ok {
 		http.NotFound(w, r)
 		return
 	}
@@ -160,19 +155,23 @@ func (h *Handler) itemLog(w http.ResponseWriter, r *http.Request, s *session) {
 	if n, err := strconv.ParseInt(r.URL.Query().Get("attempt"), 10, 64); err == nil {
 		p.Attempt = &n
 	}
-	key := r.PathValue("key")
 	resp, err := s.api.GetItemLog(r.Context(), id, key, index, p)
 	relay(w, resp, err, key+"-"+r.PathValue("index")+".log")
 }
 
 func (h *Handler) itemOutput(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	index, err := strconv.ParseInt(r.PathValue("index"), 10, 64)
-	if !ok || err != nil {
+	id, key, index, ok := itemOf(r)
+	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	key := r.PathValue("key")
 	resp, err := s.api.GetItemOutput(r.Context(), id, key, index)
 	relay(w, resp, err, key+"-"+r.PathValue("index")+"-output")
+}
+
+// itemOf reads the run ID, the map step's key and the item's index of a path.
+func itemOf(r *http.Request) (openapi_types.UUID, string, int64, bool) {
+	id, ok := runID(r)
+	index, err := strconv.ParseInt(r.PathValue("index"), 10, 64)
+	return id, r.PathValue("key"), index, ok && err == nil && index >= 0
 }
