@@ -173,6 +173,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerRuns()
 	s.registerOperations()
 	s.registerRetry()
+	s.registerRunLookup()
 	s.registerPause()
 	s.registerBundles()
 	s.registerCheckpoint()

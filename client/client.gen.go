@@ -959,6 +959,11 @@ type ItemsOutputAttemptBody struct {
 	Items *[]Attempt `json:"items"`
 }
 
+// ItemsOutputRunBody defines model for ItemsOutputRunBody.
+type ItemsOutputRunBody struct {
+	Items *[]Run `json:"items"`
+}
+
 // ItemsOutputStepBody defines model for ItemsOutputStepBody.
 type ItemsOutputStepBody struct {
 	Items *[]Step `json:"items"`
@@ -1854,6 +1859,12 @@ type GetAttemptLogParams struct {
 	Offset *int64 `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// LookupRunsParams defines parameters for LookupRuns.
+type LookupRunsParams struct {
+	// Id a run ID, whole or short
+	Id string `form:"id" json:"id"`
+}
+
 // ListSchedulesParams defines parameters for ListSchedules.
 type ListSchedulesParams struct {
 	// Workflow only this workflow's schedules
@@ -2556,6 +2567,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
 	BulkRuns(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// LookupRuns Find runs by a short ID
+	//
+	// The runs (at most 5, newest first) whose ID the id parameter names: the whole ID, its last 12 hex digits (the short ID the web UI shows), or its first 8 to 31 hex digits. One item: the ID is unique; none: no run has it; several: it is ambiguous (give more of it).
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/runs:lookup (the `LookupRuns` operationId).
+	LookupRuns(ctx context.Context, params *LookupRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListSchedules List schedules
 	//
@@ -3836,6 +3856,25 @@ func (c *APIClient) BulkRunsWithBody(ctx context.Context, contentType string, bo
 // Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
 func (c *APIClient) BulkRuns(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewBulkRunsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// LookupRuns Find runs by a short ID
+//
+// The runs (at most 5, newest first) whose ID the id parameter names: the whole ID, its last 12 hex digits (the short ID the web UI shows), or its first 8 to 31 hex digits. One item: the ID is unique; none: no run has it; several: it is ambiguous (give more of it).
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/runs:lookup (the `LookupRuns` operationId).
+func (c *APIClient) LookupRuns(ctx context.Context, params *LookupRunsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewLookupRunsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -6530,6 +6569,56 @@ func NewBulkRunsRequestWithBody(server string, contentType string, body io.Reade
 	return req, nil
 }
 
+// NewLookupRunsRequest constructs an http.Request for the LookupRuns method
+func NewLookupRunsRequest(server string, params *LookupRunsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/runs:lookup")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", false, "id", params.Id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListSchedulesRequest constructs an http.Request for the ListSchedules method
 func NewListSchedulesRequest(server string, params *ListSchedulesParams) (*http.Request, error) {
 	var err error
@@ -8089,6 +8178,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/runs:bulk (the `BulkRuns` operationId).
 	BulkRunsWithResponse(ctx context.Context, body BulkRunsJSONRequestBody, reqEditors ...RequestEditorFn) (*BulkRunsResponse, error)
+
+	// LookupRunsWithResponse Find runs by a short ID
+	//
+	// The runs (at most 5, newest first) whose ID the id parameter names: the whole ID, its last 12 hex digits (the short ID the web UI shows), or its first 8 to 31 hex digits. One item: the ID is unique; none: no run has it; several: it is ambiguous (give more of it).
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/runs:lookup (the `LookupRuns` operationId).
+	LookupRunsWithResponse(ctx context.Context, params *LookupRunsParams, reqEditors ...RequestEditorFn) (*LookupRunsResponse, error)
 
 	// ListSchedulesWithResponse List schedules
 	//
@@ -12571,6 +12671,103 @@ func (r BulkRunsResponse) ContentType() string {
 	return ""
 }
 
+// LookupRunsResponse503Headers the declared response headers of an HTTP 503 response for LookupRuns
+type LookupRunsResponse503Headers struct {
+	RetryAfter *int
+}
+
+type LookupRunsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ItemsOutputRunBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *LookupRunsResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r LookupRunsResponse) GetJSON200() *ItemsOutputRunBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r LookupRunsResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r LookupRunsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r LookupRunsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r LookupRunsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r LookupRunsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListSchedulesResponse503Headers the declared response headers of an HTTP 503 response for ListSchedules
 type ListSchedulesResponse503Headers struct {
 	RetryAfter *int
@@ -15496,6 +15693,23 @@ func (c *ClientWithResponses) BulkRunsWithResponse(ctx context.Context, body Bul
 		return nil, err
 	}
 	return ParseBulkRunsResponse(rsp)
+}
+
+// LookupRunsWithResponse Find runs by a short ID
+//
+// The runs (at most 5, newest first) whose ID the id parameter names: the whole ID, its last 12 hex digits (the short ID the web UI shows), or its first 8 to 31 hex digits. One item: the ID is unique; none: no run has it; several: it is ambiguous (give more of it).
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/runs:lookup (the `LookupRuns` operationId).
+func (c *ClientWithResponses) LookupRunsWithResponse(ctx context.Context, params *LookupRunsParams, reqEditors ...RequestEditorFn) (*LookupRunsResponse, error) {
+	rsp, err := c.LookupRuns(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseLookupRunsResponse(rsp)
 }
 
 // ListSchedulesWithResponse List schedules
@@ -19791,6 +20005,94 @@ func ParseBulkRunsResponse(rsp *http.Response) (*BulkRunsResponse, error) {
 		response.Headers202 = &headers
 	case rsp.StatusCode == 503:
 		var headers BulkRunsResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseLookupRunsResponse parses an HTTP response from a LookupRunsWithResponse call
+func ParseLookupRunsResponse(rsp *http.Response) (*LookupRunsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &LookupRunsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ItemsOutputRunBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers LookupRunsResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

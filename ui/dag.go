@@ -18,8 +18,12 @@ type graph struct {
 
 type node struct {
 	Key, Status, Label string
-	Attempts, Max      int64
-	X, Y               int
+	// State is the visual state beyond the status (nodeState: wait-signal,
+	// blocked, working, …); Phase the step's phase; Badge marks a failure
+	// handler (↺ a compensation, ! on_failure).
+	State, Phase, Badge string
+	Attempts, Max       int64
+	X, Y                int
 	// Map is a started map step's progress, drawn in its one node (nil for
 	// other steps).
 	Map *mapView
@@ -33,22 +37,18 @@ type mapView struct {
 	BarW int     `json:"bar_w"`
 }
 
-// mapViewOf describes a map step's progress: "done/total" (the total is "≥n"
-// until every item has its instance), and how many failed and run.
+// mapViewOf describes a map step's progress as the CLI does: "17/20 ✓ 3 ✗" (the
+// total is "n+" until every item has its instance), and how many run.
 func mapViewOf(m *client.MapProgress) *mapView {
 	if m == nil {
 		return nil
 	}
 	done := m.Succeeded + m.Failed
-	total := fmt.Sprintf("≥%d", m.Created)
 	denom := m.Created
 	if m.Total != nil {
-		total, denom = fmt.Sprint(*m.Total), *m.Total
+		denom = *m.Total
 	}
-	text := fmt.Sprintf("%d/%s done", done, total)
-	if m.Failed > 0 {
-		text += fmt.Sprintf(" · %d failed", m.Failed)
-	}
+	text := mapCount(m)
 	if m.Running > 0 {
 		text += fmt.Sprintf(" · %d running", m.Running)
 	}
@@ -62,6 +62,7 @@ func mapViewOf(m *client.MapProgress) *mapView {
 
 type edge struct {
 	From, To string
+	Undo     bool // into a compensation
 	Path     string
 }
 
@@ -150,7 +151,9 @@ func layout(steps []client.Step) *graph {
 			if len([]rune(label)) > labelN {
 				label = string([]rune(label)[:labelN-1]) + "…"
 			}
-			g.Nodes = append(g.Nodes, node{Key: st.Key, Status: string(st.Status), Label: label, Attempts: st.Attempts, Max: st.MaxAttempts, X: x, Y: y, Map: mapViewOf(st.Map)})
+			badge := map[client.StepPhase]string{client.Compensate: "↺ ", client.OnFailure: "! "}[st.Phase]
+			g.Nodes = append(g.Nodes, node{Key: st.Key, Status: string(st.Status), Label: label, Attempts: st.Attempts, Max: st.MaxAttempts, X: x, Y: y, Map: mapViewOf(st.Map),
+				State: nodeState(st), Phase: string(st.Phase), Badge: badge})
 		}
 	}
 	for i, st := range steps {
@@ -162,7 +165,7 @@ func layout(steps []client.Step) *graph {
 			x1, y1 := pos[j][0]+nodeW, pos[j][1]+nodeH/2
 			x2, y2 := pos[i][0], pos[i][1]+nodeH/2
 			mid := (x1 + x2) / 2
-			g.Edges = append(g.Edges, edge{From: n, To: st.Key, Path: fmt.Sprintf("M%d %d C%d %d %d %d %d %d", x1, y1, mid, y1, mid, y2, x2, y2)})
+			g.Edges = append(g.Edges, edge{From: n, To: st.Key, Undo: st.Phase == client.Compensate, Path: fmt.Sprintf("M%d %d C%d %d %d %d %d %d", x1, y1, mid, y1, mid, y2, x2, y2)})
 		}
 	}
 	g.Width = 2*margin + max(0, len(layers)-1)*layerDX + nodeW

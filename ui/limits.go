@@ -59,5 +59,5 @@ func (h *Handler) setLimit(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	_, err = s.api.PutLimitWithResponse(r.Context(), name, client.PutLimitBody{Concurrency: &n})
-	h.after(w, r, s, err, "/ui/limits?set="+url.QueryEscape(name))
+	h.done(w, r, s, err, "/ui/limits?set="+url.QueryEscape(name), "Limit "+name+" set to "+strconv.FormatInt(n, 10)+".")
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,7 +19,6 @@ import (
 	"github.com/google/uuid"
 	openapi_types "github.com/oapi-codegen/runtime/types"
 
-	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/client"
 )
@@ -28,6 +26,8 @@ import (
 // view is what every page template gets.
 type view struct {
 	Title      string
+	Nav        string // the section of the header's navigation the page is in
+	Flash      string // what the last action did (after its redirect)
 	Who        string
 	Role       string
 	CSRF       string
@@ -39,6 +39,12 @@ type view struct {
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"ts":       fmtTime,
+		"when":     when,
+		"navItems": func() []navItem { return navItems },
+		"errorOf":  errorOf,
+		"histURL":  historyURL,
+		"mapCount": mapCount,
+		"plural":   func(n int64, noun string) string { return plural(int(n), noun) },
 		"ago":      ago,
 		"dur":      duration,
 		"pretty":   pretty,
@@ -55,7 +61,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation", "limits"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation", "limits", "confirm", "items", "approvals"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)
@@ -78,9 +84,10 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, s *session, pag
 }
 
 func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *session, page string, status int, data any) {
-	v := view{Title: page, Data: data}
+	v := view{Title: titleOf(page, data), Nav: navOf[page], Data: data}
 	if s != nil {
 		v.LoggedIn, v.Who, v.Role, v.CSRF, v.CanOperate = true, s.who.Name, s.who.Role.String(), s.csrf, s.canOperate()
+		v.Flash = takeFlash(w, r)
 	}
 	var buf bytes.Buffer
 	name := "base"
@@ -152,6 +159,7 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *sessio
 		def = got.JSON200
 	}
 	data := map[string]any{
+		"Title":    "Workflow " + name,
 		"Workflow": wf.JSON200, "Versions": deref(vs.JSON200.Items), "Aliases": deref(aliases.JSON200.Items),
 		"Shown": def,
 	}
@@ -176,16 +184,10 @@ func (h *Handler) workflowPage(w http.ResponseWriter, r *http.Request, s *sessio
 	h.render(w, r, s, "workflow", data)
 }
 
-func (h *Handler) pauseWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
-	name := r.PathValue("name")
-	_, err := s.api.PauseWorkflowWithResponse(r.Context(), name, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
-	h.after(w, r, s, err, "/ui/workflows/"+url.PathEscape(name))
-}
-
 func (h *Handler) resumeWorkflow(w http.ResponseWriter, r *http.Request, s *session) {
 	name := r.PathValue("name")
 	_, err := s.api.ResumeWorkflowWithResponse(r.Context(), name, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
-	h.after(w, r, s, err, "/ui/workflows/"+url.PathEscape(name))
+	h.done(w, r, s, err, "/ui/workflows/"+url.PathEscape(name), "Workflow "+name+" resumed: its paused runs go on.")
 }
 
 func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, s *session) {
@@ -204,7 +206,7 @@ func (h *Handler) startRun(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, err)
 		return
 	}
-	h.after(w, r, s, nil, "/ui/runs/"+res.JSON202.Id)
+	h.done(w, r, s, nil, "/ui/runs/"+res.JSON202.Id, "Run started.")
 }
 
 // after answers an action: the problem as a page, or back to the page it came from.
@@ -330,7 +332,8 @@ func (h *Handler) runsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	f := filterOf(q)
 	params, _, err := f.params()
-	data := map[string]any{"Filter": f, "Statuses": runStatuses, "Query": f.query().Encode()}
+	data := map[string]any{"Filter": f, "Statuses": runStatuses, "Query": f.query().Encode(), "Filtered": len(f.query()) > 0}
+	data["Workflows"] = workflowNames(r, s, f.Workflow)
 	if err != nil {
 		data["Error"] = err.Error()
 		h.renderStatus(w, r, s, "runs", http.StatusBadRequest, data)
@@ -348,7 +351,7 @@ func (h *Handler) runsPage(w http.ResponseWriter, r *http.Request, s *session) {
 		h.renderStatus(w, r, s, "runs", http.StatusBadRequest, data)
 		return
 	}
-	data["Items"] = deref(res.JSON200.Items)
+	data["Items"] = rowsOf(r, s, deref(res.JSON200.Items))
 	if next := derefStr(res.JSON200.NextCursor); next != "" {
 		nq := f.query()
 		nq.Set("cursor", next)
@@ -357,85 +360,10 @@ func (h *Handler) runsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	h.render(w, r, s, "runs", data)
 }
 
-func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, s *session) {
-	f := filterOf(r.PostForm)
-	_, filter, err := f.params()
-	if err != nil {
-		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": err.Error()})
-		return
-	}
-	res, err := s.api.BulkRunsWithResponse(r.Context(), client.BulkBody{Action: client.BulkBodyAction(r.PostFormValue("action")), Filter: filter})
-	if err != nil {
-		h.fail(w, r, s, err)
-		return
-	}
-	back := "/ui/runs?" + f.query().Encode()
-	h.after(w, r, s, nil, "/ui/operations/"+res.JSON202.Id+"?back="+url.QueryEscape(back))
-}
-
-// operationPage shows a bulk operation's progress; the page reloads itself while
-// the operation runs.
-func (h *Handler) operationPage(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	res, err := s.api.GetOperationWithResponse(r.Context(), id)
-	if err != nil {
-		h.fail(w, r, s, err)
-		return
-	}
-	op := res.JSON200
-	pct := 100
-	if op.Total > 0 {
-		pct = int(op.Processed * 100 / op.Total)
-	}
-	h.render(w, r, s, "operation", map[string]any{"Op": op, "Percent": pct, "Filter": pretty(op.Filter),
-		"Error": pretty(op.Error), "Back": safeNext(r.URL.Query().Get("back"))})
-}
-
 // runID reads the {id} of a path.
 func runID(r *http.Request) (openapi_types.UUID, bool) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	return openapi_types.UUID(id), err == nil
-}
-
-func (h *Handler) runPage(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	ctx := r.Context()
-	start := time.Now()
-	// The steps first, then the run, as runState does: the page then never shows a
-	// step running in a run still pending.
-	steps, err := s.api.ListStepsWithResponse(ctx, id)
-	if err != nil {
-		h.fail(w, r, s, err)
-		return
-	}
-	run, err := s.api.GetRunWithResponse(ctx, id)
-	if err != nil {
-		h.fail(w, r, s, err)
-		return
-	}
-	items := deref(steps.JSON200.Items)
-	g := layout(items)
-	data := map[string]any{
-		"Run": run.JSON200, "Steps": items, "Graph": g, "Timeline": h.fragment("timeline", s, timelineOf(r, s, id, items)),
-		"Input": pretty(run.JSON200.Input), "Terminal": run.JSON200.Status.Terminal(),
-	}
-	if key := r.URL.Query().Get("step"); key != "" {
-		if p, err := h.panel(r, s, id, key); err == nil {
-			data["Panel"], data["PanelKey"] = h.fragment("step", s, p), key
-		}
-	}
-	// A run of more steps than the timeline draws is not fetched again either.
-	data["TimelineDrawn"] = len(items) <= timelineMax
-	data["Elapsed"] = time.Since(start).Round(time.Millisecond).String()
-	h.render(w, r, s, "run", data)
 }
 
 // fragment renders a part of a page (step.html, timeline.html) for the page to
@@ -472,50 +400,6 @@ func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session
 	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timelineOf(r, s, id, deref(steps.JSON200.Items)))))
 }
 
-// runState is the JSON the run page polls after each event: the run's status and
-// each step's, to recolour the graph without a reload.
-func (h *Handler) runState(w http.ResponseWriter, r *http.Request, s *session) {
-	id, ok := runID(r)
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	// The steps first, then the run: a claim writes a step's running and its run's
-	// running in one transaction, so the run read second is never behind the steps
-	// (the other order showed a step running in a run still pending).
-	steps, err := s.api.ListStepsWithResponse(r.Context(), id)
-	if err != nil {
-		status, msg := problemText(err)
-		http.Error(w, msg, status)
-		return
-	}
-	run, err := s.api.GetRunWithResponse(r.Context(), id)
-	if err != nil {
-		status, msg := problemText(err)
-		http.Error(w, msg, status)
-		return
-	}
-	out := struct {
-		Status    string              `json:"status"`
-		Terminal  bool                `json:"terminal"`
-		Remaining int64               `json:"steps_remaining"`
-		Total     int64               `json:"steps_total"`
-		Revision  int64               `json:"revision"`
-		Steps     map[string]string   `json:"steps"`
-		Attempts  map[string]int64    `json:"attempts"`
-		Maps      map[string]*mapView `json:"maps"`
-	}{string(run.JSON200.Status), run.JSON200.Status.Terminal(), run.JSON200.StepsRemaining, run.JSON200.StepsTotal, run.JSON200.Revision, map[string]string{}, map[string]int64{}, map[string]*mapView{}}
-	for _, st := range deref(steps.JSON200.Items) {
-		out.Steps[st.Key] = string(st.Status)
-		out.Attempts[st.Key] = st.Attempts
-		if m := mapViewOf(st.Map); m != nil {
-			out.Maps[st.Key] = m
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(out)
-}
 
 // runEvents relays the run's event stream (GET /v1/runs/{id}/events/stream) to the
 // browser, which has no bearer token (its session cookie is HttpOnly). The
@@ -560,149 +444,6 @@ func (h *Handler) runEvents(w http.ResponseWriter, r *http.Request, s *session) 
 			}
 		}
 	}
-}
-
-// stepView is the step panel's data.
-type stepView struct {
-	RunID     string
-	RunStatus string
-	// RunEnded: the run is terminal (the panel offers a rerun from the step).
-	RunEnded   bool
-	Step       client.Step
-	Attempts   []attemptView
-	Log        string
-	LogAttempt int64
-	LogCut     bool
-	// LiveAttempt is the running attempt whose live tail the panel shows (Live,
-	// from LiveNext on: the page's script asks for more from there).
-	LiveAttempt int64
-	Live        string
-	LiveNext    int64
-	Output      string
-	OutputBlob  bool
-	Checkpoint  string
-	CkptBlob    bool
-	LastError   string
-	RunInput    string
-	// Approval: the step waits for approvals (the panel offers approve and reject).
-	Approval bool
-}
-
-type attemptView struct {
-	client.Attempt
-	Duration string
-	Error    string
-}
-
-// logTail is how much of the end of an attempt's log the panel shows.
-const logTail = 16 << 10
-
-func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key string) (*stepView, error) {
-	ctx := r.Context()
-	steps, err := s.api.ListStepsWithResponse(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	run, err := s.api.GetRunWithResponse(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunEnded: run.JSON200.Status.Terminal(),
-		RunInput: pretty(run.JSON200.Input)}
-	found := false
-	for _, st := range deref(steps.JSON200.Items) {
-		if st.Key == key {
-			v.Step, found = st, true
-		}
-	}
-	if !found {
-		return nil, fmt.Errorf("no step %q", key)
-	}
-	at, err := s.api.ListAttemptsWithResponse(ctx, id, key)
-	if err != nil {
-		return nil, err
-	}
-	for _, a := range deref(at.JSON200.Items) {
-		av := attemptView{Attempt: a}
-		if a.FinishedAt != nil {
-			av.Duration = a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
-		} else {
-			av.Duration = time.Since(a.StartedAt).Round(time.Second).String() + " so far"
-		}
-		if a.Error != nil {
-			av.Error = pretty(a.Error)
-		}
-		v.Attempts = append(v.Attempts, av)
-		if a.HasLog {
-			v.LogAttempt = a.Number
-		}
-		if a.Status == client.AttemptStatusRunning {
-			v.LiveAttempt = a.Number
-		}
-	}
-	if v.LiveAttempt > 0 {
-		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LiveAttempt})
-		if err == nil {
-			cr := &countingReader{r: resp.Body}
-			v.Live, _ = tail(cr, logTail)
-			resp.Body.Close()
-			at, _ := strconv.ParseInt(resp.Header.Get("Cairn-Log-Offset"), 10, 64)
-			v.LiveNext = at + cr.n
-		}
-	}
-	if v.LogAttempt > 0 {
-		resp, err := s.api.GetAttemptLog(ctx, id, key, &client.GetAttemptLogParams{Attempt: &v.LogAttempt})
-		if err == nil {
-			v.Log, v.LogCut = tail(resp.Body, logTail)
-			resp.Body.Close()
-		}
-	}
-	if v.Step.Output != nil {
-		v.Output, v.OutputBlob = pretty(v.Step.Output), isBlob(v.Step.Output)
-	}
-	if v.Step.Checkpoint != nil {
-		v.Checkpoint, v.CkptBlob = pretty(v.Step.Checkpoint), isBlob(v.Step.Checkpoint)
-	}
-	if v.Step.LastError != nil {
-		v.LastError = pretty(v.Step.LastError)
-	}
-	v.Approval = v.Step.WaitingFor != nil && v.Step.WaitingFor.Kind == client.WaitingForKindApproval && !run.JSON200.Status.Terminal() &&
-		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
-	return v, nil
-}
-
-// mayDecide reports whether the session's role is among the roles of the approval
-// step key (admin always is), as its run's version defines them; when the
-// definition cannot be read, the buttons are shown and the API decides.
-func (h *Handler) mayDecide(r *http.Request, s *session, run *client.Run, key string) bool {
-	if s.who.Role >= api.RoleAdmin {
-		return true
-	}
-	ver, err := s.api.GetVersionWithResponse(r.Context(), run.Workflow, run.Version)
-	if err != nil {
-		return true
-	}
-	raw, err := json.Marshal(ver.JSON200.Definition)
-	if err != nil {
-		return true
-	}
-	var def struct {
-		Steps []struct {
-			Key      string `json:"key"`
-			Approval *struct {
-				Roles []string `json:"roles"`
-			} `json:"approval"`
-		} `json:"steps"`
-	}
-	if json.Unmarshal(raw, &def) != nil {
-		return true
-	}
-	for _, st := range def.Steps {
-		if st.Key == key && st.Approval != nil {
-			return slices.Contains(st.Approval.Roles, s.who.Role.String())
-		}
-	}
-	return true
 }
 
 // countingReader counts the bytes read through it.
@@ -825,7 +566,7 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	_, err := s.api.CancelRunWithResponse(r.Context(), id, client.CancelRunRequest{Reason: optional(r.PostFormValue("reason"))})
-	h.after(w, r, s, err, "/ui/runs/"+id.String())
+	h.done(w, r, s, err, "/ui/runs/"+id.String(), "Run canceled.")
 }
 
 func (h *Handler) retryRun(w http.ResponseWriter, r *http.Request, s *session) {
@@ -839,7 +580,7 @@ func (h *Handler) retryRun(w http.ResponseWriter, r *http.Request, s *session) {
 	if step := r.PostFormValue("step"); step != "" {
 		next += "?step=" + url.QueryEscape(step)
 	}
-	h.after(w, r, s, err, next)
+	h.done(w, r, s, err, next, "Run retried: its failed, canceled and skipped steps run again.")
 }
 
 func (h *Handler) pauseRun(w http.ResponseWriter, r *http.Request, s *session) {
@@ -849,7 +590,7 @@ func (h *Handler) pauseRun(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	_, err := s.api.PauseRunWithResponse(r.Context(), id, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
-	h.after(w, r, s, err, "/ui/runs/"+id.String())
+	h.done(w, r, s, err, "/ui/runs/"+id.String(), "Run paused: no step starts until it is resumed (running attempts finish).")
 }
 
 func (h *Handler) resumeRun(w http.ResponseWriter, r *http.Request, s *session) {
@@ -859,7 +600,7 @@ func (h *Handler) resumeRun(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	_, err := s.api.ResumeRunWithResponse(r.Context(), id, client.ControlBody{Reason: optional(r.PostFormValue("reason"))})
-	h.after(w, r, s, err, "/ui/runs/"+id.String())
+	h.done(w, r, s, err, "/ui/runs/"+id.String(), "Run resumed.")
 }
 
 func (h *Handler) rerunRun(w http.ResponseWriter, r *http.Request, s *session) {
@@ -892,7 +633,7 @@ func (h *Handler) rerunRun(w http.ResponseWriter, r *http.Request, s *session) {
 		h.after(w, r, s, nil, "/ui/runs/"+id.String())
 		return
 	}
-	h.after(w, r, s, nil, "/ui/runs/"+rr.Run.Id)
+	h.done(w, r, s, nil, "/ui/runs/"+rr.Run.Id, "Rerun started from step "+body.FromStep+".")
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -1133,7 +874,7 @@ func (h *Handler) signalRun(w http.ResponseWriter, r *http.Request, s *session) 
 		}
 	}
 	_, err := s.api.SendSignalWithResponse(r.Context(), id, name, &client.SendSignalParams{}, payload)
-	h.after(w, r, s, err, "/ui/runs/"+id.String())
+	h.done(w, r, s, err, "/ui/runs/"+id.String(), "Signal "+name+" sent.")
 }
 
 // decideStep approves or rejects an approval step, with a comment.
@@ -1155,7 +896,7 @@ func (h *Handler) decideStep(w http.ResponseWriter, r *http.Request, s *session)
 		h.renderStatus(w, r, s, "error", http.StatusBadRequest, map[string]any{"Status": 400, "Message": "decision: want approve or reject"})
 		return
 	}
-	h.after(w, r, s, err, "/ui/runs/"+id.String()+"?step="+url.QueryEscape(key))
+	h.done(w, r, s, err, "/ui/runs/"+id.String()+"?step="+url.QueryEscape(key), "Step "+key+": "+r.PostFormValue("decision")+" recorded.")
 }
 
 func (h *Handler) schedulesPage(w http.ResponseWriter, r *http.Request, s *session) {
@@ -1190,7 +931,7 @@ func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request, s *sess
 	case "trigger":
 		res, err := s.api.TriggerScheduleWithResponse(ctx, sid)
 		if err == nil && res.JSON202 != nil {
-			h.after(w, r, s, nil, "/ui/runs/"+res.JSON202.Id)
+			h.done(w, r, s, nil, "/ui/runs/"+res.JSON202.Id, "Schedule triggered: this is its run.")
 			return
 		}
 		h.after(w, r, s, err, "/ui/schedules")
@@ -1199,5 +940,5 @@ func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request, s *sess
 		http.NotFound(w, r)
 		return
 	}
-	h.after(w, r, s, err, "/ui/schedules")
+	h.done(w, r, s, err, "/ui/schedules", "Schedule "+r.PathValue("action")+"d.")
 }

@@ -145,6 +145,13 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/output", h.read(h.stepOutput))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/checkpoint", h.read(h.stepCheckpoint))
 	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/logs", h.read(h.stepLog))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/items", h.read(h.itemsPage))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/items/{index}", h.read(h.itemPage))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/items/{index}/logs", h.read(h.itemLog))
+	h.mux.HandleFunc("GET /ui/runs/{id}/steps/{key}/items/{index}/output", h.read(h.itemOutput))
+	h.mux.HandleFunc("GET /ui/search", h.read(h.search))
+	h.mux.HandleFunc("GET /ui/approvals", h.read(h.approvalsPage))
+	h.mux.HandleFunc("POST /ui/runs/selected", h.write(h.bulkSelected))
 	h.mux.HandleFunc("POST /ui/runs/{id}/cancel", h.write(h.cancelRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/retry", h.write(h.retryRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/pause", h.write(h.pauseRun))
@@ -237,7 +244,7 @@ func (h *Handler) read(next func(http.ResponseWriter, *http.Request, *session)) 
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := h.sessionOf(r)
 		if s == nil {
-			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.HasSuffix(r.URL.Path, "/timeline") || strings.Contains(r.URL.Path, "/steps/") {
+			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.HasSuffix(r.URL.Path, "/timeline") || (strings.Contains(r.URL.Path, "/steps/") && !strings.Contains(r.URL.Path, "/items")) {
 				http.Error(w, "log in first", http.StatusUnauthorized)
 				return
 			}

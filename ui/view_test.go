@@ -76,10 +76,10 @@ func TestMapNode(t *testing.T) {
 		text string
 		barW int
 	}{
-		{"expanding", &client.MapProgress{Created: 4, Succeeded: 1, Running: 3}, "1/≥4 done · 3 running", 35},
-		{"with failures", &client.MapProgress{Created: 10, Total: n(10), Succeeded: 7, Failed: 1, Running: 2}, "8/10 done · 1 failed · 2 running", 113},
-		{"done", &client.MapProgress{Created: 5, Total: n(5), Succeeded: 5}, "5/5 done", nodeW - 8},
-		{"empty", &client.MapProgress{Total: n(0)}, "0/0 done", nodeW - 8},
+		{"expanding", &client.MapProgress{Created: 4, Succeeded: 1, Running: 3}, "1/4+ ✓ · 3 running", 35},
+		{"with failures", &client.MapProgress{Created: 10, Total: n(10), Succeeded: 7, Failed: 1, Running: 2}, "7/10 ✓ 1 ✗ · 2 running", 113},
+		{"done", &client.MapProgress{Created: 5, Total: n(5), Succeeded: 5}, "5/5 ✓", nodeW - 8},
+		{"empty", &client.MapProgress{Total: n(0)}, "0/0 ✓", nodeW - 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,5 +91,5 @@ func TestMapNode(t *testing.T) {
 	}
 	g := layout([]client.Step{{Key: "split"}, {Key: "each", Needs: &[]string{"split"}, Map: &client.MapProgress{Created: 2}}})
 	require.Nil(t, g.Nodes[0].Map)
-	require.Equal(t, "0/≥2 done", g.Nodes[1].Map.Text)
+	require.Equal(t, "0/2+ ✓", g.Nodes[1].Map.Text)
 }

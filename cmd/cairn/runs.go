@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/google/uuid"
@@ -74,17 +75,37 @@ func parseRunID(s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// runClient parses a run ID argument and returns it with a client.
+// runClient reads a run ID argument and returns it with a client. A short ID (the
+// last 12 hex digits the web UI shows, or the first 8 or more) is looked up on
+// the server (GET /v1/runs:lookup): it must name one run.
 func (c *cli) runClient(arg string) (uuid.UUID, *client.Client, error) {
 	id, err := parseRunID(arg)
-	if err != nil {
+	if err != nil && !shortRunID.MatchString(arg) {
 		return uuid.Nil, nil, err
 	}
-	cl, err := c.client()
-	if err != nil {
-		return uuid.Nil, nil, err
+	cl, cerr := c.client()
+	if cerr != nil {
+		return uuid.Nil, nil, cerr
 	}
-	return id, cl, nil
+	if err == nil {
+		return id, cl, nil
+	}
+	res, err := cl.LookupRunsWithResponse(context.Background(), &client.LookupRunsParams{Id: arg})
+	if err != nil {
+		return uuid.Nil, nil, fmt.Errorf("look up run %s: %w", arg, err)
+	}
+	runs := deref(res.JSON200.Items)
+	switch len(runs) {
+	case 0:
+		return uuid.Nil, nil, fmt.Errorf("no run has the ID %s", arg)
+	case 1:
+		return uuid.MustParse(runs[0].Id), cl, nil
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.Id
+	}
+	return uuid.Nil, nil, fmt.Errorf("the ID %s names several runs (%s): give more of it", arg, strings.Join(ids, ", "))
 }
 
 // stoppedFollowing says, when the user interrupted, that the run goes on.
@@ -131,3 +152,6 @@ func checkJSON(b []byte) error {
 	col := int(at) - bytes.LastIndexByte(b[:at], '\n')
 	return fmt.Errorf("line %d, column %d (byte %d): %s", line, col, at, syntax.Error())
 }
+
+// shortRunID is a short form of a run ID: 8 to 35 hex digits and dashes.
+var shortRunID = regexp.MustCompile(`^[0-9a-fA-F-]{8,35}$`)

@@ -179,13 +179,17 @@ func TestUIActionsInBrowser(t *testing.T) {
 	t.Run("signal", func(t *testing.T) {
 		run := e.startRun(t, "paid")
 		b := e.operator(t)
+		// The form is open and offers the name the run waits for.
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=paid"),
 			b.poll(`document.getElementById('waiting-for') !== null && document.getElementById('waiting-for').textContent.includes('signal')`),
-			chromedp.Click(chromedp.CSS(`#signal-box summary`)),
-			chromedp.WaitVisible(chromedp.ID("signal-name")),
-			chromedp.SendKeys(chromedp.ID("signal-name"), "paid"),
-			chromedp.SetValue(chromedp.ID("signal-payload"), `{"amount": 5}`))
+			chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=paid"),
+			chromedp.WaitVisible(chromedp.ID("signal-name")))
+		require.Equal(t, "paid", b.value("#signal-name"))
+		require.Contains(t, b.text("#signal-name"), "waited for now")
+		b.shoot("signal-wait.png")
+		b.do(chromedp.SetValue(chromedp.ID("signal-payload"), `{"amount": 5}`))
 		b.submit(chromedp.Click(chromedp.ID("send-signal")))
+		require.Equal(t, "Signal paid sent.", b.text("#flash"), "the page says what the action did")
 		b.do(b.poll(`document.getElementById('run-status').textContent === 'succeeded'`))
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+run+"?step=paid"), chromedp.WaitVisible(chromedp.ID("output")))
 		require.Contains(t, b.text("#output"), `"amount": 5`)
@@ -219,29 +223,33 @@ func TestUIActionsInBrowser(t *testing.T) {
 		other := e.startRun(t, "held", "-l", "batch=other")
 		t.Cleanup(func() { _, _ = e.cliResult("run", "cancel", other) })
 		b := e.operator(t)
+		// The unfiltered list offers no action on every run.
 		b.do(chromedp.Navigate(e.server+"/ui/runs"), chromedp.WaitVisible(chromedp.ID("filters")))
+		require.Zero(t, b.eval(`document.querySelectorAll('#bulk').length`), "no bulk action on the unfiltered list")
 		b.submit(
-			chromedp.SendKeys(chromedp.CSS(`#filters input[name=workflow]`), "held"),
+			chromedp.SetValue(chromedp.CSS(`#filters select[name=workflow]`), "held"),
 			chromedp.SendKeys(chromedp.CSS(`#filters input[name=label]`), batch),
 			chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)),
 		)
 		b.do(chromedp.WaitVisible(chromedp.ID("bulk")))
 		require.ElementsMatch(t, mine, b.listedRuns())
-		require.Equal(t, "cancel", b.value(`#bulk select[name=action]`))
-		dialog := b.acceptDialogs()
+		require.Equal(t, "", b.value(`#bulk select[name=action]`), "no action chosen beforehand")
+		b.do(chromedp.SetValue(chromedp.CSS(`#bulk select[name=action]`), "cancel"))
+		// It asks first, naming the action and the number of runs.
 		b.submit(chromedp.Click(chromedp.CSS(`#bulk button[type=submit]`)))
-		select {
-		case msg := <-dialog:
-			require.Contains(t, msg, "every run the filter matches")
-		case <-time.After(5 * time.Second): // it opened before the click returned, if at all
-			t.Fatal("the bulk action did not ask first")
-		}
-		// The operation's page follows it to its end: the three runs canceled.
+		require.Equal(t, "Cancel 3 runs?", b.text("#confirm-title"))
+		require.Contains(t, b.text("#confirm-text"), "label "+batch)
+		b.shoot("bulk-confirm.png")
+		b.submit(chromedp.Click(chromedp.ID("confirm")))
+		// The operation's page follows it to its end: the three runs canceled, each listed.
 		b.do(chromedp.WaitVisible(chromedp.ID("operation")),
 			b.poll(`document.getElementById('operation') && document.getElementById('operation').dataset.status === 'succeeded'`))
 		require.Contains(t, b.text("h1"), "Bulk cancel")
 		require.Equal(t, "3", b.attr("#operation", "data-total"))
 		require.Equal(t, "3", b.attr("#operation", "data-applied"))
+		b.do(b.poll(`document.querySelectorAll('#op-runs tr[data-outcome=applied]').length === 3`))
+		require.ElementsMatch(t, mine, b.attrs(`#op-runs tr[data-run]`, "data-run"))
+		b.shoot("bulk-operation.png")
 		// Back to the filtered list: every run of the batch canceled, the other runs on.
 		b.submit(chromedp.Click(chromedp.CSS(`[data-back]`)))
 		b.do(chromedp.WaitVisible(chromedp.ID("runs")))
@@ -273,7 +281,7 @@ func TestUIActionsInBrowser(t *testing.T) {
 			t.Fatal("trigger did not ask first")
 		}
 		b.do(chromedp.WaitVisible(chromedp.ID("run")), b.poll(`document.getElementById('run-status').textContent === 'succeeded'`))
-		require.Contains(t, b.text("h1"), "clocked")
+		b.do(b.poll(`document.querySelector('h1').textContent.includes('clocked')`))
 		// A viewer sees the schedule and no button.
 		v := e.login(t, e.dev.creds["CAIRN_VIEWER_TOKEN"])
 		v.do(chromedp.Navigate(e.server+"/ui/schedules"), chromedp.WaitVisible(chromedp.CSS(row)))
@@ -301,12 +309,22 @@ func TestUIActionsInBrowser(t *testing.T) {
 			require.Zero(t, v.eval(`document.querySelectorAll('main form, main button').length`))
 		}
 	})
+
+	debuggingSubtests(t, e)
 }
 
 // texts returns the text of every element sel matches.
 func (b *browserTab) texts(sel string) []string {
 	b.t.Helper()
 	out, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+"`"+sel+"`"+`)).map(e => e.textContent)`))
+	require.NoError(b.t, err, sel)
+	return out
+}
+
+// attrs returns the attribute name of every element sel matches.
+func (b *browserTab) attrs(sel, name string) []string {
+	b.t.Helper()
+	out, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll(`+"`"+sel+"`"+`)).map(e => e.getAttribute("`+name+`"))`))
 	require.NoError(b.t, err, sel)
 	return out
 }

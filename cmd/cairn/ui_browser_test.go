@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -52,7 +53,7 @@ func TestUIInBrowser(t *testing.T) {
 		b.submit(chromedp.SendKeys(chromedp.ID("token"), e.dev.creds["CAIRN_VIEWER_TOKEN"]), chromedp.Click(chromedp.ID("login")))
 		b.do(chromedp.WaitVisible(chromedp.ID("runs")))
 		require.Contains(t, b.text("#who"), "(viewer)")
-		require.Equal(t, "tagged", b.value(`#filters input[name=workflow]`), "back on the page asked for")
+		require.Equal(t, "tagged", b.value(`#filters select[name=workflow]`), "back on the page asked for")
 
 		// The one-click link `cairn dev` prints logs in as operator (its fragment
 		// never reaches the server); logging out ends the session.
@@ -72,10 +73,10 @@ func TestUIInBrowser(t *testing.T) {
 		broken := e.startRun(t, "broken")
 		b := e.operator(t)
 
-		// Workflow and label typed into the filter form: only team a's runs of tagged.
+		// Workflow chosen and label typed into the filter form: only team a's runs of tagged.
 		b.do(chromedp.Navigate(e.server+"/ui/runs"), chromedp.WaitVisible(chromedp.ID("filters")))
 		b.submit(
-			chromedp.SendKeys(chromedp.CSS(`#filters input[name=workflow]`), "tagged"),
+			chromedp.SetValue(chromedp.CSS(`#filters select[name=workflow]`), "tagged"),
 			chromedp.SendKeys(chromedp.CSS(`#filters input[name=label]`), "team=a"),
 			chromedp.Click(chromedp.CSS(`#filters button[type=submit]`)),
 		)
@@ -237,7 +238,7 @@ func TestUIInBrowser(t *testing.T) {
 		mapped := e.startRun(t, "mapped")
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+mapped),
 			b.poll(`document.getElementById('run-status').textContent === 'succeeded'`),
-			b.poll(`(document.querySelector('#dag .node[data-key=each] text.map') || {}).textContent === '5/5 done'`))
+			b.poll(`(document.querySelector('#dag .node[data-key=each] text.map') || {}).textContent === '5/5 ✓'`))
 		require.Equal(t, 2, b.eval(`document.querySelectorAll('#dag .node').length`), "the map's instances are not nodes of their own")
 		b.do(chromedp.Navigate(e.server+"/ui/runs"), chromedp.WaitVisible(chromedp.ID("runs")))
 		b.shoot("runs.png")
@@ -245,7 +246,7 @@ func TestUIInBrowser(t *testing.T) {
 		big := e.startRun(t, "big")
 		start := time.Now()
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+big), b.poll(`document.querySelectorAll('#dag .node').length === 1000`))
-		t.Logf("the run page of 1,000 steps rendered in %s", time.Since(start).Round(time.Millisecond))
+		t.Logf("the run page of 1,000 steps rendered in %s (the server built it in %s)", time.Since(start).Round(time.Millisecond), b.attr("#run", "data-elapsed"))
 	})
 }
 
@@ -324,8 +325,9 @@ type browserTab struct {
 	ctx context.Context
 }
 
-// tabTimeout bounds everything one subtest does in its tabs.
-const tabTimeout = time.Minute
+// tabTimeout bounds everything one subtest does in its tabs (a map of many items
+// runs to its end in one).
+const tabTimeout = 3 * time.Minute
 
 // tab opens a tab in a new browser context, logged in as no one.
 func (e *browserEnv) tab(t *testing.T) *browserTab {
@@ -336,8 +338,10 @@ func (e *browserEnv) tab(t *testing.T) *browserTab {
 	t.Cleanup(cancelTimeout)
 	b := &browserTab{t: t, ctx: tctx}
 	t.Cleanup(func() {
-		if t.Failed() { // what the page showed
-			s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.location.href + "\n" + document.body.innerText`))
+		if t.Failed() { // what the page showed (if the tab still answers)
+			ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			s, err := chromedp.Run(ectx, chromedp.Evaluate[string](`document.location.href + "\n" + document.body.innerText`))
 			if err == nil {
 				t.Logf("the page when the test failed: %s", s)
 			}
@@ -447,14 +451,46 @@ func (b *browserTab) acceptDialogs() <-chan string {
 	return msgs
 }
 
-// shoot saves a screenshot of the whole page in the subtest's artifact folder.
+// shoot saves screenshots of the whole page in the subtest's artifact folder:
+// name as the page looks in light mode, and name with -dark before its
+// extension as it looks when the system prefers dark (the UI follows it).
 func (b *browserTab) shoot(name string) {
 	b.t.Helper()
-	shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
+	for _, scheme := range []string{"light", "dark"} {
+		b.withScheme(scheme, func() {
+			// A screenshot is an artifact, not an assertion: one that Chromium does
+			// not take within a minute (seen once on a machine loaded ~20 times over
+			// its cores) is logged, not failed.
+			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+			defer cancel()
+			shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
+			if err != nil {
+				b.t.Logf("no screenshot %s (%s): %v", name, scheme, err)
+				return
+			}
+			file := name
+			if scheme == "dark" {
+				file = strings.TrimSuffix(name, ".png") + "-dark.png"
+			}
+			path := filepath.Join(b.t.ArtifactDir(), file)
+			require.NoError(b.t, os.WriteFile(path, shot, 0o644))
+			b.t.Logf("screenshot: %s", path)
+		})
+	}
+}
+
+// withScheme runs f with the page rendered as when the system prefers scheme
+// (light or dark), then as the system says again.
+func (b *browserTab) withScheme(scheme string, f func()) {
+	b.t.Helper()
+	_, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+		Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
 	require.NoError(b.t, err)
-	path := filepath.Join(b.t.ArtifactDir(), name)
-	require.NoError(b.t, os.WriteFile(path, shot, 0o644))
-	b.t.Logf("screenshot: %s", path)
+	defer func() {
+		_, err := chromedp.Call(b.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
+		require.NoError(b.t, err)
+	}()
+	f()
 }
 
 // startRun starts a run of workflow through the CLI (with its extra flags) and

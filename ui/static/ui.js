@@ -37,6 +37,89 @@
   }
   followOperation();
 
+  // Times: the server writes UTC; show them in the browser's time zone with how
+  // long ago, keeping UTC on hover, and keep "ago" current.
+  function pad(n) { return (n < 10 ? "0" : "") + n; }
+  function rel(ms) {
+    var s = Math.abs(ms) / 1000, t;
+    if (s < 60) t = Math.round(s) + "s";
+    else if (s < 3600) t = Math.floor(s / 60) + "m";
+    else if (s < 172800) t = Math.floor(s / 3600) + "h";
+    else t = Math.floor(s / 86400) + "d";
+    return ms < 0 ? "in " + t : t + " ago";
+  }
+  function localTimes(root) {
+    (root || document).querySelectorAll("time[datetime]").forEach(function (el) {
+      var d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      var local = d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+        pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds());
+      el.textContent = local + " ";
+      var span = document.createElement("span");
+      span.className = "rel";
+      span.textContent = "(" + rel(Date.now() - d.getTime()) + ")";
+      el.appendChild(span);
+      el.classList.add("local");
+    });
+  }
+  localTimes();
+  setInterval(function () { localTimes(); }, 30000);
+
+  // Keys: / searches; g then r, a, w, s or l goes to runs, approvals, workflows,
+  // schedules or limits.
+  var lastG = 0;
+  document.addEventListener("keydown", function (e) {
+    var t = e.target, typing = t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable);
+    if (typing || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "/") {
+      var q = document.getElementById("search-q");
+      if (q) { e.preventDefault(); q.focus(); }
+      return;
+    }
+    if (e.key === "g") { lastG = Date.now(); return; }
+    if (Date.now() - lastG < 1500) {
+      var link = document.querySelector('#nav a[data-key="' + e.key + '"]');
+      if (link) { e.preventDefault(); location.href = link.href; }
+    }
+  });
+
+  // The runs list's "select all" box.
+  var all = document.getElementById("pick-all");
+  if (all) all.addEventListener("change", function () {
+    document.querySelectorAll("input.pick").forEach(function (c) { c.checked = all.checked; });
+  });
+  document.querySelectorAll("select[data-autosubmit]").forEach(function (sel) {
+    sel.addEventListener("change", function () { sel.form.submit(); });
+  });
+
+  // Parts of a page that refresh quietly (data-refresh: every so many ms): the
+  // page is fetched again and the part replaced, unless the user is working in
+  // it (a box ticked, a field focused) or the tab is hidden.
+  document.querySelectorAll("[data-refresh]").forEach(function (part) {
+    var every = parseInt(part.getAttribute("data-refresh"), 10) || 5000;
+    function again() {
+      setTimeout(function () {
+        var cur = document.getElementById(part.id);
+        if (document.hidden || !cur || cur.querySelector("input:checked") || cur.contains(document.activeElement) ||
+            document.querySelector("input.pick:checked")) { again(); return; }
+        fetch(location.href, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (html) {
+            var next = new DOMParser().parseFromString(html, "text/html").getElementById(part.id);
+            var now = document.getElementById(part.id);
+            if (next && now && !now.querySelector("input:checked")) {
+              now.replaceWith(document.adoptNode(next));
+              localTimes(next);
+              document.body.setAttribute("data-refreshed", String(Date.now()));
+            }
+            again();
+          })
+          .catch(function () { again(); });
+      }, every);
+    }
+    again();
+  });
+
   var run = document.getElementById("run");
   if (!run) return;
   var id = run.getAttribute("data-run");
@@ -110,15 +193,36 @@
   }
   followLog();
 
-  // A click on a node opens its panel in place.
-  var dag = document.getElementById("dag");
-  if (dag) {
-    dag.addEventListener("click", function (e) {
-      var n = e.target.closest(".node");
-      if (!n) return;
-      e.preventDefault();
-      loadPanel(n.getAttribute("data-key"), true);
-    });
+  // A click on a node opens its panel in place (the graph may be redrawn).
+  document.addEventListener("click", function (e) {
+    var n = e.target.closest && e.target.closest("#dag .node");
+    if (!n) return;
+    e.preventDefault();
+    loadPanel(n.getAttribute("data-key"), true);
+  });
+
+  // The parts of the run page the server draws (data-live: the header with the
+  // run's error, the graph, earlier tries, the history), fetched again when a
+  // step appears (compensations, on_failure) or the run's status or error changes.
+  var partsPending = false;
+  function reloadParts() {
+    if (partsPending) return;
+    partsPending = true;
+    fetch(location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        partsPending = false;
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live]").forEach(function (part) {
+          var next = doc.getElementById(part.id);
+          if (next) { part.replaceWith(document.adoptNode(next)); localTimes(next); }
+        });
+        var key = panel.getAttribute("data-step");
+        document.querySelectorAll("#dag .node").forEach(function (n) {
+          n.classList.toggle("selected", n.getAttribute("data-key") === key);
+        });
+      })
+      .catch(function () { partsPending = false; });
   }
   window.addEventListener("popstate", function () {
     var key = new URLSearchParams(location.search).get("step");
@@ -170,9 +274,16 @@
         .then(function (r) { return r.json(); })
         .then(function (s) {
           pending = false;
-          var changedOpen = false;
+          var changedOpen = false, shown = {}, newSteps = false;
           document.querySelectorAll("#dag .node").forEach(function (n) {
             var key = n.getAttribute("data-key"), st = s.steps[key];
+            shown[key] = true;
+            var state = s.states[key] || "";
+            if (state !== (n.getAttribute("data-state") || "")) {
+              Array.prototype.slice.call(n.classList).forEach(function (c) { if (c.indexOf("ns-") === 0) n.classList.remove(c); });
+              if (state) n.classList.add("ns-" + state);
+              n.setAttribute("data-state", state);
+            }
             if (st && st !== n.getAttribute("data-status")) {
               setStatus(n, st);
               if (n.querySelector("title")) n.querySelector("title").textContent = key + ": " + st;
@@ -184,12 +295,19 @@
             if (key === panel.getAttribute("data-step") && prevSteps[key] !== undefined && prevSteps[key] !== s.attempts[key]) changedOpen = true;
             prevSteps[key] = s.attempts[key];
           });
+          Object.keys(s.steps).forEach(function (k) { if (!shown[k]) newSteps = true; });
           var rs = document.getElementById("run-status");
+          var errNow = document.getElementById("run-error");
+          var errChanged = (s.error || "") !== (errNow ? errNow.getAttribute("data-line") || "" : "");
+          if (newSteps || errChanged || s.status !== lastStatus) reloadParts();
+          rs = document.getElementById("run-status");
           rs.textContent = s.status;
           setStatus(rs, s.status);
           run.setAttribute("data-status", s.status);
           run.setAttribute("data-terminal", s.terminal ? "true" : "false");
-          document.getElementById("progress").textContent = s.steps_total + " steps, " + s.steps_remaining + " left";
+          var why = document.getElementById("run-why");
+          if (why) why.textContent = s.why || "";
+          document.getElementById("progress").textContent = s.count + ", " + s.steps_remaining + " left";
           showActions(s.status);
           var key = panel.getAttribute("data-step");
           if (key && (changedOpen || s.status !== lastStatus)) loadPanel(key, false);

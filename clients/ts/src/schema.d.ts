@@ -800,6 +800,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/runs:lookup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Find runs by a short ID
+         * @description The runs (at most 5, newest first) whose ID the id parameter names: the whole ID, its last 12 hex digits (the short ID the web UI shows), or its first 8 to 31 hex digits. One item: the ID is unique; none: no run has it; several: it is ambiguous (give more of it).
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["lookupRuns"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/schedules": {
         parameters: {
             query?: never;
@@ -1496,6 +1518,9 @@ export interface components {
         };
         ItemsOutputAttemptBody: {
             items: components["schemas"]["Attempt"][] | null;
+        };
+        ItemsOutputRunBody: {
+            items: components["schemas"]["Run"][] | null;
         };
         ItemsOutputStepBody: {
             items: components["schemas"]["Step"][] | null;
@@ -7652,6 +7677,122 @@ export interface operations {
              *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
              */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    lookupRuns: {
+        parameters: {
+            query: {
+                /** @description a run ID, whole or short */
+                id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ItemsOutputRunBody"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

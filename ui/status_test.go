@@ -1,0 +1,57 @@
+package ui
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/client"
+)
+
+func TestErrorOf(t *testing.T) {
+	t.Parallel()
+	run := map[string]any{"message": "step load failed", "step": "load",
+		"cause": map[string]any{"code": "exit_status", "message": "exit status 3\nstderr: relation \"x\" does not exist", "retryable": true}}
+	e := errorOf(run)
+	require.Equal(t, "step load: exit_status: exit status 3", e.Line())
+	require.Equal(t, `stderr: relation "x" does not exist`, e.More, "the rest of the message with its line breaks")
+	require.Contains(t, e.JSON, `"retryable": true`)
+	require.Nil(t, errorOf(nil))
+
+	// Retryable only while the step will try again.
+	raw := map[string]any{"code": "boom", "message": "no", "retryable": true}
+	require.False(t, errorOf(raw).withRetry(raw, client.Step{Status: client.StepStatusFailed, Attempts: 3, MaxAttempts: 3}).Retryable)
+	require.True(t, errorOf(raw).withRetry(raw, client.Step{Status: client.StepStatusReady, Attempts: 1, MaxAttempts: 3}).Retryable)
+}
+
+func TestWhyOf(t *testing.T) {
+	t.Parallel()
+	name, two, one := "paid", int64(2), int64(1)
+	tenant, acme := "tenant", "acme"
+	running := &client.Run{Status: client.RunStatusRunning}
+	tests := []struct {
+		name  string
+		run   *client.Run
+		steps []client.Step
+		kind  string
+		text  string
+	}{
+		{"signal", running, []client.Step{{Key: "pay", Status: client.StepStatusSuspended, WaitingFor: &client.WaitingFor{Kind: client.WaitingForKindSignal, Name: &name}}},
+			"waiting", "waiting: signal paid"},
+		{"approval", running, []client.Step{{Key: "sign", Status: client.StepStatusSuspended, WaitingFor: &client.WaitingFor{Kind: client.WaitingForKindApproval, Required: &two, Approvals: &one}}},
+			"waiting", "waiting: approval 1/2 (sign)"},
+		{"blocked", running, []client.Step{{Key: "nap", Status: client.StepStatusReady, BlockedBy: &client.BlockedBy{Kind: client.BlockedByKindConcurrency, Name: &tenant, Key: &acme, InUse: &two, Limit: &two}}},
+			"blocked", "blocked: concurrency tenant (acme) 2/2"},
+		{"running", running, []client.Step{{Key: "a", Status: client.StepStatusRunning}}, "running", "running: a"},
+		{"paused", &client.Run{Status: client.RunStatusPaused, PauseReason: ptr(client.RunPauseReason("workflow"))}, nil, "paused", "paused (workflow)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			w := whyOf(tt.run, tt.steps)
+			require.Equal(t, tt.kind, w.Kind)
+			require.Equal(t, tt.text, w.Text)
+		})
+	}
+	require.Nil(t, whyOf(&client.Run{Status: client.RunStatusSucceeded}, nil))
+}
