@@ -17,7 +17,7 @@ TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: all build test test-go test-go-parallel test-go-quiet test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: all build test test-go test-go-parallel test-go-quiet test-helm test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
@@ -55,6 +55,10 @@ test-go-parallel:
 
 test-go-quiet:
 	gotestsum --format testname -- -count=1 -run '$(QUIET_TESTS)' ./internal/e2e/
+
+## test-helm: `helm lint --strict` and `helm template` of deploy/helm/cairn with Helm v4's own packages (pinned in deploy/helm/test/go.mod), for its default values and each example, every object decoded strictly into its Kubernetes type.
+test-helm:
+	cd deploy/helm/test && $(GO) test -count=1 ./...
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build
