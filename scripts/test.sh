@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: its stages in turn (tools, build, the Go tests, the quiet test, the
-# Helm chart, the TypeScript client, fuzzing within a budget), then the wall time
-# of each. A stage that fails stops the run, as make would, and the times so far
-# are printed.
+# Helm chart, the container image, the TypeScript client, fuzzing within a budget),
+# then the wall time of each. A stage that fails stops the run, as make would, and
+# the times so far are printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make="${MAKE:-make}"
@@ -12,6 +12,7 @@ stages=(
 	"go tests|test-go-parallel"
 	"quiet test|test-go-quiet"
 	"helm chart|test-helm"
+	"image|test-image"
 	"ts client|test-ts"
 	"fuzz|fuzz-budget"
 )
