@@ -312,7 +312,12 @@ func TestCompose(t *testing.T) {
 		}
 		t.Skip("podman-compose is missing")
 	}
-	buildImage(t) // the base images, and the image's layers podman-compose's build reuses
+	buildImage(t)
+	// compose.yaml's image for its build: the same Dockerfile, built above with
+	// the host's network for its downloads (podman-compose builds without it).
+	ctx0, cancel0 := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel0()
+	run(t, repoRoot, podmanCmd(ctx0, "tag", image, "cairn:local"))
 	nofile, nproc := limits(t)
 	dbURL := testenv.DatabaseURL(t)
 	s3, bucket := testenv.S3Bucket(t)
