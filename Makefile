@@ -17,18 +17,19 @@ TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
-.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-pgbouncer test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
+.PHONY: sdk-vendor all build test test-go test-go-parallel test-go-quiet test-pgbouncer test-helm test-image test-ts fuzz fuzz-budget migration dev demo bench lint tools lambda-emulator generate openapi client ts-schema lambda-zip clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cairn
 
-## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, PgBouncer, Chromium for the UI's browser tests, python3 and node for the function SDKs) if missing.
+## tools: install what tests and the demo need (the versitygw S3 server, AWS's Lambda runtime interface emulator, gotestsum, bubblewrap and pasta, PgBouncer, Chromium for the UI's browser tests, python3 and node for the function SDKs, podman with runc and mmdebstrap for the image's test) if missing.
 tools: lambda-emulator
 	@scripts/install-sandbox.sh
 	@scripts/install-sdk-runtimes.sh
 	@scripts/install-pgbouncer.sh
+	@scripts/install-podman.sh
 	@scripts/install-chromium.sh
 	@command -v versitygw >/dev/null 2>&1 || { echo "installing versitygw $(VERSITYGW_VERSION)"; $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 	@command -v gotestsum >/dev/null 2>&1 || { echo "installing gotestsum $(GOTESTSUM_VERSION)"; $(GO) install gotest.tools/gotestsum@$(GOTESTSUM_VERSION); }
@@ -51,9 +52,11 @@ TEST_OUTPUT ?= $(CURDIR)/test-output
 QUIET_TESTS = ^TestRateLimitStarts$$
 test-go: test-go-parallel test-go-quiet
 
+# Every package but the image's test, which has a stage of its own (test-image).
+GO_TEST_PACKAGES = $(shell $(GO) list ./... | grep -v '/internal/imagetest$$')
 test-go-parallel:
 	@mkdir -p $(TEST_OUTPUT)
-	gotestsum --format testname -- -race -count=1 -artifacts -outputdir=$(TEST_OUTPUT) -skip '$(QUIET_TESTS)' ./...
+	gotestsum --format testname -- -race -count=1 -artifacts -outputdir=$(TEST_OUTPUT) -skip '$(QUIET_TESTS)' $(GO_TEST_PACKAGES)
 
 test-go-quiet:
 	gotestsum --format testname -- -count=1 -run '$(QUIET_TESTS)' ./internal/e2e/
@@ -65,6 +68,14 @@ PGBOUNCER_TESTS = ^(TestRetryAndRerun|TestSleepSurvivesKill|TestMapSurvivesKill|
 ## test-pgbouncer: the end-to-end suite's core through a PgBouncer in transaction mode.
 test-pgbouncer:
 	CAIRN_E2E_PGBOUNCER=1 CAIRN_CHAOS_SECONDS=15 CAIRN_CHAOS_RUNS=12 gotestsum --format testname -- -count=1 -run '$(PGBOUNCER_TESTS)' ./internal/e2e/
+
+## test-helm: `helm lint --strict` and `helm template` of deploy/helm/cairn with Helm v4's own packages (pinned in deploy/helm/test/go.mod), for its default values and each example, every object decoded strictly into its Kubernetes type.
+test-helm:
+	cd deploy/helm/test && $(GO) test -count=1 ./...
+
+## test-image: build the Dockerfile with podman (base images stood in by scripts/image-bases.sh) and run the image for real: non-root, /readyz, exec steps in the sandbox, SIGTERM (internal/imagetest).
+test-image:
+	gotestsum --format testname -- -count=1 -timeout 30m ./internal/imagetest/
 
 ## test-ts: the TypeScript client (clients/ts) against a fresh `cairn dev`.
 test-ts: build

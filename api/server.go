@@ -186,6 +186,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerLimits()
+	s.registerCapacity()
 	s.registerHooks()
 	s.registerSchedules()
 	return s

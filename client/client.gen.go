@@ -783,6 +783,21 @@ type CancelRunRequest struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// Capacity defines model for Capacity.
+type Capacity struct {
+	// Claimable ready steps the pool could claim now: runs_on within its tags, not held by a paused run, their concurrency key not full, their rate bucket not empty (as many as the key's free slots and the bucket's whole tokens); at most 100000
+	Claimable int64 `json:"claimable"`
+
+	// Demand claimable + running, as the gauge cairn_pool_demand reports it: 0 only when the pool has nothing to start and no lease to lose, when scaling it to zero is safe
+	Demand int64 `json:"demand"`
+
+	// Running attempts leased to the pool's dispatchers (those that run with exactly these tags), including those of a dispatcher that died, until the sweep makes their steps ready again
+	Running int64 `json:"running"`
+
+	// Tags the pool's tags, sorted (empty: the untagged pool)
+	Tags *[]string `json:"tags"`
+}
+
 // CheckpointResult defines model for CheckpointResult.
 type CheckpointResult struct {
 	// Checkpoint the stored value: inline JSON or a $blob reference
@@ -1703,6 +1718,12 @@ type CompleteCallbackParams struct {
 // CompleteCallbackParamsOutcome defines parameters for CompleteCallback.
 type CompleteCallbackParamsOutcome string
 
+// GetCapacityParams defines parameters for GetCapacity.
+type GetCapacityParams struct {
+	// Tags the pool's tags, comma-separated (gpu,cuda); empty or absent: the untagged pool
+	Tags *string `form:"tags,omitempty" json:"tags,omitempty"`
+}
+
 // ListReceivedEventsParams defines parameters for ListReceivedEvents.
 type ListReceivedEventsParams struct {
 	// Name only events of this name
@@ -2113,6 +2134,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
 	CompleteCallback(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetCapacity Show the demand of a pool of dispatchers
+	//
+	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/capacity (the `GetCapacity` operationId).
+	GetCapacity(ctx context.Context, params *GetCapacityParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListReceivedEvents List received events
 	//
@@ -2942,6 +2972,25 @@ func (c *APIClient) CompleteCallbackWithBody(ctx context.Context, token string, 
 // Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
 func (c *APIClient) CompleteCallback(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCompleteCallbackRequest(c.Server, token, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetCapacity Show the demand of a pool of dispatchers
+//
+// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/capacity (the `GetCapacity` operationId).
+func (c *APIClient) GetCapacity(ctx context.Context, params *GetCapacityParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetCapacityRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4640,6 +4689,60 @@ func NewCompleteCallbackRequestWithBody(server string, token string, params *Com
 			req.Header.Set("Content-Type", headerParam0)
 		}
 
+	}
+
+	return req, nil
+}
+
+// NewGetCapacityRequest constructs an http.Request for the GetCapacity method
+func NewGetCapacityRequest(server string, params *GetCapacityParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/capacity")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Tags != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "tags", *params.Tags, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
 	}
 
 	return req, nil
@@ -7685,6 +7788,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/callbacks/{token} (the `CompleteCallback` operationId).
 	CompleteCallbackWithResponse(ctx context.Context, token string, params *CompleteCallbackParams, body CompleteCallbackJSONRequestBody, reqEditors ...RequestEditorFn) (*CompleteCallbackResponse, error)
 
+	// GetCapacityWithResponse Show the demand of a pool of dispatchers
+	//
+	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/capacity (the `GetCapacity` operationId).
+	GetCapacityWithResponse(ctx context.Context, params *GetCapacityParams, reqEditors ...RequestEditorFn) (*GetCapacityResponse, error)
+
 	// ListReceivedEventsWithResponse List received events
 	//
 	// Received events, newest first, keyset-paginated.
@@ -9001,6 +9115,96 @@ func (r CompleteCallbackResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CompleteCallbackResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetCapacityResponse503Headers the declared response headers of an HTTP 503 response for GetCapacity
+type GetCapacityResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetCapacityResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Capacity
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetCapacityResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetCapacityResponse) GetJSON200() *Capacity {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetCapacityResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetCapacityResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetCapacityResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetCapacityResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetCapacityResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -14925,6 +15129,23 @@ func (c *ClientWithResponses) CompleteCallbackWithResponse(ctx context.Context, 
 	return ParseCompleteCallbackResponse(rsp)
 }
 
+// GetCapacityWithResponse Show the demand of a pool of dispatchers
+//
+// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/capacity (the `GetCapacity` operationId).
+func (c *ClientWithResponses) GetCapacityWithResponse(ctx context.Context, params *GetCapacityParams, reqEditors ...RequestEditorFn) (*GetCapacityResponse, error) {
+	rsp, err := c.GetCapacity(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetCapacityResponse(rsp)
+}
+
 // ListReceivedEventsWithResponse List received events
 //
 // Received events, newest first, keyset-paginated.
@@ -16608,6 +16829,87 @@ func ParseCompleteCallbackResponse(rsp *http.Response) (*CompleteCallbackRespons
 	switch {
 	case rsp.StatusCode == 503:
 		var headers CompleteCallbackResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetCapacityResponse parses an HTTP response from a GetCapacityWithResponse call
+func ParseGetCapacityResponse(rsp *http.Response) (*GetCapacityResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetCapacityResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Capacity
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetCapacityResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: its stages in turn (tools, build, the Go tests, the quiet test, the
-# end-to-end core through PgBouncer, the TypeScript client, fuzzing within a
-# budget), then the wall time of each. A stage
+# end-to-end core through PgBouncer, the Helm chart, the container image, the
+# TypeScript client, fuzzing within a budget), then the wall time of each. A stage
 # that fails stops the run, as make would, and the times so far are printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,11 +12,13 @@ stages=(
 	"go tests|test-go-parallel"
 	"quiet test|test-go-quiet"
 	"pgbouncer|test-pgbouncer"
+	"helm chart|test-helm"
+	"image|test-image"
 	"ts client|test-ts"
 	"fuzz|fuzz-budget"
 )
 summary_file=$(mktemp)
-trap 'rm -f "$summary_file"' EXIT
+trap 'rm -f "$summary_file" "${prebuild_log:-}"' EXIT
 export FUZZ_SUMMARY="$summary_file"
 
 clock() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
@@ -24,12 +26,23 @@ clock() { printf '%d:%02d' $(($1 / 60)) $(($1 % 60)); }
 report=()
 failed=""
 all_start=$(date +%s)
+prebuild_pid=""
+prebuild_log=$(mktemp)
 for stage in "${stages[@]}"; do
 	name=${stage%%|*}
 	target=${stage#*|}
 	start=$(date +%s)
+	if [ "$target" = test-image ] && [ -n "$prebuild_pid" ]; then
+		# The image's build, started beside the Go tests: its own failure shows
+		# again in the stage's build, with its output.
+		wait "$prebuild_pid" || { echo "image prebuild failed:"; tail -n 40 "$prebuild_log"; }
+	fi
 	"$make" --no-print-directory "$target"
 	rc=$?
+	if [ "$target" = build ] && [ "$rc" -eq 0 ]; then
+		scripts/image-prebuild.sh >"$prebuild_log" 2>&1 &
+		prebuild_pid=$!
+	fi
 	took=$(($(date +%s) - start))
 	note=""
 	if [ "$target" = fuzz-budget ] && [ -s "$summary_file" ]; then

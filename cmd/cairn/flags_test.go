@@ -44,6 +44,7 @@ func TestMalformedEnvStopsStart(t *testing.T) {
 		{name: "log level", env: "CAIRN_LOG_LEVEL=verbose", want: `CAIRN_LOG_LEVEL="verbose": want debug, info, warn or error`},
 		{name: "parses but cannot work", env: "CAIRN_LEASE_TTL=10ms", want: "--lease-ttl (CAIRN_LEASE_TTL) must be at least 300ms"},
 		{name: "secret key not 32 bytes", env: "CAIRN_SECRET_KEY=c2hvcnQ=", want: "CAIRN_SECRET_KEY: secret key: 5 bytes, want 32"},
+		{name: "demand pool tag", env: "CAIRN_DEMAND_POOLS=gpu;GPU,cuda", want: `--demand-pools (CAIRN_DEMAND_POOLS): tag "GPU" must be`},
 		{name: "secret key alias", env: "CAIRN_SECRETS_KEY=c2hvcnQ=", want: "secret key: 5 bytes, want 32"},
 	}
 	for _, tt := range tests {

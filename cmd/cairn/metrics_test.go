@@ -60,6 +60,7 @@ func TestMetricsAfterRuns(t *testing.T) {
 	assert.Zero(t, value("cairn_steps_oldest_ready_seconds"))
 	assert.Zero(t, value("cairn_steps_running"))
 	assert.Zero(t, value("cairn_steps_suspended"))
+	assert.Zero(t, value(`cairn_pool_demand{tags=""}`), "the untagged pool is idle")
 
 	raw, err := os.ReadFile("../../docs/grafana-dashboard.json")
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,8 +46,11 @@ type runtimeFlags struct {
 	secretKey     string
 	secretKeysOld string
 	noDispatcher  bool
-	cacheDir      string
-	publicURL     string
+	// demandPools are the tag sets of the pools whose demand /metrics reports
+	// (cairn_pool_demand), as --demand-pools gives them.
+	demandPools string
+	cacheDir    string
+	publicURL   string
 	// execIsolation is bwrap or none; empty (cairn dev's default) means bwrap where
 	// it works, else none with a warning.
 	execIsolation isolationFlag
@@ -95,6 +99,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 	fs.StringVar(&f.secretKey, "secret-key", "", "key that encrypts secrets at rest: 32 random bytes in base64 (openssl rand -base64 32), the same on every server (default "+secretDefault+")")
 	fs.StringVar(&f.secretKeysOld, "secret-keys-old", "", "earlier secret keys, comma-separated: they only decrypt versions sealed before a key rotation")
 	fs.BoolVar(&f.noDispatcher, "no-dispatcher", false, "serve the API only, run no dispatcher")
+	fs.StringVar(&f.demandPools, "demand-pools", "", "tag sets of the pools whose demand /metrics reports as cairn_pool_demand, separated by ';' (gpu;gpu,cuda): every pool an autoscaler scales, so that a pool at zero servers still has its series; the untagged pool and this server's --tags are always reported")
 	fs.StringVar(&f.publicURL, "public-url", "", "the API's URL as functions reach it, for checkpoint_url in envelopes (default http://<listen address>)")
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "folder for extracted bundles and downloaded inputs (default "+cacheDefault+")")
 	fs.Var(&f.execIsolation, "exec-isolation", "how exec handlers are kept from the server: bwrap (a bubblewrap sandbox; exec steps are refused where it does not work) or none (unisolated, as the server's user; see docs/security.md)"+isolationDefault)
@@ -117,6 +122,7 @@ func (f *runtimeFlags) register(fs *pflag.FlagSet, dev bool) {
 		"secret-key":       "CAIRN_SECRET_KEY",
 		"secret-keys-old":  "CAIRN_SECRET_KEYS_OLD",
 		"public-url":       "CAIRN_PUBLIC_URL",
+		"demand-pools":     "CAIRN_DEMAND_POOLS",
 		"cache-dir":        "CAIRN_CACHE_DIR",
 		"exec-isolation":   "CAIRN_EXEC_ISOLATION",
 		"http-allow-local": "CAIRN_HTTP_ALLOW_LOCAL",
@@ -162,10 +168,33 @@ func (f *runtimeFlags) check() error {
 			return fmt.Errorf("--tags (CAIRN_TAGS): tag %q must be 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
 		}
 	}
+	if _, err := f.pools(); err != nil {
+		return err
+	}
 	if _, err := secrets.ParseKeyring(f.secretKey, f.secretKeysOld); err != nil {
 		return err
 	}
 	return nil
+}
+
+// pools returns the tag sets whose demand /metrics reports: the untagged pool,
+// this server's tags, and those of --demand-pools ("gpu;gpu,cuda").
+func (f *runtimeFlags) pools() ([][]string, error) {
+	out := [][]string{nil, f.tags}
+	for _, set := range strings.Split(f.demandPools, ";") {
+		var tags []string
+		for _, tag := range strings.Split(set, ",") {
+			if tag = strings.TrimSpace(tag); tag == "" {
+				continue
+			}
+			if !bundle.ValidTag(tag) {
+				return nil, fmt.Errorf("--demand-pools (CAIRN_DEMAND_POOLS): tag %q must be 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
+			}
+			tags = append(tags, tag)
+		}
+		out = append(out, tags)
+	}
+	return out, nil
 }
 
 // isolationFlag is the value of --exec-isolation: bwrap, none, or empty for cairn
@@ -475,9 +504,13 @@ func newHTTPServer(h http.Handler, lim limitFlags, logger *slog.Logger) *http.Se
 // leases are handed back). onListen, when set, is called with the bound
 // address once the listener is open.
 func runServer(ctx context.Context, p serverParts, onListen func(addr string)) error {
+	pools, err := p.rt.pools()
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		runtime.NewCatalogGauges(p.store, p.logger))
+		runtime.NewCatalogGauges(p.store, p.logger), runtime.NewPoolDemand(p.store, pools, p.logger))
 
 	getenv := p.getenv
 	if getenv == nil {

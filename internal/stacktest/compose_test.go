@@ -54,6 +54,7 @@ func loadCompose(t *testing.T) *composeFile {
 	known := map[string]bool{
 		"image": true, "build": true, "command": true, "entrypoint": true, "environment": true,
 		"ports": true, "volumes": true, "depends_on": true, "healthcheck": true, "restart": true,
+		"security_opt": true, "devices": true,
 	}
 	for name, svc := range raw.Services {
 		for key := range svc {
