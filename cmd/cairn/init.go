@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairnrun/cairn/bundle"
+	"github.com/cairnrun/cairn/sdk"
 )
 
 // templates are the projects `cairn init` writes, one folder per language. A
@@ -37,17 +38,29 @@ type initLang struct {
 	bundle string
 	// next are the steps after init, as printed.
 	next string
+	// sdk is the function SDK the handler is written on, copied into the
+	// project (nil: none, the handler speaks the protocol itself).
+	sdk *initSDK
+}
+
+// initSDK is an SDK's files and the project folder they are copied to: inside
+// the bundle folder, since a bundle carries what its handlers import.
+type initSDK struct {
+	files func() fs.FS
+	dir   string
 }
 
 // initLangs are the languages of `cairn init --lang`.
 var initLangs = map[string]initLang{
-	"sh":     {".", "  cairn test            # runs tests/greet.yaml (the handler needs jq)\n  cairn dev --watch .   # a server that deploys every save"},
-	"python": {".", "  cairn test            # runs tests/greet.yaml (python3, standard library only)\n  cairn dev --watch .   # a server that deploys every save"},
+	"sh":     {".", "  cairn test            # runs tests/greet.yaml (the handler needs jq)\n  cairn dev --watch .   # a server that deploys every save", nil},
+	"python": {".", "  cairn test            # runs tests/greet.yaml (python3, standard library only)\n  cairn dev --watch .   # a server that deploys every save",
+		&initSDK{sdk.Python, "bin"}},
 	"go": {".", "  make build            # go build -o bin/greet ./cmd/greet\n  cairn test            # runs tests/greet.yaml\n" +
-		"  cairn dev --watch .   # a server that deploys every save (make build after each edit)"},
+		"  cairn dev --watch .   # a server that deploys every save (make build after each edit)", nil},
 	"ts": {"bundle", "  npm install && npm run build   # tsc: src/ into bundle/dist/ (node_modules stays out of the bundle)\n" +
 		"  (cd bundle && cairn test)      # runs tests/greet.yaml\n" +
-		"  cairn dev --watch bundle       # a server that deploys every save (npm run build -- --watch beside it)"},
+		"  cairn dev --watch bundle       # a server that deploys every save (npm run build -- --watch beside it)",
+		&initSDK{sdk.TypeScript, "bundle/node_modules/@cairnrun/fn"}},
 }
 
 func newInitCmd(stdout io.Writer) *cobra.Command {
@@ -110,6 +123,11 @@ func initProject(stdout io.Writer, dir, lang string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("init: %w", err)
+	}
+	if spec.sdk != nil {
+		if err := os.CopyFS(filepath.Join(dir, filepath.FromSlash(spec.sdk.dir)), spec.sdk.files()); err != nil {
+			return fmt.Errorf("init: copy the SDK: %w", err)
+		}
 	}
 	fmt.Fprintf(stdout, "wrote %s: workflow %s, a %s handler and tests/greet.yaml in the bundle folder %s\nnext:\n  cd %s\n%s\n",
 		dir, name, lang, filepath.Join(dir, spec.bundle), shellQuote(dir), spec.next)
