@@ -52,7 +52,7 @@ type initSDK struct {
 
 // initLangs are the languages of `cairn init --lang`.
 var initLangs = map[string]initLang{
-	"sh":     {".", "  cairn test            # runs tests/greet.yaml (the handler needs jq)\n  cairn dev --watch .   # a server that deploys every save", nil},
+	"sh": {".", "  cairn test            # runs tests/greet.yaml (the handler needs jq)\n  cairn dev --watch .   # a server that deploys every save", nil},
 	"python": {".", "  cairn test            # runs tests/greet.yaml (python3, standard library only)\n  cairn dev --watch .   # a server that deploys every save",
 		&initSDK{sdk.Python, "bin"}},
 	"go": {".", "  make build            # go build -o bin/greet ./cmd/greet\n  cairn test            # runs tests/greet.yaml\n" +

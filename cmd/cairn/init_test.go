@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // TestInit writes a project of each language with `cairn init`, builds it as its
