@@ -42,8 +42,9 @@ type initLang struct {
 	// next are the steps after init, as printed.
 	next string
 	// sdk writes the function SDK the handler is written on into the project
-	// folder (nil: none, the handler speaks the protocol itself), inside the
-	// bundle folder: a bundle carries what its handlers import.
+	// folder (nil: none, the handler speaks the protocol itself): Python's and
+	// TypeScript's inside the bundle folder, since a bundle carries what its
+	// handlers import; Go's beside the handler's source, which compiles it in.
 	sdk func(dir string) error
 }
 
