@@ -96,6 +96,31 @@ func TestPackDeterministic(t *testing.T) {
 	require.Equal(t, digest, digest4)
 }
 
+// TestPackLeavesOutTests: the cases of `cairn test` in tests/ at the root are
+// not part of the bundle, so editing one does not change the digest (a deploy
+// makes no new version); a folder named tests deeper down is the bundle's.
+func TestPackLeavesOutTests(t *testing.T) {
+	t.Parallel()
+	dir := newDemoDir(t)
+	_, digest := packDir(t, dir)
+
+	writeFiles(t, dir, map[string]string{"tests/greet.yaml": "name: greets\n"})
+	_, withTests := packDir(t, dir)
+	require.Equal(t, digest, withTests, "tests/ is left out")
+	writeFiles(t, dir, map[string]string{"tests/greet.yaml": "name: greets by name\n"})
+	_, edited := packDir(t, dir)
+	require.Equal(t, digest, edited, "editing a test makes no new version")
+	tree, err := Scan(context.Background(), dir, Limits{})
+	require.NoError(t, err)
+	for _, e := range tree.Entries {
+		require.False(t, strings.HasPrefix(e.Path, "tests"), e.Path)
+	}
+
+	writeFiles(t, dir, map[string]string{"lib/tests/data.txt": "read by a handler"})
+	_, nested := packDir(t, dir)
+	require.NotEqual(t, digest, nested, "lib/tests is part of the bundle")
+}
+
 func TestDigestChanges(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -12,12 +12,18 @@ import (
 	"os"
 )
 
+// TestsDir is the folder of a bundle's test cases (`cairn test`), left out of the
+// bundle by Scan.
+const TestsDir = "tests"
+
 // Scan reads the bundle folder dir and returns its Tree, applying the rules and limits
 // of Extract: regular files, directories and relative symlinks resolving inside the
 // folder only (a socket, FIFO or device fails the scan), canonical names without
 // control characters or backslashes, cairn.yaml at the root, and lim. Directories named
 // .git (and .git files, as in submodules) and .cairn (the data directory of `cairn
-// dev`) are skipped at any depth. Empty directories are not part of the tree. Files are
+// dev`) are skipped at any depth, and so is the folder tests at the root: the cases of
+// `cairn test` (docs/testing.md), which a run never reads, so that editing a test does
+// not make a new version on deploy. Empty directories are not part of the tree. Files are
 // hashed as they are read; ctx is checked between files and during reads.
 //
 // Errors about the folder's content match ErrInvalid; others are I/O errors. Scan is
@@ -42,7 +48,7 @@ func Scan(ctx context.Context, dir string, lim Limits) (*Tree, error) {
 		if name == "." {
 			return nil
 		}
-		if base := d.Name(); base == ".git" || (base == ".cairn" && d.IsDir()) {
+		if base := d.Name(); base == ".git" || (d.IsDir() && (base == ".cairn" || name == TestsDir)) {
 			if d.IsDir() {
 				return fs.SkipDir
 			}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/cairnrun/cairn/bundle"
 )
 
 // DefaultStart is where a case's virtual clock starts when it sets no start:
@@ -290,8 +292,9 @@ func ParseCase(data []byte, name string) (*Case, error) {
 
 // LoadCases reads the cases of a bundle folder: tests/*.yaml and tests/*.yml,
 // in the order of their names. No tests folder, or none in it, is an error.
+// The folder is not part of the bundle (bundle.TestsDir).
 func LoadCases(bundleDir string) ([]*Case, error) {
-	dir := filepath.Join(bundleDir, "tests")
+	dir := filepath.Join(bundleDir, bundle.TestsDir)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("no test cases: %s does not exist (docs/testing.md shows how to write one)", dir)

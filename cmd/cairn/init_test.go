@@ -9,29 +9,17 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
-
-	"github.com/cairnrun/cairn/cairntest"
-	"github.com/cairnrun/cairn/client"
 )
 
-// initCase is the part of a cairn init test case (tests/*.yaml) this test reads:
-// the run's input and what the run must give.
-type initCase struct {
-	Input  any `yaml:"input"`
-	Expect struct {
-		Status  string         `yaml:"status"`
-		Outputs map[string]any `yaml:"outputs"`
-	} `yaml:"expect"`
-}
-
 // TestInit writes a project of each language with `cairn init`, builds it as its
-// next steps say, validates it with `cairn validate`, and runs its test case on a
-// real server: the handler greets the case's input as the case expects.
+// next steps say, validates it with `cairn validate`, and runs its test cases
+// with `cairn test`, out of the box: the handler, on the language's SDK (sh
+// speaks the protocol itself), greets the case's input, and refuses an empty
+// name without retries. In the python project, a broken mock fails the run of
+// cairn test with messages naming the case, the step and the expectation.
 func TestInit(t *testing.T) {
 	t.Parallel()
 
-	srv := cairntest.Start(t)
 	for _, lang := range []string{"sh", "python", "go", "ts"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
@@ -44,33 +32,43 @@ func TestInit(t *testing.T) {
 			case "ts":
 				build(t, dir, "npm", "install", "--no-audit", "--no-fund")
 				build(t, dir, "npm", "run", "build")
-			}
-			if lang == "ts" {
 				dir = filepath.Join(dir, "bundle") // node_modules stays out of the bundle
 			}
 			require.Contains(t, cliOut(t, "validate", dir), "valid\nworkflow: greeter-"+lang)
 
-			data, err := os.ReadFile(filepath.Join(dir, "tests", "greet.yaml"))
-			require.NoError(t, err)
-			var tc initCase
-			require.NoError(t, yaml.Unmarshal(data, &tc))
-			srv.Deploy(t, dir)
-			run := srv.Run(t, "greeter-"+lang, tc.Input)
-			require.EqualValues(t, tc.Expect.Status, run.Status, "%v", run.Error)
-			for step, want := range tc.Expect.Outputs {
-				var got any
-				srv.OutputJSON(t, run.Id, step, &got)
-				wantJSON, err := json.Marshal(want)
-				require.NoError(t, err)
-				gotJSON, err := json.Marshal(got)
-				require.NoError(t, err)
-				require.JSONEq(t, string(wantJSON), string(gotJSON), "output of %s", step)
+			out, err := cairnTest(t, dir)
+			require.NoError(t, err, out)
+			require.Contains(t, out, "PASS  greets by name")
+			require.Contains(t, out, "PASS  refuses an empty name")
+			require.Contains(t, out, "ok: 2 passed")
+			if lang != "python" {
+				return
 			}
 
-			// Input the handler refuses: the step fails at once, without retries.
-			run = srv.Run(t, "greeter-"+lang, map[string]any{"name": ""})
-			require.Equal(t, client.RunStatusFailed, run.Status)
-			require.Contains(t, string(mustJSON(t, run.Error)), "input.name")
+			// Break it as a user would: uncomment the case's mock, and add a
+			// case whose mock fails the step.
+			greet := filepath.Join(dir, "tests", "greet.yaml")
+			b, err := os.ReadFile(greet)
+			require.NoError(t, err)
+			broken := strings.NewReplacer("# mocks:", "mocks:", "#   greet:", "  greet:").Replace(string(b))
+			require.NotEqual(t, string(b), broken, "tests/greet.yaml shows a mock to uncomment")
+			require.NoError(t, os.WriteFile(greet, []byte(broken), 0o644))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "tests", "down.yaml"), []byte(`name: greeter down
+input: {name: ada}
+mocks:
+  greet: {error: {message: "greeter down", code: unavailable, retryable: false}}
+expect:
+  steps: {greet: succeeded}
+`), 0o644))
+			out, err = cairnTest(t, dir)
+			require.Error(t, err, out)
+			require.Equal(t, 1, exitCode(err))
+			require.Contains(t, out, "FAIL  greets by name")
+			require.Contains(t, out, `case "greets by name": outputs.greet.greeting: expected "Hello, ada!", got "Hi, ada!"`)
+			require.Contains(t, out, "FAIL  greeter down")
+			require.Contains(t, out, `case "greeter down": step greet: expected status succeeded, got failed (error code unavailable)`)
+			require.Contains(t, out, "PASS  refuses an empty name")
+			require.Contains(t, out, "FAIL: 1 passed, 2 failed")
 		})
 	}
 }
