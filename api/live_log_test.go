@@ -26,12 +26,10 @@ func TestLiveLogTail(t *testing.T) {
 	blobs, err := blobstore.NewFile(tb.blobDir, nil)
 	require.NoError(t, err)
 	d, err := runtime.New(tb.store, blobs, &runtime.Config{
-PollInterval: 50 * time.Millisecond,
-Handlers: runtime.HandlerConfig{CacheDir: t.TempDir(),
-},
-Limits: runtime.Limits{LiveLogInterval: 100 * time.Millisecond,
-},
-})
+		PollInterval: 50 * time.Millisecond,
+		Handlers:     runtime.HandlerConfig{CacheDir: t.TempDir()},
+		Limits:       runtime.Limits{LiveLogInterval: 100 * time.Millisecond},
+	})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(func() {

@@ -400,7 +400,6 @@ func (h *Handler) runTimeline(w http.ResponseWriter, r *http.Request, s *session
 	_, _ = io.WriteString(w, string(h.fragment("timeline", s, timelineOf(r, s, id, deref(steps.JSON200.Items)))))
 }
 
-
 // runEvents relays the run's event stream (GET /v1/runs/{id}/events/stream) to the
 // browser, which has no bearer token (its session cookie is HttpOnly). The
 // event: lines are dropped, so every event reaches EventSource.onmessage whatever
