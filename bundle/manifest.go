@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -230,7 +231,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf(
 			"line %d: invalid duration %q: must be a string with a unit, like \"30s\" or \"5m\"", n.Line, n.Value)}}
 	}
-	v, err := time.ParseDuration(n.Value)
+	v, err := ParseDuration(n.Value)
 	if err != nil {
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf(
 			"line %d: invalid duration %q: use a number with a unit, like \"30s\" or \"5m\"", n.Line, n.Value)}}
@@ -251,12 +252,35 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("duration must be a string: %w", err)
 	}
-	v, err := time.ParseDuration(s)
+	v, err := ParseDuration(s)
 	if err != nil {
 		return fmt.Errorf("invalid duration %q: %w", s, err)
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// reDays is a leading whole number of days in a duration ("365d", "1d12h").
+var reDays = regexp.MustCompile(`^([0-9]{1,6})d`)
+
+// ParseDuration reads a duration as time.ParseDuration does, with a leading whole
+// number of days allowed ("365d", "1d12h": a day is 24 hours). A duration is
+// written back in hours (String: "8760h0m0s").
+func ParseDuration(s string) (time.Duration, error) {
+	m := reDays.FindStringSubmatch(s)
+	if m == nil {
+		return time.ParseDuration(s)
+	}
+	days, _ := strconv.Atoi(m[1])
+	d := time.Duration(days) * 24 * time.Hour
+	if rest := s[len(m[0]):]; rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil || r < 0 || rest[0] == '-' || rest[0] == '+' {
+			return 0, fmt.Errorf("time: invalid duration %q", s)
+		}
+		d += r
+	}
+	return d, nil
 }
 
 // ParseManifest decodes cairn.yaml. Unknown fields, fields of the wrong type, duplicate

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -235,4 +236,23 @@ func TestValidationErrorFields(t *testing.T) {
 	var ve *ValidationError
 	require.True(t, errors.As(err, &ve))
 	require.Equal(t, ValidationError{Path: "cairn.yaml", Step: "b", Field: "steps[1].needs", Message: `needs unknown step "zz"`}, *ve)
+}
+
+// TestParseDurationDays: durations take a leading number of days, as cases and
+// people write a year; they are written back in hours.
+func TestParseDurationDays(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"365d": 365 * 24 * time.Hour, "1d12h": 36 * time.Hour, "30s": 30 * time.Second, "0d": 0, "2d30m": 48*time.Hour + 30*time.Minute,
+	} {
+		got, err := ParseDuration(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, got, in)
+	}
+	for _, bad := range []string{"d", "1.5d", "-1d", "1d-2h", "1dx", "1d+3h", "1234567d"} {
+		_, err := ParseDuration(bad)
+		require.Error(t, err, bad)
+	}
+	m, err := ParseManifest([]byte("name: y\nsteps:\n  - {key: nap, sleep: 365d}\n"))
+	require.NoError(t, err)
+	require.Equal(t, "8760h0m0s", m.Steps[0].Sleep.For.String())
 }

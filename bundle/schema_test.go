@@ -131,8 +131,9 @@ var schemaPatterns = map[string]map[string]string{
 	"SignalSpec": {"name": reSignalName.String()},
 }
 
-// durationPattern is a Go duration (time.ParseDuration): "30s", "1h30m", "1.5h".
-const durationPattern = `^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$`
+// durationPattern is a duration as ParseDuration reads it: "30s", "1h30m", "1.5h",
+// "365d", "1d12h".
+const durationPattern = `^([0-9]{1,6}d(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))*|[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+)$`
 
 // schemaShapes gives the schema of the manifest's types that are not plain
 // structs: those with an UnmarshalYAML of their own, and the named strings with a
@@ -142,7 +143,7 @@ func schemaShapes(t reflect.Type) *jsonschema.Schema {
 		return &jsonschema.Schema{AnyOf: []*jsonschema.Schema{
 			{Type: "string", Pattern: durationPattern},
 			{Enum: []any{0, "0"}},
-		}, Description: `a duration: a number with a unit, "30s", "5m", "1h30m"`}
+		}, Description: `a duration: a number with a unit, "30s", "5m", "1h30m", "365d"`}
 	}
 	enum := func(values ...any) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Enum: values} }
 	object := func(props ...string) *jsonschema.Schema {
