@@ -17,7 +17,9 @@ import (
 type stepView struct {
 	RunID     string
 	RunStatus string
-	Step      client.Step
+	// RunEnded: the run is terminal (the panel offers a rerun from the step).
+	RunEnded bool
+	Step     client.Step
 	// Info says why the step is where it is, as the CLI's INFO column does: its
 	// skip reason, the step it compensates, the run it was reused from.
 	Info []string
@@ -76,7 +78,8 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if err != nil {
 		return nil, err
 	}
-	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunInput: pretty(run.JSON200.Input)}
+	v := &stepView{RunID: id.String(), RunStatus: string(run.JSON200.Status), RunEnded: run.JSON200.Status.Terminal(),
+		RunInput: pretty(run.JSON200.Input)}
 	found := false
 	for _, st := range deref(steps.JSON200.Items) {
 		if st.Key == key {
