@@ -39,8 +39,11 @@ var (
 	// EXCLUSIVE: a column's type changed, a column added with a volatile
 	// default, SET LOGGED/UNLOGGED, SET ACCESS METHOD; and VACUUM FULL, CLUSTER.
 	rewrites = regexp.MustCompile(`(?is)\bALTER\s+TABLE\s+(ONLY\s+)?([a-z_0-9]+)\b[^;]*?(\bALTER\s+(COLUMN\s+)?[a-z_0-9]+\s+(SET\s+DATA\s+)?TYPE\b|\bADD\s+(COLUMN\s+)?[^;]*\bDEFAULT\s+(now|clock_timestamp|random|gen_random_uuid|nextval)\s*\(|\bSET\s+(LOGGED|UNLOGGED|ACCESS\s+METHOD)\b)`)
-	// drops are what only a contract migration may remove.
-	drops = regexp.MustCompile(`(?i)\b(DROP\s+(TABLE|FUNCTION|TRIGGER|TYPE|VIEW)|ALTER\s+TABLE\s+[^;]*\bDROP\s+(COLUMN|CONSTRAINT)|ALTER\s+TABLE\s+[^;]*\bRENAME\b)`)
+	// drops are what only a contract migration may remove. A dropped constraint
+	// is not among them: it loosens what the schema accepts, and what an older
+	// binary writes still passes (migration 00051 dropped foreign keys in an
+	// expand phase).
+	drops = regexp.MustCompile(`(?i)\b(DROP\s+(TABLE|FUNCTION|TRIGGER|TYPE|VIEW)|ALTER\s+TABLE\s+[^;]*\bDROP\s+COLUMN|ALTER\s+TABLE\s+[^;]*\bRENAME\b)`)
 )
 
 // Lint checks what a migration after LastUndeclared declares against its Up
