@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,4 +183,32 @@ steps:
 		}
 	}
 	require.NoError(t, g.Wait())
+
+	// The servers' metrics (docs/operations.md) count each wait once: completed by
+	// its event's ingest (cairn_event_runs_total{effect="resumed"}) or by taking its
+	// buffered event (cairn_event_waits_taken_total), summed over the servers.
+	var received, resumed, taken float64
+	for _, s := range servers {
+		v, _ := s.metric("cairn_event_waits_taken_total")
+		taken += v
+		received += seriesOf(s, "cairn_events_received_total", `duplicate="false"`)
+		resumed += seriesOf(s, "cairn_event_runs_total", `effect="resumed"`)
+	}
+	require.Equal(t, float64(len(cases)*n), received, "events received")
+	require.Equal(t, float64(len(cases)*n), resumed+taken, "waits completed: %v at ingest, %v buffered", resumed, taken)
+}
+
+// seriesOf is the value of the series of metric whose labels hold label (0 with none).
+func seriesOf(s *server, metric, label string) float64 {
+	s.t.Helper()
+	_, lines := s.metric(metric)
+	for _, l := range lines {
+		if strings.Contains(l, label) {
+			f := strings.Fields(l)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			require.NoError(s.t, err, l)
+			return v
+		}
+	}
+	return 0
 }
