@@ -210,12 +210,7 @@ func (s *Store) RunsDelete(ctx context.Context, d RetentionDefaults, ids []uuid.
 // store's IdempotencyTTL (a schedule's fire keys excepted) and returns how many.
 // An expired key already starts a new run before it is deleted (RunCreate).
 func (s *Store) IdempotencyKeysExpire(ctx context.Context, limit int) (int, error) {
-	res, err := s.db.ExecContext(ctx, sqlIdempotencyExpire, s.cfg.IdempotencyTTL.Seconds(), limit)
-	if err != nil {
-		return 0, fmt.Errorf("expire idempotency keys: %w", translateError(err))
-	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
+	return s.expireTTL(ctx, "idempotency keys", sqlIdempotencyExpire, limit)
 }
 
 // ReceivedEventsExpire deletes up to limit received events older than the store's
@@ -223,9 +218,15 @@ func (s *Store) IdempotencyKeysExpire(ctx context.Context, limit int) (int, erro
 // same id is a new event), but none received since the oldest unfinished run was
 // created (a waiting step of that run could still take it), and returns how many.
 func (s *Store) ReceivedEventsExpire(ctx context.Context, limit int) (int, error) {
-	res, err := s.db.ExecContext(ctx, sqlReceivedEventsExpire, s.cfg.IdempotencyTTL.Seconds(), limit)
+	return s.expireTTL(ctx, "received events", sqlReceivedEventsExpire, limit)
+}
+
+// expireTTL runs a delete of up to $2 rows older than $1 seconds (the store's
+// IdempotencyTTL) and returns how many it deleted.
+func (s *Store) expireTTL(ctx context.Context, what, query string, limit int) (int, error) {
+	res, err := s.db.ExecContext(ctx, query, s.cfg.IdempotencyTTL.Seconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("expire received events: %w", translateError(err))
+		return 0, fmt.Errorf("expire %s: %w", what, translateError(err))
 	}
 	n, _ := res.RowsAffected()
 	return int(n), nil
