@@ -213,5 +213,5 @@ func TestOnDBError(t *testing.T) {
 	noted := 0
 	reaper := maintenance.NewReaper(store, tb.blobs, &maintenance.ReaperConfig{OnDBError: func() { noted++ }})
 	require.Equal(t, 0, reaper.Reap(context.Background()))
-	require.Equal(t, 2, noted, "the listing of expired runs and the expiry of keys both failed")
+	require.Equal(t, 3, noted, "the listing of expired runs, the expiry of keys and that of received events failed")
 }
