@@ -138,7 +138,11 @@ steps:
 			Labels: catalog.Labels{catalog.ScheduleLabel: "tick"}, Limit: 10})
 		require.NoError(c, err)
 		assert.NotEmpty(c, runs)
-		assert.GreaterOrEqual(c, labeledCounter(t, reg, "cairn_schedule_fires_total", "created"), 1.0)
+		// Counted after the fire commits, so it may lag the run: findCounter, as
+		// labeledCounter's Fatalf would end the test from this goroutine.
+		created, ok, err := findCounter(reg, "cairn_schedule_fires_total", "created")
+		assert.NoError(c, err)
+		assert.True(c, ok && created >= 1, "cairn_schedule_fires_total{created}: %v", created)
 	}, 30*time.Second, 20*time.Millisecond)
 }
 
