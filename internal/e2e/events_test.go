@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,12 +31,7 @@ const envEventRaceRuns = "CAIRN_E2E_EVENT_RACE_RUNS"
 // is its own event, and no event resumed another run or one twice.
 func TestEventWaitRace(t *testing.T) {
 	t.Parallel()
-	n := 25
-	if v := os.Getenv(envEventRaceRuns); v != "" {
-		var err error
-		n, err = strconv.Atoi(v)
-		require.NoError(t, err, envEventRaceRuns)
-	}
+	n := envInt(t, envEventRaceRuns, 25)
 	st := newStack(t, stackOptions{})
 	servers := []*server{st.start(serverOptions{}), st.start(serverOptions{}), st.start(serverOptions{})}
 	apis := make([]*apiClient, len(servers))
