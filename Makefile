@@ -136,7 +136,7 @@ lambda-zip:
 
 # Examples whose bundles carry a copy of a function SDK (a bundle holds all its
 # handler needs); TestExamplesCarryTheSDK (sdk/) checks the copies are current.
-SDK_PY_EXAMPLES := examples/hello examples/large-output examples/map
+SDK_PY_EXAMPLES := examples/events examples/hello examples/large-output examples/map
 SDK_TS_EXAMPLES := examples/fanout
 
 ## sdk-vendor: copy the Python and TypeScript SDKs (sdk/) into the examples that use them.

@@ -78,6 +78,7 @@ func (s *Server) registerReceivedEvents() {
 		MaxBodyBytes:  maxEventBody,
 	}, RoleOperator, []problemClass{classIdempotencyReused, classPayloadTooLarge},
 		func(ctx context.Context, in *struct{ Body EventBody }) (*struct{ Body EventAnswer }, error) {
+			start := time.Now()
 			data := in.Body.Data
 			if len(bytes.TrimSpace(data)) == 0 {
 				data = json.RawMessage("null")
@@ -93,6 +94,8 @@ func (s *Server) registerReceivedEvents() {
 			if err != nil {
 				return nil, err
 			}
+			o := ev.Outcome
+			s.metrics.eventReceived(start, dup, len(o.Started), len(o.Resumed), len(o.Canceled), len(o.Errors))
 			return &struct{ Body EventAnswer }{Body: eventAnswerOf(ev, dup)}, nil
 		})
 

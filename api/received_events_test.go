@@ -212,3 +212,24 @@ func TestEventIdempotency(t *testing.T) {
 	status, _ = tb.sendEvent(t, `{"name": "x", "data": "a\u0000b"}`)
 	require.Equal(t, http.StatusUnprocessableEntity, status)
 }
+
+// TestEventBufferedBehindManyOthers: a step that begins to wait takes its buffered
+// event even when more than ten thousand other events of the name (other orders'
+// payments) arrived before it since its run was created.
+func TestEventBufferedBehindManyOthers(t *testing.T) {
+	t.Parallel()
+	tb := setupEvents(t)
+	ctx := context.Background()
+	code, started := tb.sendEvent(t, `{"name": "order.created", "data": {"order_id": "o-1", "amount": 5}}`)
+	require.Equal(t, http.StatusAccepted, code)
+	require.Len(t, started.Started, 1)
+	run := started.Started[0].RunID
+	_, err := tb.store.DB().ExecContext(ctx, `INSERT INTO received_events (id, name, data, request_hash, actor)
+SELECT 'other-' || i, 'payment.succeeded', jsonb_build_object('order_id', 'x-' || i), 'h', 'test'
+FROM generate_series(1, 10001) i`)
+	require.NoError(t, err)
+	code, _ = tb.sendEvent(t, `{"name": "payment.succeeded", "id": "pay-o-1", "data": {"order_id": "o-1"}}`)
+	require.Equal(t, http.StatusAccepted, code)
+	require.True(t, waitStep(t, tb.store, run), "the step took its payment, behind 10,001 others")
+	require.Equal(t, catalog.StepSucceeded, stepOf(t, tb.store, run, "pay").Status)
+}

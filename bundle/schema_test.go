@@ -45,7 +45,7 @@ func manifestSchema(t *testing.T) []byte {
 		}
 		return out
 	}
-	s.Definitions["Step"].OneOf = oneKind("exec", "http", "lambda", "builtin", "sleep", "signal", "approval", "workflow")
+	s.Definitions["Step"].OneOf = oneKind("exec", "http", "lambda", "builtin", "sleep", "signal", "approval", "workflow", "wait_for_event")
 	for def, fields := range schemaPatterns {
 		for field, pattern := range fields {
 			prop, ok := s.Definitions[def].Properties.Get(field)

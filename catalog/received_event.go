@@ -93,11 +93,13 @@ SELECT e.seq, e.id, e.name, e.data, e.actor, e.received_at, e.outcome, r.input A
 FROM runs r JOIN received_events e ON e.name = $3 AND e.received_at >= r.created_at
 WHERE r.id = $1
   AND NOT EXISTS (SELECT 1 FROM event_takes t WHERE t.run_id = $1 AND t.step_key = $2 AND t.event_seq = e.seq)
+  AND e.seq > $5
 ORDER BY e.seq
 LIMIT $4`
 )
 
-// maxBufferedEvents bounds the events a suspending step looks at.
+// maxBufferedEvents is how many events a suspending step reads at a time: it
+// reads pages of them, oldest first, until one matches or none are left.
 const maxBufferedEvents = 10_000
 
 // ReceivedEvent is an event stored by EventIngest.
@@ -519,25 +521,31 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 		if _, err := tx.ExecContext(ctx, sqlEventNameLock, w.Name); err != nil {
 			return err
 		}
-		var buffered []struct {
-			ReceivedEvent
-			RunInput JSON `db:"run_input"`
-		}
-		if err := tx.SelectContext(ctx, &buffered, sqlEventBuffered, l.RunID, l.Key, w.Name, maxBufferedEvents); err != nil {
-			return err
-		}
 		var take *ReceivedEvent
-		for i := range buffered {
-			ok, err := eventMatch(ctx, w.Match, buffered[i].view(), json.RawMessage(buffered[i].RunInput))
-			if err != nil {
-				s.cfg.Logger.WarnContext(ctx, "a buffered event's match failed", "run", l.RunID, "step", l.Key,
-					"event", buffered[i].ID, "error", err)
-				continue
+		for after := int64(0); take == nil; {
+			var buffered []struct {
+				ReceivedEvent
+				RunInput JSON `db:"run_input"`
 			}
-			if ok {
-				take = &buffered[i].ReceivedEvent
+			if err := tx.SelectContext(ctx, &buffered, sqlEventBuffered, l.RunID, l.Key, w.Name, maxBufferedEvents, after); err != nil {
+				return err
+			}
+			for i := range buffered {
+				ok, err := eventMatch(ctx, w.Match, buffered[i].view(), json.RawMessage(buffered[i].RunInput))
+				if err != nil {
+					s.cfg.Logger.WarnContext(ctx, "a buffered event's match failed", "run", l.RunID, "step", l.Key,
+						"event", buffered[i].ID, "error", err)
+					continue
+				}
+				if ok {
+					take = &buffered[i].ReceivedEvent
+					break
+				}
+			}
+			if len(buffered) < maxBufferedEvents {
 				break
 			}
+			after = buffered[len(buffered)-1].Seq
 		}
 		var ok bool
 		if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),

@@ -70,6 +70,22 @@ DELETE FROM idempotency_keys i USING (
     FOR UPDATE SKIP LOCKED) old
 WHERE i.scope = old.scope AND i.key = old.key`
 
+	// sqlReceivedEventsExpire deletes up to $2 received events older than $1
+	// seconds, oldest first, but none that an unfinished run could still take: a
+	// wait_for_event step takes the events received since its run was created
+	// (sqlEventBuffered), so events received since the oldest unfinished run was
+	// created are kept. Their event_takes go with them (ON DELETE CASCADE).
+	sqlReceivedEventsExpire = `
+DELETE FROM received_events e USING (
+    SELECT seq FROM received_events
+    WHERE received_at <= now() - make_interval(secs => $1)
+      AND received_at < coalesce((SELECT min(created_at) FROM runs
+                                  WHERE status IN ('pending', 'running', 'paused', 'compensating')), 'infinity')
+    ORDER BY received_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED) old
+WHERE e.seq = old.seq`
+
 	sqlIdempotencyTakeOver = `
 UPDATE idempotency_keys SET request_hash = $3, resource_id = $4, created_at = now()
 WHERE scope = $1 AND key = $2 AND resource_id = $5`
@@ -194,9 +210,23 @@ func (s *Store) RunsDelete(ctx context.Context, d RetentionDefaults, ids []uuid.
 // store's IdempotencyTTL (a schedule's fire keys excepted) and returns how many.
 // An expired key already starts a new run before it is deleted (RunCreate).
 func (s *Store) IdempotencyKeysExpire(ctx context.Context, limit int) (int, error) {
-	res, err := s.db.ExecContext(ctx, sqlIdempotencyExpire, s.cfg.IdempotencyTTL.Seconds(), limit)
+	return s.expireTTL(ctx, "idempotency keys", sqlIdempotencyExpire, limit)
+}
+
+// ReceivedEventsExpire deletes up to limit received events older than the store's
+// IdempotencyTTL (an event's id holds as long as its event is kept: past it, the
+// same id is a new event), but none received since the oldest unfinished run was
+// created (a waiting step of that run could still take it), and returns how many.
+func (s *Store) ReceivedEventsExpire(ctx context.Context, limit int) (int, error) {
+	return s.expireTTL(ctx, "received events", sqlReceivedEventsExpire, limit)
+}
+
+// expireTTL runs a delete of up to $2 rows older than $1 seconds (the store's
+// IdempotencyTTL) and returns how many it deleted.
+func (s *Store) expireTTL(ctx context.Context, what, query string, limit int) (int, error) {
+	res, err := s.db.ExecContext(ctx, query, s.cfg.IdempotencyTTL.Seconds(), limit)
 	if err != nil {
-		return 0, fmt.Errorf("expire idempotency keys: %w", translateError(err))
+		return 0, fmt.Errorf("expire %s: %w", what, translateError(err))
 	}
 	n, _ := res.RowsAffected()
 	return int(n), nil

@@ -369,3 +369,54 @@ func TestRetentionUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestReceivedEventExpiry: received events are kept for the idempotency TTL, and
+// past it while an unfinished run created before them could still take them (a
+// wait_for_event step takes the events received since its run was created); an
+// expired event goes with its event_takes, and its id is then a new event.
+func TestReceivedEventExpiry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := catalog.New(testenv.DB(t), &catalog.Config{IdempotencyTTL: time.Hour})
+	retentionVersion(t, s, "w", "")
+	for _, id := range []string{"before-run", "after-run", "recent"} {
+		_, dup, err := s.EventIngest(ctx, &catalog.EventIngestParams{ID: id, Name: "paid", Data: json.RawMessage(`{}`), Actor: "test"})
+		require.NoError(t, err)
+		require.False(t, dup)
+	}
+	run, _, err := s.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "w", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `UPDATE runs SET created_at = now() - interval '90 minutes' WHERE id = $1`, run.ID)
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `UPDATE received_events SET received_at = now() - CASE id
+    WHEN 'before-run' THEN interval '3 hours' WHEN 'after-run' THEN interval '80 minutes' ELSE interval '1 minute' END`)
+	require.NoError(t, err)
+	_, err = s.DB().ExecContext(ctx, `INSERT INTO event_takes (run_id, step_key, event_seq)
+SELECT $1, 's', seq FROM received_events WHERE id = 'before-run'`, uuid.New())
+	require.NoError(t, err)
+	ids := func() []string {
+		var out []string
+		require.NoError(t, s.DB().SelectContext(ctx, &out, `SELECT id FROM received_events ORDER BY id`))
+		return out
+	}
+
+	n, err := s.ReceivedEventsExpire(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"after-run", "recent"}, ids(), "the run, unfinished, could still take after-run")
+	var takes int
+	require.NoError(t, s.DB().GetContext(ctx, &takes, `SELECT count(*) FROM event_takes`))
+	require.Zero(t, takes, "event_takes go with their event")
+
+	// The run gone, after-run is past its retention too.
+	_, err = s.DB().ExecContext(ctx, `DELETE FROM runs WHERE id = $1`, run.ID)
+	require.NoError(t, err)
+	n, err = s.ReceivedEventsExpire(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"recent"}, ids())
+
+	_, dup, err := s.EventIngest(ctx, &catalog.EventIngestParams{ID: "before-run", Name: "paid", Data: json.RawMessage(`{"again": true}`), Actor: "test"})
+	require.NoError(t, err)
+	require.False(t, dup, "an expired event's id is a new event")
+}

@@ -40,7 +40,8 @@ type Config struct {
 	BinaryVersion string
 	// IdempotencyTTL is how long an idempotency key of a run's creation holds:
 	// past it, the key starts a new run (retention.go); default
-	// DefaultIdempotencyTTL. A schedule's fire keys never expire.
+	// DefaultIdempotencyTTL. A schedule's fire keys never expire. Received events
+	// are kept as long (ReceivedEventsExpire).
 	IdempotencyTTL time.Duration
 }
 

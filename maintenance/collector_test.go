@@ -142,30 +142,33 @@ func TestCollectorCleansTemp(t *testing.T) {
 // labeledCounter reads the counter of a registered vector with one label value.
 func labeledCounter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
 	t.Helper()
-	v, ok := findCounter(t, reg, name, value)
+	v, ok, err := findCounter(reg, name, value)
+	require.NoError(t, err)
 	if !ok {
 		t.Fatalf("no metric %s{%s}", name, value)
 	}
 	return v
 }
 
-// findCounter is the counter name{value} of reg, and whether it exists (a
-// labeled counter appears at its first increment).
-func findCounter(t *testing.T, reg *prometheus.Registry, name, value string) (float64, bool) {
-	t.Helper()
+// findCounter is labeledCounter for a condition of EventuallyWithT (off the
+// test's goroutine): whether the counter exists yet (a labeled counter appears at
+// its first increment), and its value.
+func findCounter(reg *prometheus.Registry, name, value string) (float64, bool, error) {
 	mfs, err := reg.Gather()
-	require.NoError(t, err)
+	if err != nil {
+		return 0, false, err
+	}
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			if m.GetLabel()[0].GetValue() == value {
-				return m.GetCounter().GetValue(), true
+				return m.GetCounter().GetValue(), true, nil
 			}
 		}
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // heldLister holds the listing of payloads until release is closed: its pass

@@ -106,6 +106,7 @@ func (r *Reaper) Stop(ctx context.Context) error { return r.stop(ctx) }
 func (r *Reaper) Reap(ctx context.Context) int {
 	n := r.reapRuns(ctx)
 	r.expireKeys(ctx)
+	r.expireEvents(ctx)
 	return n
 }
 
@@ -189,16 +190,29 @@ func (r *Reaper) archiveRun(ctx context.Context, id uuid.UUID) (string, error) {
 
 // expireKeys deletes the expired idempotency keys, in batches.
 func (r *Reaper) expireKeys(ctx context.Context) {
+	r.expireBatches(ctx, "idempotency keys", r.store.IdempotencyKeysExpire, r.metrics.keysExpired)
+}
+
+// expireEvents deletes the received events past their retention, in batches
+// (docs/events.md, "Retention").
+func (r *Reaper) expireEvents(ctx context.Context) {
+	r.expireBatches(ctx, "received events", r.store.ReceivedEventsExpire, r.metrics.eventsExpired)
+}
+
+// expireBatches calls expire with batches of Batch*10 rows until one is not full,
+// counting the rows in counted.
+func (r *Reaper) expireBatches(ctx context.Context, what string, expire func(context.Context, int) (int, error),
+	counted prometheus.Counter) {
 	for ctx.Err() == nil {
-		n, err := r.store.IdempotencyKeysExpire(ctx, r.cfg.Batch*10)
+		n, err := expire(ctx, r.cfg.Batch*10)
 		if err != nil {
 			r.cfg.OnDBError()
 			if ctx.Err() == nil {
-				r.logger.Warn("expire idempotency keys failed", "error", err)
+				r.logger.Warn("expire "+what+" failed", "error", err)
 			}
 			return
 		}
-		r.metrics.keysExpired.Add(float64(n))
+		counted.Add(float64(n))
 		if n < r.cfg.Batch*10 {
 			return
 		}
@@ -207,7 +221,7 @@ func (r *Reaper) expireKeys(ctx context.Context) {
 
 // reaperMetrics count what the reaper deleted.
 type reaperMetrics struct {
-	runsReaped, runsArchived, keysExpired prometheus.Counter
+	runsReaped, runsArchived, keysExpired, eventsExpired prometheus.Counter
 }
 
 func newReaperMetrics(reg prometheus.Registerer) reaperMetrics {
@@ -221,9 +235,12 @@ func newReaperMetrics(reg prometheus.Registerer) reaperMetrics {
 		keysExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_idempotency_keys_expired_total", Help: "Expired idempotency keys deleted by this dispatcher's reaper.",
 		}),
+		eventsExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_received_events_expired_total", Help: "Received events (POST /v1/events) deleted by this dispatcher's reaper, past their retention.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.runsReaped, m.runsArchived, m.keysExpired)
+		reg.MustRegister(m.runsReaped, m.runsArchived, m.keysExpired, m.eventsExpired)
 	}
 	return m
 }

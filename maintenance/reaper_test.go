@@ -13,7 +13,8 @@ import (
 )
 
 // TestReapLoop: a started reaper deletes a run past its retention (here the
-// server's default), keeps one within it, and counts what it deleted.
+// server's default), keeps one within it, deletes a received event past the
+// idempotency TTL, and counts what it deleted.
 func TestReapLoop(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
@@ -36,6 +37,22 @@ func TestReapLoop(t *testing.T) {
 	_, err = tb.store.RunGet(ctx, kept)
 	require.NoError(t, err)
 	require.Equal(t, 1.0, counter(t, reg, "cairn_runs_reaped_total"))
+
+	for _, id := range []string{"old", "new"} {
+		_, _, err = tb.store.EventIngest(ctx, &catalog.EventIngestParams{ID: id, Name: "e", Data: []byte(`{}`), Actor: "test"})
+		require.NoError(t, err)
+	}
+	_, err = tb.store.DB().ExecContext(ctx, `UPDATE received_events SET received_at = now() - interval '2 days' WHERE id = 'old'`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := tb.store.ReceivedEventGet(ctx, "old")
+		return err != nil
+	}, 30*time.Second, 10*time.Millisecond)
+	_, err = tb.store.ReceivedEventGet(ctx, "old")
+	require.ErrorIs(t, err, catalog.ErrNotFound)
+	_, err = tb.store.ReceivedEventGet(ctx, "new")
+	require.NoError(t, err)
+	require.Equal(t, 1.0, counter(t, reg, "cairn_received_events_expired_total"))
 }
 
 // counter reads a registered counter by name.

@@ -29,6 +29,9 @@ type metrics struct {
 	// dispatcher lets run at once now (admission.go).
 	startLatency   prometheus.Histogram
 	admissionLimit prometheus.Gauge
+	// eventsTaken counts the wait_for_event steps that took a buffered event when
+	// they began to wait (docs/events.md).
+	eventsTaken prometheus.Counter
 }
 
 // durationBuckets spans a builtin's milliseconds to a long batch job's hour.
@@ -82,10 +85,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		admissionLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cairn_admission_limit", Help: "How many attempts this dispatcher lets run at once now: its concurrency, lowered while handlers start slowly (overload).",
 		}),
+		eventsTaken: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_event_waits_taken_total", Help: "wait_for_event steps claimed by this dispatcher that took a matching event received before they began to wait (buffered) and succeeded at once.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running,
-			m.mapInstances, m.queueWait, m.attemptDuration, m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit)
+			m.mapInstances, m.queueWait, m.attemptDuration, m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit, m.eventsTaken)
 	}
 	return m
 }

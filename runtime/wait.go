@@ -70,13 +70,15 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		return
 	}
 	a.reporting.Store(true)
+	took := false
 	err := d.suspendWritten(a, "suspend the step", "wait", nil, func() error {
 		if approval != nil {
 			return d.store.ApprovalSuspend(d.life.abandonCtx, a.lease(), *approval)
 		}
 		if w.Kind == catalog.WaitEvent {
 			// It takes a matching event received since its run began, if any.
-			_, err := d.store.EventWaitSuspend(d.life.abandonCtx, a.lease(), catalog.EventWait{Wait: w, Match: step.WaitForEvent.Match})
+			var err error
+			took, err = d.store.EventWaitSuspend(d.life.abandonCtx, a.lease(), catalog.EventWait{Wait: w, Match: step.WaitForEvent.Match})
 			return err
 		}
 		return d.store.StepSuspend(d.life.abandonCtx, a.lease(), w)
@@ -85,6 +87,9 @@ func (d *Dispatcher) suspend(ctx context.Context, a *attempt, step *bundle.StepD
 		return
 	}
 	d.metrics.attempts.WithLabelValues("suspended").Inc()
+	if took {
+		d.metrics.eventsTaken.Inc()
+	}
 	if due := w.Until; !due.IsZero() {
 		d.wakeAt(due)
 	} else if !w.TimeoutAt.IsZero() {

@@ -134,6 +134,7 @@ expect() {
 declare -A run_ids
 for dir in examples/*/; do
 	name=$(basename "$dir")
+	[[ $name == events ]] && continue # driven by events: below
 	args=()
 	[[ $name == hello || $name == lambda-hello ]] && args=(--input '{"name":"ada"}')
 	[[ $name == saga ]] && args=(--input '{"gift":false}')
@@ -206,6 +207,68 @@ for name in "${!run_ids[@]}"; do
 		;;
 	esac
 done
+
+# The events example (docs/events.md), each path end to end: order.created starts a
+# run; payment.succeeded of its order_id completes its wait (also when sent before the
+# run's step began to wait), and ship ships what was paid; order.cancelled cancels.
+# started_run prints the run ID in `cairn event send`'s answer ("started  run ID …").
+started_run() { awk '$1 == "started" { print $3; exit }'; }
+echo "== events: an order paid after its wait began"
+out=$(cairn event send order.created --id demo-created-1 --data '{"order_id": "o-1", "amount": 42}')
+printf '%s\n' "$out"
+paid_run=$(printf '%s\n' "$out" | started_run)
+if [[ -z $paid_run ]]; then
+	expect events-paid fail "order.created started no run: $out"
+else
+	for _ in $(seq 1 100); do # until pay is suspended (so the payment resumes it, not buffered)
+		[[ $({ cairn run get "$paid_run" 2>/dev/null || true; } | awk '$1 == "pay" { print $2 }') == suspended ]] && break
+		sleep 0.1
+	done
+	out=$(cairn event send payment.succeeded --id demo-pay-1 --data '{"order_id": "o-1", "amount": 42}')
+	printf '%s\n' "$out"
+	cairn run watch "$paid_run" >/dev/null 2>&1 || true
+	cairn run get "$paid_run" || true
+	st=$(status_of "$paid_run")
+	msg=$(output_of "$paid_run" ship)
+	if [[ $out == *"resumed  run $paid_run step pay"* && $st == succeeded && $msg == *'"shipped": "o-1"'* && $msg == *'"payment": "demo-pay-1"'* ]]; then
+		expect events-paid ok "resumed by demo-pay-1, ship: $msg"
+	else
+		expect events-paid fail "status $st, ship: $msg"
+	fi
+fi
+echo
+echo "== events: an order paid at once (its payment resumes pay, or waits buffered until pay begins to wait)"
+cairn event send order.created --id demo-created-2 --data '{"order_id": "o-2", "amount": 7}' >"$work/created-2"
+cairn event send payment.succeeded --id demo-pay-2 --data '{"order_id": "o-2", "amount": 7}'
+early_run=$(started_run <"$work/created-2")
+if [[ -z $early_run ]]; then
+	expect events-early fail "order.created started no run: $(cat "$work/created-2")"
+else
+	cairn run watch "$early_run" >/dev/null 2>&1 || true
+	st=$(status_of "$early_run")
+	msg=$(output_of "$early_run" ship)
+	if [[ $st == succeeded && $msg == *'"shipped": "o-2"'* && $msg == *'"payment": "demo-pay-2"'* ]]; then
+		expect events-early ok "ship: $msg"
+	else
+		expect events-early fail "status $st, ship: $msg"
+	fi
+fi
+echo
+echo "== events: an order cancelled while it waits for its payment"
+out=$(cairn event send order.created --id demo-created-3 --data '{"order_id": "o-3", "amount": 9}')
+cancel_run=$(printf '%s\n' "$out" | started_run)
+out=$(cairn event send order.cancelled --id demo-cancel-3 --data '{"order_id": "o-3"}')
+printf '%s\n' "$out"
+cairn run watch "$cancel_run" >/dev/null 2>&1 || true
+st=$(status_of "$cancel_run")
+if [[ -n $cancel_run && $out == *"canceled run $cancel_run"* && $st == canceled ]]; then
+	expect events-cancel ok "canceled by demo-cancel-3"
+else
+	expect events-cancel fail "run ${cancel_run:-none}: status $st; order.cancelled: $out"
+fi
+echo
+cairn event list
+echo
 
 for name in hello retry fanout large-output lambda-hello wait saga map; do
 	[[ -n ${run_ids[$name]:-} ]] || expect "$name" fail "no run: examples/$name is missing"

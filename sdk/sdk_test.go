@@ -59,7 +59,7 @@ func needTool(t *testing.T, name string) {
 func TestExamplesCarryTheSDK(t *testing.T) {
 	t.Parallel()
 	copies := map[string][]string{
-		"python/cairn_fn": {"../examples/hello/bin/cairn_fn", "../examples/large-output/bin/cairn_fn", "../examples/map/bin/cairn_fn"},
+		"python/cairn_fn": {"../examples/events/bin/cairn_fn", "../examples/hello/bin/cairn_fn", "../examples/large-output/bin/cairn_fn", "../examples/map/bin/cairn_fn"},
 	}
 	for src, dsts := range copies {
 		want := readDir(t, src, ".py")

@@ -81,7 +81,7 @@ func (f *retentionFlag) Set(s string) error {
 func (f *runtimeFlags) registerRetention(fs *pflag.FlagSet) {
 	fs.Var(&f.retention, "retention", "how long finished runs are kept when their workflow's cairn.yaml says nothing: succeeded=7d,failed=30d,canceled=7d (a status left out: forever), or one period for all (14d); empty: forever")
 	fs.BoolVar(&f.archiveRuns, "archive-runs", false, "archive runs (run, steps, attempts, events as JSON Lines) to the blob store before retention deletes them, when their workflow's cairn.yaml says nothing")
-	fs.DurationVar(&f.idempotencyTTL, "idempotency-ttl", catalog.DefaultIdempotencyTTL, "how long an Idempotency-Key of POST /v1/workflows/{name}/runs holds; past it, the key starts a new run")
+	fs.DurationVar(&f.idempotencyTTL, "idempotency-ttl", catalog.DefaultIdempotencyTTL, "how long an Idempotency-Key of POST /v1/workflows/{name}/runs holds (past it, the key starts a new run), and how long received events (POST /v1/events) are kept")
 	bindEnv(fs, map[string]string{
 		"retention":       "CAIRN_RETENTION",
 		"archive-runs":    "CAIRN_ARCHIVE_RUNS",
