@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -23,16 +22,10 @@ type Capacity struct {
 // capacityTags splits the tags query parameter ("gpu,cuda"): a 422 naming the
 // first tag that is not one.
 func capacityTags(q string) ([]string, error) {
-	var tags []string
-	for _, tag := range strings.Split(q, ",") {
-		if tag = strings.TrimSpace(tag); tag == "" {
-			continue
-		}
-		if !bundle.ValidTag(tag) {
-			return nil, classValidationFailed.problem("invalid tag", &huma.ErrorDetail{Location: "query.tags", Value: tag,
-				Message: "a tag is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit"})
-		}
-		tags = append(tags, tag)
+	tags, bad := bundle.ParseTags(q)
+	if bad != "" {
+		return nil, classValidationFailed.problem("invalid tag", &huma.ErrorDetail{Location: "query.tags", Value: bad,
+			Message: "a tag is " + bundle.TagRule})
 	}
 	return tags, nil
 }

@@ -3,6 +3,7 @@ package bundle
 import (
 	"cmp"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/cairnrun/cairn/expr"
@@ -157,6 +158,24 @@ var reTag = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
 // ValidTag reports whether tag is a valid dispatcher tag.
 func ValidTag(tag string) bool { return reTag.MatchString(tag) }
+
+// TagRule says what a tag is, for the messages that refuse one.
+const TagRule = "1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
+
+// ParseTags splits a comma-separated list of tags ("gpu, cuda"), leaving out empty
+// entries; bad is the first entry that is not a tag (tags is nil then).
+func ParseTags(list string) (tags []string, bad string) {
+	for _, tag := range strings.Split(list, ",") {
+		if tag = strings.TrimSpace(tag); tag == "" {
+			continue
+		}
+		if !ValidTag(tag) {
+			return nil, tag
+		}
+		tags = append(tags, tag)
+	}
+	return tags, ""
+}
 
 // normalizeTags returns tags sorted and duplicate-free; nil for none.
 func normalizeTags(tags []string) []string {

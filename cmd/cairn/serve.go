@@ -165,7 +165,7 @@ func (f *runtimeFlags) check() error {
 	}
 	for _, tag := range f.tags {
 		if !bundle.ValidTag(tag) {
-			return fmt.Errorf("--tags (CAIRN_TAGS): tag %q must be 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
+			return fmt.Errorf("--tags (CAIRN_TAGS): tag %q must be %s", tag, bundle.TagRule)
 		}
 	}
 	if _, err := f.pools(); err != nil {
@@ -182,15 +182,9 @@ func (f *runtimeFlags) check() error {
 func (f *runtimeFlags) pools() ([][]string, error) {
 	out := [][]string{nil, f.tags}
 	for _, set := range strings.Split(f.demandPools, ";") {
-		var tags []string
-		for _, tag := range strings.Split(set, ",") {
-			if tag = strings.TrimSpace(tag); tag == "" {
-				continue
-			}
-			if !bundle.ValidTag(tag) {
-				return nil, fmt.Errorf("--demand-pools (CAIRN_DEMAND_POOLS): tag %q must be 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", tag)
-			}
-			tags = append(tags, tag)
+		tags, bad := bundle.ParseTags(set)
+		if bad != "" {
+			return nil, fmt.Errorf("--demand-pools (CAIRN_DEMAND_POOLS): tag %q must be %s", bad, bundle.TagRule)
 		}
 		out = append(out, tags)
 	}
