@@ -40,7 +40,8 @@ for stage in "${stages[@]}"; do
 	"$make" --no-print-directory "$target"
 	rc=$?
 	if [ "$target" = build ] && [ "$rc" -eq 0 ]; then
-		scripts/image-prebuild.sh >"$prebuild_log" 2>&1 &
+		# Niced: the tests, timing-sensitive under load, come first.
+		nice -n 19 scripts/image-prebuild.sh >"$prebuild_log" 2>&1 &
 		prebuild_pid=$!
 	fi
 	took=$(($(date +%s) - start))

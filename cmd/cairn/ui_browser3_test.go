@@ -82,6 +82,14 @@ steps:
 	}
 	write("many", "name: many\nsteps:\n  - {key: split, builtin: echo, with: {value: {items: ["+items.String()+"]}}}\n"+
 		"  - {key: each, needs: [split], map: {over: \"deps.split.items\", max_parallel: 500}, builtin: echo}\n", nil)
+	// heldmap: a map of three items that wait at their own gate, so that the page
+	// sees a map working however slowly it loads.
+	mg := newGate(t)
+	write("heldmap", fmt.Sprintf(`name: heldmap
+steps:
+  - {key: split, builtin: echo, with: {value: {items: [1, 2, 3]}}}
+  - {key: each, needs: [split], map: {over: "deps.split.items"}, exec: ["./each"], network: {allow: ["127.0.0.1:%d"]}}
+`, mg.port()), map[string]string{"each": fmt.Sprintf("#!/bin/bash\ncat >/dev/null\nread -r word </dev/tcp/127.0.0.1/%d\necho '{\"ok\": true}'\n", mg.port())})
 
 	t.Run("status_explains_itself", func(t *testing.T) {
 		paid := e.startRun(t, "paid")
@@ -191,14 +199,18 @@ steps:
 	})
 
 	t.Run("map_many_items", func(t *testing.T) {
-		id := e.startRun(t, "many")
-		t.Cleanup(func() { _, _ = e.cliResult("run", "cancel", id) })
+		held := e.startRun(t, "heldmap")
+		t.Cleanup(func() { _, _ = e.cliResult("run", "cancel", held) })
 		b := e.operator(t)
-		// While it works the map is working, not waiting (a map of 1,000 items takes
-		// seconds: the page sees it).
-		b.do(chromedp.Navigate(e.server+"/ui/runs/"+id),
+		// While its items run the map is working, not waiting.
+		b.do(chromedp.Navigate(e.server+"/ui/runs/"+held),
 			b.poll(`document.querySelector('#dag .node[data-key=each]').getAttribute('data-state') === 'working'`))
 		require.Contains(t, b.attr(`#dag .node[data-key=each]`, "class"), "ns-working")
+		mg.open()
+		b.do(b.pollFor(3*time.Minute, `document.getElementById('run-status').textContent === 'succeeded'`))
+
+		id := e.startRun(t, "many")
+		t.Cleanup(func() { _, _ = e.cliResult("run", "cancel", id) })
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+id), b.pollFor(3*time.Minute, `document.getElementById('run-status').textContent === 'succeeded'`))
 		start := time.Now()
 		b.do(chromedp.Navigate(e.server+"/ui/runs/"+id+"/steps/each/items"), chromedp.WaitVisible(chromedp.ID("items")))

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
@@ -366,17 +367,51 @@ func (e *browserEnv) operator(t *testing.T) *browserTab {
 	return e.login(t, e.dev.creds["CAIRN_OPERATOR_TOKEN"])
 }
 
-// do runs actions in the tab and fails the test on an error.
-func (b *browserTab) do(actions ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	require.NoError(b.t, chromedp.Do(b.ctx, actions...))
+// staleNode reports whether err is Chromium saying that a node chromedp had
+// found is gone: a live page (a run's DAG, its step panel) re-renders between
+// chromedp finding an element and acting on it, most often on a loaded machine.
+// The action found nothing wrong with the page, so it is tried again.
+func staleNode(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "Could not find node with given id") ||
+		strings.Contains(msg, "No node with given id found") ||
+		strings.Contains(msg, "Node is detached from document")
 }
 
-// submit runs actions that end in a navigation (a form's POST and the redirect
-// after it), waits for the new page to load and returns its HTTP status.
+// untilFresh runs f again while it fails on a node the page replaced (staleNode),
+// at most five times.
+func untilFresh[T any](f func() (T, error)) (T, error) {
+	for i := 1; ; i++ {
+		v, err := f()
+		if !staleNode(err) || i == 5 {
+			return v, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// do runs actions in the tab, one after the other, and fails the test on an
+// error.
+func (b *browserTab) do(actions ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	for _, a := range actions {
+		_, err := untilFresh(func() (struct{}, error) { return struct{}{}, chromedp.Do(b.ctx, a) })
+		require.NoError(b.t, err)
+	}
+}
+
+// submit runs actions whose last one starts a navigation (a form's POST and the
+// redirect after it), waits for the new page to load and returns its HTTP
+// status.
 func (b *browserTab) submit(actions ...chromedp.Action[chromedp.Void]) int {
 	b.t.Helper()
-	resp, err := chromedp.RunResponse(b.ctx, actions...)
+	b.do(actions[:len(actions)-1]...)
+	resp, err := untilFresh(func() (*network.Response, error) {
+		return chromedp.RunResponse(b.ctx, actions[len(actions)-1])
+	})
 	require.NoError(b.t, err)
 	return int(resp.Status)
 }
@@ -388,21 +423,23 @@ func (b *browserTab) poll(expr string) chromedp.Action[chromedp.Void] {
 
 func (b *browserTab) text(sel string) string {
 	b.t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	s, err := untilFresh(func() (string, error) { return chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel))) })
 	require.NoError(b.t, err, sel)
 	return strings.TrimSpace(s)
 }
 
 func (b *browserTab) value(sel string) string {
 	b.t.Helper()
-	s, err := chromedp.Run(b.ctx, chromedp.Value(chromedp.CSS(sel)))
+	s, err := untilFresh(func() (string, error) { return chromedp.Run(b.ctx, chromedp.Value(chromedp.CSS(sel))) })
 	require.NoError(b.t, err, sel)
 	return s
 }
 
 func (b *browserTab) attr(sel, name string) string {
 	b.t.Helper()
-	a, err := chromedp.Run(b.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	a, err := untilFresh(func() (chromedp.AttributeResult, error) {
+		return chromedp.Run(b.ctx, chromedp.AttributeValue(chromedp.CSS(sel), name))
+	})
 	require.NoError(b.t, err, sel)
 	require.True(b.t, a.Exists, "%s has no %s", sel, name)
 	return a.Value

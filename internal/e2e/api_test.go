@@ -29,6 +29,12 @@ type apiClient struct {
 	cl *client.Client
 }
 
+// in returns the client failing t, a subtest's, rather than the test that made it:
+// a subtest that fails its parent's t ends without saying why.
+func (c *apiClient) in(t *testing.T) *apiClient {
+	return &apiClient{t: t, cl: c.cl}
+}
+
 // newAPIClient returns a client of the API at base with the operator's token.
 func newAPIClient(t *testing.T, base string) *apiClient {
 	cl, err := client.New(base, operatorToken)

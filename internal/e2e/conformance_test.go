@@ -410,7 +410,7 @@ func (e *conformanceEnv) run(t *testing.T, c conformanceCase) {
 	}
 	e.deploy(t, tree)
 
-	id := e.api.startRun(workflow, 0, c.Input)
+	id := e.api.in(t).startRun(workflow, 0, c.Input)
 	t.Logf("run %s of %s (%s %s)", id, workflow, e.sdk.name, e.kind)
 	for i, action := range c.Script {
 		require.Len(t, action, 1, "script entry %d of %s: one action", i, c.Name)
@@ -459,15 +459,16 @@ func (e *conformanceEnv) act(t *testing.T, id, name string, arg any) {
 	t.Helper()
 	args, _ := arg.(map[string]any)
 	step, _ := args["step"].(string)
+	api := e.api.in(t)
 	switch name {
 	case "wait_run":
-		run := e.api.waitRun(id, 3*time.Minute)
-		require.Equal(t, arg, string(run.Status), "run %s: %s", id, jsonOf(e.api.mustSteps(id)))
+		run := api.waitRun(id, 3*time.Minute)
+		require.Equal(t, arg, string(run.Status), "run %s: %s", id, jsonOf(api.mustSteps(id)))
 	case "wait_step":
 		want, _ := args["status"].(string)
-		e.api.waitStep(id, step, 2*time.Minute, want, func(s client.Step) bool { return string(s.Status) == want })
+		api.waitStep(id, step, 2*time.Minute, want, func(s client.Step) bool { return string(s.Status) == want })
 	case "wait_checkpoint":
-		e.api.waitStep(id, step, 2*time.Minute, "has a checkpoint", func(s client.Step) bool { return s.Checkpoint != nil })
+		api.waitStep(id, step, 2*time.Minute, "has a checkpoint", func(s client.Step) bool { return s.Checkpoint != nil })
 	case "restart_server":
 		require.Equal(t, "sigkill", arg)
 		e.srv.kill()
@@ -480,7 +481,7 @@ func (e *conformanceEnv) act(t *testing.T, id, name string, arg any) {
 		code, text := postCallback(t, url, "application/json", body)
 		require.Equal(t, http.StatusOK, code, text)
 	case "output":
-		got := e.api.mustStep(id, step).Output
+		got := api.mustStep(id, step).Output
 		if want, ok := args["equals"]; ok {
 			requireJSONEqual(t, want, got, "output of %s", step)
 		}
@@ -491,7 +492,7 @@ func (e *conformanceEnv) act(t *testing.T, id, name string, arg any) {
 			}
 		}
 	case "output_size":
-		ref, _ := e.api.mustStep(id, step).Output.(map[string]any)
+		ref, _ := api.mustStep(id, step).Output.(map[string]any)
 		blob, _ := ref["$blob"].(map[string]any)
 		require.NotNil(t, blob, "the output of %s is a $blob: %v", step, ref)
 		requireJSONEqual(t, args["bytes"], blob["size"], "size of the output of %s", step)
@@ -502,9 +503,9 @@ func (e *conformanceEnv) act(t *testing.T, id, name string, arg any) {
 		require.Positive(t, rss, "the handler measured its peak RSS")
 		require.Less(t, rss, float64(limit), "the handler's peak RSS")
 	case "attempts":
-		require.Len(t, e.api.mustAttempts(id, step), args["count"].(int), "attempts of %s", step)
+		require.Len(t, api.mustAttempts(id, step), args["count"].(int), "attempts of %s", step)
 	case "error":
-		lastErr, _ := e.api.mustStep(id, step).LastError.(map[string]any)
+		lastErr, _ := api.mustStep(id, step).LastError.(map[string]any)
 		require.NotNil(t, lastErr, "step %s has an error", step)
 		if want, ok := args["retryable"]; ok {
 			require.Equal(t, want, lastErr["retryable"], "retryable: %v", lastErr)
