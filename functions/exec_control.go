@@ -47,6 +47,8 @@ type controlMessage struct {
 // controlError is the body of an {"error": …} control message.
 type controlError struct {
 	Message string `json:"message"`
+	// Code is the handler's own class of the failure (recorded as handler_code).
+	Code string `json:"code"`
 	// Retryable defaults to true: only an explicit false makes the failure terminal.
 	Retryable *bool `json:"retryable"`
 }
@@ -169,9 +171,10 @@ func (r *execRun) handleControl(ctx context.Context, lineNo int, line []byte) bo
 			msg = "the function reported an error without a message"
 		}
 		r.setFunctionError(&Error{
-			Message:   msg,
-			Retryable: m.Error.Retryable == nil || *m.Error.Retryable,
-			Code:      CodeFunctionError,
+			Message:     msg,
+			Retryable:   m.Error.Retryable == nil || *m.Error.Retryable,
+			Code:        CodeFunctionError,
+			HandlerCode: handlerCode(m.Error.Code),
 		})
 		return true
 	}

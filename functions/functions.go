@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
@@ -139,6 +140,18 @@ type Error struct {
 	// "protocol", "invalid_spec", "blob_missing", "kind_unavailable",
 	// "bundle_install", "isolation_unavailable", "failed".
 	Code string `json:"code,omitempty"`
+	// HandlerCode is the code the handler gave its own failure (an SDK's
+	// terminal or retryable code, e.g. "card_declined"), beside Cairn's Code.
+	HandlerCode string `json:"handler_code,omitempty"`
+}
+
+// handlerCodeLimit bounds a handler's code: a class, not a message.
+const handlerCodeLimit = 64
+
+// handlerCode is a handler's failure code as recorded: valid UTF-8, at most
+// handlerCodeLimit bytes, "" when it has none.
+func handlerCode(code string) string {
+	return truncateUTF8(strings.TrimSpace(strings.ToValidUTF8(code, "")), handlerCodeLimit)
 }
 
 // Values of Error.Code.

@@ -290,6 +290,13 @@ func statusError(where string, resp *http.Response) *Error {
 	if text := strings.TrimSpace(strings.ToValidUTF8(string(snippet), "\uFFFD")); text != "" {
 		e.Message += ": " + text
 	}
+	// An SDK's failure is a JSON body {"message", "code", "retryable"}.
+	var body struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(snippet, &body) == nil {
+		e.HandlerCode = handlerCode(body.Code)
+	}
 	if e.Retryable {
 		e.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}

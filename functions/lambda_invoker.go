@@ -357,6 +357,7 @@ type lambdaErrorPayload struct {
 	ErrorType    string  `json:"errorType"`
 	Message      *string `json:"message"`
 	Retryable    *bool   `json:"retryable"`
+	Code         string  `json:"code"`
 }
 
 // functionError turns a function error's payload into an *Error (see Lambda).
@@ -380,6 +381,7 @@ func functionError(where, kind string, payload []byte) *Error {
 				if inner.Message != nil {
 					msg = *inner.Message
 				}
+				e.HandlerCode = handlerCode(inner.Code)
 			}
 		case p.Message != nil:
 			msg = *p.Message

@@ -54,11 +54,19 @@ func errorOf(v any) *errView {
 		return e
 	}
 	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
-	e.Step, e.Code = str(m, "step"), str(m, "code")
+	// The handler's own code (docs/functions.md) says more than Cairn's
+	// function_error.
+	code := func(m map[string]any) string {
+		if c := str(m, "handler_code"); c != "" {
+			return c
+		}
+		return str(m, "code")
+	}
+	e.Step, e.Code = str(m, "step"), code(m)
 	msg := str(m, "message")
 	if cause, ok := m["cause"].(map[string]any); ok {
 		// The run's own message ("step x failed") says less than its cause's.
-		if c := str(cause, "code"); c != "" {
+		if c := code(cause); c != "" {
 			e.Code = c
 		}
 		if cm := str(cause, "message"); cm != "" {

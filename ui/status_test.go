@@ -17,6 +17,10 @@ func TestErrorOf(t *testing.T) {
 	require.Equal(t, `stderr: relation "x" does not exist`, e.More, "the rest of the message with its line breaks")
 	require.Contains(t, e.JSON, `"retryable": true`)
 	require.Nil(t, errorOf(nil))
+	// A handler's own code reads before Cairn's function_error.
+	sdk := map[string]any{"code": "function_error", "handler_code": "declined", "message": "card declined", "retryable": false}
+	require.Equal(t, "declined: card declined", errorOf(sdk).Line())
+	require.Equal(t, "step pay: declined: card declined", errorOf(map[string]any{"message": "step pay failed", "step": "pay", "cause": sdk}).Line())
 
 	// Retryable only while the step will try again.
 	raw := map[string]any{"code": "boom", "message": "no", "retryable": true}

@@ -513,6 +513,9 @@ func (e *conformanceEnv) act(t *testing.T, id, name string, arg any) {
 		if want, ok := args["message_contains"].(string); ok {
 			require.Contains(t, lastErr["message"], want)
 		}
+		if want, ok := args["handler_code"]; ok {
+			require.Equal(t, want, lastErr["handler_code"], "the handler's own code: %v", lastErr)
+		}
 	default:
 		t.Fatalf("unknown script action %q", name)
 	}
