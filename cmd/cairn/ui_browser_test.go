@@ -416,9 +416,11 @@ func (b *browserTab) submit(actions ...chromedp.Action[chromedp.Void]) int {
 	return int(resp.Status)
 }
 
-// poll waits until a JavaScript condition holds on the current page.
+// poll waits until a JavaScript condition holds on the current page (a minute:
+// what it waits for comes within a second or two, but CI's machine can be loaded
+// many times over its cores).
 func (b *browserTab) poll(expr string) chromedp.Action[chromedp.Void] {
-	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(20*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))
+	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(50*time.Millisecond))
 }
 
 func (b *browserTab) text(sel string) string {
