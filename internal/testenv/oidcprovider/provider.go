@@ -66,6 +66,11 @@ type Config struct {
 	Users     []User
 	Clients   []WebClient
 	Workloads []Workload
+	// Host is the issuer URL's host name (default 127.0.0.1; the provider listens
+	// on 127.0.0.1 whatever it is). "localhost" puts the provider on another site
+	// than a server on 127.0.0.1, as a real provider is: browsers then treat the
+	// way back from it as a cross-site navigation.
+	Host string
 }
 
 // Provider is a running OpenID provider. Its methods are safe for concurrent use.
@@ -82,7 +87,11 @@ func Start(t testing.TB, cfg Config) *Provider {
 	if err != nil {
 		t.Fatalf("oidc provider: listen: %v", err)
 	}
-	issuer := "http://" + ln.Addr().String()
+	host := cfg.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	issuer := "http://" + net.JoinHostPort(host, fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
 	st := newStorage(cfg)
 	if err := st.rotate(false); err != nil {
 		t.Fatalf("oidc provider: key: %v", err)
@@ -156,6 +165,15 @@ func (p *Provider) KeyID() string { return p.st.signingKeyID() }
 
 // JWKSFetches reports how many times the JWKS was fetched.
 func (p *Provider) JWKSFetches() int { return p.st.keySetCalls() }
+
+// SetClient adds a web client, or replaces the one with its ID (for a client
+// whose redirect URL is known only once its server runs).
+func (p *Provider) SetClient(c WebClient) {
+	p.st.mu.Lock()
+	defer p.st.mu.Unlock()
+	p.st.clients = slices.DeleteFunc(p.st.clients, func(o WebClient) bool { return o.ID == c.ID })
+	p.st.clients = append(p.st.clients, c)
+}
 
 // SetWorkload adds a workload, or replaces the one with its ID.
 func (p *Provider) SetWorkload(w Workload) { p.st.setWorkload(w) }
