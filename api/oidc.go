@@ -186,9 +186,9 @@ func signatureReason(err error) string {
 }
 
 // verifyBearer identifies a bearer that is no static token (Config.Bearers).
-// ok false: it answered the request with a 401 or 403 problem saying why; a
-// bearer that is no JWT gives the zero Identity and ok, so the caller answers
-// as for any unknown token.
+// refused, when set, is the 401 or 403 to answer with; a bearer that is no JWT
+// gives the zero Identity and no refusal, so the caller answers as for any
+// unknown token.
 func (s *Server) verifyBearer(ctx context.Context, token string) (who Identity, refused *BearerError) {
 	who, err := s.cfg.Bearers.VerifyBearer(ctx, token)
 	var be *BearerError

@@ -80,6 +80,7 @@ func TestSSOInBrowser(t *testing.T) {
 		msg := b.text("#message")
 		require.Contains(t, msg, "You signed in as mallory@example.com, but Cairn gives you no role")
 		require.Contains(t, msg, `the claim "groups" (the token has: marketing)`)
+		b.shoot("sso-refused.png")
 		body := b.text("body")
 		require.NotContains(t, body, "eyJ", "no token on the page")
 		require.Zero(t, b.eval(`document.querySelectorAll("#who").length`), "no one is logged in")
