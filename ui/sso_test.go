@@ -72,7 +72,8 @@ func newBrowserClient(t *testing.T) *http.Client {
 // across requests and acts with the mapped role; a session row whose role was
 // raised in the database, or that a server with another client secret (or
 // without SSO) reads, opens nothing; a callback whose state does not match the
-// flow's cookie is refused, and the page asked for stays inside the UI.
+// flow's cookie is refused, the provider's own refusal is shown, and the page
+// asked for stays inside the UI.
 func TestSSOSession(t *testing.T) {
 	t.Parallel()
 	p := oidcprovider.Start(t, oidcprovider.Config{Users: []oidcprovider.User{
@@ -133,6 +134,18 @@ func TestSSOSession(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Contains(t, string(b), "state does not match")
+	// The provider's own refusal, with the flow's state, is shown as such.
+	resp, err = noFollow.Get(hs.URL + "/ui/sso/start")
+	require.NoError(t, err)
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	require.NoError(t, err)
+	resp, err = noFollow.Get(hs.URL + "/ui/sso/callback?" + url.Values{"state": {loc.Query().Get("state")}, "error": {"access_denied"}, "error_description": {"not allowed"}}.Encode())
+	require.NoError(t, err)
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+	require.Contains(t, string(b), "The identity provider refused the sign-in: access_denied (not allowed)")
 	// And one without the flow's cookie.
 	resp, err = http.Get(hs.URL + "/ui/sso/callback?code=x&state=y")
 	require.NoError(t, err)
