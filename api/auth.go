@@ -211,6 +211,13 @@ func (t *Tokens) addItem(item string) error {
 	return t.AddNamed(role, name, strings.TrimSpace(token))
 }
 
+// BearerVerifier identifies a bearer that is none of the static Tokens (Config.Bearers;
+// OIDCBearers verifies OIDC JWTs). Its error is a *BearerError to refuse the request
+// with its status and reason; any other error answers as for an unknown token.
+type BearerVerifier interface {
+	VerifyBearer(ctx context.Context, token string) (Identity, error)
+}
+
 const (
 	securityScheme = "bearer"
 	metaRole       = "cairn-role"
@@ -242,6 +249,17 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	who := s.cfg.Tokens.Identify(strings.TrimSpace(token))
+	if who.Role == RoleNone && s.cfg.Bearers != nil {
+		// Not a static token: an OIDC JWT, perhaps (api/oidc.go).
+		var refused *BearerError
+		if who, refused = s.verifyBearer(ctx.Context(), strings.TrimSpace(token)); refused != nil {
+			if refused.Status == http.StatusUnauthorized {
+				ctx.SetHeader("WWW-Authenticate", `Bearer realm="cairn", error="invalid_token"`)
+			}
+			_ = huma.WriteErr(s.api, ctx, refused.Status, refused.Reason)
+			return
+		}
+	}
 	have := who.Role
 	if have == RoleNone {
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="cairn", error="invalid_token"`)

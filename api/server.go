@@ -61,6 +61,9 @@ type Config struct {
 	// Tokens are the bearer tokens and their roles; default none, so every
 	// protected operation answers 401.
 	Tokens *Tokens
+	// Bearers, when set, identifies the bearers that are none of Tokens (OIDC
+	// JWTs: OIDCBearers); default none.
+	Bearers BearerVerifier
 	// MetricsToken, when set, is the bearer token GET /metrics requires (an admin
 	// token of Tokens is accepted too); default none: /metrics is open to anyone who
 	// reaches the server.

@@ -9,6 +9,7 @@ import (
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -56,6 +57,9 @@ type Config struct {
 	// SessionTTL is how long a login lasts: the session then ends, and the
 	// browser is sent to the login page. Default DefaultSessionTTL (12 hours).
 	SessionTTL time.Duration
+	// SSO, when set, offers "Sign in with SSO" on the login page (sso.go);
+	// default none.
+	SSO *SSOConfig
 }
 
 func (c *Config) withDefaults() Config {
@@ -87,6 +91,7 @@ type Handler struct {
 	logger     *slog.Logger
 	mux        *http.ServeMux
 	pages      map[string]*template.Template
+	sso        *sso // nil: no single sign-on
 }
 
 // New returns the UI. apiHandler is the API's handler (api.Server.Handler), which
@@ -110,6 +115,13 @@ func New(apiHandler http.Handler, tokens *api.Tokens, sessions Sessions, cfg *Co
 	if tokens == nil {
 		h.tokens = &api.Tokens{}
 	}
+	if c.SSO != nil {
+		s, err := newSSO(*c.SSO)
+		if err != nil {
+			return nil, fmt.Errorf("web UI: %w", err)
+		}
+		h.sso = s
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -127,6 +139,10 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /ui/login", h.loginPage)
 	h.mux.HandleFunc("POST /ui/login", h.login)
 	h.mux.HandleFunc("POST /ui/logout", h.write(h.logout))
+	if h.sso != nil {
+		h.mux.HandleFunc("GET /ui/sso/start", h.ssoStart)
+		h.mux.HandleFunc("GET "+ssoCallbackPath, h.ssoCallback)
+	}
 
 	h.mux.HandleFunc("GET /ui/workflows", h.read(h.workflowsPage))
 	h.mux.HandleFunc("GET /ui/workflows/{name}", h.read(h.workflowPage))
@@ -220,6 +236,9 @@ func (h *Handler) sessionOf(r *http.Request) *session {
 	var tokenHash [sha256.Size]byte
 	copy(tokenHash[:], ss.TokenHash)
 	who := h.tokens.IdentifyHash(tokenHash)
+	if who.Role == api.RoleNone && h.sso != nil {
+		who = h.sso.identify(ss) // a session single sign-on started
+	}
 	if who.Role == api.RoleNone {
 		return nil
 	}
@@ -298,7 +317,7 @@ func sameOrigin(r *http.Request) bool {
 }
 
 func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	h.render(w, r, nil, "login", map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "Error": r.URL.Query().Get("error")})
+	h.render(w, r, nil, "login", map[string]any{"Next": safeNext(r.URL.Query().Get("next")), "Error": r.URL.Query().Get("error"), "SSO": h.sso != nil})
 }
 
 // login checks the token against the API's tokens, starts a session for it, and
@@ -316,20 +335,31 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/login?error=unknown+token&next="+url.QueryEscape(next), http.StatusSeeOther)
 		return
 	}
+	tokenHash := api.TokenHash(token)
+	if h.startSession(w, r, who, tokenHash[:]) {
+		http.Redirect(w, r, next, http.StatusSeeOther)
+	}
+}
+
+// startSession starts a session for who and sets its cookie: a random ID, never
+// a token. tokenHash is what sessionOf checks on every request: the hash of the
+// token logged in with, or an SSO session's mark. false: it answered the request
+// with an error.
+func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, who api.Identity, tokenHash []byte) bool {
 	id := rand.Text() // 26 characters of base32: 128 random bits
-	idHash, tokenHash := sha256.Sum256([]byte(id)), api.TokenHash(token)
+	idHash := sha256.Sum256([]byte(id))
 	expires := time.Now().Add(h.cfg.SessionTTL)
-	if err := h.sessions.SessionCreate(r.Context(), &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash[:],
+	if err := h.sessions.SessionCreate(r.Context(), &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash,
 		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
 		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
 		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)
-		return
+		return false
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: id, Path: Prefix, Expires: expires, MaxAge: int(h.cfg.SessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	return true
 }
 
 // logout ends the session (its row is deleted: the cookie's ID opens nothing any

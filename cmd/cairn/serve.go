@@ -316,6 +316,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 		tokensSpec, tokensFile string
 		rf                     runtimeFlags
 		lf                     limitFlags
+		of                     oidcFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -338,6 +339,9 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				logger.Info("CAIRN_DATABASE_POOL_MODE=transaction: no statement is prepared, each goes in one message", "listen_url_set", listenDBURL != "")
 			}
 			if err := errors.Join(rf.check(), lf.check()); err != nil {
+				return err
+			}
+			if _, err := of.check(rf.publicURL); err != nil {
 				return err
 			}
 			tokens, err := loadTokens(tokensSpec, tokensFile)
@@ -369,7 +373,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return runServer(ctx, serverParts{listen: listen, dbURL: listenDBURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, lambda: lambdaInvoker, getenv: e}, nil)
+			return runServer(ctx, serverParts{listen: listen, dbURL: listenDBURL, store: store, blobs: blobs, tokens: tokens, logger: logger, rt: rf, limits: lf, oidc: of, lambda: lambdaInvoker, getenv: e}, nil)
 		},
 	}
 	f := cmd.Flags()
@@ -391,6 +395,7 @@ func newServeCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	})
 	rf.register(f, false)
 	lf.register(f)
+	of.register(f)
 	return cmd
 }
 
@@ -467,6 +472,7 @@ type serverParts struct {
 	logger *slog.Logger
 	rt     runtimeFlags
 	limits limitFlags
+	oidc   oidcFlags         // single sign-on and OIDC bearers (serve only)
 	lambda functions.Invoker // nil: no lambda steps here (see newLambdaInvoker)
 	// getenv reads the OTEL_* variables (traces); nil: none.
 	getenv func(string) string
@@ -584,9 +590,18 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		}
 	}
 
+	sso, err := p.oidc.setup(ctx, p.rt.publicURL, p.logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	var bearers api.BearerVerifier // a nil *OIDCBearers would be a non-nil interface
+	if sso.bearers != nil {
+		bearers = sso.bearers
+	}
 	lim := p.limits
 	srv := api.New(p.store, p.blobs, &api.Config{
-		Logger: p.logger, Tokens: p.tokens, Registry: reg, Tracer: tracer,
+		Logger: p.logger, Tokens: p.tokens, Bearers: bearers, Registry: reg, Tracer: tracer,
 		SigningKey: []byte(p.rt.signingKey), InlineLimit: p.rt.inlineLimit,
 		MetricsToken: lim.metricsToken, MaxCheckpointSize: lim.maxCheckpointSize, MaxStreams: lim.maxStreams,
 		BodyReadTimeout: lim.bodyReadTimeout, MinBodyRate: lim.minBodyRate,
@@ -594,7 +609,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 		Capabilities: capabilities,
 		SecretKeys:   secretKeys,
 	})
-	if err := mountUI(srv, p.tokens, p.store, p.logger); err != nil {
+	if err := mountUI(srv, p.tokens, p.store, sso.sso, p.logger); err != nil {
 		ln.Close()
 		return err
 	}
@@ -645,9 +660,10 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 }
 
 // mountUI serves the web UI under /ui (and sends / there), calling the API in
-// process as each session's user; its sessions are kept in the catalog.
-func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, logger *slog.Logger) error {
-	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger})
+// process as each session's user; its sessions are kept in the catalog. sso,
+// when set, offers single sign-on.
+func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, sso *ui.SSOConfig, logger *slog.Logger) error {
+	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger, SSO: sso})
 	if err != nil {
 		return fmt.Errorf("web UI: %w", err)
 	}

@@ -25,10 +25,21 @@ import (
 // /readyz; it returns the base URL.
 func startServe(t *testing.T, env ...string) string {
 	t.Helper()
+	return startServeAt(t, freeAddr(t), env...)
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startServeAt is startServe listening on addr.
+func startServeAt(t *testing.T, addr string, env ...string) string {
+	t.Helper()
 	cmd := exec.Command(testenv.CairnBinary(t), "serve")
 	cmd.Env = append(append(os.Environ(), "CAIRN_LISTEN="+addr, "CAIRN_CACHE_DIR="+t.TempDir()), env...)
 	stderr := &syncBuffer{}

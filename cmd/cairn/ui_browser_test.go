@@ -286,7 +286,14 @@ func setupBrowser(t *testing.T) *browserEnv {
 		p.deploy(t, filepath.Join(dir, b))
 	}
 	p.deploy(t, "../../examples/fanout")
+	e.browser = startChromium(t, chromium)
+	return e
+}
 
+// startChromium starts headless Chromium for the test; the chromedp context it
+// returns runs it.
+func startChromium(t *testing.T, chromium string) context.Context {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.DisableGPU, chromedp.WindowSize(1400, 900))
 	if os.Geteuid() == 0 {
 		opts = append(opts, chromedp.NoSandbox) // Chromium's sandbox refuses to run as root
@@ -298,8 +305,7 @@ func setupBrowser(t *testing.T) *browserEnv {
 	start := time.Now()
 	require.NoError(t, chromedp.Do(browser)) // starts the browser, on a context without a timeout
 	t.Logf("chromium started in %s", time.Since(start).Round(time.Millisecond))
-	e.browser = browser
-	return e
+	return browser
 }
 
 // chromiumPath finds Debian's chromium (`make tools` installs it). Without it the

@@ -19,6 +19,10 @@
 // that run the real `cairn` as a subprocess; [RemoveCairnBinary], from a
 // TestMain, removes it when the tests end (without one, a later build does).
 //
+// An OpenID provider: package internal/testenv/oidcprovider starts a real one
+// (zitadel/oidc's op package) in the test process, with the users, groups and
+// CI workloads a test gives it, for single sign-on and OIDC bearer tests.
+//
 // With no server available a test is skipped, except under CI=true, where it
 // fails with what to install: nothing is skipped silently in CI.
 //
