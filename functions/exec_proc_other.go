@@ -5,6 +5,7 @@ package functions
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -28,3 +29,9 @@ func mountTemp(string, int64) error { return errors.New("not on this system") }
 
 // unmountTemp does nothing outside Linux.
 func unmountTemp(string) {}
+
+// newNetns: there is no sandbox outside Linux.
+func newNetns() (*os.File, error) { return nil, errors.New("sandbox network: Linux only") }
+
+// startInNetns: there is no sandbox outside Linux.
+func startInNetns(*exec.Cmd, *os.File) error { return errors.New("sandbox network: Linux only") }

@@ -69,6 +69,9 @@ type sandbox struct {
 	seccomp []byte
 	// network connects handlers' namespaces to the outside (exec_sandbox_net.go).
 	network sandboxNetwork
+	// pool holds the network namespaces handlers join (root servers;
+	// exec_sandbox_netpool.go); nil: each sandbox makes its own.
+	pool *netPool
 }
 
 // File descriptors of bwrap beside the handler's control pipe (3): the seccomp
@@ -87,7 +90,7 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 
 // newSandbox finds bwrap (and setpriv when root) and runs a trivial sandbox once,
 // so that a kernel without the namespaces bwrap needs is found at start-up.
-func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
+func newSandbox(ctx context.Context, uid int, m *execMetrics) (*sandbox, error) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
@@ -101,6 +104,7 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 		if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 			return nil, errors.New("setpriv (util-linux) is not installed: a root server needs it to run handlers as an unprivileged user")
 		}
+		s.pool = newNetPool(&s.network, m)
 	}
 	tmp, err := os.MkdirTemp("", "cairn-sandbox-probe-")
 	if err != nil {
@@ -112,7 +116,7 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, noNetwork: true})
+	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, network: netEmpty})
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	filter, err := s.seccompFile()
@@ -138,6 +142,9 @@ func (s *sandbox) describe() string {
 	if s.network.err != nil {
 		return how + "; network: none only (" + s.network.err.Error() + ")"
 	}
+	if s.pool != nil {
+		return how + "; network: a namespace of its own (pooled) through pasta, no route to this host"
+	}
 	return how + "; network: own namespace through pasta, no route to this host"
 }
 
@@ -157,14 +164,29 @@ type sandboxSpec struct {
 	bundleDir string   // read-only; the working directory
 	inputs    []string // files, read-only
 	workDirs  []string // read-write (HOME, TMPDIR)
-	noNetwork bool     // network: none (no pasta: the namespace's loopback only)
+	network   netMode
 	argv      []string // the program (an absolute path) and its arguments
 }
+
+// netMode is how a sandbox gets its network namespace.
+type netMode int
+
+const (
+	// netEmpty: bwrap makes a namespace with nothing but its loopback
+	// (network: none on a server without the pool).
+	netEmpty netMode = iota
+	// netPasta: bwrap makes a namespace and waits (--info-fd, --block-fd)
+	// until the invoker has connected it through pasta.
+	netPasta
+	// netJoined: the sandbox stays in the namespace bwrap was started in: a
+	// pooled one (exec_sandbox_netpool.go).
+	netJoined
+)
 
 // command returns the argv that runs spec.argv in a sandbox.
 func (s *sandbox) command(spec sandboxSpec) []string {
 	args := []string{s.bwrap,
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		// Handlers die with the server: bwrap's init in the sandbox gets SIGKILL
 		// when bwrap dies (which gets it when the server dies), and with the init
 		// of its PID namespace the kernel kills every process in it.
@@ -176,8 +198,11 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 		// them on a root server, where bwrap makes none).
 		args = append(args, "--unshare-user", "--disable-userns", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
-	if !spec.noNetwork {
-		args = append(args, "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
+	switch spec.network {
+	case netEmpty:
+		args = append(args, "--unshare-net")
+	case netPasta:
+		args = append(args, "--unshare-net", "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
 	}
 	for _, d := range systemDirs {
 		info, err := os.Lstat(d)
