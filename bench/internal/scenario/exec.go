@@ -108,7 +108,9 @@ func addTree(files map[string]cairn.File, dir, to string, exts ...string) {
 }
 
 // execWorkflow names the workflows of a handler: its chain and its map.
-func execWorkflow(h, shape string) string { return "bench-exec-" + strings.ReplaceAll(h, "_", "-") + "-" + shape }
+func execWorkflow(h, shape string) string {
+	return "bench-exec-" + strings.ReplaceAll(h, "_", "-") + "-" + shape
+}
 
 // execBundles are the chain and map bundles of h.
 func execBundles(h execHandler, items int, goSDK, goRaw []byte) []map[string]cairn.File {
@@ -198,7 +200,7 @@ func execScenario(ctx context.Context, e *Env, r *report.Result) error {
 		}
 		configs = append(configs, &execConfig{
 			name: "pgbouncer", about: "as sandbox, with the catalog through PgBouncer in transaction mode (CAIRN_DATABASE_POOL_MODE=transaction, pool 20; LISTEN on a direct connection, CAIRN_DATABASE_LISTEN_URL)",
-			env:  []string{"CAIRN_DATABASE_URL=" + pooled, "CAIRN_DATABASE_POOL_MODE=transaction", "CAIRN_DATABASE_LISTEN_URL=" + direct},
+			env:      []string{"CAIRN_DATABASE_URL=" + pooled, "CAIRN_DATABASE_POOL_MODE=transaction", "CAIRN_DATABASE_LISTEN_URL=" + direct},
 			handlers: []string{"sh"}, maps: []string{"sh"}, builtin: true,
 		})
 	}
