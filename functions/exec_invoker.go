@@ -160,8 +160,9 @@ type Exec struct {
 	baseEnv []string
 	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
 	sandbox *sandbox
-	// prlimit is util-linux's prlimit, which applies Spec.Resources without
-	// cgroups; "" when it is not installed.
+	// prlimit is util-linux's prlimit, which applies Spec.Resources to
+	// unisolated handlers without cgroups (a sandbox's are set while it
+	// holds, holdSandbox); "" when it is not installed.
 	prlimit string
 	// cgroup makes the attempts' cgroups, which apply Spec.Resources; nil
 	// without a usable cgroup v2 (cgroupErr says why): rlimits then.
@@ -352,16 +353,6 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	}
 	env := e.environ(&inv.Envelope, inv.Spec.Env, home, tmp)
 	path, args := program, append([]string(nil), inv.Spec.Exec...)
-	if e.sandbox != nil {
-		args = e.sandbox.command(sandboxSpec{
-			bundleDir: bundleDir,
-			inputs:    inputFiles(&inv.Envelope),
-			workDirs:  []string{home, tmp},
-			network:   netModeOf(pooled, network),
-			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
-		})
-		path = args[0]
-	}
 	lim := e.limitsOf(inv.Spec.Resources)
 	res := &lim.res
 	if e.cgroup != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
@@ -379,7 +370,23 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	} else if res.CPU > 0 {
 		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
 	}
-	if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
+	// A sandbox holds (bwrap waits before the handler: holdSandbox) while
+	// its rlimits are set and, without the pool, its network connected.
+	var rlimits []rlimit
+	hold := connectAfterStart
+	if e.sandbox != nil {
+		rlimits = lim.rlimits(r.cgroup != nil)
+		hold = hold || len(rlimits) > 0
+		args = e.sandbox.command(sandboxSpec{
+			bundleDir: bundleDir,
+			inputs:    inputFiles(&inv.Envelope),
+			workDirs:  []string{home, tmp},
+			network:   netModeOf(pooled, network),
+			hold:      hold,
+			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
+		})
+		path = args[0]
+	} else if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
 		return err
 	}
 	r.resources = res
@@ -415,7 +422,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			intoCgroup(cmd.SysProcAttr, r.cgroup.fd)
 		}
 		if e.sandbox != nil {
-			if r.sandboxPipes, err = e.sandbox.pipes(connectAfterStart); err != nil {
+			if r.sandboxPipes, err = e.sandbox.pipes(hold); err != nil {
 				return err
 			}
 		}
@@ -446,9 +453,9 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			return context.Cause(ctx)
 		}
 	}
-	if connectAfterStart {
+	if hold {
 		defer r.sandboxPipes.closeParent()
-		sn, err := r.connect(ctx, inv.Spec.AllowPorts)
+		sn, err := r.holdSandbox(ctx, rlimits, connectAfterStart, inv.Spec.AllowPorts)
 		defer sn.close()
 		if err != nil {
 			// bwrap still waits on its block pipe: the handler never ran.
@@ -458,22 +465,31 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			}
 			r.abort(err)
 		}
-		clock.lap(PhaseNetwork)
+		if connectAfterStart {
+			clock.lap(PhaseNetwork)
+		}
 	}
 	return r.supervise(ctx)
 }
 
-// connect gives a started sandbox its network (exec_sandbox_net.go) and lets
-// bwrap start the handler.
-func (r *execRun) connect(ctx context.Context, allow []int) (*sandboxNet, error) {
+// holdSandbox readies a started sandbox, which waits before its handler: it
+// sets the rlimits of the sandbox's init (the handler and its children
+// inherit them; no prlimit process is needed), gives it its network when
+// connect says so (exec_sandbox_net.go), and lets bwrap start the handler.
+func (r *execRun) holdSandbox(ctx context.Context, rlimits []rlimit, connect bool, allow []int) (*sandboxNet, error) {
 	s := r.exec.sandbox
 	pid, err := readSandboxInfo(ctx, r.sandboxPipes.info)
 	if err != nil {
 		return nil, err
 	}
-	sn, err := s.network.connectSandbox(ctx, pid, s.rootless, allow, r.exec.metrics)
-	if err != nil {
+	if err := setRlimits(pid, rlimits); err != nil {
 		return nil, err
+	}
+	var sn *sandboxNet
+	if connect {
+		if sn, err = s.network.connectSandbox(ctx, pid, s.rootless, allow, r.exec.metrics); err != nil {
+			return nil, err
+		}
 	}
 	return sn, release(r.sandboxPipes.block)
 }

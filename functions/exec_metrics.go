@@ -38,7 +38,7 @@ var execPhases = []string{PhasePrepare, PhaseSpawn, PhaseNetwork, PhaseRun, Phas
 // process label.
 const (
 	// CPUHandler is the attempt's process tree: the handler and, sandboxed,
-	// prlimit, bwrap and setpriv before it (reaped children included).
+	// bwrap and setpriv before it, or prlimit unsandboxed (reaped children included).
 	CPUHandler = "handler"
 	// CPUNetwork is what connected the sandbox's network: pasta (for the whole
 	// life of its namespace) and the route setup (nsenter, ip).
@@ -69,7 +69,7 @@ func newExecMetrics() *execMetrics {
 		}, []string{"phase"}),
 		cpuVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_exec_cpu_seconds_total",
-			Help: "Processor time (user and system) of the processes exec attempts started: handler (the handler with prlimit, bwrap and setpriv) and network (pasta, nsenter, ip).",
+			Help: "Processor time (user and system) of the processes exec attempts started: handler (the handler with bwrap and setpriv, or prlimit unsandboxed) and network (pasta, nsenter, ip).",
 		}, []string{"process"}),
 		phases: map[string]prometheus.Observer{},
 		cpu:    map[string]prometheus.Counter{},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -160,4 +161,22 @@ func startInNetns(cmd *exec.Cmd, ns *os.File) error {
 		done <- err
 	}
 	return <-done
+}
+
+// Resources of rlimit.
+const (
+	rlimitAS    = unix.RLIMIT_AS
+	rlimitNPROC = unix.RLIMIT_NPROC
+	rlimitFSIZE = unix.RLIMIT_FSIZE
+)
+
+// setRlimits sets the limits of process pid (soft and hard).
+func setRlimits(pid int, limits []rlimit) error {
+	for _, l := range limits {
+		lim := unix.Rlimit{Cur: l.Value, Max: l.Value}
+		if err := unix.Prlimit(pid, l.Resource, &lim, nil); err != nil {
+			return fmt.Errorf("set %s of the sandbox: %w", strings.TrimPrefix(l.Flag, "--"), err)
+		}
+	}
+	return nil
 }

@@ -35,3 +35,13 @@ func newNetns() (*os.File, error) { return nil, errors.New("sandbox network: Lin
 
 // startInNetns: there is no sandbox outside Linux.
 func startInNetns(*exec.Cmd, *os.File) error { return errors.New("sandbox network: Linux only") }
+
+// Resources of rlimit: the numbers do not matter outside Linux (no sandbox).
+const (
+	rlimitAS    = 9
+	rlimitNPROC = 6
+	rlimitFSIZE = 1
+)
+
+// setRlimits: there is no sandbox outside Linux.
+func setRlimits(int, []rlimit) error { return errors.New("Linux only") }

@@ -165,7 +165,11 @@ type sandboxSpec struct {
 	inputs    []string // files, read-only
 	workDirs  []string // read-write (HOME, TMPDIR)
 	network   netMode
-	argv      []string // the program (an absolute path) and its arguments
+	// hold: bwrap reports its sandbox's pid (infoFD) and waits (blockFD)
+	// before the handler, while the invoker sets its rlimits and connects its
+	// network (netPasta).
+	hold bool
+	argv []string // the program (an absolute path) and its arguments
 }
 
 // netMode is how a sandbox gets its network namespace.
@@ -175,8 +179,8 @@ const (
 	// netEmpty: bwrap makes a namespace with nothing but its loopback
 	// (network: none on a server without the pool).
 	netEmpty netMode = iota
-	// netPasta: bwrap makes a namespace and waits (--info-fd, --block-fd)
-	// until the invoker has connected it through pasta.
+	// netPasta: bwrap makes a namespace and waits (hold) until the invoker
+	// has connected it through pasta.
 	netPasta
 	// netJoined: the sandbox stays in the namespace bwrap was started in: a
 	// pooled one (exec_sandbox_netpool.go).
@@ -198,11 +202,11 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 		// them on a root server, where bwrap makes none).
 		args = append(args, "--unshare-user", "--disable-userns", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
-	switch spec.network {
-	case netEmpty:
+	if spec.network != netJoined {
 		args = append(args, "--unshare-net")
-	case netPasta:
-		args = append(args, "--unshare-net", "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
+	}
+	if spec.hold || spec.network == netPasta {
+		args = append(args, "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
 	}
 	for _, d := range systemDirs {
 		info, err := os.Lstat(d)
@@ -274,14 +278,15 @@ type sandboxPipes struct {
 	info, block *os.File
 }
 
-// pipes makes the setup pipes of one sandbox.
-func (s *sandbox) pipes(network bool) (*sandboxPipes, error) {
+// pipes makes the setup pipes of one sandbox: the info and block pipes too
+// when it holds (sandboxSpec.hold).
+func (s *sandbox) pipes(hold bool) (*sandboxPipes, error) {
 	filter, err := s.seccompFile()
 	if err != nil {
 		return nil, err
 	}
 	p := &sandboxPipes{child: []*os.File{filter}}
-	if !network {
+	if !hold {
 		return p, nil
 	}
 	infoR, infoW, err := os.Pipe()
