@@ -1,10 +1,8 @@
 package scenario
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -301,7 +299,7 @@ func execRound(ctx context.Context, e *Env, c *execConfig, handlers map[string]e
 		if err := e.ResetCatalog(ctx); err != nil {
 			return err
 		}
-		m0, err := serverMetrics(ctx, srv)
+		m0, err := srv.MetricSeries(ctx)
 		if err != nil {
 			return err
 		}
@@ -325,7 +323,7 @@ func execRound(ctx context.Context, e *Env, c *execConfig, handlers map[string]e
 		}
 		wall := time.Since(start)
 		cpu1, pg1 := srv.CPU(), e.PG.CPUSeconds()
-		m1, err := serverMetrics(ctx, srv)
+		m1, err := srv.MetricSeries(ctx)
 		if err != nil {
 			return err
 		}
@@ -425,66 +423,6 @@ ORDER BY a.run_id, a.started_at`, ids)
 		add(prefix+"_step_to_step_p50_ms", report.Percentile(gaps, 50))
 	}
 	return n, nil
-}
-
-// serverMetrics reads a server's cairn_* series, each kept apart by its labels'
-// values: "name|v1,v2" (histograms' _bucket series are left out).
-func serverMetrics(ctx context.Context, s *cairn.Server) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+cairn.Token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("get metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "cairn_") {
-			continue
-		}
-		name, labels, value := line, "", ""
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			j := strings.LastIndexByte(line, '}')
-			if j < i {
-				continue
-			}
-			name, labels, value = line[:i], line[i+1:j], line[j+1:]
-		} else {
-			name, value, _ = strings.Cut(line, " ")
-		}
-		if strings.HasSuffix(name, "_bucket") {
-			continue
-		}
-		var vals []string
-		for _, kv := range strings.Split(labels, ",") {
-			if _, v, ok := strings.Cut(kv, "="); ok {
-				vals = append(vals, strings.Trim(v, `"`))
-			}
-		}
-		f := strings.Fields(value)
-		if len(f) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			continue
-		}
-		key := name + "|" + strings.Join(vals, ",")
-		// A histogram's _sum and _count carry the labels of its series.
-		for _, suffix := range []string{"_sum", "_count"} {
-			if base, ok := strings.CutSuffix(name, suffix); ok {
-				key = base + "|" + strings.Join(vals, ",") + suffix
-			}
-		}
-		out[key] += v
-	}
-	return out, sc.Err()
 }
 
 // bouncerPassword is the password the benchmark's PgBouncer checks (PostgreSQL
