@@ -37,8 +37,11 @@ var execPhases = []string{PhasePrepare, PhaseSpawn, PhaseNetwork, PhaseRun, Phas
 // Processes whose processor time cairn_exec_cpu_seconds_total counts, its
 // process label.
 const (
-	// CPUHandler is the attempt's process tree: the handler and, sandboxed,
-	// bwrap and setpriv before it, or prlimit unsandboxed (reaped children included).
+	// CPUHandler is the attempt's process as the server reaps it: the
+	// handler and its reaped children, with prlimit before it, unsandboxed;
+	// bwrap's own processes, sandboxed. A sandboxed handler's processes are
+	// not counted: they end inside the sandbox's PID namespace, and bwrap
+	// does not pass their time on to its own.
 	CPUHandler = "handler"
 	// CPUNetwork is what connected the sandbox's network: pasta (for the whole
 	// life of its namespace) and the route setup (nsenter, ip).
@@ -69,7 +72,7 @@ func newExecMetrics() *execMetrics {
 		}, []string{"phase"}),
 		cpuVec: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_exec_cpu_seconds_total",
-			Help: "Processor time (user and system) of the processes exec attempts started: handler (the handler with bwrap and setpriv, or prlimit unsandboxed) and network (pasta, nsenter, ip).",
+			Help: "Processor time (user and system) of the processes exec attempts started: handler (the handler, or bwrap alone when sandboxed: its PID namespace does not pass its processes' time on) and network (pasta, nsenter, ip).",
 		}, []string{"process"}),
 		phases: map[string]prometheus.Observer{},
 		cpu:    map[string]prometheus.Counter{},
