@@ -72,6 +72,9 @@ type sandbox struct {
 	// pool holds the network namespaces handlers join (root servers;
 	// exec_sandbox_netpool.go); nil: each sandbox makes its own.
 	pool *netPool
+	// systemArgs bind systemDirs, as they were when the server started
+	// (systemBinds): every sandbox has them, and they do not change.
+	systemArgs []string
 }
 
 // File descriptors of bwrap beside the handler's control pipe (3): the seccomp
@@ -95,7 +98,7 @@ func newSandbox(ctx context.Context, uid int, m *execMetrics) (*sandbox, error) 
 	if err != nil {
 		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
 	}
-	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0}
+	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0, systemArgs: systemBinds()}
 	s.network = findSandboxNetwork(s.rootless)
 	if s.seccomp, err = seccompProgram(); err != nil {
 		return nil, err
@@ -208,18 +211,7 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 	if spec.hold || spec.network == netPasta {
 		args = append(args, "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
 	}
-	for _, d := range systemDirs {
-		info, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case info.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		case info.IsDir():
-			args = append(args, "--ro-bind", d, d)
-		}
-	}
+	args = append(args, s.systemArgs...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run")
 	// bwrap makes missing parents of a mount point private (0700); the handler's
 	// uid must be able to walk to its files.
@@ -252,6 +244,25 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 			"--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 	}
 	return append(args, spec.argv...)
+}
+
+// systemBinds returns bwrap's arguments that bind systemDirs read-only: each
+// that exists, as a directory or as the symbolic link it is.
+func systemBinds() []string {
+	var args []string
+	for _, d := range systemDirs {
+		info, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case info.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case info.IsDir():
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	return args
 }
 
 // seccompFile returns a pipe holding the seccomp filter, to hand to bwrap as
