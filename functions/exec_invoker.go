@@ -160,8 +160,9 @@ type Exec struct {
 	baseEnv []string
 	// sandbox isolates handlers (IsolationBwrap); nil without isolation.
 	sandbox *sandbox
-	// prlimit is util-linux's prlimit, which applies Spec.Resources without
-	// cgroups; "" when it is not installed.
+	// prlimit is util-linux's prlimit, which applies Spec.Resources to
+	// unisolated handlers without cgroups (a sandbox's are set while it
+	// holds, holdSandbox); "" when it is not installed.
 	prlimit string
 	// cgroup makes the attempts' cgroups, which apply Spec.Resources; nil
 	// without a usable cgroup v2 (cgroupErr says why): rlimits then.
@@ -176,6 +177,8 @@ type Exec struct {
 	// unavailable is why handlers cannot run here: IsolationBwrap was asked for
 	// and does not work. Every attempt then fails with CodeIsolationUnavailable.
 	unavailable error
+	// metrics time the attempts' phases (exec_metrics.go).
+	metrics *execMetrics
 }
 
 // NewExec returns an Exec invoker configured by cfg (nil means defaults). It
@@ -196,6 +199,7 @@ func NewExec(cfg *ExecConfig) *Exec {
 		defaultMemory:  defaultBound(cfg.DefaultMemoryBytes, DefaultMemoryBytes),
 		defaultPids:    defaultBound(cfg.DefaultPids, DefaultPids),
 		tempBytes:      defaultBound(cfg.TempBytes, DefaultTempBytes),
+		metrics:        newExecMetrics(),
 	}
 	if e.killGrace <= 0 {
 		e.killGrace = DefaultKillGrace
@@ -235,7 +239,7 @@ func NewExec(cfg *ExecConfig) *Exec {
 		if uid <= 0 {
 			uid = DefaultSandboxUID
 		}
-		e.sandbox, e.unavailable = newSandbox(context.Background(), uid)
+		e.sandbox, e.unavailable = newSandbox(context.Background(), uid, e.metrics)
 	}
 	return e
 }
@@ -279,10 +283,17 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		}
 	}
 	network := e.sandbox != nil && !inv.Spec.NoNetwork
+	// pooled: the sandbox joins a namespace of the pool; else, with a network,
+	// bwrap makes one and waits until connect has connected it.
+	pooled := e.sandbox != nil && e.sandbox.pool != nil
+	connectAfterStart := network && !pooled
 	if network && e.sandbox.network.err != nil {
 		return &Error{Message: "exec steps with network cannot run on this server: " + e.sandbox.network.err.Error(),
 			Retryable: true, Code: CodeIsolationUnavailable}
 	}
+	clock := e.metrics.clock()
+	// Registered first, so it runs last: after every other deferred release.
+	defer clock.lap(PhaseCleanup)
 	payload, err := json.Marshal(inv.Envelope)
 	if err != nil {
 		return fmt.Errorf("exec: encode envelope: %w", err)
@@ -338,19 +349,10 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 		exited:    make(chan struct{}),
 		drained:   make(chan struct{}),
 		aborted:   make(chan struct{}),
+		clock:     clock,
 	}
 	env := e.environ(&inv.Envelope, inv.Spec.Env, home, tmp)
 	path, args := program, append([]string(nil), inv.Spec.Exec...)
-	if e.sandbox != nil {
-		args = e.sandbox.command(sandboxSpec{
-			bundleDir: bundleDir,
-			inputs:    inputFiles(&inv.Envelope),
-			workDirs:  []string{home, tmp},
-			noNetwork: inv.Spec.NoNetwork,
-			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
-		})
-		path = args[0]
-	}
 	lim := e.limitsOf(inv.Spec.Resources)
 	res := &lim.res
 	if e.cgroup != nil && (res.MemoryBytes > 0 || res.CPU > 0 || res.Pids > 0) {
@@ -368,10 +370,46 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	} else if res.CPU > 0 {
 		_ = r.logW.write([]byte("[cairn: resources.cpu is not enforced on this server: it limits handlers with rlimits, not cgroups]\n"))
 	}
-	if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
+	// A sandbox holds (bwrap waits before the handler: holdSandbox) while
+	// its rlimits are set and, without the pool, its network connected.
+	var rlimits []rlimit
+	hold := connectAfterStart
+	if e.sandbox != nil {
+		rlimits = lim.rlimits(r.cgroup != nil)
+		hold = hold || len(rlimits) > 0
+		args = e.sandbox.command(sandboxSpec{
+			bundleDir: bundleDir,
+			inputs:    inputFiles(&inv.Envelope),
+			workDirs:  []string{home, tmp},
+			network:   netModeOf(pooled, network),
+			hold:      hold,
+			argv:      append([]string{program}, inv.Spec.Exec[1:]...),
+		})
+		path = args[0]
+	} else if path, args, err = e.limitCommand(lim, r.cgroup != nil, path, args); err != nil {
 		return err
 	}
 	r.resources = res
+	clock.lap(PhasePrepare)
+	var netns *pooledNetns
+	if pooled {
+		netns, err = e.sandbox.pool.get(ctx, inv.Spec.NoNetwork, inv.Spec.AllowPorts)
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return &Error{Message: "exec: " + err.Error(), Retryable: true, Code: CodeIsolationUnavailable}
+		}
+		// Back to the pool once the attempt is over, if nothing of it is left
+		// in the namespace: bwrap exited by itself, which it does only once the
+		// sandbox's init has ended, and the kernel ends every process of a
+		// PID namespace before its init. After a kill, bwrap's init may still
+		// be on its way out: the namespace is thrown away.
+		defer func() {
+			e.sandbox.pool.put(netns, r.cmd != nil && r.cmd.ProcessState != nil && r.cmd.ProcessState.Exited())
+		}()
+		clock.lap(PhaseNetwork)
+	}
 	for try := 1; ; try++ {
 		cmd := &exec.Cmd{
 			Path:        path,
@@ -384,12 +422,17 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			intoCgroup(cmd.SysProcAttr, r.cgroup.fd)
 		}
 		if e.sandbox != nil {
-			if r.sandboxPipes, err = e.sandbox.pipes(network); err != nil {
+			if r.sandboxPipes, err = e.sandbox.pipes(hold); err != nil {
 				return err
 			}
 		}
-		err := r.start(ctx, cmd, payload)
+		var ns *os.File
+		if netns != nil {
+			ns = netns.ns
+		}
+		err := r.start(ctx, cmd, payload, ns)
 		if err == nil {
+			clock.lap(PhaseSpawn)
 			if inv.Started != nil {
 				inv.Started()
 			}
@@ -410,9 +453,9 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			return context.Cause(ctx)
 		}
 	}
-	if network {
+	if hold {
 		defer r.sandboxPipes.closeParent()
-		sn, err := r.connect(ctx, inv.Spec.AllowPorts)
+		sn, err := r.holdSandbox(ctx, rlimits, connectAfterStart, inv.Spec.AllowPorts)
 		defer sn.close()
 		if err != nil {
 			// bwrap still waits on its block pipe: the handler never ran.
@@ -422,23 +465,45 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 			}
 			r.abort(err)
 		}
+		if connectAfterStart {
+			clock.lap(PhaseNetwork)
+		}
 	}
 	return r.supervise(ctx)
 }
 
-// connect gives a started sandbox its network (exec_sandbox_net.go) and lets
-// bwrap start the handler.
-func (r *execRun) connect(ctx context.Context, allow []int) (*sandboxNet, error) {
+// holdSandbox readies a started sandbox, which waits before its handler: it
+// sets the rlimits of the sandbox's init (the handler and its children
+// inherit them; no prlimit process is needed), gives it its network when
+// connect says so (exec_sandbox_net.go), and lets bwrap start the handler.
+func (r *execRun) holdSandbox(ctx context.Context, rlimits []rlimit, connect bool, allow []int) (*sandboxNet, error) {
 	s := r.exec.sandbox
 	pid, err := readSandboxInfo(ctx, r.sandboxPipes.info)
 	if err != nil {
 		return nil, err
 	}
-	sn, err := s.network.connectSandbox(ctx, pid, s.rootless, allow)
-	if err != nil {
+	if err := setRlimits(pid, rlimits); err != nil {
 		return nil, err
 	}
+	var sn *sandboxNet
+	if connect {
+		if sn, err = s.network.connectSandbox(ctx, pid, s.rootless, allow, r.exec.metrics); err != nil {
+			return nil, err
+		}
+	}
 	return sn, release(r.sandboxPipes.block)
+}
+
+// netModeOf is how a sandbox gets its network namespace: from the pool, or
+// made by bwrap and connected after (network) or left empty.
+func netModeOf(pooled, network bool) netMode {
+	switch {
+	case pooled:
+		return netJoined
+	case network:
+		return netPasta
+	}
+	return netEmpty
 }
 
 // environ builds a handler's environment. Later entries win (os/exec keeps the
@@ -553,11 +618,15 @@ type execRun struct {
 	// fnErr is the last error control message.
 	mu    sync.Mutex
 	fnErr *Error
+
+	// clock times the attempt's phases.
+	clock *phaseClock
 }
 
-// start creates the pipes, starts the process and the goroutines that feed its
-// stdin, read its outputs and watch for its exit.
-func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) error {
+// start creates the pipes, starts the process (in the network namespace netns,
+// unless nil) and the goroutines that feed its stdin, read its outputs and
+// watch for its exit.
+func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte, netns *os.File) error {
 	var parentEnds, childEnds []*os.File
 	closeAll := func(files []*os.File) {
 		for _, f := range files {
@@ -605,7 +674,12 @@ func (r *execRun) start(ctx context.Context, cmd *exec.Cmd, payload []byte) erro
 	if r.sandboxPipes != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, r.sandboxPipes.child...)
 	}
-	startErr := startOnForkThread(cmd)
+	var startErr error
+	if netns != nil {
+		startErr = startInNetns(cmd, netns)
+	} else {
+		startErr = startOnForkThread(cmd)
+	}
 	// The child holds its own copies; ours must go or EOF never comes.
 	closeAll(childEnds)
 	if r.sandboxPipes != nil {
@@ -811,11 +885,14 @@ func (r *execRun) supervise(ctx context.Context) error {
 	var stopErr error
 	select {
 	case <-r.exited:
+		r.clock.lap(PhaseRun)
 		stopErr = r.awaitRelease(ctx)
 	case <-ctx.Done():
+		r.clock.lap(PhaseRun)
 		stopErr = context.Cause(ctx)
 		r.terminate()
 	case <-r.aborted:
+		r.clock.lap(PhaseRun)
 		stopErr = r.abortErr
 		r.terminate()
 	}
@@ -831,6 +908,8 @@ func (r *execRun) supervise(ctx context.Context) error {
 
 	<-r.exited
 	waitErr := r.cmd.Wait()
+	r.exec.metrics.addCPU(CPUHandler, r.cmd.ProcessState)
+	r.clock.lap(PhaseDrain)
 	if stopErr == nil {
 		stopErr = r.abortError()
 	}

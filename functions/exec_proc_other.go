@@ -5,6 +5,7 @@ package functions
 import (
 	"errors"
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -28,3 +29,19 @@ func mountTemp(string, int64) error { return errors.New("not on this system") }
 
 // unmountTemp does nothing outside Linux.
 func unmountTemp(string) {}
+
+// newNetns: there is no sandbox outside Linux.
+func newNetns() (*os.File, error) { return nil, errors.New("sandbox network: Linux only") }
+
+// startInNetns: there is no sandbox outside Linux.
+func startInNetns(*exec.Cmd, *os.File) error { return errors.New("sandbox network: Linux only") }
+
+// Resources of rlimit: the numbers do not matter outside Linux (no sandbox).
+const (
+	rlimitAS    = 9
+	rlimitNPROC = 6
+	rlimitFSIZE = 1
+)
+
+// setRlimits: there is no sandbox outside Linux.
+func setRlimits(int, []rlimit) error { return errors.New("Linux only") }

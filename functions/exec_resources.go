@@ -13,8 +13,9 @@ import (
 //
 // Where the server's cgroup v2 is delegated, each attempt gets a cgroup with
 // memory.max, cpu.max and pids.max (exec_cgroup.go). Elsewhere this invoker
-// enforces them with resource limits (setrlimit, through util-linux's prlimit
-// wrapping the handler, or the sandbox around it):
+// enforces them with resource limits (set on the sandbox's init while bwrap
+// waits to start the handler, or through util-linux's prlimit wrapping an
+// unisolated handler):
 //   - MemoryBytes is RLIMIT_AS, the address space of each of the handler's
 //     processes: an allocation past it fails. A handler that then fails and
 //     says so on stderr (out of memory, cannot allocate memory, MemoryError,
@@ -104,20 +105,39 @@ func defaultBound[T int | int64](v, def T) T {
 // outOfMemory matches what handlers print when an allocation failed.
 var outOfMemory = regexp.MustCompile(`(?i)out of memory|cannot allocate memory|memoryerror|bad_alloc|memory exhausted|xmalloc|failed to allocate|outofmemoryerror|allocation failed`)
 
-// limitCommand wraps path and args (argv, args[0] the name) in prlimit with
-// the rlimits of l: RLIMIT_FSIZE, and, when rlimits (not a cgroup) enforce
-// them, RLIMIT_AS and RLIMIT_NPROC. Without prlimit, a step that set resources
-// itself is refused; the defaults are then not enforced.
-func (e *Exec) limitCommand(l limits, cgroup bool, path string, args []string) (string, []string, error) {
-	var out []string
+// rlimit is one resource limit of a handler: soft and hard both Value.
+type rlimit struct {
+	// Resource is RLIMIT_AS, RLIMIT_NPROC or RLIMIT_FSIZE; Flag is prlimit's
+	// option for it.
+	Resource int
+	Flag     string
+	Value    uint64
+}
+
+// rlimits returns the rlimits of l: RLIMIT_FSIZE, and, when rlimits (not a
+// cgroup) enforce them, RLIMIT_AS and RLIMIT_NPROC.
+func (l limits) rlimits(cgroup bool) []rlimit {
+	var out []rlimit
 	if !cgroup && l.res.MemoryBytes > 0 {
-		out = append(out, "--as="+strconv.FormatInt(l.res.MemoryBytes, 10))
+		out = append(out, rlimit{rlimitAS, "--as", uint64(l.res.MemoryBytes)})
 	}
 	if !cgroup && l.res.Pids > 0 {
-		out = append(out, "--nproc="+strconv.Itoa(l.res.Pids))
+		out = append(out, rlimit{rlimitNPROC, "--nproc", uint64(l.res.Pids)})
 	}
 	if l.fileBytes > 0 {
-		out = append(out, "--fsize="+strconv.FormatInt(l.fileBytes, 10))
+		out = append(out, rlimit{rlimitFSIZE, "--fsize", uint64(l.fileBytes)})
+	}
+	return out
+}
+
+// limitCommand wraps path and args (argv, args[0] the name) in prlimit with
+// the rlimits of l (an unsandboxed handler: a sandbox gets them from
+// holdSandbox, without a process more). Without prlimit, a step that set
+// resources itself is refused; the defaults are then not enforced.
+func (e *Exec) limitCommand(l limits, cgroup bool, path string, args []string) (string, []string, error) {
+	var out []string
+	for _, r := range l.rlimits(cgroup) {
+		out = append(out, r.Flag+"="+strconv.FormatUint(r.Value, 10))
 	}
 	switch {
 	case len(out) == 0:

@@ -69,6 +69,12 @@ type sandbox struct {
 	seccomp []byte
 	// network connects handlers' namespaces to the outside (exec_sandbox_net.go).
 	network sandboxNetwork
+	// pool holds the network namespaces handlers join (root servers;
+	// exec_sandbox_netpool.go); nil: each sandbox makes its own.
+	pool *netPool
+	// systemArgs bind systemDirs, as they were when the server started
+	// (systemBinds): every sandbox has them, and they do not change.
+	systemArgs []string
 }
 
 // File descriptors of bwrap beside the handler's control pipe (3): the seccomp
@@ -87,12 +93,12 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 
 // newSandbox finds bwrap (and setpriv when root) and runs a trivial sandbox once,
 // so that a kernel without the namespaces bwrap needs is found at start-up.
-func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
+func newSandbox(ctx context.Context, uid int, m *execMetrics) (*sandbox, error) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
 		return nil, errors.New("bubblewrap (bwrap) is not installed: install it (Debian: apt-get install bubblewrap) or set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated")
 	}
-	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0}
+	s := &sandbox{bwrap: bwrap, uid: uid, gid: uid, rootless: os.Geteuid() != 0, systemArgs: systemBinds()}
 	s.network = findSandboxNetwork(s.rootless)
 	if s.seccomp, err = seccompProgram(); err != nil {
 		return nil, err
@@ -101,6 +107,7 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 		if s.setpriv, err = exec.LookPath("setpriv"); err != nil {
 			return nil, errors.New("setpriv (util-linux) is not installed: a root server needs it to run handlers as an unprivileged user")
 		}
+		s.pool = newNetPool(&s.network, m)
 	}
 	tmp, err := os.MkdirTemp("", "cairn-sandbox-probe-")
 	if err != nil {
@@ -112,7 +119,7 @@ func newSandbox(ctx context.Context, uid int) (*sandbox, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, noNetwork: true})
+	argv := s.command(sandboxSpec{bundleDir: tmp, workDirs: []string{tmp}, argv: []string{"/bin/sh", "-c", "exit 0"}, network: netEmpty})
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	filter, err := s.seccompFile()
@@ -138,6 +145,9 @@ func (s *sandbox) describe() string {
 	if s.network.err != nil {
 		return how + "; network: none only (" + s.network.err.Error() + ")"
 	}
+	if s.pool != nil {
+		return how + "; network: a namespace of its own (pooled) through pasta, no route to this host"
+	}
 	return how + "; network: own namespace through pasta, no route to this host"
 }
 
@@ -157,14 +167,33 @@ type sandboxSpec struct {
 	bundleDir string   // read-only; the working directory
 	inputs    []string // files, read-only
 	workDirs  []string // read-write (HOME, TMPDIR)
-	noNetwork bool     // network: none (no pasta: the namespace's loopback only)
-	argv      []string // the program (an absolute path) and its arguments
+	network   netMode
+	// hold: bwrap reports its sandbox's pid (infoFD) and waits (blockFD)
+	// before the handler, while the invoker sets its rlimits and connects its
+	// network (netPasta).
+	hold bool
+	argv []string // the program (an absolute path) and its arguments
 }
+
+// netMode is how a sandbox gets its network namespace.
+type netMode int
+
+const (
+	// netEmpty: bwrap makes a namespace with nothing but its loopback
+	// (network: none on a server without the pool).
+	netEmpty netMode = iota
+	// netPasta: bwrap makes a namespace and waits (hold) until the invoker
+	// has connected it through pasta.
+	netPasta
+	// netJoined: the sandbox stays in the namespace bwrap was started in: a
+	// pooled one (exec_sandbox_netpool.go).
+	netJoined
+)
 
 // command returns the argv that runs spec.argv in a sandbox.
 func (s *sandbox) command(spec sandboxSpec) []string {
 	args := []string{s.bwrap,
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net",
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		// Handlers die with the server: bwrap's init in the sandbox gets SIGKILL
 		// when bwrap dies (which gets it when the server dies), and with the init
 		// of its PID namespace the kernel kills every process in it.
@@ -176,21 +205,13 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 		// them on a root server, where bwrap makes none).
 		args = append(args, "--unshare-user", "--disable-userns", "--uid", strconv.Itoa(s.uid), "--gid", strconv.Itoa(s.gid))
 	}
-	if !spec.noNetwork {
+	if spec.network != netJoined {
+		args = append(args, "--unshare-net")
+	}
+	if spec.hold || spec.network == netPasta {
 		args = append(args, "--info-fd", strconv.Itoa(infoFD), "--block-fd", strconv.Itoa(blockFD))
 	}
-	for _, d := range systemDirs {
-		info, err := os.Lstat(d)
-		switch {
-		case err != nil:
-		case info.Mode()&os.ModeSymlink != 0:
-			if target, err := os.Readlink(d); err == nil {
-				args = append(args, "--symlink", target, d)
-			}
-		case info.IsDir():
-			args = append(args, "--ro-bind", d, d)
-		}
-	}
+	args = append(args, s.systemArgs...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run")
 	// bwrap makes missing parents of a mount point private (0700); the handler's
 	// uid must be able to walk to its files.
@@ -225,6 +246,25 @@ func (s *sandbox) command(spec sandboxSpec) []string {
 	return append(args, spec.argv...)
 }
 
+// systemBinds returns bwrap's arguments that bind systemDirs read-only: each
+// that exists, as a directory or as the symbolic link it is.
+func systemBinds() []string {
+	var args []string
+	for _, d := range systemDirs {
+		info, err := os.Lstat(d)
+		switch {
+		case err != nil:
+		case info.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(d); err == nil {
+				args = append(args, "--symlink", target, d)
+			}
+		case info.IsDir():
+			args = append(args, "--ro-bind", d, d)
+		}
+	}
+	return args
+}
+
 // seccompFile returns a pipe holding the seccomp filter, to hand to bwrap as
 // seccompFD. The filter is far smaller than a pipe's buffer.
 func (s *sandbox) seccompFile() (*os.File, error) {
@@ -249,14 +289,15 @@ type sandboxPipes struct {
 	info, block *os.File
 }
 
-// pipes makes the setup pipes of one sandbox.
-func (s *sandbox) pipes(network bool) (*sandboxPipes, error) {
+// pipes makes the setup pipes of one sandbox: the info and block pipes too
+// when it holds (sandboxSpec.hold).
+func (s *sandbox) pipes(hold bool) (*sandboxPipes, error) {
 	filter, err := s.seccompFile()
 	if err != nil {
 		return nil, err
 	}
 	p := &sandboxPipes{child: []*os.File{filter}}
-	if !network {
+	if !hold {
 		return p, nil
 	}
 	infoR, infoW, err := os.Pipe()

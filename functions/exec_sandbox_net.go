@@ -97,15 +97,18 @@ func findSandboxNetwork(rootless bool) sandboxNetwork {
 	return n
 }
 
-// sandboxNet is the network of one running sandbox: pasta serving its
-// namespace.
+// sandboxNet is pasta serving one network namespace.
 type sandboxNet struct {
 	pasta *exec.Cmd
 	// stderr holds what pasta printed, for errors.
 	stderr *bytes.Buffer
-	// exited receives pasta's Wait once it has ended.
-	exited chan error
-	dir    string
+	// exited is closed once pasta has ended and was reaped; waitErr is then
+	// its Wait.
+	exited  chan struct{}
+	waitErr error
+	dir     string
+	// metrics count pasta's processor time when it ends.
+	metrics *execMetrics
 }
 
 // sandboxInfo is what bwrap writes to its --info-fd.
@@ -146,7 +149,7 @@ func readSandboxInfo(ctx context.Context, info *os.File) (int, error) {
 // routes. rootless says the namespace belongs to a user namespace of the
 // server's (a server not running as root). The returned sandboxNet must be
 // closed when the attempt ends.
-func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless bool, allow []int) (*sandboxNet, error) {
+func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless bool, allow []int, m *execMetrics) (*sandboxNet, error) {
 	netns, userns, err := openSandboxNamespaces(pid, rootless)
 	if err != nil {
 		return nil, err
@@ -155,6 +158,25 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	if userns != nil {
 		defer userns.Close()
 	}
+	if err := awaitLoopback(ctx, pid); err != nil {
+		return nil, err
+	}
+	if userns != nil {
+		if err := awaitUserMap(ctx, pid, userns); err != nil {
+			return nil, err
+		}
+	}
+	return n.connectNetns(ctx, netns, userns, allow, m)
+}
+
+// connectNetns connects the network namespace netns (owned by userns, or,
+// with userns nil, by the server's own user namespace) to the outside: the
+// unreachable routes, then pasta with the ports of allow forwarded to the
+// host's loopback. The returned sandboxNet must be closed when done.
+func (n *sandboxNetwork) connectNetns(ctx context.Context, netns, userns *os.File, allow []int, m *execMetrics) (*sandboxNet, error) {
+	if err := n.routeUnreachable(ctx, netns, userns, m); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp("", "cairn-pasta-")
 	if err != nil {
 		return nil, fmt.Errorf("sandbox network: %w", err)
@@ -162,21 +184,7 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	// pasta runs as a user that may not be the server's (nobody, when the server
 	// is root and does not say --runas): it writes its pid file here.
 	_ = os.Chmod(dir, 0o755)
-	sn := &sandboxNet{dir: dir, stderr: &bytes.Buffer{}}
-	if err := awaitLoopback(ctx, pid); err != nil {
-		sn.close()
-		return nil, err
-	}
-	if userns != nil {
-		if err := awaitUserMap(ctx, pid, userns); err != nil {
-			sn.close()
-			return nil, err
-		}
-	}
-	if err := n.routeUnreachable(ctx, netns, userns); err != nil {
-		sn.close()
-		return nil, err
-	}
+	sn := &sandboxNet{dir: dir, stderr: &bytes.Buffer{}, metrics: m}
 	tcp := "none"
 	if len(allow) > 0 {
 		s := make([]string, len(allow))
@@ -206,8 +214,11 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 		sn.close()
 		return nil, fmt.Errorf("sandbox network: start pasta: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- sn.pasta.Wait() }()
+	sn.exited = make(chan struct{})
+	go func() {
+		sn.waitErr = sn.pasta.Wait()
+		close(sn.exited)
+	}()
 	// pasta writes its pid file once the namespace is configured.
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
@@ -215,24 +226,30 @@ func (n *sandboxNetwork) connectSandbox(ctx context.Context, pid int, rootless b
 	defer deadline.Stop()
 	for {
 		if _, err := os.Stat(pidFile); err == nil {
-			sn.exited = exited
 			return sn, nil
 		}
 		select {
-		case err := <-exited:
-			sn.pasta = nil
+		case <-sn.exited:
 			sn.close()
-			return nil, fmt.Errorf("sandbox network: pasta ended (%v): %s", err, strings.TrimSpace(sn.stderr.String()))
+			return nil, fmt.Errorf("sandbox network: pasta ended (%v): %s", sn.waitErr, strings.TrimSpace(sn.stderr.String()))
 		case <-deadline.C:
-			sn.exited = exited
 			sn.close()
 			return nil, fmt.Errorf("sandbox network: pasta was not ready after 10s: %s", strings.TrimSpace(sn.stderr.String()))
 		case <-ctx.Done():
-			sn.exited = exited
 			sn.close()
 			return nil, context.Cause(ctx)
 		case <-tick.C:
 		}
+	}
+}
+
+// alive reports whether pasta still serves the namespace.
+func (sn *sandboxNet) alive() bool {
+	select {
+	case <-sn.exited:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -286,7 +303,7 @@ func awaitUserMap(ctx context.Context, pid int, userns *os.File) error {
 
 // routeUnreachable routes the metadata prefixes and the host's own addresses
 // to "unreachable" inside the namespace.
-func (n *sandboxNetwork) routeUnreachable(ctx context.Context, netns, userns *os.File) error {
+func (n *sandboxNetwork) routeUnreachable(ctx context.Context, netns, userns *os.File, m *execMetrics) error {
 	var batch strings.Builder
 	for _, p := range unreachablePrefixes() {
 		fmt.Fprintf(&batch, "route add unreachable %s\n", p)
@@ -307,7 +324,9 @@ func (n *sandboxNetwork) routeUnreachable(ctx context.Context, netns, userns *os
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.ExtraFiles = files
 	cmd.Stdin = strings.NewReader(batch.String())
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	m.addCPU(CPUNetwork, cmd.ProcessState)
+	if err != nil {
 		return fmt.Errorf("sandbox network: route the host's addresses unreachable: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
@@ -349,6 +368,7 @@ func (sn *sandboxNet) close() {
 		_ = sn.pasta.Process.Kill()
 		if sn.exited != nil {
 			<-sn.exited
+			sn.metrics.addCPU(CPUNetwork, sn.pasta.ProcessState)
 		}
 	}
 	_ = os.RemoveAll(sn.dir)

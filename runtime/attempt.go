@@ -254,7 +254,12 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	} else {
 		d.observeStart(a)
 	}
+	kind := string(step.Kind)
+	invokeStart := time.Now()
+	d.metrics.attemptPhase.WithLabelValues(kind, phasePrepare).Observe(invokeStart.Sub(a.start).Seconds())
 	invErr := invoker.Invoke(runCtx, inv, masked)
+	storeStart := time.Now()
+	d.metrics.attemptPhase.WithLabelValues(kind, phaseInvoke).Observe(storeStart.Sub(invokeStart).Seconds())
 	cancelTimeout()
 	if ferr := masked.Flush(); ferr != nil && invErr == nil {
 		invErr = ferr
@@ -319,7 +324,10 @@ func (d *Dispatcher) runAttempt(ctx context.Context, a *attempt) {
 	}
 	out.logKey = sink.storeLog()
 	a.debug("attempt finished", "outcome", out.status, "duration", time.Since(start))
+	recordStart := time.Now()
+	d.metrics.attemptPhase.WithLabelValues(kind, phaseStore).Observe(recordStart.Sub(storeStart).Seconds())
 	d.report(a, out, step)
+	d.metrics.attemptPhase.WithLabelValues(kind, phaseRecord).Observe(time.Since(recordStart).Seconds())
 }
 
 // infraOutcome reports a failure of Cairn's infrastructure: it does not use up the

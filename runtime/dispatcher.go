@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
@@ -144,6 +145,14 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 			"cache_dir", c.Handlers.CacheDir)
 	}
 	d.metrics.admissionLimit.Set(float64(c.Concurrency))
+	// The exec invoker's own series (functions/exec_metrics.go): where its
+	// attempts' time goes. Another dispatcher on the same registry and invoker
+	// registered them already.
+	if col, ok := invokers[bundle.KindExec].(prometheus.Collector); ok && c.Registerer != nil {
+		if err := c.Registerer.Register(col); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return nil, fmt.Errorf("register the exec invoker's metrics: %w", err)
+		}
+	}
 	d.life.abandonCtx, d.life.abandon = context.WithCancel(context.Background())
 	for i := 0; i < c.Concurrency; i++ {
 		d.slots <- struct{}{}

@@ -32,7 +32,22 @@ type metrics struct {
 	// eventsTaken counts the wait_for_event steps that took a buffered event when
 	// they began to wait (docs/events.md).
 	eventsTaken prometheus.Counter
+	// attemptPhase is where the dispatcher's time of an attempt goes, by kind:
+	// prepare (claim → invoke: definition, bundle, inputs), invoke, store (the
+	// output and the log), record (the outcome written).
+	attemptPhase *prometheus.HistogramVec
 }
+
+// Phases of attemptPhase.
+const (
+	phasePrepare = "prepare"
+	phaseInvoke  = "invoke"
+	phaseStore   = "store"
+	phaseRecord  = "record"
+)
+
+// attemptPhaseBuckets span a fraction of a millisecond to a long handler.
+var attemptPhaseBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 5, 30, 300}
 
 // durationBuckets spans a builtin's milliseconds to a long batch job's hour.
 var durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
@@ -88,9 +103,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		eventsTaken: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_event_waits_taken_total", Help: "wait_for_event steps claimed by this dispatcher that took a matching event received before they began to wait (buffered) and succeeded at once.",
 		}),
+		attemptPhase: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cairn_attempt_phase_seconds", Help: "Where the time of this dispatcher's attempts goes, by kind and phase: prepare (claim → invoke: definition, bundle, inputs), invoke, store (output and log), record (outcome written).",
+			Buckets: attemptPhaseBuckets,
+		}, []string{"kind", "phase"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running,
+		reg.MustRegister(m.attemptPhase, m.claimed, m.attempts, m.leaseLost, m.swept, m.woken, m.decided, m.running,
 			m.mapInstances, m.queueWait, m.attemptDuration, m.heartbeatFailed, m.heartbeat, m.startLatency, m.admissionLimit, m.eventsTaken)
 	}
 	return m

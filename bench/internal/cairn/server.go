@@ -206,6 +206,17 @@ func (s *Server) CPU() proc.CPU {
 
 // Metrics returns the server's Prometheus series, each value summed over its labels.
 func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
+	return s.metrics(ctx, false)
+}
+
+// MetricSeries returns the server's Prometheus series apart, keyed
+// "name|v1,v2" (the values of its labels, in order); a histogram's sum and
+// count are "base|v1,v2_sum" and "base|v1,v2_count".
+func (s *Server) MetricSeries(ctx context.Context) (map[string]float64, error) {
+	return s.metrics(ctx, true)
+}
+
+func (s *Server) metrics(ctx context.Context, apart bool) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -219,11 +230,12 @@ func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("get metrics: %s", resp.Status)
 	}
-	return parseMetrics(resp.Body)
+	return parseMetrics(resp.Body, apart)
 }
 
-// parseMetrics reads Prometheus' text format, summing each series over its labels.
-func parseMetrics(r io.Reader) (map[string]float64, error) {
+// parseMetrics reads Prometheus' text format, summing each series over its
+// labels, or keeping them apart (MetricSeries' keys).
+func parseMetrics(r io.Reader, apart bool) (map[string]float64, error) {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -234,12 +246,13 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 		}
 		// name{labels} value [timestamp]; label values may hold spaces.
 		name, value, _ := strings.Cut(line, " ")
+		labels := ""
 		if i := strings.IndexByte(line, '{'); i >= 0 {
 			j := strings.LastIndexByte(line, '}')
 			if j < i {
 				continue
 			}
-			name, value = line[:i], line[j+1:]
+			name, labels, value = line[:i], line[i+1:j], line[j+1:]
 		}
 		f := strings.Fields(value)
 		if len(f) == 0 {
@@ -249,7 +262,27 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 		if err != nil {
 			continue
 		}
+		if apart {
+			name = seriesKey(name, labels)
+		}
 		out[name] += v
 	}
 	return out, sc.Err()
+}
+
+// seriesKey is MetricSeries' key of a series.
+func seriesKey(name, labels string) string {
+	var vals []string
+	for _, kv := range strings.Split(labels, ",") {
+		if _, v, ok := strings.Cut(kv, "="); ok {
+			vals = append(vals, strings.Trim(v, `"`))
+		}
+	}
+	suffix := ""
+	for _, x := range []string{"_sum", "_count"} {
+		if base, ok := strings.CutSuffix(name, x); ok {
+			name, suffix = base, x
+		}
+	}
+	return name + "|" + strings.Join(vals, ",") + suffix
 }

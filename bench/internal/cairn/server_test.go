@@ -18,13 +18,19 @@ process_cpu_seconds_total 3.5
 go_gc_duration_seconds{quantile="0.5"} 1e-05
 bad_line{ 1
 `
-	got, err := parseMetrics(strings.NewReader(in))
+	got, err := parseMetrics(strings.NewReader(in), false)
 	require.NoError(t, err)
 	require.Equal(t, 12.0, got["cairn_attempts_total"])
 	require.Equal(t, 1.0, got["cairn_lease_lost_total"])
 	require.Equal(t, 3.5, got["process_cpu_seconds_total"])
 	require.InDelta(t, 1e-5, got["go_gc_duration_seconds"], 1e-12)
 	require.NotContains(t, got, "bad_line")
+
+	apart, err := parseMetrics(strings.NewReader(in+"cairn_exec_phase_seconds_sum{phase=\"run\"} 0.5\n"), true)
+	require.NoError(t, err)
+	require.Equal(t, 10.0, apart["cairn_attempts_total|succeeded"])
+	require.Equal(t, 3.5, apart["process_cpu_seconds_total|"])
+	require.Equal(t, 0.5, apart["cairn_exec_phase_seconds|run_sum"])
 }
 
 func TestFanoutBundle(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // Scenario names, in the order they run.
-var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth"}
+var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth", "exec"}
 
 // Config is the benchmark's configuration.
 type Config struct {
@@ -56,6 +56,9 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		{"list-requests", "list: listings per filter (first page and up to 3 following)", &s.ListRequests, 200, 50},
 		{"river-jobs", "river: jobs burned down per configuration", &s.RiverJobs, 50_000, 5_000},
 		{"pgbench-seconds", "pgbench: seconds per run", &s.PgbenchSeconds, 20, 3},
+		{"exec-runs", "exec: runs of the 10-step chain of no-op exec steps per variant and round, one at a time", &s.ExecRuns, 5, 2},
+		{"exec-items", "exec: items of the map of no-op exec steps (max_parallel 10)", &s.ExecItems, 300, 100},
+		{"exec-rounds", "exec: alternated rounds of every variant", &s.ExecRounds, 3, 1},
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

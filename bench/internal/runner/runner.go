@@ -149,6 +149,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			add(scenario.List(ctx, e))
 		case "growth":
 			add(scenario.Growth(ctx, e))
+		case "exec":
+			add(scenario.Exec(ctx, e))
 		}
 	}
 	fmt.Fprintf(stdout, "\nCairn benchmark (%s, %d CPUs, load average %.2f at the end; %s)\n\n",

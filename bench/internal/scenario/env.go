@@ -45,6 +45,9 @@ type Scale struct {
 	ListRequests          int // listings per filter (a first page and the following ones)
 	RiverJobs             int // jobs River burns down
 	PgbenchSeconds        int // per pgbench run
+	ExecRuns              int // exec: chains of no-op exec steps per round, one at a time
+	ExecItems             int // exec: items of the map of no-op exec steps
+	ExecRounds            int // exec: alternated rounds of every variant
 	FsyncTest             bool
 }
 
