@@ -393,7 +393,7 @@ func (e *Exec) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	clock.lap(PhasePrepare)
 	var netns *pooledNetns
 	if pooled {
-		netns, err = e.sandbox.pool.get(ctx, inv.Spec.NoNetwork, inv.Spec.AllowPorts)
+		netns, err = e.sandbox.pool.get(ctx, inv.Envelope.Workflow, inv.Spec.NoNetwork, inv.Spec.AllowPorts)
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)

@@ -19,7 +19,8 @@ import (
 // 2-core machine, against 10 to 20 ms for bwrap and the handler.
 //
 // So a namespace, once made and connected, serves one attempt at a time, and
-// then the next one with the same network (none, or the same allowed ports):
+// then the next one of the same workflow with the same network (none, or the
+// same allowed ports):
 // bwrap starts inside it (the fork joins it: setns on the fork thread) instead
 // of making its own (--unshare-net). What an attempt gets is unchanged: a
 // namespace that no other attempt uses while it runs, with pasta's outbound
@@ -75,16 +76,19 @@ func newNetPool(network *sandboxNetwork, m *execMetrics) *netPool {
 	return &netPool{network: network, metrics: m, idle: map[string][]*pooledNetns{}}
 }
 
-// netnsKey tells apart the namespaces that can serve a step: none, or pasta
-// with the step's allowed ports.
-func netnsKey(noNetwork bool, allow []int) string {
+// netnsKey tells apart the namespaces that can serve a step: its workflow's
+// (a namespace never passes from one workflow, perhaps another team's, to
+// another, so what an attempt can see of the one before, TIME_WAIT entries,
+// is its own workflow's), and none or pasta with the step's allowed ports.
+func netnsKey(workflow string, noNetwork bool, allow []int) string {
 	if noNetwork {
-		return "none"
+		return workflow + "\x00none"
 	}
 	ports := slices.Clone(allow)
 	slices.Sort(ports)
 	var b strings.Builder
-	b.WriteString("pasta:")
+	b.WriteString(workflow)
+	b.WriteString("\x00pasta:")
 	for i, p := range slices.Compact(ports) {
 		if i > 0 {
 			b.WriteByte(',')
@@ -104,10 +108,11 @@ func unreachableKey() string {
 	return b.String()
 }
 
-// get returns a namespace for a step with the network noNetwork and allow
-// say: an idle one, else a new one. The caller gives it back with put.
-func (p *netPool) get(ctx context.Context, noNetwork bool, allow []int) (*pooledNetns, error) {
-	key := netnsKey(noNetwork, allow)
+// get returns a namespace for a step of workflow with the network noNetwork
+// and allow say: an idle one, else a new one. The caller gives it back with
+// put.
+func (p *netPool) get(ctx context.Context, workflow string, noNetwork bool, allow []int) (*pooledNetns, error) {
+	key := netnsKey(workflow, noNetwork, allow)
 	routed := ""
 	if !noNetwork {
 		routed = unreachableKey()

@@ -84,7 +84,7 @@ except OSError:
 }
 
 // TestSandboxNetnsNotShared: attempts running at the same time never share a
-// namespace, and one whose handler was killed (a timeout) does not give its
+// namespace, nor do attempts of two workflows, and one whose handler was killed (a timeout) does not give its
 // namespace back.
 func TestSandboxNetnsNotShared(t *testing.T) {
 	t.Parallel()
@@ -107,6 +107,15 @@ func TestSandboxNetnsNotShared(t *testing.T) {
 		require.False(t, seen[ns], "two attempts at once in namespace %s", ns)
 		seen[ns] = true
 	}
+
+	// Another workflow's attempt never gets a namespace a first one used: what a
+	// handler can see of the one before it (TIME_WAIT entries) stays within its
+	// workflow.
+	other := b.invocation("./hold")
+	other.Envelope.Workflow = "another-team"
+	sink0 := &testSink{}
+	require.NoError(t, b.exec.Invoke(context.Background(), other, sink0), sink0.LogText())
+	require.False(t, seen[netnsOf(t, sink0.Out())], "another workflow's attempt got a namespace of doc-pipeline")
 
 	// A handler killed at its timeout: its namespace is thrown away.
 	b.script(t, "stuck", nsScript("sleep 60"))
