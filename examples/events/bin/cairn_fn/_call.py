@@ -5,8 +5,6 @@ import json
 import logging
 import sys
 import threading
-import urllib.error
-import urllib.request
 
 from ._errors import terminal
 
@@ -40,6 +38,9 @@ class Blob:
             except OSError as e:
                 raise OSError(f"open $blob {self.digest}: {e.strerror}") from None
         if self.url:
+            import urllib.error  # here, not at the top: exec handlers do without it
+            import urllib.request
+
             try:
                 return urllib.request.urlopen(self.url, timeout=timeout)
             except urllib.error.HTTPError as e:
@@ -204,6 +205,9 @@ class UrlChannel:
         url, token = self._env.get("checkpoint_url"), self._env.get("lease_token")
         if not url or not token:
             raise OSError("save checkpoint: the envelope has no checkpoint_url")
+        import urllib.error  # here, not at the top: exec handlers do without it
+        import urllib.request
+
         req = urllib.request.Request(url, data=body, method="PUT")
         req.add_header("Content-Type", "application/json")
         req.add_header("Authorization", "Bearer " + token)

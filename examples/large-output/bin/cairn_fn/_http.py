@@ -9,7 +9,6 @@ import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ._call import Call, UrlChannel
 from ._errors import Error, terminal
@@ -127,43 +126,50 @@ def wsgi_app(handler, signing_key=None, insecure=False):
     return app
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    app = None  # (handler, key, insecure), set per server
+def _handler_class():
+    """The request handler class of serve, made on first use: http.server is
+    imported only by a process that serves (an exec handler never does)."""
+    from http.server import BaseHTTPRequestHandler
 
-    def log_message(self, format, *args):  # noqa: A002 - the base class's name
-        logging.getLogger("cairn_fn").debug(format, *args)
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        app = None  # (handler, key, insecure), set per server
 
-    def do_POST(self):  # noqa: N802 - the base class's name
-        handler, key, insecure = self.app
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_ENVELOPE:
-            self._send(*_error("413 Payload Too Large", terminal("protocol", "the envelope is too large")))
-            return
-        body = self.rfile.read(length)
-        self._send(*handle_request(handler, key, insecure, body, lambda n: self.headers.get(n, "")))
+        def log_message(self, format, *args):  # noqa: A002 - the base class's name
+            logging.getLogger("cairn_fn").debug(format, *args)
 
-    def _send(self, status, headers, chunks):
-        code, _, reason = status.partition(" ")
-        self.send_response(int(code), reason)
-        for k, v in headers:
-            self.send_header(k, v)
-        # Chunked: a stream that breaks off leaves the response without its last
-        # chunk, which Cairn reads as a broken output (retryable), never a short one.
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            for chunk in chunks:
-                if chunk:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            self.wfile.write(b"0\r\n\r\n")
-        except Exception:  # noqa: BLE001 - break the response off
-            logging.getLogger("cairn_fn").exception("write the output")
-            self.close_connection = True
+        def do_POST(self):  # noqa: N802 - the base class's name
+            handler, key, insecure = self.app
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_ENVELOPE:
+                self._send(*_error("413 Payload Too Large", terminal("protocol", "the envelope is too large")))
+                return
+            body = self.rfile.read(length)
+            self._send(*handle_request(handler, key, insecure, body, lambda n: self.headers.get(n, "")))
+
+        def _send(self, status, headers, chunks):
+            code, _, reason = status.partition(" ")
+            self.send_response(int(code), reason)
+            for k, v in headers:
+                self.send_header(k, v)
+            # Chunked: a stream that breaks off leaves the response without its last
+            # chunk, which Cairn reads as a broken output (retryable), never a short one.
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
             try:
-                self.connection.shutdown(2)
-            except OSError:
-                pass
+                for chunk in chunks:
+                    if chunk:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.wfile.write(b"0\r\n\r\n")
+            except Exception:  # noqa: BLE001 - break the response off
+                logging.getLogger("cairn_fn").exception("write the output")
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass
+
+    return _Handler
 
 
 def serve(handler, address, signing_key=None, insecure=False):
@@ -171,7 +177,9 @@ def serve(handler, address, signing_key=None, insecure=False):
     ":port"), a thread a call, until SIGTERM or SIGINT."""
     key = _key(signing_key, insecure)
     host, _, port = address.rpartition(":")
-    cls = type("CairnHandler", (_Handler,), {"app": (handler, key, insecure)})
+    from http.server import ThreadingHTTPServer
+
+    cls = type("CairnHandler", (_handler_class(),), {"app": (handler, key, insecure)})
     server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), cls)
     server.daemon_threads = True
 
