@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -138,23 +137,11 @@ func (e *Env) startAPIFloor(ctx context.Context) (*floorServer, error) {
 		return nil, err
 	}
 	f := &floorServer{URL: "http://" + addr, child: child}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := hc.Get(f.URL + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return f, nil
-			}
-		}
-		if child.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			child.Kill()
-			return nil, fmt.Errorf("api floor server not ready: %v; log:\n%s", err, proc.TailFile(logPath, 4096))
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := proc.WaitReady(ctx, f.URL+"/readyz", child, logPath, time.Minute); err != nil {
+		child.Kill()
+		return nil, fmt.Errorf("api floor server: %w", err)
 	}
+	return f, nil
 }
 
 // CPUSeconds returns the processor time the floor server has used.
