@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -42,7 +43,7 @@ func withTextChecks[I, O any](h func(context.Context, *I) (*O, error)) func(cont
 // Body, and unexported fields (streamed bodies), are not parameters and are skipped.
 func checkText(in any) error {
 	var errs []error
-	walkText(reflect.ValueOf(in), "", &errs)
+	walkText(reflect.ValueOf(in), "", "", &errs)
 	if len(errs) == 0 {
 		return nil
 	}
@@ -51,49 +52,59 @@ func checkText(in any) error {
 
 var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
-// walkText checks v, found at loc ("" at the top of the input struct).
-func walkText(v reflect.Value, loc string, errs *[]error) {
+// walkText checks v, found at location base+part ("" at the top of the input
+// struct). The location is kept in two pieces and joined only where a problem
+// is reported or the walk goes deeper than a field: every request walks every
+// field of its input, and joining a string per field was most of the walk's
+// cost.
+func walkText(v reflect.Value, base, part string, errs *[]error) {
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Interface:
 		if !v.IsNil() {
-			walkText(v.Elem(), loc, errs)
+			walkText(v.Elem(), base, part, errs)
 		}
 	case reflect.String:
-		if loc != "" {
+		if base != "" || part != "" {
 			if msg := textProblem(v.String()); msg != "" {
-				*errs = append(*errs, &huma.ErrorDetail{Location: loc, Message: msg, Value: v.String()})
+				*errs = append(*errs, &huma.ErrorDetail{Location: base + part, Message: msg, Value: v.String()})
 			}
 		}
 	case reflect.Struct:
-		t := v.Type()
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			if floc, ok := fieldLocation(loc, f); ok {
-				walkText(v.Field(i), floc, errs)
+		top := base == "" && part == ""
+		for _, f := range textFieldsOf(v.Type(), top) {
+			fv := v.Field(f.index)
+			switch {
+			case f.embedded:
+				walkText(fv, base, part, errs)
+			case top:
+				walkText(fv, f.loc, "", errs)
+			case part == "":
+				walkText(fv, base, f.loc, errs)
+			default:
+				walkText(fv, base+part, f.loc, errs)
 			}
 		}
 	case reflect.Slice, reflect.Array:
 		if v.Type() == rawMessageType {
-			if loc != "" {
+			if base != "" || part != "" {
 				if at, msg := jsonTextProblem(v.Bytes()); msg != "" {
-					*errs = append(*errs, &huma.ErrorDetail{Location: loc + at, Message: msg})
+					*errs = append(*errs, &huma.ErrorDetail{Location: base + part + at, Message: msg})
 				}
 			}
 			return
 		}
-		if v.Type().Elem().Kind() == reflect.Uint8 {
-			return // bytes, not text
+		if v.Type().Elem().Kind() == reflect.Uint8 || v.Len() == 0 {
+			return // bytes, not text; or nothing
 		}
+		loc := base + part
 		for i := range v.Len() {
-			walkText(v.Index(i), loc+"["+strconv.Itoa(i)+"]", errs)
+			walkText(v.Index(i), loc, "["+strconv.Itoa(i)+"]", errs)
 		}
 	case reflect.Map:
-		if v.Type().Key().Kind() != reflect.String {
+		if v.Type().Key().Kind() != reflect.String || v.Len() == 0 {
 			return
 		}
+		loc := base + part
 		iter := v.MapRange()
 		for iter.Next() {
 			k := iter.Key().String()
@@ -101,19 +112,62 @@ func walkText(v reflect.Value, loc string, errs *[]error) {
 				*errs = append(*errs, &huma.ErrorDetail{Location: loc, Message: "key " + msg, Value: k})
 				continue
 			}
-			walkText(iter.Value(), loc+"."+truncate(k, maxEchoed), errs)
+			walkText(iter.Value(), loc, "."+truncate(k, maxEchoed), errs)
 		}
 	}
 }
 
-// fieldLocation returns the location of the struct field f inside loc, as Huma
-// names it: "path.id", "query.workflow", "header.Idempotency-Key", "body.input".
-// ok is false for a field that is neither a parameter nor (part of) the body.
-func fieldLocation(loc string, f reflect.StructField) (string, bool) {
-	if f.Anonymous {
-		return loc, true
+// textField is a field walkText visits: its index, and its location: at the top
+// of an input struct the whole of it ("path.id", "body"), inside the body the
+// part after its parent's (".input"); an embedded struct's fields are at its
+// parent's location.
+type textField struct {
+	index    int
+	embedded bool
+	loc      string
+}
+
+type textFieldsKey struct {
+	t   reflect.Type
+	top bool
+}
+
+// textFields caches textFieldsOf: the fields of the input and body types of
+// the registered operations, a fixed set.
+var textFields sync.Map // textFieldsKey → []textField
+
+// textFieldsOf returns the fields of struct type t that walkText visits, top
+// when t is an operation's input struct (or embedded in it), else a body's.
+func textFieldsOf(t reflect.Type, top bool) []textField {
+	key := textFieldsKey{t, top}
+	if fs, ok := textFields.Load(key); ok {
+		return fs.([]textField)
 	}
-	if loc == "" {
+	var fs []textField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		if f.Anonymous {
+			fs = append(fs, textField{index: i, embedded: true})
+			continue
+		}
+		if loc, ok := fieldLocation(top, f); ok {
+			fs = append(fs, textField{index: i, loc: loc})
+		}
+	}
+	textFields.Store(key, fs)
+	return fs
+}
+
+// fieldLocation returns the location of the struct field f as Huma names it:
+// at the top of an input struct "path.id", "query.workflow",
+// "header.Idempotency-Key" or "body"; inside a body the part after its
+// parent's, ".input". ok is false for a field that is neither a parameter nor
+// (part of) the body. f is not embedded.
+func fieldLocation(top bool, f reflect.StructField) (string, bool) {
+	if top {
 		for _, in := range []string{"path", "query", "header"} {
 			if name, _, _ := strings.Cut(f.Tag.Get(in), ","); name != "" {
 				return in + "." + name, true
@@ -131,7 +185,7 @@ func fieldLocation(loc string, f reflect.StructField) (string, bool) {
 	case "":
 		name = f.Name
 	}
-	return loc + "." + name, true
+	return "." + name, true
 }
 
 // textProblem says why PostgreSQL would refuse s as text, or "".

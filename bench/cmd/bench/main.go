@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/cairnrun/cairn/bench/internal/runner"
+	"github.com/cairnrun/cairn/bench/internal/scenario"
 )
 
 func main() {
@@ -27,6 +28,10 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 3 && args[0] == scenario.APIFloorCommand {
+		// The api scenario's floor server, started by the benchmark itself.
+		return scenario.ServeAPIFloor(ctx, args[1], args[2])
+	}
 	cfg, err := runner.ParseFlags(args, getenv, stderr)
 	if err != nil {
 		return err

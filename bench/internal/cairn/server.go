@@ -151,24 +151,12 @@ func StartServer(ctx context.Context, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{URL: "http://" + addr, LogPath: logPath, child: child}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		resp, err := hc.Get(s.URL + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				s.Ready = time.Since(child.Started)
-				return s, nil
-			}
-		}
-		if child.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			child.Kill()
-			return nil, fmt.Errorf("cairn serve (%s) not ready: %v; log:\n%s", cfg.Name, err, proc.TailFile(logPath, 4096))
-		}
-		time.Sleep(2 * time.Millisecond)
+	if err := proc.WaitReady(ctx, s.URL+"/readyz", child, logPath, 2*time.Minute); err != nil {
+		child.Kill()
+		return nil, fmt.Errorf("cairn serve (%s): %w", cfg.Name, err)
 	}
+	s.Ready = time.Since(child.Started)
+	return s, nil
 }
 
 // Pid returns the process id.

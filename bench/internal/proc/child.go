@@ -4,8 +4,11 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -125,4 +128,26 @@ func TailFile(path string, n int64) string {
 	b := make([]byte, fi.Size()-off)
 	_, _ = f.ReadAt(b, off)
 	return string(b)
+}
+
+// WaitReady polls url (a readiness endpoint) until it answers 200, and returns
+// nil then; an error, with the tail of the log at logPath, when c exits, ctx
+// ends or timeout passes first.
+func WaitReady(ctx context.Context, url string, c *Child, logPath string, timeout time.Duration) error {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := hc.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if c.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("not ready: %v; log:\n%s", err, TailFile(logPath, 4096))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

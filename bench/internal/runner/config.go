@@ -13,7 +13,7 @@ import (
 )
 
 // Scenario names, in the order they run.
-var allScenarios = []string{"pgbench", "river", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth", "exec"}
+var allScenarios = []string{"pgbench", "river", "dbos", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth", "exec"}
 
 // Config is the benchmark's configuration.
 type Config struct {

@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 	e.Versions = versions(bin, pgVersion, e.S3.Version)
 
 	var results []*report.Result
-	var floor, peer *report.Result
+	var floor, peer, dbosPeer *report.Result
 	add := func(r *report.Result) {
 		results = append(results, r)
 		if r.Error != "" {
@@ -127,8 +127,11 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 		case "river":
 			peer = scenario.River(ctx, e)
 			add(peer)
+		case "dbos":
+			dbosPeer = scenario.DBOS(ctx, e)
+			add(dbosPeer)
 		case "throughput":
-			add(scenario.Throughput(ctx, e, floor, peer))
+			add(scenario.Throughput(ctx, e, floor, peer, dbosPeer))
 		case "latency":
 			add(scenario.Latency(ctx, e))
 		case "fanout":
@@ -217,7 +220,7 @@ func versions(bin, pg, versitygw string) map[string]string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, d := range bi.Deps {
 			switch d.Path {
-			case "github.com/riverqueue/river", "github.com/jackc/pgx/v5", "github.com/minio/minio-go/v7":
+			case "github.com/riverqueue/river", "github.com/dbos-inc/dbos-transact-golang", "github.com/jackc/pgx/v5", "github.com/minio/minio-go/v7":
 				v[strings.TrimPrefix(d.Path, "github.com/")] = d.Version
 			}
 		}

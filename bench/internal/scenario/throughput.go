@@ -49,7 +49,11 @@ type RunProfile struct {
 // Throughput runs ThroughputRuns 10-step noop chains, all created before the
 // dispatchers start, with 1 and then 2 dispatcher processes. steps/s = steps
 // completed / (last attempt finished_at − first attempt started_at).
-func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report.Result {
+//
+// peer is the river scenario's result and dbosPeer the dbos scenario's (either
+// nil when it did not run): each is measured again after the 2-dispatcher round,
+// and the ratios to them are of the means of the two.
+func Throughput(ctx context.Context, e *Env, floor, peer, dbosPeer *report.Result) *report.Result {
 	r := e.NewResult("throughput")
 	r.Settings["runs"] = e.Scale.ThroughputRuns
 	r.Settings["workflow"] = fmt.Sprintf("%d noop built-in steps in a chain", cairn.ChainSteps)
@@ -57,6 +61,7 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 	r.Settings["dispatchers"] = "1, then 2 `cairn serve` processes (API and dispatcher) on the same database, default settings (concurrency 128, claim batch 64); the rounds in the order 1 dispatcher, 1 limited, 1 again, 2"
 	r.Settings["limited_round"] = "a round with 1 dispatcher over the same chain with `defaults: {concurrency: {key: \"run.id\", limit: 1}}` (every claim takes a slot under its key's lock), between two unlimited rounds of 1 dispatcher: steps_per_s_1_dispatcher_limited, and ratio_limited_to_unlimited against steps_per_s_1_dispatcher, the mean of those two (_before_limited, _after_limited; goal ≥ 0.8)"
 	r.Settings["measured"] = "steps/s = succeeded attempts / (max(attempts.finished_at) − min(attempts.started_at)), from the catalog; the 1-dispatcher figures are the means of its two unlimited rounds; steps_per_s is the better of 1 and 2 dispatchers; cpu_ms_per_step = processor time of the cairn processes and the PostgreSQL cluster per step; cpu_ratio_to_river = River's cpu_ms_per_job at its best ÷ Cairn's lowest default cpu_ms_per_step"
+	r.Settings["dbos"] = "DBOS Transact in its best configuration of the dbos scenario, measured by it before these rounds and again after the 2-dispatcher round (after River): dbos_steps_per_s and dbos_cpu_ms_per_step are the means of the two (_before, _after); ratio_to_dbos = steps_per_s ÷ dbos_steps_per_s (goal ≥ 3), cpu_ratio_to_dbos = DBOS's cpu_ms_per_step ÷ Cairn's lowest default one"
 	r.Settings["river"] = "River at its best measured twice, by the river scenario before these rounds and again after the 2-dispatcher round: river_jobs_per_s and river_cpu_ms_per_job are the means of the two (_before, _after), so that ratio_to_river compares figures centred on the same moment"
 	if c := e.Scale.ThroughputConcurrency; c > 0 {
 		r.Settings["tuned_round"] = fmt.Sprintf("a third round, not in steps_per_s: 1 dispatcher with CAIRN_CONCURRENCY=%d (steps_per_s_1_dispatcher_c%d)", c, c)
@@ -138,6 +143,9 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 				if err := riverAfter(ctx, e, r, peer); err != nil {
 					return err
 				}
+				if err := dbosAfter(ctx, e, r, dbosPeer); err != nil {
+					return err
+				}
 			}
 		}
 		if u, l := r.Metrics["steps_per_s_1_dispatcher"], r.Metrics["steps_per_s_1_dispatcher_limited"]; u > 0 && l > 0 {
@@ -163,6 +171,13 @@ func Throughput(ctx context.Context, e *Env, floor, peer *report.Result) *report
 			if c := bestCPU(r.Metrics); c > 0 {
 				r.Set("cpu_ratio_to_river", v/c)
 			}
+		}
+	}
+	if v := r.Metrics["dbos_steps_per_s"]; v > 0 && best > 0 {
+		r.Set("ratio_to_dbos", best/v)
+		r.AtLeast("ratio_to_dbos", 3) // the goal, bench/README.md
+		if c := bestCPU(r.Metrics); c > 0 {
+			r.Set("cpu_ratio_to_dbos", r.Metrics["dbos_cpu_ms_per_step"]/c)
 		}
 	}
 	if floor != nil {
@@ -217,6 +232,28 @@ func riverAfter(ctx context.Context, e *Env, r, peer *report.Result) error {
 	r.Set("river_cpu_ms_per_job_after", cpu)
 	r.Set("river_jobs_per_s", (perS0+perS)/2)
 	r.Set("river_cpu_ms_per_job", (cpu0+cpu)/2)
+	return nil
+}
+
+// dbosAfter measures DBOS again in its best configuration after the default
+// rounds (dbosAgain), when the dbos scenario ran before them (peer), as
+// riverAfter does for River: dbos_steps_per_s and dbos_cpu_ms_per_step are the
+// means of the figure before and the one after.
+func dbosAfter(ctx context.Context, e *Env, r, peer *report.Result) error {
+	if peer == nil || peer.Metrics["dbos_steps_per_s"] <= 0 {
+		return nil
+	}
+	again, err := dbosAgain(ctx, e, peer)
+	if err != nil {
+		return err
+	}
+	perS0, cpu0 := peer.Metrics["dbos_steps_per_s"], peer.Metrics["dbos_cpu_ms_per_step"]
+	r.Set("dbos_steps_per_s_before", perS0)
+	r.Set("dbos_steps_per_s_after", again.StepsPerS)
+	r.Set("dbos_cpu_ms_per_step_before", cpu0)
+	r.Set("dbos_cpu_ms_per_step_after", again.CPUMSPerStep)
+	r.Set("dbos_steps_per_s", (perS0+again.StepsPerS)/2)
+	r.Set("dbos_cpu_ms_per_step", (cpu0+again.CPUMSPerStep)/2)
 	return nil
 }
 
