@@ -299,9 +299,9 @@ type flowPending struct {
 	Trigger  int        `db:"trigger_idx"`
 	Key      string     `db:"flow_key"`
 	Version  int        `db:"version"`
-	Labels   JSON   `db:"labels"`
+	Labels   JSON       `db:"labels"`
 	Priority *int       `db:"priority"`
-	Input    JSON   `db:"input"`
+	Input    JSON       `db:"input"`
 	Events   int        `db:"events"`
 	Last     string     `db:"last_event"`
 	OpenedAt time.Time  `db:"opened_at"`
