@@ -256,7 +256,7 @@ func (s *Store) EventIngest(ctx context.Context, p *EventIngestParams) (ev *Rece
 	if err != nil {
 		return nil, false, fmt.Errorf("event %s: %w", p.Name, err)
 	}
-	if !duplicate && (len(ev.Outcome.Started) > 0 || len(ev.Outcome.Resumed) > 0) {
+	if !duplicate && (len(ev.Outcome.Started) > 0 || len(ev.Outcome.Resumed) > 0 || len(ev.Outcome.Flow) > 0) {
 		s.wakes.wake()
 	}
 	return ev, duplicate, nil
