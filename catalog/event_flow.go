@@ -129,7 +129,7 @@ FOR UPDATE OF q SKIP LOCKED`
 
 	// sqlSingletonsEnded deletes up to $1 rows of keys whose run has ended and
 	// that queue nothing, whose keys it can lock at once (an event holding one
-	// keeps it).
+	// keeps it). The oldest first: a key's row is rewritten by each run it starts.
 	sqlSingletonsEnded = `
 DELETE FROM event_singletons d
 WHERE (d.workflow, d.flow_key) IN (
@@ -137,6 +137,7 @@ WHERE (d.workflow, d.flow_key) IN (
     WHERE (r.id IS NULL OR r.status NOT IN ('pending', 'running', 'paused', 'compensating'))
       AND NOT EXISTS (SELECT 1 FROM event_flow_pending p
                       WHERE p.kind = 'queue' AND p.workflow = s.workflow AND p.flow_key = s.flow_key)
+    ORDER BY s.started_at
     LIMIT $1
     FOR UPDATE OF s SKIP LOCKED)
   AND pg_try_advisory_xact_lock(hashtextextended('cairn_event_flow:singleton' || chr(31) || d.workflow || chr(31) || d.flow_key, 0))`
@@ -624,7 +625,7 @@ type EventFlowFireResult struct {
 // p.Limit queued singleton starts whose key's run has ended, each FOR UPDATE SKIP
 // LOCKED (another server's pass takes others: each is started once), tries its
 // key's lock (a key an event holds is left for the next pass), starts its run and
-// deletes it. It also forgets singleton keys whose run has ended.
+// deletes it.
 func (s *Store) EventFlowFire(ctx context.Context, p *EventFlowFireParams) (*EventFlowFireResult, error) {
 	limit := p.Limit
 	if limit <= 0 {
@@ -675,8 +676,7 @@ func (s *Store) EventFlowFire(ctx context.Context, p *EventFlowFireParams) (*Eve
 					fmt.Sprintf("triggers[%d]", w.Trigger), w.Key, err))
 			}
 		}
-		_, err := tx.ExecContext(ctx, sqlSingletonsEnded, limit)
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fire event flow: %w", err)
@@ -692,6 +692,26 @@ func (s *Store) EventFlowFire(ctx context.Context, p *EventFlowFireParams) (*Eve
 		s.wakes.wake()
 	}
 	return &res, nil
+}
+
+// EventSingletonsForget deletes up to limit rows of singleton keys whose run has
+// ended (or is gone) and that queue nothing: a key's next event finds no run the
+// same as an ended one. A key an event holds is kept for a later call. It returns
+// how many it deleted.
+func (s *Store) EventSingletonsForget(ctx context.Context, limit int) (int, error) {
+	var n int64
+	err := s.retrying(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, sqlSingletonsEnded, limit)
+		if err != nil {
+			return translateError(err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("forget ended singleton keys: %w", err)
+	}
+	return int(n), nil
 }
 
 // lockKind is the kind whose key lock guards the row: a queued start's is its

@@ -337,3 +337,87 @@ func TestEventFlowFireOnce(t *testing.T) {
 	require.Equal(t, keys, started)
 	require.Len(t, runsOf(t, s, "index"), keys)
 }
+
+// TestEventFlowConcurrentEvents: events of one key sent at once (as to several
+// servers) are serialized by the key's lock: one singleton run, the others
+// skipped; one debounce window; batches that hold every event once.
+func TestEventFlowConcurrentEvents(t *testing.T) {
+	t.Parallel()
+	s := catalog.New(testenv.DB(t), nil)
+	triggerVersion(t, s, "flows", `[
+  {"event":"ping","singleton":{"key":"event.data.k"}},
+  {"event":"ping","debounce":{"key":"event.data.k","period":"1h0m0s"}},
+  {"event":"ping","batch":{"key":"event.data.k","max":5,"timeout":"1h0m0s"}}]`)
+	const n = 20
+	outcomes := make([]catalog.EventOutcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ev, _, err := s.EventIngest(context.Background(), &catalog.EventIngestParams{ID: fmt.Sprintf("p%d", i),
+				Name: "ping", Data: json.RawMessage(`{"k":"x"}`), Actor: "test"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			outcomes[i] = ev.Outcome
+		}()
+	}
+	wg.Wait()
+	actions := map[string]int{}
+	windows := map[int64]bool{}
+	for _, o := range outcomes {
+		for _, f := range o.Flow {
+			actions[f.Kind+" "+f.Action]++
+			if f.Kind == "debounce" {
+				windows[*f.Pending] = true
+			}
+		}
+	}
+	require.Equal(t, map[string]int{"singleton skipped": n - 1, "debounce debounced": n, "batch batched": n}, actions)
+	require.Len(t, windows, 1, "one debounce window")
+	// One singleton run and four full batches so far; the debounce window fires.
+	runs := runsOf(t, s, "flows")
+	require.Len(t, runs, 1+n/5)
+	windowsDue(t, s, "flows")
+	require.Equal(t, 1, flowFire(t, s).Started["debounce"])
+	seen := map[string]int{}
+	for _, r := range runsOf(t, s, "flows") {
+		var in struct {
+			Events []struct {
+				ID string `json:"id"`
+			} `json:"events"`
+		}
+		require.NoError(t, json.Unmarshal(r.Input, &in))
+		for _, e := range in.Events {
+			seen[e.ID]++
+		}
+	}
+	require.Len(t, seen, n, "every event in a batch")
+	for id, c := range seen {
+		require.Equal(t, 1, c, "event %s in %d batches", id, c)
+	}
+}
+
+// TestEventSingletonsForget: the row of a key whose run has ended is deleted; that
+// of a key whose run is unfinished, or that queues starts, is kept.
+func TestEventSingletonsForget(t *testing.T) {
+	t.Parallel()
+	s := catalog.New(testenv.DB(t), nil)
+	triggerVersion(t, s, "sync", `[{"event":"doc.changed","singleton":{"key":"event.data.doc","mode":"queue"}}]`)
+	ended := send(t, s, "doc.changed", "a1", `{"doc":"a"}`).Started[0].RunID
+	send(t, s, "doc.changed", "b1", `{"doc":"b"}`)
+	queued := send(t, s, "doc.changed", "c1", `{"doc":"c"}`).Started[0].RunID
+	send(t, s, "doc.changed", "c2", `{"doc":"c"}`)
+	require.NoError(t, s.RunCancel(t.Context(), ended, "done"))
+	require.NoError(t, s.RunCancel(t.Context(), queued, "done"))
+	n, err := s.EventSingletonsForget(t.Context(), 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	var keys []string
+	require.NoError(t, s.DB().SelectContext(t.Context(), &keys, `SELECT flow_key FROM event_singletons ORDER BY flow_key`))
+	require.Equal(t, []string{"b", "c"}, keys)
+	// The forgotten key starts a run again.
+	require.Len(t, send(t, s, "doc.changed", "a2", `{"doc":"a"}`).Started, 1)
+}

@@ -18,6 +18,10 @@ const (
 	DefaultEventFlowInterval = time.Second
 	// eventFlowBatch is how many windows (and queued starts) one pass takes.
 	eventFlowBatch = 50
+	// singletonForgetEvery is how often the firer deletes the rows of singleton
+	// keys whose run has ended, singletonForgetBatch at a time.
+	singletonForgetEvery = time.Minute
+	singletonForgetBatch = 1000
 )
 
 // EventFlowFirerConfig tunes an EventFlowFirer. A nil *EventFlowFirerConfig means
@@ -95,6 +99,7 @@ func (f *EventFlowFirer) Stop(ctx context.Context) error { return f.stop(ctx) }
 
 func (f *EventFlowFirer) run(ctx context.Context) {
 	wait := time.Duration(mrand.Float64() * float64(f.cfg.Interval))
+	forgotten := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -102,6 +107,15 @@ func (f *EventFlowFirer) run(ctx context.Context) {
 		case <-time.After(wait):
 		}
 		wait = f.cfg.Interval
+		if time.Since(forgotten) >= singletonForgetEvery {
+			forgotten = time.Now()
+			if _, err := f.store.EventSingletonsForget(ctx, singletonForgetBatch); err != nil {
+				f.cfg.OnDBError()
+				if ctx.Err() == nil {
+					f.logger.Warn("forget ended singleton keys failed", "error", err)
+				}
+			}
+		}
 		res, err := f.store.EventFlowFire(ctx, &catalog.EventFlowFireParams{Limit: eventFlowBatch})
 		if err != nil {
 			f.cfg.OnDBError()

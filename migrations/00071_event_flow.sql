@@ -1,5 +1,5 @@
 -- cairn-phase: expand
--- cairn-locks: SHARE on event_flow_pending (the indexes of new, empty tables)
+-- cairn-locks: SHARE on event_singletons and event_flow_pending (the indexes of new, empty tables)
 -- cairn-online: yes
 -- +goose Up
 -- Start-time flow control of event triggers (singleton, debounce, batch;
@@ -16,6 +16,7 @@ CREATE TABLE event_singletons (
     started_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (workflow, flow_key)
 );
+CREATE INDEX event_singletons_started_idx ON event_singletons (started_at);
 
 -- Starts held back: an open debounce or batch window of a trigger's key (one at a
 -- time per key, due at due_at), or a singleton queue's start waiting for its key's
