@@ -50,7 +50,7 @@ INSERT INTO event_singletons (workflow, flow_key, run_id) VALUES ($1, $2, $3)
 ON CONFLICT (workflow, flow_key) DO UPDATE SET run_id = EXCLUDED.run_id, started_at = now()`
 
 	flowPendingColumns = `id, kind, workflow, trigger_idx, flow_key, version, labels, priority, input, events,
-last_event, opened_at, due_at, due_at <= now() AS due`
+bytes, last_event, opened_at, due_at, due_at <= now() AS due`
 
 	// sqlFlowQueueHead: the oldest queued start of key $2 of workflow $1.
 	sqlFlowQueueHead = `
@@ -87,9 +87,10 @@ RETURNING events, due_at`
 	// sqlFlowBatchAdd: the batch window $1 takes an event ($2, its view).
 	sqlFlowBatchAdd = `
 WITH w AS (
-    UPDATE event_flow_pending SET events = events + 1, last_event = $3, version = $4, labels = $5, priority = $6
+    UPDATE event_flow_pending SET events = events + 1, bytes = bytes + octet_length($2::text), last_event = $3,
+        version = $4, labels = $5, priority = $6
     WHERE id = $1 RETURNING events, due_at)
-INSERT INTO event_flow_items (pending_id, n, item) SELECT $1, w.events, $2 FROM w
+INSERT INTO event_flow_items (pending_id, n, item) SELECT $1, w.events, $2::text::jsonb FROM w
 RETURNING n, (SELECT due_at FROM w)`
 
 	sqlFlowBatchInput = `
@@ -172,6 +173,12 @@ const (
 
 // maxFlowKey bounds a flow key's length, in bytes.
 const maxFlowKey = 1000
+
+// maxBatchBytes bounds a batch's events, as JSON text: an event that would take a
+// batch over it starts the batch's run first and opens the next batch. It is the
+// API's bound of a run's input (1 MiB; large data belongs in the blob store, and
+// an event's large data is a $blob reference already).
+const maxBatchBytes = 1 << 20
 
 // EventFlow is what a trigger's flow control did with an event.
 type EventFlow struct {
@@ -304,6 +311,7 @@ type flowPending struct {
 	Priority *int       `db:"priority"`
 	Input    JSON       `db:"input"`
 	Events   int        `db:"events"`
+	Bytes    int64      `db:"bytes"`
 	Last     string     `db:"last_event"`
 	OpenedAt time.Time  `db:"opened_at"`
 	DueAt    *time.Time `db:"due_at"`
@@ -413,8 +421,8 @@ func savepoint(ctx context.Context, tx *sqlx.Tx, fn func() error) error {
 // singletonBusy returns the unfinished run key of workflow has (nil for none),
 // its key's lock held. A queued start whose turn has come (the key's run ended
 // and no server has started it yet) is started first, so that queued starts keep
-// their order: started says so, and busy is its run.
-func (s *Store) singletonBusy(ctx context.Context, tx *sqlx.Tx, workflow, key string) (busy *uuid.UUID, started bool, err error) {
+// their order: fired is that start, and busy its run.
+func (s *Store) singletonBusy(ctx context.Context, tx *sqlx.Tx, workflow, key string) (busy *uuid.UUID, fired *flowPending, err error) {
 	var cur struct {
 		RunID  uuid.UUID `db:"run_id"`
 		Active bool      `db:"active"`
@@ -423,39 +431,42 @@ func (s *Store) singletonBusy(ctx context.Context, tx *sqlx.Tx, workflow, key st
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
-		return nil, false, err
+		return nil, nil, err
 	case cur.Active:
-		return &cur.RunID, false, nil
+		return &cur.RunID, nil, nil
 	}
 	for {
 		var head flowPending
 		err := tx.GetContext(ctx, &head, sqlFlowQueueHead, workflow, key)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, false, nil
+			return nil, nil, nil
 		}
 		if err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 		run, err := s.firePending(ctx, tx, &head)
 		if err == nil {
-			return &run.ID, true, nil
+			return &run.ID, &head, nil
 		}
 		var refused *startRefused
 		if !errors.As(err, &refused) {
-			return nil, false, err
+			return nil, nil, err
 		}
 		// A queued start whose run cannot be created (its version's input
 		// refused it) is dropped: the queue behind it goes on.
 		s.cfg.Logger.WarnContext(ctx, "a queued start's run could not be created; it is dropped",
 			"workflow", workflow, "key", key, "event", head.Last, "error", err)
 		if _, err := tx.ExecContext(ctx, sqlFlowDelete, head.ID); err != nil {
-			return nil, false, err
+			return nil, nil, err
 		}
 	}
 }
 
 // flowApply applies the flow control of t (its key's lock held) to event ev:
-// starts (out.Started), holds (out.Flow) or refuses the start. cancels collects
+// starts (out.Started), holds (out.Flow) or refuses the start. out.Started also
+// lists the runs of held starts the event starts first: a queued start whose turn
+// had come, a window that was due or that the event's batch would overflow, each
+// under the trigger that held it. cancels collects
 // the runs a cancel_other cancels, which the caller cancels after its other locks
 // (catalog/sql/run_control.sql: exclusive run locks come last).
 func (s *Store) flowApply(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent, view json.RawMessage, t *triggerStart,
@@ -470,11 +481,17 @@ func (s *Store) flowApply(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent, v
 	started := func(r *Run) {
 		out.Started = append(out.Started, EventStarted{RunID: r.ID, Workflow: t.workflow, Version: t.version, Trigger: t.index})
 	}
+	firstStarted := func(p *flowPending, r *Run) {
+		out.Started = append(out.Started, EventStarted{RunID: r.ID, Workflow: p.Workflow, Version: p.Version, Trigger: p.Trigger})
+	}
 	switch t.kind {
 	case FlowSingleton:
-		busy, _, err := s.singletonBusy(ctx, tx, t.workflow, t.key)
+		busy, fired, err := s.singletonBusy(ctx, tx, t.workflow, t.key)
 		if err != nil {
 			return err
+		}
+		if fired != nil {
+			firstStarted(fired, &Run{ID: *busy})
 		}
 		mode := t.entry.Singleton.Mode
 		if busy != nil {
@@ -514,7 +531,7 @@ func (s *Store) flowApply(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent, v
 		return nil
 
 	case FlowDebounce, FlowBatch:
-		w, err := s.flowWindow(ctx, tx, t, labels, ev.ID)
+		w, err := s.flowWindow(ctx, tx, t, labels, ev.ID, len(view), firstStarted)
 		if err != nil {
 			return err
 		}
@@ -542,30 +559,35 @@ func (s *Store) flowApply(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent, v
 			return err
 		}
 		flow.Action, flow.DueAt = FlowBatched, &due
+		out.Flow = append(out.Flow, flow)
 		if flow.Events >= t.entry.Batch.Max {
 			w.Events, w.Kind = flow.Events, FlowBatch
 			r, err := s.firePending(ctx, tx, w)
 			if err != nil {
-				return err
+				return err // refused: the batch stays, tried again in a minute
 			}
-			flow.RunID, flow.DueAt = &r.ID, nil
+			f := &out.Flow[len(out.Flow)-1]
+			f.RunID, f.DueAt = &r.ID, nil
 			started(r)
 		}
-		out.Flow = append(out.Flow, flow)
 		return nil
 	}
 	return fmt.Errorf("unknown flow control %q", t.kind)
 }
 
 // flowWindow returns the open window of t's key, opening one when there is none.
-// A window that is due but not fired yet (no pass has come by) is fired first:
-// the event opens the next one.
-func (s *Store) flowWindow(ctx context.Context, tx *sqlx.Tx, t *triggerStart, labels any, eventID string) (*flowPending, error) {
+// A window that is due but not fired yet (no pass has come by), or a batch that
+// the event (size bytes) would take over maxBatchBytes, is fired first (fired is
+// told) and the event opens the next one.
+func (s *Store) flowWindow(ctx context.Context, tx *sqlx.Tx, t *triggerStart, labels any, eventID string, size int,
+	fired func(*flowPending, *Run)) (*flowPending, error) {
 	var w flowPending
 	err := tx.GetContext(ctx, &w, sqlFlowWindow, t.workflow, t.index, t.kind, t.key)
-	if err == nil && w.Due != nil && *w.Due {
+	full := t.kind == FlowBatch && w.Events > 0 && w.Bytes+int64(size) > maxBatchBytes
+	if err == nil && (full || w.Due != nil && *w.Due) {
 		var refused *startRefused
-		if _, ferr := s.firePending(ctx, tx, &w); ferr == nil {
+		if r, ferr := s.firePending(ctx, tx, &w); ferr == nil {
+			fired(&w, r)
 			err = sql.ErrNoRows
 		} else if !errors.As(ferr, &refused) {
 			return nil, ferr
@@ -657,8 +679,8 @@ func (s *Store) EventFlowFire(ctx context.Context, p *EventFlowFireParams) (*Eve
 			var err error
 			if w.Kind == FlowQueue {
 				// Checks the key's run again, and starts the queue's head.
-				var started bool
-				if _, started, err = s.singletonBusy(ctx, tx, w.Workflow, w.Key); err == nil && started {
+				var fired *flowPending
+				if _, fired, err = s.singletonBusy(ctx, tx, w.Workflow, w.Key); err == nil && fired != nil {
 					res.Started[FlowQueue]++
 				}
 			} else {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -173,11 +174,12 @@ func TestEventSingletonQueue(t *testing.T) {
 	// e2's run ends; e4 comes before any pass: it starts e3's (its turn), and queues.
 	require.NoError(t, s.RunCancel(t.Context(), runs[1].ID, "done"))
 	o := send(t, s, "doc.changed", "e4", `{"doc":"a","n":4}`)
-	require.Empty(t, o.Started)
 	require.Equal(t, "queued", o.Flow[0].Action)
 	runs = runsOf(t, s, "sync")
 	require.Equal(t, []string{`{"doc":"a","n":1}`, `{"doc":"a","n":2}`, `{"doc":"a","n":3}`}, inputs(runs))
 	require.Equal(t, &runs[2].ID, o.Flow[0].RunID)
+	require.Equal(t, []catalog.EventStarted{{RunID: runs[2].ID, Workflow: "sync", Version: 1, Trigger: 0}}, o.Started,
+		"the queued start it started first")
 
 	require.NoError(t, s.RunCancel(t.Context(), runs[2].ID, "done"))
 	require.Equal(t, 1, flowFire(t, s).Started["queue"])
@@ -244,7 +246,10 @@ func TestEventDebounceDueAtIngest(t *testing.T) {
 	windowsDue(t, s, "index")
 	o := send(t, s, "doc.changed", "a2", `{"n":2}`)
 	require.Equal(t, 1, o.Flow[0].Events, "a new window")
-	require.Equal(t, []string{`{"n":1}`}, inputs(runsOf(t, s, "index")))
+	runs := runsOf(t, s, "index")
+	require.Equal(t, []string{`{"n":1}`}, inputs(runs))
+	require.Len(t, o.Started, 1)
+	require.Equal(t, runs[0].ID, o.Started[0].RunID, "the due window it started first")
 	windowsDue(t, s, "index")
 	require.Equal(t, 1, flowFire(t, s).Started["debounce"])
 	require.Equal(t, []string{`{"n":1}`, `{"n":2}`}, inputs(runsOf(t, s, "index")))
@@ -420,4 +425,31 @@ func TestEventSingletonsForget(t *testing.T) {
 	require.Equal(t, []string{"b", "c"}, keys)
 	// The forgotten key starts a run again.
 	require.Len(t, send(t, s, "doc.changed", "a2", `{"doc":"a"}`).Started, 1)
+}
+
+// TestEventBatchBytes: an event that would take its batch's events over 1 MiB
+// starts the batch's run first, without it, and opens the next batch.
+func TestEventBatchBytes(t *testing.T) {
+	t.Parallel()
+	s := catalog.New(testenv.DB(t), nil)
+	triggerVersion(t, s, "load", `[{"event":"row.added","batch":{"max":100,"timeout":"1h0m0s"}}]`)
+	big := strings.Repeat("x", 300<<10)
+	var started []catalog.EventStarted
+	for i := 1; i <= 4; i++ {
+		o := send(t, s, "row.added", fmt.Sprintf("r%d", i), fmt.Sprintf(`{"n":%d,"pad":%q}`, i, big))
+		started = append(started, o.Started...)
+		require.Equal(t, map[bool]int{true: 1, false: i}[i == 4], o.Flow[0].Events, "r%d", i)
+	}
+	require.Len(t, started, 1, "the fourth event started the first three's run")
+	run, err := s.RunGet(t.Context(), started[0].RunID)
+	require.NoError(t, err)
+	var in struct {
+		Events []struct {
+			ID string `json:"id"`
+		} `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(run.Input, &in))
+	require.Len(t, in.Events, 3)
+	require.Equal(t, "r1", in.Events[0].ID)
+	require.Equal(t, "r3", in.Events[2].ID)
 }

@@ -21,8 +21,9 @@ CREATE INDEX event_singletons_started_idx ON event_singletons (started_at);
 -- Starts held back: an open debounce or batch window of a trigger's key (one at a
 -- time per key, due at due_at), or a singleton queue's start waiting for its key's
 -- run to end (in id order). input is a debounce's (its last event's) or a queued
--- start's; a batch's events are its event_flow_items. version, labels and priority
--- are those of the trigger that took the (last) event.
+-- start's; a batch's events are its event_flow_items (bytes: their size as JSON
+-- text). version, labels and priority are those of the trigger that took the
+-- (last) event.
 CREATE TABLE event_flow_pending (
     id          bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     kind        text        NOT NULL CHECK (kind IN ('debounce', 'batch', 'queue')),
@@ -34,6 +35,7 @@ CREATE TABLE event_flow_pending (
     priority    integer,
     input       jsonb,
     events      integer     NOT NULL DEFAULT 0,
+    bytes       bigint      NOT NULL DEFAULT 0,
     last_event  text        NOT NULL,
     opened_at   timestamptz NOT NULL DEFAULT now(),
     due_at      timestamptz,
