@@ -5,13 +5,19 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/testenv"
@@ -452,4 +458,142 @@ func TestEventBatchBytes(t *testing.T) {
 	require.Len(t, in.Events, 3)
 	require.Equal(t, "r1", in.Events[0].ID)
 	require.Equal(t, "r3", in.Events[2].ID)
+}
+
+// TestEventFlowLockStress sends events to singleton (cancel_other and queue, one
+// workflow's keys shared by both: its every run is a singleton's), debounce and
+// batch triggers and to a cancel_on
+// from several goroutines at once, beside two flow firers (as two servers') and an
+// operator who cancels runs, for a few seconds. Every writer takes the event's
+// locks and the keys' in the order of catalog/event_flow.go, so PostgreSQL
+// detects no deadlock (counted at the server, as TestLockOrderStress does); each
+// singleton key has at most one unfinished run; and once the queues drain, every
+// queued start has started.
+func TestEventFlowLockStress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn := testenv.DatabaseURL(t)
+	db, err := sqlx.Open("postgres", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(16)
+	monitor, err := sqlx.Open("postgres", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = monitor.Close() })
+	monitor.SetMaxOpenConns(1)
+	before := serverDeadlocks(t, ctx, monitor)
+
+	counter := &retryCounter{}
+	s := catalog.New(db, &catalog.Config{Logger: slog.New(counter)})
+	var sum [32]byte
+	_, _ = rand.Read(sum[:])
+	digest := "sha256:" + hex.EncodeToString(sum[:])
+	_, _, err = s.VersionRegister(ctx, &catalog.VersionRegisterParams{
+		Workflow: "sg", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + hex.EncodeToString(sum[:]),
+		Definition: []byte(`{"name":"sg","triggers":[
+  {"event":"e","singleton":{"key":"event.data.k","mode":"cancel_other"}},
+  {"event":"f","singleton":{"key":"event.data.k","mode":"queue"}}],
+ "cancel_on":[{"event":"g","match":"event.data.k == input.k"}]}`),
+		Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+	})
+	require.NoError(t, err)
+	triggerVersion(t, s, "db", `[
+  {"event":"e","debounce":{"key":"event.data.k","period":"50ms","max_wait":"200ms"}},
+  {"event":"f","batch":{"key":"event.data.k","max":3,"timeout":"50ms"}},
+  {"event":"g","singleton":{"key":"event.data.k","mode":"queue"}}]`)
+
+	work, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	expected := func(err error) error {
+		if err == nil || work.Err() != nil || errors.Is(err, catalog.ErrConflict) || errors.Is(err, catalog.ErrNotFound) {
+			return nil
+		}
+		return err
+	}
+	var g errgroup.Group
+	var seq sync.Mutex
+	n := 0
+	for range 4 { // senders
+		g.Go(func() error {
+			for work.Err() == nil {
+				seq.Lock()
+				n++
+				id := fmt.Sprintf("ev%d", n)
+				seq.Unlock()
+				name := []string{"e", "f", "g"}[mrand.IntN(3)]
+				k := []string{"a", "b", "c"}[mrand.IntN(3)]
+				_, _, err := s.EventIngest(work, &catalog.EventIngestParams{ID: id, Name: name,
+					Data: json.RawMessage(fmt.Sprintf(`{"k":%q}`, k)), Actor: "stress"})
+				if err := expected(err); err != nil {
+					return fmt.Errorf("send %s: %w", id, err)
+				}
+			}
+			return nil
+		})
+	}
+	for range 2 { // flow firers
+		g.Go(func() error {
+			for work.Err() == nil {
+				if _, err := s.EventFlowFire(work, &catalog.EventFlowFireParams{Limit: 5}); expected(err) != nil {
+					return fmt.Errorf("fire: %w", err)
+				}
+				if _, err := s.EventSingletonsForget(work, 10); expected(err) != nil {
+					return fmt.Errorf("forget: %w", err)
+				}
+				time.Sleep(5 * time.Millisecond) // pacing, not a wait for a condition
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { // an operator ends runs, as their steps would
+		for work.Err() == nil {
+			var ids []uuid.UUID
+			if err := db.SelectContext(work, &ids, `SELECT id FROM runs WHERE status = 'pending' ORDER BY random() LIMIT 3`); expected(err) != nil {
+				return err
+			}
+			for _, id := range ids {
+				if err := s.RunCancel(work, id, "done"); expected(err) != nil {
+					return fmt.Errorf("cancel %s: %w", id, err)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, g.Wait())
+
+	var busy []string
+	require.NoError(t, db.SelectContext(ctx, &busy, `
+SELECT input->>'k' FROM runs WHERE status = 'pending' AND workflow = 'sg'
+GROUP BY input->>'k' HAVING count(*) > 1`))
+	require.Empty(t, busy, "singleton keys with more than one unfinished run")
+
+	// Drain: end every run, fire until nothing is held.
+	for range 1000 {
+		_, err := db.ExecContext(ctx, `SELECT cairn_run_cancel(id, 'drain') FROM runs WHERE status = 'pending'`)
+		require.NoError(t, err)
+		_, err = db.ExecContext(ctx, `UPDATE event_flow_pending SET due_at = now() WHERE due_at > now()`)
+		require.NoError(t, err)
+		_, err = s.EventFlowFire(ctx, &catalog.EventFlowFireParams{Limit: 100})
+		require.NoError(t, err)
+		var left int
+		require.NoError(t, db.GetContext(ctx, &left, `SELECT count(*) FROM event_flow_pending`))
+		if left == 0 {
+			break
+		}
+	}
+	var left int
+	require.NoError(t, db.GetContext(ctx, &left, `SELECT count(*) FROM event_flow_pending`))
+	require.Zero(t, left, "held starts left")
+
+	require.NoError(t, s.Close())
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, monitor.GetContext(ctx, &n,
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`))
+		return n == 0
+	}, 30*time.Second, 20*time.Millisecond, "the store's backends exit")
+	after := serverDeadlocks(t, ctx, monitor)
+	t.Logf("events: %d; transactions retried: %d", n, counter.n.Load())
+	require.Zero(t, after-before, "deadlocks detected by PostgreSQL: %d (%v)", after-before, counter.errors)
 }
