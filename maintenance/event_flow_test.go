@@ -15,7 +15,8 @@ import (
 )
 
 // TestEventFlowFirer: a started firer starts a debounce window's run once the key
-// has been quiet for its period, with the last event's data, and counts it.
+// has been quiet for its period (1 s: the three events come well within it), with
+// the last event's data, and counts it.
 func TestEventFlowFirer(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
@@ -24,7 +25,7 @@ func TestEventFlowFirer(t *testing.T) {
 	tb.env.Deploy(t, map[string]string{"cairn.yaml": `
 name: settle
 triggers:
-  - {event: doc.changed, debounce: {key: "event.data.doc", period: 200ms}}
+  - {event: doc.changed, debounce: {key: "event.data.doc", period: 1s}}
 steps:
   - {key: a, builtin: noop}
 `})

@@ -317,7 +317,7 @@ func TestEventBatchCrash(t *testing.T) {
 	c := s.api()
 	c.deploy(map[string]string{"cairn.yaml": `name: load
 triggers:
-  - {event: row.added, batch: {max: 5, timeout: 2s, key: "event.data.table"}}
+  - {event: row.added, batch: {max: 5, timeout: 3s, key: "event.data.table"}}
 steps:
   - {key: a, builtin: noop}
 `})
