@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,7 +18,7 @@ import (
 
 // Start-time flow control of event triggers (docs/events.md): a trigger's
 // singleton, debounce or batch. Its state is rows (migration 00071), each written
-// under the transaction-scoped advisory lock of its key (flowLock), never timers
+// under the transaction-scoped advisory lock of its key (flowLockName), never timers
 // in memory:
 //   - event_singletons names the run each singleton key started last (the key is
 //     busy while it is unfinished); event_flow_pending holds a queued singleton
@@ -259,6 +260,9 @@ func flowKeyOf(ctx context.Context, src string, view json.RawMessage) (string, e
 	}
 	if len(k) > maxFlowKey {
 		return "", fmt.Errorf("key of %d bytes: at most %d", len(k), maxFlowKey)
+	}
+	if strings.ContainsRune(k, 0) {
+		return "", errors.New("key holds a NUL character")
 	}
 	return k, nil
 }

@@ -125,6 +125,17 @@ func TestEventSingletonSkip(t *testing.T) {
 	require.Empty(t, o.Started)
 	require.Len(t, o.Errors, 1)
 	require.Equal(t, "triggers[0].singleton.key", o.Errors[0].Where)
+	// So does a key the catalog cannot hold: too long, or with a NUL.
+	o = send(t, s, "doc.changed", "e6", fmt.Sprintf(`{"doc":%q}`, strings.Repeat("k", 1001)))
+	require.Empty(t, o.Started)
+	require.Len(t, o.Errors, 1)
+	require.Equal(t, "triggers[0].singleton.key", o.Errors[0].Where)
+	require.Contains(t, o.Errors[0].Message, "key of 1001 bytes: at most 1000")
+	triggerVersion(t, s, "nul", `[{"event":"nul.key","singleton":{"key":"'a\\u0000b'"}}]`)
+	o = send(t, s, "nul.key", "n1", `{}`)
+	require.Empty(t, o.Started)
+	require.Len(t, o.Errors, 1)
+	require.Equal(t, "key holds a NUL character", o.Errors[0].Message)
 }
 
 // TestEventSingletonCancelOther: an event whose key has an unfinished run cancels
