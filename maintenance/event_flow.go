@@ -3,7 +3,6 @@ package maintenance
 import (
 	"context"
 	"log/slog"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -98,15 +97,8 @@ func (f *EventFlowFirer) Start(ctx context.Context) error { return f.start(ctx, 
 func (f *EventFlowFirer) Stop(ctx context.Context) error { return f.stop(ctx) }
 
 func (f *EventFlowFirer) run(ctx context.Context) {
-	wait := time.Duration(mrand.Float64() * float64(f.cfg.Interval))
 	forgotten := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = f.cfg.Interval
+	dueLoop(ctx, f.cfg.Interval, func(ctx context.Context) (bool, *time.Time) {
 		if time.Since(forgotten) >= singletonForgetEvery {
 			forgotten = time.Now()
 			if _, err := f.store.EventSingletonsForget(ctx, singletonForgetBatch); err != nil {
@@ -122,7 +114,7 @@ func (f *EventFlowFirer) run(ctx context.Context) {
 			if ctx.Err() == nil {
 				f.logger.Warn("fire event flow failed", "error", err)
 			}
-			continue
+			return false, nil
 		}
 		for _, ferr := range res.Failed {
 			f.logger.Warn("a held event start could not start its run", "error", ferr)
@@ -130,11 +122,6 @@ func (f *EventFlowFirer) run(ctx context.Context) {
 		for kind, n := range res.Started {
 			f.runs.WithLabelValues(kind).Add(float64(n))
 		}
-		switch {
-		case res.Taken >= eventFlowBatch:
-			wait = 0
-		case res.NextDue != nil:
-			wait = max(min(wait, time.Until(*res.NextDue)), scheduleMinWait)
-		}
-	}
+		return res.Taken >= eventFlowBatch, res.NextDue
+	})
 }
