@@ -25,13 +25,19 @@ import (
 // triggers (JSON, as bundle.Definition keeps them) and one step s.
 func triggerVersion(t *testing.T, s *catalog.Store, workflow, triggers string) int {
 	t.Helper()
+	return definitionVersion(t, s, workflow, `{"name":"`+workflow+`","triggers":`+triggers+`}`)
+}
+
+// definitionVersion registers a version of workflow (latest) with definition (the
+// parts the catalog reads) and one step, s, and returns its number.
+func definitionVersion(t *testing.T, s *catalog.Store, workflow, definition string) int {
+	t.Helper()
 	var sum [32]byte
 	_, _ = rand.Read(sum[:])
 	digest := "sha256:" + hex.EncodeToString(sum[:])
 	v, _, err := s.VersionRegister(t.Context(), &catalog.VersionRegisterParams{
-		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + hex.EncodeToString(sum[:]),
-		Definition: []byte(`{"name":"` + workflow + `","triggers":` + triggers + `}`), Fingerprint: digest,
-		Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
+		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
+		Definition: json.RawMessage(definition), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
 	})
 	require.NoError(t, err)
 	return v.Version
@@ -483,18 +489,10 @@ func TestEventFlowLockStress(t *testing.T) {
 	ctx := context.Background()
 	st := newDeadlockWatch(t, 16)
 	db, s := st.db, st.store
-	var sum [32]byte
-	_, _ = rand.Read(sum[:])
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{
-		Workflow: "sg", Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + hex.EncodeToString(sum[:]),
-		Definition: []byte(`{"name":"sg","triggers":[
+	definitionVersion(t, s, "sg", `{"name":"sg","triggers":[
   {"event":"e","singleton":{"key":"event.data.k","mode":"cancel_other"}},
   {"event":"f","singleton":{"key":"event.data.k","mode":"queue"}}],
- "cancel_on":[{"event":"g","match":"event.data.k == input.k"}]}`),
-		Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
-	})
-	require.NoError(t, err)
+ "cancel_on":[{"event":"g","match":"event.data.k == input.k"}]}`)
 	triggerVersion(t, s, "db", `[
   {"event":"e","debounce":{"key":"event.data.k","period":"50ms","max_wait":"200ms"}},
   {"event":"f","batch":{"key":"event.data.k","max":3,"timeout":"50ms"}},
