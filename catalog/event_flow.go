@@ -181,25 +181,26 @@ const maxFlowKey = 1000
 // an event's large data is a $blob reference already).
 const maxBatchBytes = 1 << 20
 
-// EventFlow is what a trigger's flow control did with an event.
+// EventFlow is what a trigger's flow control did with an event. Its doc and enum
+// tags describe it in the API's OpenAPI document (api/received_events.go).
 type EventFlow struct {
 	Workflow string `json:"workflow"`
 	Version  int    `json:"version"`
-	Trigger  int    `json:"trigger"`
+	Trigger  int    `json:"trigger" doc:"the index of the trigger in the version's triggers"`
 	// Kind is singleton, debounce or batch.
-	Kind string `json:"kind"`
+	Kind string `json:"kind" enum:"singleton,debounce,batch"`
 	// Action: skipped, canceled_other, queued, debounced or batched.
-	Action string `json:"action"`
-	Key    string `json:"key"`
+	Action string `json:"action" enum:"skipped,canceled_other,queued,debounced,batched"`
+	Key    string `json:"key" doc:"the key its key expression gave (empty: the trigger has no key)"`
 	// RunID is the key's unfinished run (skipped, canceled_other, queued), or
 	// the run the event's batch started (batched, when it filled it).
-	RunID *uuid.UUID `json:"run_id,omitempty"`
+	RunID *uuid.UUID `json:"run_id,omitempty" doc:"skipped, canceled_other, queued: the key's unfinished run; batched: the run the event started by filling its batch"`
 	// Pending is the held start (a window, or a queued start) the event is in.
-	Pending *int64 `json:"pending,omitempty"`
+	Pending *int64 `json:"pending,omitempty" doc:"the held start the event is in: its debounce or batch window, or its queued start"`
 	// DueAt is when the window's run starts at the latest, as things stand.
-	DueAt *time.Time `json:"due_at,omitempty"`
+	DueAt *time.Time `json:"due_at,omitempty" doc:"debounced, batched: when the window's run starts at the latest, as things stand"`
 	// Events is how many events the window holds with this one.
-	Events int `json:"events,omitempty"`
+	Events int `json:"events,omitempty" doc:"debounced, batched: how many events the window holds, this one included"`
 }
 
 // triggerFlow is a trigger's flow control as the definition keeps it
