@@ -26,9 +26,11 @@ import (
 // shared; a wait_for_event step that suspends takes it exclusively before it looks
 // at the events it may take (EventWaitSuspend). So an event stored while a step
 // suspends is either seen by the step (buffered) or sees the step waiting: never
-// neither. After that lock, an event takes the runs' locks in the lock order of
-// catalog/sql/run_control.sql: the shared advisory locks of the runs whose waits
-// it completes (cairn_runs_share), each step, its run's row.
+// neither. Then an event takes the locks of its triggers' flow keys (singleton,
+// debounce, batch: event_flow.go), all at once, in the order of their names; then
+// the runs' locks in the lock order of catalog/sql/run_control.sql: the shared
+// advisory locks of the runs whose waits it completes (cairn_runs_share), each
+// step, its run's row.
 
 const (
 	sqlEventInsert = `
@@ -120,7 +122,8 @@ type EventOutcome struct {
 	Resumed  []EventResumed `json:"resumed"`
 	Canceled []uuid.UUID    `json:"canceled"`
 	// Flow is what the flow control of its triggers (singleton, debounce,
-	// batch) did with it, one entry per such trigger it matched.
+	// batch) did with it: an entry per such trigger that did not simply start
+	// its run (event_flow.go).
 	Flow []EventFlow `json:"flow,omitempty"`
 	// Errors are the expressions that failed on the event (each blocks only its
 	// own trigger, wait or cancel_on).
