@@ -32,7 +32,8 @@ type EventAnswer struct {
 	Duplicate  bool                   `json:"duplicate" doc:"the id was received before: nothing was done again; the rest is the first answer"`
 	Started    []catalog.EventStarted `json:"started" doc:"the runs its triggers started"`
 	Resumed    []catalog.EventResumed `json:"resumed" doc:"the wait_for_event steps it completed"`
-	Canceled   []uuid.UUID            `json:"canceled" doc:"the runs its cancel_on canceled"`
+	Canceled   []uuid.UUID            `json:"canceled" doc:"the runs its cancel_on, or a singleton trigger's cancel_other, canceled"`
+	Flow       []catalog.EventFlow    `json:"flow,omitempty" doc:"what the flow control of the triggers it matched (singleton, debounce, batch) did with it: skipped (the key's unfinished run in run_id), canceled_other, queued, debounced or batched (the window in pending, its events so far, its due time); see docs/events.md"`
 	Errors     []catalog.EventError   `json:"errors,omitempty" doc:"the expressions that failed on it, each blocking only its own trigger, wait or cancel_on"`
 }
 
@@ -46,7 +47,7 @@ type ReceivedEvent struct {
 func eventAnswerOf(ev *catalog.ReceivedEvent, duplicate bool) EventAnswer {
 	o := ev.Outcome
 	return EventAnswer{EventID: ev.ID, Name: ev.Name, ReceivedAt: ev.ReceivedAt, Duplicate: duplicate,
-		Started: nonNil(o.Started), Resumed: nonNil(o.Resumed), Canceled: nonNil(o.Canceled), Errors: o.Errors}
+		Started: nonNil(o.Started), Resumed: nonNil(o.Resumed), Canceled: nonNil(o.Canceled), Flow: o.Flow, Errors: o.Errors}
 }
 
 func nonNil[T any](s []T) []T {
@@ -72,7 +73,7 @@ func (s *Server) registerReceivedEvents() {
 		Method:        http.MethodPost,
 		Path:          "/v1/events",
 		Summary:       "Send an event",
-		Description:   "Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.",
+		Description:   "Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.",
 		Tags:          []string{"events"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxEventBody,

@@ -119,6 +119,7 @@ func tidyDescriptions(s *jsonschema.Schema) {
 var schemaEnums = map[string]map[string][]any{
 	"Hook":         {"signature": {SignatureHMACSHA256, SignatureGitHub, SignatureStripe}},
 	"SignalSpec":   {"on_timeout": {"fail", "continue"}},
+	"Singleton":    {"mode": {SingletonSkip, SingletonCancelOther, SingletonQueue}},
 	"ApprovalSpec": {"on_timeout": {"fail", "continue"}, "roles": {"operator", "admin"}},
 }
 

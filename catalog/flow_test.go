@@ -21,16 +21,8 @@ import (
 // has the concurrency limit conc (JSON), and returns its number.
 func flowVersion(t *testing.T, s *catalog.Store, workflow, conc string) int {
 	t.Helper()
-	var sum [32]byte
-	_, _ = rand.Read(sum[:])
-	digest := "sha256:" + hex.EncodeToString(sum[:])
-	def := fmt.Sprintf(`{"steps":[{"key":"s","needs":[],"with":{"w":"x"},"concurrency":%s}]}`, conc)
-	v, _, err := s.VersionRegister(t.Context(), &catalog.VersionRegisterParams{
-		Workflow: workflow, Digest: digest, Size: 1, BlobKey: "bundles/sha256/" + digest[7:],
-		Definition: json.RawMessage(def), Fingerprint: digest, Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}},
-	})
-	require.NoError(t, err)
-	return v.Version
+	return definitionVersion(t, s, workflow,
+		fmt.Sprintf(`{"steps":[{"key":"s","needs":[],"with":{"w":"x"},"concurrency":%s}]}`, conc))
 }
 
 func flowRun(t *testing.T, ctx context.Context, s *catalog.Store, workflow, input string) uuid.UUID {

@@ -36,19 +36,8 @@ import (
 func TestLockOrderStress(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn := testenv.DatabaseURL(t)
-	db, err := sqlx.Open("postgres", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(24)
-	monitor, err := sqlx.Open("postgres", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = monitor.Close() })
-	monitor.SetMaxOpenConns(1)
-	before := serverDeadlocks(t, ctx, monitor)
-
-	counter := &retryCounter{}
-	s := catalog.New(db, &catalog.Config{Logger: slog.New(counter)})
+	st := newDeadlockWatch(t, 24)
+	db, s := st.db, st.store
 	kid := catalogtest.Version(t, s, "kid",
 		catalog.NewStep{Key: "a", MaxAttempts: 1},
 		catalog.NewStep{Key: "b", Needs: []string{"a"}, MaxAttempts: 1},
@@ -222,20 +211,55 @@ SELECT count(*) FROM steps s JOIN runs c ON c.id = s.child_run
 WHERE s.status = 'suspended' AND s.wait_kind = 'child_run' AND c.status IN ('succeeded', 'failed', 'canceled')`))
 	require.Zero(t, waiting, "parent steps still waiting for a child run that ended")
 
-	// The server counts a backend's deadlocks when it reports its statistics, at
-	// the latest when it exits: close the store's connections and wait until its
-	// backends are gone.
-	require.NoError(t, s.Close())
+	t.Logf("runs: %d", len(runs))
+	st.requireNone(t)
+}
+
+// deadlockWatch is a store on a database of its own whose deadlocks a stress test
+// counts at the server (pg_stat_database), not by the transactions it retried.
+type deadlockWatch struct {
+	db      *sqlx.DB
+	store   *catalog.Store
+	monitor *sqlx.DB
+	counter *retryCounter
+	before  int64
+}
+
+// newDeadlockWatch opens a fresh database with up to conns connections.
+func newDeadlockWatch(t *testing.T, conns int) *deadlockWatch {
+	t.Helper()
+	dsn := testenv.DatabaseURL(t)
+	db, err := sqlx.Open("postgres", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(conns)
+	monitor, err := sqlx.Open("postgres", dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = monitor.Close() })
+	monitor.SetMaxOpenConns(1)
+	w := &deadlockWatch{db: db, monitor: monitor, counter: &retryCounter{}}
+	w.before = serverDeadlocks(t, context.Background(), monitor)
+	w.store = catalog.New(db, &catalog.Config{Logger: slog.New(w.counter)})
+	return w
+}
+
+// requireNone closes the store and fails the test if PostgreSQL detected a
+// deadlock in its database. The server counts a backend's deadlocks when it
+// reports its statistics, at the latest when it exits: it waits until the store's
+// backends are gone.
+func (w *deadlockWatch) requireNone(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, w.store.Close())
 	require.Eventually(t, func() bool {
 		var n int
-		require.NoError(t, monitor.GetContext(ctx, &n,
+		require.NoError(t, w.monitor.GetContext(ctx, &n,
 			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`))
 		return n == 0
 	}, 30*time.Second, 20*time.Millisecond, "the store's backends exit")
-	after := serverDeadlocks(t, ctx, monitor)
-	t.Logf("runs: %d; transactions retried: %d", len(runs), counter.n.Load())
-	t.Logf("deadlocks detected by PostgreSQL: %d", after-before)
-	require.Zero(t, after-before, "deadlocks detected by PostgreSQL: %d (%v)", after-before, counter.errors)
+	after := serverDeadlocks(t, ctx, w.monitor)
+	t.Logf("transactions retried: %d; deadlocks detected by PostgreSQL: %d", w.counter.n.Load(), after-w.before)
+	require.Zero(t, after-w.before, "deadlocks detected by PostgreSQL: %d (%v)", after-w.before, w.counter.errors)
 }
 
 // stressDispatch claims steps as a dispatcher does until ctx ends: call starts a

@@ -26,9 +26,11 @@ import (
 // shared; a wait_for_event step that suspends takes it exclusively before it looks
 // at the events it may take (EventWaitSuspend). So an event stored while a step
 // suspends is either seen by the step (buffered) or sees the step waiting: never
-// neither. After that lock, an event takes the runs' locks in the lock order of
-// catalog/sql/run_control.sql: the shared advisory locks of the runs whose waits
-// it completes (cairn_runs_share), each step, its run's row.
+// neither. Then an event takes the locks of its triggers' flow keys (singleton,
+// debounce, batch: event_flow.go), all at once, in the order of their names; then
+// the runs' locks in the lock order of catalog/sql/run_control.sql: the shared
+// advisory locks of the runs whose waits it completes (cairn_runs_share), each
+// step, its run's row.
 
 const (
 	sqlEventInsert = `
@@ -119,6 +121,10 @@ type EventOutcome struct {
 	Started  []EventStarted `json:"started"`
 	Resumed  []EventResumed `json:"resumed"`
 	Canceled []uuid.UUID    `json:"canceled"`
+	// Flow is what the flow control of its triggers (singleton, debounce,
+	// batch) did with it: an entry per such trigger that did not simply start
+	// its run (event_flow.go).
+	Flow []EventFlow `json:"flow,omitempty"`
 	// Errors are the expressions that failed on the event (each blocks only its
 	// own trigger, wait or cancel_on).
 	Errors []EventError `json:"errors,omitempty"`
@@ -176,6 +182,7 @@ type eventEntry struct {
 	Match    string            `json:"match"`
 	Labels   map[string]string `json:"labels"`
 	Priority *int              `json:"priority"`
+	triggerFlow
 }
 
 type eventStepDefinition struct {
@@ -252,7 +259,7 @@ func (s *Store) EventIngest(ctx context.Context, p *EventIngestParams) (ev *Rece
 	if err != nil {
 		return nil, false, fmt.Errorf("event %s: %w", p.Name, err)
 	}
-	if !duplicate && (len(ev.Outcome.Started) > 0 || len(ev.Outcome.Resumed) > 0) {
+	if !duplicate && (len(ev.Outcome.Started) > 0 || len(ev.Outcome.Resumed) > 0 || len(ev.Outcome.Flow) > 0) {
 		s.wakes.wake()
 	}
 	return ev, duplicate, nil
@@ -265,22 +272,9 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 	fail := func(wf string, version int, where string, run *uuid.UUID, err error) {
 		out.Errors = append(out.Errors, EventError{Workflow: wf, Version: version, Where: where, RunID: run, Message: err.Error()})
 	}
-	// savepoint runs fn so that a failure of its statements leaves tx usable.
-	savepoint := func(fn func() error) error {
-		if _, err := tx.ExecContext(ctx, `SAVEPOINT cairn_event`); err != nil {
-			return err
-		}
-		if err := fn(); err != nil {
-			if _, rerr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT cairn_event`); rerr != nil {
-				return rerr
-			}
-			return err
-		}
-		_, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT cairn_event`)
-		return err
-	}
-
-	// Triggers of the latest versions.
+	// Triggers of the latest versions: what each matching one starts, then the
+	// locks of the keys of those with flow control (event_flow.go), then the
+	// starts.
 	var triggers []struct {
 		Workflow string `db:"workflow"`
 		Version  int    `db:"version"`
@@ -289,6 +283,7 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 	if err := tx.SelectContext(ctx, &triggers, sqlEventTriggers, ev.Name); err != nil {
 		return nil, err
 	}
+	var starts []triggerStart
 	for _, t := range triggers {
 		var entries []eventEntry
 		if err := json.Unmarshal(t.Entries, &entries); err != nil {
@@ -298,41 +293,57 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 			if e.Event != ev.Name {
 				continue
 			}
-			where := fmt.Sprintf("triggers[%d]", i)
+			ts := triggerStart{workflow: t.Workflow, version: t.Version, index: i, entry: e}
 			ok, err := eventMatch(ctx, e.If, view, nil)
 			if err != nil {
-				fail(t.Workflow, t.Version, where+".if", nil, err)
+				fail(t.Workflow, t.Version, ts.where()+".if", nil, err)
 				continue
 			}
 			if !ok {
 				continue
 			}
-			input := json.RawMessage(ev.Data)
+			ts.input = json.RawMessage(ev.Data)
 			if e.Input != "" {
 				prg, err := expr.EventEnv.Compile(e.Input)
 				if err == nil {
-					input, err = prg.Eval(ctx, expr.Vars{expr.Event: view, expr.Input: json.RawMessage("null")})
+					ts.input, err = prg.Eval(ctx, expr.Vars{expr.Event: view, expr.Input: json.RawMessage("null")})
 				}
 				if err != nil {
-					fail(t.Workflow, t.Version, where+".input", nil, err)
+					fail(t.Workflow, t.Version, ts.where()+".input", nil, err)
 					continue
 				}
 			}
-			var run *Run
-			err = savepoint(func() error {
-				var err error
-				run, _, err = runCreateTx(ctx, tx, &RunCreateParams{Workflow: t.Workflow, Version: t.Version,
-					Input: input, Labels: Labels(e.Labels), Priority: e.Priority}, s.cfg.IdempotencyTTL, false)
-				return err
-			})
-			if err != nil {
-				if errors.Is(err, ErrRetryable) || ctx.Err() != nil {
-					return nil, err
-				}
-				fail(t.Workflow, t.Version, where, nil, translateError(err))
+			var keySrc string
+			ts.kind, keySrc = e.flowKind()
+			if ts.key, err = flowKeyOf(ctx, keySrc, view); err != nil {
+				fail(t.Workflow, t.Version, fmt.Sprintf("%s.%s.key", ts.where(), ts.kind), nil, err)
 				continue
 			}
-			out.Started = append(out.Started, EventStarted{RunID: run.ID, Workflow: t.Workflow, Version: t.Version, Trigger: i})
+			starts = append(starts, ts)
+		}
+	}
+	if err := flowLockAll(ctx, tx, starts); err != nil {
+		return nil, err
+	}
+	var cancels []flowCancel
+	for i := range starts {
+		ts := &starts[i]
+		var err error
+		if ts.kind != "" {
+			err = s.flowApply(ctx, tx, ev, view, ts, out, &cancels)
+		} else {
+			run := &flowRun{workflow: ts.workflow, version: ts.version, input: ts.input, labels: ts.entry.Labels,
+				priority: ts.entry.Priority}
+			var r *Run
+			if r, err = run.start(ctx, s, tx); err == nil {
+				out.Started = append(out.Started, EventStarted{RunID: r.ID, Workflow: ts.workflow, Version: ts.version, Trigger: ts.index})
+			}
+		}
+		var refused *startRefused
+		if errors.As(err, &refused) {
+			fail(ts.workflow, ts.version, ts.where(), nil, refused.err)
+		} else if err != nil {
+			return nil, err
 		}
 	}
 
@@ -406,16 +417,35 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 		}
 	}
 
+	// The runs singletons' cancel_other replace (their runs started above).
+	for _, c := range cancels {
+		err := savepoint(ctx, tx, func() error {
+			_, err := tx.ExecContext(ctx, sqlRunCancel, c.run, c.reason)
+			return err
+		})
+		if err != nil {
+			if terr := translateError(err); errors.Is(terr, ErrRunState) || errors.Is(terr, ErrNotFound) {
+				continue // ended meanwhile
+			} else if errors.Is(terr, ErrRetryable) || ctx.Err() != nil {
+				return nil, terr
+			}
+			id := c.run
+			fail(c.start.workflow, c.start.version, c.start.where()+".singleton", &id, translateError(err))
+			continue
+		}
+		out.Canceled = append(out.Canceled, c.run)
+	}
+
 	// cancel_on.
-	var cancels []struct {
+	var cancelVersions []struct {
 		Workflow string `db:"workflow"`
 		Version  int    `db:"version"`
 		Entries  JSON   `db:"entries"`
 	}
-	if err := tx.SelectContext(ctx, &cancels, sqlEventCancelVersions, ev.Name); err != nil {
+	if err := tx.SelectContext(ctx, &cancelVersions, sqlEventCancelVersions, ev.Name); err != nil {
 		return nil, err
 	}
-	for _, c := range cancels {
+	for _, c := range cancelVersions {
 		var entries []eventEntry
 		if err := json.Unmarshal(c.Entries, &entries); err != nil {
 			return nil, fmt.Errorf("cancel_on of %s v%d: %w", c.Workflow, c.Version, err)
@@ -441,7 +471,7 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 				if !ok {
 					continue
 				}
-				err = savepoint(func() error {
+				err = savepoint(ctx, tx, func() error {
 					_, err := tx.ExecContext(ctx, sqlRunCancel, r.ID, fmt.Sprintf("event %s (%s) matched cancel_on[%d]", ev.Name, ev.ID, i))
 					return err
 				})

@@ -135,6 +135,54 @@ func (e DecisionResultDecision) Valid() bool {
 	}
 }
 
+// Defines values for EventFlowAction.
+const (
+	EventFlowActionBatched       EventFlowAction = "batched"
+	EventFlowActionCanceledOther EventFlowAction = "canceled_other"
+	EventFlowActionDebounced     EventFlowAction = "debounced"
+	EventFlowActionQueued        EventFlowAction = "queued"
+	EventFlowActionSkipped       EventFlowAction = "skipped"
+)
+
+// Valid indicates whether the value is a known member of the EventFlowAction enum.
+func (e EventFlowAction) Valid() bool {
+	switch e {
+	case EventFlowActionBatched:
+		return true
+	case EventFlowActionCanceledOther:
+		return true
+	case EventFlowActionDebounced:
+		return true
+	case EventFlowActionQueued:
+		return true
+	case EventFlowActionSkipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for EventFlowKind.
+const (
+	Batch     EventFlowKind = "batch"
+	Debounce  EventFlowKind = "debounce"
+	Singleton EventFlowKind = "singleton"
+)
+
+// Valid indicates whether the value is a known member of the EventFlowKind enum.
+func (e EventFlowKind) Valid() bool {
+	switch e {
+	case Batch:
+		return true
+	case Debounce:
+		return true
+	case Singleton:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HealthOutputBodyStatus.
 const (
 	Ok          HealthOutputBodyStatus = "ok"
@@ -858,17 +906,20 @@ type Event struct {
 
 // EventAnswer defines model for EventAnswer.
 type EventAnswer struct {
-	// Canceled the runs its cancel_on canceled
+	// Canceled the runs its cancel_on, or a singleton trigger's cancel_other, canceled
 	Canceled *[]string `json:"canceled"`
 
 	// Duplicate the id was received before: nothing was done again; the rest is the first answer
 	Duplicate bool `json:"duplicate"`
 
 	// Errors the expressions that failed on it, each blocking only its own trigger, wait or cancel_on
-	Errors     *[]EventError `json:"errors,omitempty"`
-	EventId    string        `json:"event_id"`
-	Name       string        `json:"name"`
-	ReceivedAt time.Time     `json:"received_at"`
+	Errors  *[]EventError `json:"errors,omitempty"`
+	EventId string        `json:"event_id"`
+
+	// Flow what the flow control of the triggers it matched (singleton, debounce, batch) did with it: skipped (the key's unfinished run in run_id), canceled_other, queued, debounced or batched (the window in pending, its events so far, its due time); see docs/events.md
+	Flow       *[]EventFlow `json:"flow,omitempty"`
+	Name       string       `json:"name"`
+	ReceivedAt time.Time    `json:"received_at"`
 
 	// Resumed the wait_for_event steps it completed
 	Resumed *[]EventResumed `json:"resumed"`
@@ -897,6 +948,38 @@ type EventError struct {
 	Where    string  `json:"where"`
 	Workflow string  `json:"workflow"`
 }
+
+// EventFlow defines model for EventFlow.
+type EventFlow struct {
+	Action EventFlowAction `json:"action"`
+
+	// DueAt debounced, batched: when the window's run starts at the latest, as things stand
+	DueAt *time.Time `json:"due_at,omitempty"`
+
+	// Events debounced, batched: how many events the window holds, this one included
+	Events *int64 `json:"events,omitempty"`
+
+	// Key the key its key expression gave (empty: the trigger has no key)
+	Key  string        `json:"key"`
+	Kind EventFlowKind `json:"kind"`
+
+	// Pending the held start the event is in: its debounce or batch window, or its queued start
+	Pending *int64 `json:"pending,omitempty"`
+
+	// RunId skipped, canceled_other, queued: the key's unfinished run; batched: the run the event started by filling its batch
+	RunId *string `json:"run_id,omitempty"`
+
+	// Trigger the index of the trigger in the version's triggers
+	Trigger  int64  `json:"trigger"`
+	Version  int64  `json:"version"`
+	Workflow string `json:"workflow"`
+}
+
+// EventFlowAction defines model for EventFlow.Action.
+type EventFlowAction string
+
+// EventFlowKind defines model for EventFlow.Kind.
+type EventFlowKind string
 
 // EventResumed defines model for EventResumed.
 type EventResumed struct {
@@ -1254,7 +1337,7 @@ type RateSpec struct {
 type ReceivedEvent struct {
 	Actor string `json:"actor"`
 
-	// Canceled the runs its cancel_on canceled
+	// Canceled the runs its cancel_on, or a singleton trigger's cancel_other, canceled
 	Canceled *[]string   `json:"canceled"`
 	Data     interface{} `json:"data"`
 
@@ -1262,10 +1345,13 @@ type ReceivedEvent struct {
 	Duplicate bool `json:"duplicate"`
 
 	// Errors the expressions that failed on it, each blocking only its own trigger, wait or cancel_on
-	Errors     *[]EventError `json:"errors,omitempty"`
-	EventId    string        `json:"event_id"`
-	Name       string        `json:"name"`
-	ReceivedAt time.Time     `json:"received_at"`
+	Errors  *[]EventError `json:"errors,omitempty"`
+	EventId string        `json:"event_id"`
+
+	// Flow what the flow control of the triggers it matched (singleton, debounce, batch) did with it: skipped (the key's unfinished run in run_id), canceled_other, queued, debounced or batched (the window in pending, its events so far, its due time); see docs/events.md
+	Flow       *[]EventFlow `json:"flow,omitempty"`
+	Name       string       `json:"name"`
+	ReceivedAt time.Time    `json:"received_at"`
 
 	// Resumed the wait_for_event steps it completed
 	Resumed *[]EventResumed `json:"resumed"`
@@ -2155,7 +2241,7 @@ type ClientInterface interface {
 
 	// SendEventWithBody Send an event
 	//
-	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 	//
 	// Requires the `operator` role.
 	//
@@ -2166,7 +2252,7 @@ type ClientInterface interface {
 
 	// SendEvent Send an event
 	//
-	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 	//
 	// Requires the `operator` role.
 	//
@@ -3022,7 +3108,7 @@ func (c *APIClient) ListReceivedEvents(ctx context.Context, params *ListReceived
 
 // SendEventWithBody Send an event
 //
-// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 //
 // Requires the `operator` role.
 //
@@ -3043,7 +3129,7 @@ func (c *APIClient) SendEventWithBody(ctx context.Context, contentType string, b
 
 // SendEvent Send an event
 //
-// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 //
 // Requires the `operator` role.
 //
@@ -7812,7 +7898,7 @@ type ClientWithResponsesInterface interface {
 
 	// SendEventWithBodyWithResponse Send an event
 	//
-	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 	//
 	// Requires the `operator` role.
 	//
@@ -7823,7 +7909,7 @@ type ClientWithResponsesInterface interface {
 
 	// SendEventWithResponse Send an event
 	//
-	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+	// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 	//
 	// Requires the `operator` role.
 	//
@@ -15165,7 +15251,7 @@ func (c *ClientWithResponses) ListReceivedEventsWithResponse(ctx context.Context
 
 // SendEventWithBodyWithResponse Send an event
 //
-// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 //
 // Requires the `operator` role.
 //
@@ -15182,7 +15268,7 @@ func (c *ClientWithResponses) SendEventWithBodyWithResponse(ctx context.Context,
 
 // SendEventWithResponse Send an event
 //
-// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+// Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
 //
 // Requires the `operator` role.
 //

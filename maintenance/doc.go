@@ -7,6 +7,8 @@
 //   - Collector deletes the blobs no catalog row names and the leftovers of crashed
 //     uploads; `cairn gc` runs one pass of it (collector.go).
 //   - ScheduleFirer fires the manifests' schedules (schedules.go).
+//   - EventFlowFirer starts the runs event triggers' debounce, batch and
+//     singleton queue held back (event_flow.go).
 //   - OperationWorker applies bulk operations, POST /v1/runs:bulk (operations.go).
 //   - SpanExporter records the trace spans no attempt records (spans.go).
 //   - Registry keeps a dispatcher's row in the catalog's registry of live

@@ -94,21 +94,14 @@ func (f *ScheduleFirer) Start(ctx context.Context) error {
 func (f *ScheduleFirer) Stop(ctx context.Context) error { return f.stop(ctx) }
 
 func (f *ScheduleFirer) run(ctx context.Context) {
-	wait := time.Duration(mrand.Float64() * float64(f.cfg.Interval))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		wait = f.cfg.Interval
+	dueLoop(ctx, f.cfg.Interval, func(ctx context.Context) (bool, *time.Time) {
 		res, err := f.store.ScheduleFire(ctx, &catalog.ScheduleFireParams{Limit: scheduleBatch, Next: cronCache{}.next})
 		if err != nil {
 			f.cfg.OnDBError()
 			if ctx.Err() == nil {
 				f.logger.Warn("fire schedules failed", "error", err)
 			}
-			continue
+			return false, nil
 		}
 		for _, ferr := range res.Failed {
 			f.logger.Warn("schedule fire failed; it is tried again at the next pass", "error", ferr)
@@ -118,11 +111,29 @@ func (f *ScheduleFirer) run(ctx context.Context) {
 		if res.Created > 0 || res.Skipped > 0 {
 			f.logger.Debug("schedules fired", "schedules", res.Schedules, "created", res.Created, "skipped", res.Skipped)
 		}
+		return res.Schedules >= scheduleBatch, res.NextDue
+	})
+}
+
+// dueLoop runs pass until ctx ends: every interval (the first after a random
+// part of it, so that servers started together spread their passes), at once
+// again when pass took a full batch (full), or at next when that is sooner, but
+// never sooner than scheduleMinWait after the last pass.
+func dueLoop(ctx context.Context, interval time.Duration, pass func(ctx context.Context) (full bool, next *time.Time)) {
+	wait := time.Duration(mrand.Float64() * float64(interval))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = interval
+		full, next := pass(ctx)
 		switch {
-		case res.Schedules >= scheduleBatch:
+		case full:
 			wait = 0
-		case res.NextDue != nil:
-			wait = max(min(wait, time.Until(*res.NextDue)), scheduleMinWait)
+		case next != nil:
+			wait = max(min(wait, time.Until(*next)), scheduleMinWait)
 		}
 	}
 }

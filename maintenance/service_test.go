@@ -57,6 +57,7 @@ func TestServiceLifecycle(t *testing.T) {
 			return c
 		}},
 		{"schedule firer", func() maintenance.Service { return maintenance.NewScheduleFirer(tb.store, nil) }},
+		{"event flow firer", func() maintenance.Service { return maintenance.NewEventFlowFirer(tb.store, nil) }},
 		{"operation worker", func() maintenance.Service { return maintenance.NewOperationWorker(tb.store, nil) }},
 		{"span exporter", func() maintenance.Service { return maintenance.NewSpanExporter(tb.store, nil) }},
 		{"registry", func() maintenance.Service {

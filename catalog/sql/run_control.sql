@@ -24,6 +24,11 @@
 --      ends then resolves its parent's step only if the parent's step and row can be
 --      had at once; else the wake sweeper does it in a transaction of its own
 --      (cairn_child_ended, child_run_ends).
+-- Before all of these, a received event (catalog/received_event.go) takes the
+-- advisory lock of its name, shared, then those of its triggers' flow keys
+-- (singleton, debounce, batch: catalog/event_flow.go), exclusive, each once, in the
+-- order of their names; the event flow firer holds rows of event_flow_pending
+-- and only tries those keys' locks, never waiting for them.
 -- A transaction that takes several runs' exclusive locks takes them all first, in
 -- the order of 1 (cairn_runs_lock over the set: deadlines, a workflow's pause, a
 -- bulk operation's batch). The sweepers of leases, waits and queue timeouts end one

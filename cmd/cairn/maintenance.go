@@ -14,7 +14,7 @@ import (
 
 // newMaintenance returns the housekeeping services a server runs beside its
 // dispatcher disp (package maintenance): the registry of live dispatchers, the
-// schedule firer, the bulk operation worker, the reaper, the blob collector (unless
+// schedule firer, the event flow firer, the bulk operation worker, the reaper, the blob collector (unless
 // --gc-interval is 0, or the blob store cannot be listed) and the span exporter.
 // They act under disp's name, and their database errors defer its sweeper as its
 // own do (runtime.Dispatcher.NoteDBError). Start them after disp and stop them
@@ -30,6 +30,8 @@ func newMaintenance(store *catalog.Store, blobs blobstore.Store, disp *runtime.D
 	g := maintenance.Group{
 		registry,
 		maintenance.NewScheduleFirer(store, &maintenance.ScheduleFirerConfig{OnDBError: disp.NoteDBError,
+			Logger: logger, Registerer: reg}),
+		maintenance.NewEventFlowFirer(store, &maintenance.EventFlowFirerConfig{OnDBError: disp.NoteDBError,
 			Logger: logger, Registerer: reg}),
 		maintenance.NewOperationWorker(store, &maintenance.OperationWorkerConfig{Owner: disp.ID(), LeaseTTL: rt.leaseTTL,
 			OnDBError: disp.NoteDBError, Logger: logger}),

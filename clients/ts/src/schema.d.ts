@@ -169,7 +169,7 @@ export interface paths {
         put?: never;
         /**
          * Send an event
-         * @description Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. See docs/events.md.
+         * @description Stores an event and, in the same transaction, starts a run for every trigger of a workflow's latest version that matches it (`triggers:` in cairn.yaml: its event name and `if`), completes every `wait_for_event` step that waits for its name and whose `match` holds, and cancels every unfinished run whose version's `cancel_on` matches it. An event that no trigger, wait or cancel_on names is stored and does nothing. The same `id` again answers the first answer (duplicate true) and does nothing; with another name or data it is a 409 idempotency_key_reused. An expression that fails on the event is listed in `errors` and blocks only its own trigger, wait or cancel_on. A trigger with flow control (`singleton`, `debounce`, `batch`) may hold or refuse its start: `flow` says what it did. See docs/events.md.
          *
          *     Requires the `operator` role.
          */
@@ -1458,13 +1458,15 @@ export interface components {
             type: string;
         };
         EventAnswer: {
-            /** @description the runs its cancel_on canceled */
+            /** @description the runs its cancel_on, or a singleton trigger's cancel_other, canceled */
             canceled: string[] | null;
             /** @description the id was received before: nothing was done again; the rest is the first answer */
             duplicate: boolean;
             /** @description the expressions that failed on it, each blocking only its own trigger, wait or cancel_on */
             errors?: components["schemas"]["EventError"][] | null;
             event_id: string;
+            /** @description what the flow control of the triggers it matched (singleton, debounce, batch) did with it: skipped (the key's unfinished run in run_id), canceled_other, queued, debounced or batched (the window in pending, its events so far, its due time); see docs/events.md */
+            flow?: components["schemas"]["EventFlow"][] | null;
             name: string;
             /** Format: date-time */
             received_at: string;
@@ -1487,6 +1489,39 @@ export interface components {
             /** Format: int64 */
             version: number;
             where: string;
+            workflow: string;
+        };
+        EventFlow: {
+            /** @enum {string} */
+            action: "skipped" | "canceled_other" | "queued" | "debounced" | "batched";
+            /**
+             * Format: date-time
+             * @description debounced, batched: when the window's run starts at the latest, as things stand
+             */
+            due_at?: string;
+            /**
+             * Format: int64
+             * @description debounced, batched: how many events the window holds, this one included
+             */
+            events?: number;
+            /** @description the key its key expression gave (empty: the trigger has no key) */
+            key: string;
+            /** @enum {string} */
+            kind: "singleton" | "debounce" | "batch";
+            /**
+             * Format: int64
+             * @description the held start the event is in: its debounce or batch window, or its queued start
+             */
+            pending?: number;
+            /** @description skipped, canceled_other, queued: the key's unfinished run; batched: the run the event started by filling its batch */
+            run_id?: string;
+            /**
+             * Format: int64
+             * @description the index of the trigger in the version's triggers
+             */
+            trigger: number;
+            /** Format: int64 */
+            version: number;
             workflow: string;
         };
         EventResumed: {
@@ -1809,7 +1844,7 @@ export interface components {
         };
         ReceivedEvent: {
             actor: string;
-            /** @description the runs its cancel_on canceled */
+            /** @description the runs its cancel_on, or a singleton trigger's cancel_other, canceled */
             canceled: string[] | null;
             data: unknown;
             /** @description the id was received before: nothing was done again; the rest is the first answer */
@@ -1817,6 +1852,8 @@ export interface components {
             /** @description the expressions that failed on it, each blocking only its own trigger, wait or cancel_on */
             errors?: components["schemas"]["EventError"][] | null;
             event_id: string;
+            /** @description what the flow control of the triggers it matched (singleton, debounce, batch) did with it: skipped (the key's unfinished run in run_id), canceled_other, queued, debounced or batched (the window in pending, its events so far, its due time); see docs/events.md */
+            flow?: components["schemas"]["EventFlow"][] | null;
             name: string;
             /** Format: date-time */
             received_at: string;
