@@ -228,8 +228,11 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	hr := newHashingReader(r, opts.Size)
 	src := ctxReader{ctx: ctx, r: hr}
 
+	// With an index, content over a part goes to a key of its own, never to
+	// the spool.
+	own := opts.Index != nil && opts.Digest == ""
 	var small []byte
-	if s.spoolDir != "" || opts.Size <= s3SmallRead {
+	if (s.spoolDir != "" && !own) || opts.Size <= s3SmallRead {
 		data, ended, err := readSmall(src, opts.Size)
 		if err != nil {
 			return Object{}, fmt.Errorf("read content: %w", err)
@@ -237,7 +240,7 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 		if ended {
 			return s.putSmall(ctx, kind, hr, data, opts)
 		}
-		if s.spoolDir != "" {
+		if s.spoolDir != "" && !own {
 			if spool, err := newSpoolFile(s.spoolDir); err == nil {
 				return s.putSpooled(ctx, kind, hr, data, spool, opts)
 			}
@@ -249,6 +252,9 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	first, full, release, err := s.fillPart(src, small)
 	if err != nil {
 		return Object{}, fmt.Errorf("read content: %w", err)
+	}
+	if full && own {
+		return s.putOwn(ctx, kind, hr, src, first, release, opts)
 	}
 	defer release()
 	if !full {
