@@ -84,10 +84,10 @@ type PutOptions struct {
 	// object between the moment Put finds it stored and the moment the row that
 	// names it commits (see maintenance.Collector). Default nil.
 	Claim func(ctx context.Context, key string) error
-	// Index, when set (with Claim), lets an S3 Put of content larger than one
-	// part, whose address is not given (no Digest), write it once: streamed as a
+	// Index, when set (with Claim), lets an S3 Put of content of one part or
+	// more, whose address is not given (no Digest), write it once: streamed as a
 	// multipart upload to a fresh key of its own, "<kind>/u/<hex>", while it is
-	// hashed, with no spool file and no server-side copy. Once the content is
+	// hashed, with no spool file and no server-side copy (one part in memory). Once the content is
 	// in, Put looks for the same content already stored, first where Index
 	// records it and then at its content address (each key claimed before it is
 	// looked at); when found, its own upload is deleted and the stored object

@@ -88,6 +88,28 @@ func TestS3StoreWriteOnce(t *testing.T) {
 	}
 }
 
+// TestS3StoreWriteOnceSizes: with an index, content that ends within its first
+// part goes to its content address, and longer content to a key of its own,
+// whole, whether it ends within a part or at a part's end.
+func TestS3StoreWriteOnceSizes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := testenv.Blobs(t)
+	for _, tt := range []struct {
+		size int
+		own  bool
+	}{{1<<20 + 1, false}, {blobstore.DefaultPartSize - 1, false}, {blobstore.DefaultPartSize, true}, {2*blobstore.DefaultPartSize + 1, true}} {
+		content := blobstoretest.Bytes(tt.size, uint64(tt.size))
+		obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
+		require.NoError(t, err)
+		_, digest, err := blobstore.ParseKey(obj.Key)
+		require.NoError(t, err)
+		require.Equal(t, tt.own, digest == "", "%d bytes under %s", tt.size, obj.Key)
+		got, _ := readObject(t, s, obj.Key)
+		require.True(t, bytes.Equal(content, got), "%d bytes stored whole", tt.size)
+	}
+}
+
 // TestS3StoreLeavesNoTemporaries checks that a multipart Put, a Put of content
 // already stored, and a failed Put all clean up their temporary objects,
 // uploads and spool files: spooled (the default), with the spool folder
