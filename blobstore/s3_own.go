@@ -1,7 +1,6 @@
 package blobstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,11 +10,16 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
+// s3OwnFree is how many part buffers of finished Puts under keys of their own
+// an S3Store keeps for the next ones; more are released.
+const s3OwnFree = 2
+
 // putOwn stores content (PutOptions.Index) that did not end within small
 // (read and hashed already) under a fresh key of its own, as a multipart upload
 // (uploadStream); settle then finds the content stored already or records the
 // new object. Content that ends within its first part is put at its content
-// address from memory instead (putSmall).
+// address from memory instead (putSmall). Memory: one part, outside the Go heap
+// on Linux (allocPart).
 //
 // Crash safety: until the upload completes, a crash leaves an incomplete upload,
 // which CleanTemp aborts; once it completes, an object no row names, which the
@@ -27,10 +31,13 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 		return Object{}, err
 	}
 	ct := contentType(opts.ContentType)
-	bp := s.parts.Get().(*[]byte)
+	buf := s.takePart()
+	// Every request reads buf through a partStream, revoked once the request
+	// returns: buf is free again when uploadStream returns, failed or not.
+	defer s.givePart(buf)
 	var whole []byte // the content, when it ended within the first part
 	err = s.upload(ctx, key, minio.PutObjectOptions{ContentType: ct}, func(uploadID string) ([]minio.CompletePart, error) {
-		parts, first, err := s.uploadStream(ctx, key, uploadID, src, small, *bp)
+		parts, first, err := s.uploadStream(ctx, key, uploadID, src, small, buf)
 		if err == nil && first != nil {
 			whole = first
 			return nil, errWholeInFirstPart // aborts the upload
@@ -38,18 +45,11 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 		return parts, err
 	})
 	if whole != nil {
-		obj, err := s.putSmall(ctx, kind, hr, whole, opts)
-		if err == nil {
-			s.parts.Put(bp)
-		}
-		return obj, err
+		return s.putSmall(ctx, kind, hr, whole, opts)
 	}
 	if err != nil {
 		return Object{}, err
 	}
-	// Only after a success: a request that failed may still be read by the
-	// HTTP transport after it returned.
-	s.parts.Put(bp)
 	obj, err := s.settle(ctx, kind, key, hr, ct, opts)
 	if err != nil || obj.Key != key {
 		// Failed, or the content was stored already: ours goes.
@@ -58,6 +58,25 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 		_ = s.client.RemoveObject(cctx, s.bucket, key, minio.RemoveObjectOptions{}) // best effort
 	}
 	return obj, err
+}
+
+// takePart returns a free part buffer, or a new one.
+func (s *S3Store) takePart() []byte {
+	select {
+	case b := <-s.ownFree:
+		return b
+	default:
+		return allocPart(s.partSize)
+	}
+}
+
+// givePart keeps b for the next takePart, or releases it.
+func (s *S3Store) givePart(b []byte) {
+	select {
+	case s.ownFree <- b:
+	default:
+		freePart(b)
+	}
 }
 
 // errWholeInFirstPart ends an upload whose content ended within its first part.
@@ -77,22 +96,19 @@ func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io
 		if number > s3MaxParts {
 			return nil, nil, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
 		}
-		ps := &partStream{buf: buf, n: filled}
-		ps.cond.L = &ps.mu
-		uctx, cancel := context.WithCancel(ctx)
+		ps := newPartStream(buf, filled)
 		sent := make(chan error, 1)
 		var part minio.CompletePart
 		go func() {
 			var err error
-			part, err = s.uploadPart(uctx, key, uploadID, number, ps, int64(len(buf)))
+			part, err = s.uploadPartStream(ctx, key, uploadID, number, ps, int64(len(buf)))
 			sent <- err
 		}()
 		n, rerr := ps.fill(ctxReader{ctx: ctx, r: src})
 		filled = 0
 		if rerr != nil || n < len(buf) {
 			// src failed or ended: abandon the request that waits for a full part.
-			ps.abort()
-			cancel()
+			ps.revoke()
 			<-sent
 			switch {
 			case rerr != nil:
@@ -102,23 +118,33 @@ func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io
 			case n == 0:
 				return parts, nil, nil // the previous part ended exactly at the end
 			}
-			p, err := s.uploadPart(ctx, key, uploadID, number, bytes.NewReader(buf[:n]), int64(n))
+			last := newPartStream(buf[:n], n)
+			last.ended = true
+			p, err := s.uploadPartStream(ctx, key, uploadID, number, last, int64(n))
 			if err != nil {
 				return nil, nil, err
 			}
 			return append(parts, p), nil, nil
 		}
-		err := <-sent
-		cancel()
-		if err != nil {
+		if err := <-sent; err != nil {
 			return nil, nil, err
 		}
 		parts = append(parts, part)
 	}
 }
 
+// uploadPartStream uploads part number from ps, then revokes ps: the
+// transport may go on reading a request's body after it failed, and ps's
+// buffer is to be used again.
+func (s *S3Store) uploadPartStream(ctx context.Context, key, uploadID string, number int, ps *partStream, n int64) (minio.CompletePart, error) {
+	defer ps.revoke()
+	return s.uploadPart(ctx, key, uploadID, number, ps, n)
+}
+
 // partStream is the body of one part's request: it reads buf as the reader
-// fills it (fill), so that the upload follows the reading.
+// fills it (fill), so that the upload follows the reading, until it is
+// revoked. buf is only read under mu, so that once revoke returns, nothing of
+// the request reads it any more.
 type partStream struct {
 	buf     []byte
 	mu      sync.Mutex
@@ -126,20 +152,27 @@ type partStream struct {
 	n       int  // bytes of buf filled
 	off     int  // bytes of buf read by the request
 	ended   bool // fill is done
-	aborted bool // the request is to fail
+	revoked bool // the request is over, or to fail
 }
 
-// errPartAbandoned fails a part's request whose content ended short of it.
-var errPartAbandoned = errors.New("part abandoned: the content ended within it")
+func newPartStream(buf []byte, filled int) *partStream {
+	p := &partStream{buf: buf, n: filled}
+	p.cond.L = &p.mu
+	return p
+}
+
+// errPartRevoked fails a part's request whose content ended short of it, or
+// reads after its request ended.
+var errPartRevoked = errors.New("part abandoned: its request is over")
 
 func (p *partStream) Read(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for p.off == p.n && !p.ended && !p.aborted {
+	for p.off == p.n && !p.ended && !p.revoked {
 		p.cond.Wait()
 	}
-	if p.aborted {
-		return 0, errPartAbandoned
+	if p.revoked {
+		return 0, errPartRevoked
 	}
 	if p.off == p.n {
 		return 0, io.EOF
@@ -149,37 +182,10 @@ func (p *partStream) Read(b []byte) (int, error) {
 	return k, nil
 }
 
-// WriteTo writes what is filled as it is filled, in the largest pieces at
-// hand: the HTTP transport copies the body with it (io.Copy), in a few large
-// writes rather than many of its buffer's size.
-func (p *partStream) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	for {
-		p.mu.Lock()
-		for p.off == p.n && !p.ended && !p.aborted {
-			p.cond.Wait()
-		}
-		off, n, aborted := p.off, p.n, p.aborted
-		p.mu.Unlock()
-		if aborted {
-			return total, errPartAbandoned
-		}
-		if off == n {
-			return total, nil
-		}
-		k, err := w.Write(p.buf[off:n])
-		total += int64(k)
-		p.mu.Lock()
-		p.off += k
-		p.mu.Unlock()
-		if err != nil {
-			return total, err
-		}
-	}
-}
-
 // fill reads r into buf after what is filled already until buf is full or r
 // ends, publishing each read to the request, and returns the bytes filled.
+// The request reads only what is published, so the two never touch the same
+// bytes at once.
 func (p *partStream) fill(r io.Reader) (int, error) {
 	n := p.n
 	var err error
@@ -206,10 +212,11 @@ func (p *partStream) fill(r io.Reader) (int, error) {
 	return n, err
 }
 
-// abort fails the request's next read.
-func (p *partStream) abort() {
+// revoke fails the request's next read: once it returns, the request reads
+// buf no more.
+func (p *partStream) revoke() {
 	p.mu.Lock()
-	p.aborted = true
+	p.revoked = true
 	p.mu.Unlock()
 	p.cond.Broadcast()
 }

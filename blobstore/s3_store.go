@@ -130,8 +130,9 @@ type S3Store struct {
 	bucket   string
 	endpoint string
 	partSize int64
-	spoolDir string    // "" spools nothing
-	parts    sync.Pool // of *[]byte, len partSize
+	spoolDir string      // "" spools nothing
+	parts    sync.Pool   // of *[]byte, len partSize
+	ownFree  chan []byte // part buffers of putOwn, s3OwnFree at most
 }
 
 // NewS3 returns a store on cfg.Bucket at cfg.Endpoint. It does no I/O: use Ping
@@ -172,6 +173,7 @@ func NewS3(cfg S3Config) (*S3Store, error) {
 		endpoint: u.Scheme + "://" + u.Host,
 		partSize: cfg.PartSize,
 		spoolDir: cfg.SpoolDir,
+		ownFree:  make(chan []byte, s3OwnFree),
 	}
 	s.parts.New = func() any {
 		b := make([]byte, s.partSize)
