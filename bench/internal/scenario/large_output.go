@@ -37,7 +37,7 @@ func LargeOutput(ctx context.Context, e *Env) *report.Result {
 	r.Settings["workflow"] = "one exec step: a shell script running `head -c N /dev/zero`"
 	r.Settings["blob_store"] = "versitygw posix backend on the same disk, over loopback"
 	r.Settings["server"] = "a fresh `cairn serve` with its dispatcher (default settings: inline limit 256 KiB, part size 16 MiB), one run per round"
-	r.Settings["cpu"] = "CPU seconds over all rounds: cairn_cpu_s the serve process, handler_cpu_s its exec children (sh, head), versitygw_cpu_s the gateway during Cairn's rounds"
+	r.Settings["cpu"] = "CPU seconds per round (Cairn's run, start to end, the PUTs not counted): cairn_cpu_s the serve process, handler_cpu_s its exec children (sh, head), versitygw_cpu_s the gateway, postgres_cpu_s PostgreSQL"
 	r.Settings["s3_ceiling"] = "the S3 server's own PUT rate in the same run: a plain minio-go PutObject of the same size (zeros, part size 16 MiB, no payload SHA-256, as Cairn uploads) to the same bucket, before the first round, between rounds and after the last; s3_put_mib_per_s is their mean; a round's ratio is its MiB/s over the mean of the PUTs either side of it; ratio_to_s3_put is the median round's, ratio_to_s3_put_min the worst's; mib_per_s the median round's"
 	r.Settings["writes"] = "bytes written per byte of output (/proc/PID/io write_bytes, summed over rounds): cairn_written_per_byte by the serve process (a spool file), s3_written_per_byte by versitygw during Cairn's rounds, s3_put_written_per_byte by versitygw during the plain PUTs"
 	err := largeOutput(ctx, e, r, size)
@@ -77,17 +77,22 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 	if err := put(); err != nil {
 		return err
 	}
-	cpu0, s3CPU, pgCPU0 := srv.CPU(), 0.0, e.PG.CPUSeconds()
+	var cairnCPU, handlerCPU, s3CPU, pgCPU float64
 	for i := range largeRounds {
 		e.Logf("large output: round %d of %d, %d MiB", i+1, largeRounds, size>>20)
-		c0, s0, gw0 := writeBytes(srv.Pid()), writeBytes(s3pid), e.S3.CPUSeconds()
+		c0, s0 := writeBytes(srv.Pid()), writeBytes(s3pid)
+		cpu0, gw0, pg0 := srv.CPU(), e.S3.CPUSeconds(), e.PG.CPUSeconds()
 		secs, err := largeRun(ctx, e, srv, size)
 		if err != nil {
 			return err
 		}
+		cpu1 := srv.CPU()
+		cairnCPU += cpu1.Self - cpu0.Self
+		handlerCPU += cpu1.Children - cpu0.Children
+		s3CPU += e.S3.CPUSeconds() - gw0
+		pgCPU += e.PG.CPUSeconds() - pg0
 		cairnWritten += writeBytes(srv.Pid()) - c0
 		s3Written += writeBytes(s3pid) - s0
-		s3CPU += e.S3.CPUSeconds() - gw0
 		attempts = append(attempts, secs)
 		rates = append(rates, float64(size>>20)/secs)
 		if err := put(); err != nil {
@@ -97,11 +102,10 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 		e.Logf("large output: round %d: %.0f MiB/s, %.2f of the plain PUT", i+1, rates[i], ratios[i])
 	}
 	r.Set("serve_peak_rss_mib", srv.MemoryMiB("VmHWM"))
-	cpu1 := srv.CPU()
-	r.Set("cairn_cpu_s", cpu1.Self-cpu0.Self)
-	r.Set("handler_cpu_s", cpu1.Children-cpu0.Children)
-	r.Set("versitygw_cpu_s", s3CPU)
-	r.Set("postgres_cpu_s", e.PG.CPUSeconds()-pgCPU0)
+	r.Set("cairn_cpu_s", cairnCPU/largeRounds)
+	r.Set("handler_cpu_s", handlerCPU/largeRounds)
+	r.Set("versitygw_cpu_s", s3CPU/largeRounds)
+	r.Set("postgres_cpu_s", pgCPU/largeRounds)
 	r.Set("attempt_s", report.Percentile(attempts, 50))
 	r.Set("mib_per_s", report.Percentile(rates, 50))
 	r.Set("ratio_to_s3_put", report.Percentile(ratios, 50))
