@@ -2,7 +2,7 @@
 -- cairn-locks: SHARE on blob_digests (the index of a new, empty table)
 -- cairn-online: yes
 -- Large payloads written once (docs/operations.md, "Storage"): an S3 Put of
--- content of a part or more streams it to a key of its own, "<kind>/u/<hex>", as it
+-- large content streams it to a key of its own, "<kind>/u/<hex>", as it
 -- hashes it, instead of spooling it or copying it to its content address, and
 -- records here which object holds which content, so that equal content is
 -- stored once (blobstore.PutOptions.Index, catalog/blob_index.go). A record is
