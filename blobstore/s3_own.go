@@ -11,27 +11,22 @@ import (
 	"github.com/minio/minio-go/v7"
 )
 
-// Parts of a Put under a key of its own (putOwn): its first s3OwnSmallParts
-// parts are of half the part size (S3's smallest, 5 MiB, at least), so that
-// outputs up to about 8 GiB take 8 MiB of memory at the default part size; the
-// later ones of the part size, so that the largest object is still about 1,000 ×
-// PartSize/2 + 9,000 × PartSize (148 GiB at the default). s3OwnFree is how many
-// small part buffers of finished Puts an S3Store keeps for the next ones; more
-// are released.
-const (
-	s3OwnSmallParts = 1000
-	s3OwnFree       = 2
-)
-
-// ownPartSize is the size of putOwn's first parts.
-func (s *S3Store) ownPartSize() int64 { return max(s3MinPartSize, s.partSize/2) }
+// s3OwnFree is how many part buffers of finished Puts under keys of their own
+// (putOwn) an S3Store keeps for the next ones; more are released.
+//
+// A Put under a key of its own holds one part (S3Config.PartSize). Parts of
+// half the size halve the memory but not the requests' waits: each part waits
+// for the server's answer before the next is read, and on versitygw over
+// loopback, 8 MiB parts ran at 0.29–0.54 of a plain PUT's rate where 16 MiB ones
+// ran at 0.8–0.95 (bench/README.md, large_output).
+const s3OwnFree = 2
 
 // putOwn stores content (PutOptions.Index) that did not end within small
 // (read and hashed already) under a fresh key of its own, as a multipart upload
 // (uploadStream); settle then finds the content stored already or records the
 // new object. Content that ends within its first part is put at its content
-// address from memory instead (putSmall). Memory: one part (see
-// s3OwnSmallParts), outside the Go heap on Linux (allocPart).
+// address from memory instead (putSmall). Memory: one part, outside the Go
+// heap on Linux (allocPart).
 //
 // Crash safety: until the upload completes, a crash leaves an incomplete upload,
 // which CleanTemp aborts; once it completes, an object no row names, which the
@@ -46,10 +41,10 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 	// Every request reads buf through a partStream, revoked once the request
 	// returns: buf is free again when uploadStream returns, failed or not.
 	buf := s.takePart()
-	defer func() { s.givePart(buf) }()
+	defer s.givePart(buf)
 	var whole []byte // the content, when it ended within the first part
 	err = s.upload(ctx, key, minio.PutObjectOptions{ContentType: ct}, func(uploadID string) ([]minio.CompletePart, error) {
-		parts, first, err := s.uploadStream(ctx, key, uploadID, src, small, &buf)
+		parts, first, err := s.uploadStream(ctx, key, uploadID, src, small, buf)
 		if err == nil && first != nil {
 			// A copy on the heap: a request that failed may be read by the HTTP
 			// transport after it returned, and buf goes back to the free list.
@@ -74,22 +69,18 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 	return obj, err
 }
 
-// takePart returns a free small part buffer, or a new one.
+// takePart returns a free part buffer, or a new one.
 func (s *S3Store) takePart() []byte {
 	select {
 	case b := <-s.ownFree:
 		return b
 	default:
-		return allocPart(s.ownPartSize())
+		return allocPart(s.partSize)
 	}
 }
 
-// givePart keeps b, a small part buffer, for the next takePart, or releases it.
+// givePart keeps b for the next takePart, or releases it.
 func (s *S3Store) givePart(b []byte) {
-	if int64(len(b)) != s.ownPartSize() {
-		freePart(b)
-		return
-	}
 	select {
 	case s.ownFree <- b:
 	default:
@@ -100,26 +91,19 @@ func (s *S3Store) givePart(b []byte) {
 // errWholeInFirstPart ends an upload whose content ended within its first part.
 var errWholeInFirstPart = errors.New("the content ended within its first part")
 
-// uploadStream uploads the parts of uploadID, each as long as *buf but the
-// last, from small and then src, in *buf (a small part, replaced by one of the
-// part size past s3OwnSmallParts): each part is uploaded
+// uploadStream uploads the parts of uploadID, each of the part size but the
+// last, from small and then src, in buf (one part long): each part is uploaded
 // as it is read, its request reading buf behind the reader, so that reading
 // and hashing overlap the upload in one part of memory. A part's length is
 // only known at its end: each is sent as a full part, and when src ends within
 // it, that request is abandoned and the part sent again with its true length
 // from buf. When src ends within the first part, nothing is uploaded and first
 // is the whole content.
-func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io.Reader, small []byte, bufp *[]byte) (parts []minio.CompletePart, first []byte, err error) {
-	buf := *bufp
+func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io.Reader, small, buf []byte) (parts []minio.CompletePart, first []byte, err error) {
 	filled := copy(buf, small)
 	for number := 1; ; number++ {
 		if number > s3MaxParts {
-			return nil, nil, fmt.Errorf("content exceeds %d parts", s3MaxParts)
-		}
-		if number == s.ownSmallParts+1 && int64(len(buf)) < s.partSize {
-			freePart(buf) // its last request is over
-			buf = allocPart(s.partSize)
-			*bufp = buf
+			return nil, nil, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
 		}
 		ps := newPartStream(buf, filled)
 		sent := make(chan error, 1)

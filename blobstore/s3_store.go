@@ -132,9 +132,7 @@ type S3Store struct {
 	partSize int64
 	spoolDir string      // "" spools nothing
 	parts    sync.Pool   // of *[]byte, len partSize
-	ownFree  chan []byte // small part buffers of putOwn, s3OwnFree at most
-	// ownSmallParts is s3OwnSmallParts; tests lower it.
-	ownSmallParts int
+	ownFree  chan []byte // part buffers of putOwn, s3OwnFree at most
 }
 
 // NewS3 returns a store on cfg.Bucket at cfg.Endpoint. It does no I/O: use Ping
@@ -176,8 +174,6 @@ func NewS3(cfg S3Config) (*S3Store, error) {
 		partSize: cfg.PartSize,
 		spoolDir: cfg.SpoolDir,
 		ownFree:  make(chan []byte, s3OwnFree),
-
-		ownSmallParts: s3OwnSmallParts,
 	}
 	s.parts.New = func() any {
 		b := make([]byte, s.partSize)

@@ -89,17 +89,16 @@ func TestS3StoreWriteOnce(t *testing.T) {
 }
 
 // TestS3StoreWriteOnceSizes: with an index, content that ends within its first
-// part (half the part size) goes to its content address, and longer content to
-// a key of its own, whole, whether it ends within a part or at a part's end,
-// also past the parts of half the part size.
+// part goes to its content address, and longer content to a key of its own,
+// whole, whether it ends within a part or at a part's end.
 func TestS3StoreWriteOnceSizes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s := testenv.Blobs(t).(*blobstore.S3Store)
+	s := testenv.Blobs(t)
 	for _, tt := range []struct {
 		size int
 		own  bool
-	}{{1<<20 + 1, false}, {blobstore.DefaultPartSize/2 - 1, false}, {blobstore.DefaultPartSize / 2, true}, {blobstore.DefaultPartSize + 1, true}} {
+	}{{1<<20 + 1, false}, {blobstore.DefaultPartSize - 1, false}, {blobstore.DefaultPartSize, true}, {2*blobstore.DefaultPartSize + 1, true}} {
 		content := blobstoretest.Bytes(tt.size, uint64(tt.size))
 		obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
 		require.NoError(t, err)
@@ -108,15 +107,6 @@ func TestS3StoreWriteOnceSizes(t *testing.T) {
 		require.Equal(t, tt.own, digest == "", "%d bytes under %s", tt.size, obj.Key)
 		got, _ := readObject(t, s, obj.Key)
 		require.True(t, bytes.Equal(content, got), "%d bytes stored whole", tt.size)
-	}
-
-	blobstore.SetOwnSmallParts(s, 2) // then parts of the part size
-	for _, size := range []int{blobstore.DefaultPartSize + 2*blobstore.DefaultPartSize + 3, blobstore.DefaultPartSize + blobstore.DefaultPartSize} {
-		content := blobstoretest.Bytes(size, uint64(size))
-		obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
-		require.NoError(t, err)
-		got, _ := readObject(t, s, obj.Key)
-		require.True(t, bytes.Equal(content, got), "%d bytes stored whole", size)
 	}
 }
 
