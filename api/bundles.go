@@ -99,7 +99,7 @@ func (s *Server) registerBundles() {
 		if err != nil {
 			return nil, err
 		}
-		return s.streamBlob(ctx, b.BlobKey)
+		return s.streamBlob(ctx, b.BlobKey, "")
 	})
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -404,7 +405,7 @@ func (s *Server) streamPayload(ctx context.Context, v json.RawMessage) (*huma.St
 		if err != nil {
 			return nil, err
 		}
-		return s.streamBlob(ctx, key)
+		return s.streamBlob(ctx, key, ref.Digest)
 	}
 	body := jsonOrNull(v)
 	return &huma.StreamResponse{Body: func(hc huma.Context) {
@@ -415,9 +416,11 @@ func (s *Server) streamPayload(ctx context.Context, v json.RawMessage) (*huma.St
 	}}, nil
 }
 
-// streamBlob streams an object with its length and content type. The object is
-// opened before the status is written, so a missing object is still a 404.
-func (s *Server) streamBlob(ctx context.Context, key string) (*huma.StreamResponse, error) {
+// streamBlob streams an object with its length, content type and sha256 (sum
+// when the store does not know it: an object under a key of its own, whose
+// reference holds its digest). The object is opened before the status is
+// written, so a missing object is still a 404.
+func (s *Server) streamBlob(ctx context.Context, key, sum string) (*huma.StreamResponse, error) {
 	rc, obj, err := s.blobs.Get(ctx, key, blobstore.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -430,7 +433,7 @@ func (s *Server) streamBlob(ctx context.Context, key string) (*huma.StreamRespon
 		}
 		hc.SetHeader("Content-Type", ct)
 		hc.SetHeader("Content-Length", strconv.FormatInt(obj.Size, 10))
-		hc.SetHeader("Cairn-Content-Sha256", obj.SHA256)
+		hc.SetHeader("Cairn-Content-Sha256", cmp.Or(obj.SHA256, sum))
 		hc.SetStatus(http.StatusOK)
 		if _, err := io.Copy(hc.BodyWriter(), rc); err != nil {
 			s.logger.WarnContext(hc.Context(), "stream blob", "key", key, "error", err, "request_id", RequestID(hc.Context()))

@@ -40,12 +40,16 @@ const DefaultContentType = "application/octet-stream"
 
 // Object describes a stored object.
 type Object struct {
-	// Key is the object's name: "<kind>/sha256/<hex>".
+	// Key is the object's name: "<kind>/sha256/<hex>", or "<kind>/u/<hex>" for
+	// an object written once under a name of its own (PutOptions.Index).
 	Key string
-	// Digest is "sha256:<hex>", the address the key was built from.
+	// Digest is "sha256:<hex>", the address the key was built from. Under a name
+	// of its own, Put returns the content's hash, but Get and Stat return ""
+	// (the key does not say it; the reference that names the object does).
 	Digest string
 	// SHA256 is "sha256:<hex>" of the stored bytes. It equals Digest unless the
-	// object was stored under a caller-provided address (PutOptions.Digest).
+	// object was stored under a caller-provided address (PutOptions.Digest); ""
+	// where Digest is.
 	SHA256 string
 	// Size is the length of the stored bytes (the whole object, also when Get
 	// reads a range of it).
@@ -80,6 +84,32 @@ type PutOptions struct {
 	// object between the moment Put finds it stored and the moment the row that
 	// names it commits (see maintenance.Collector). Default nil.
 	Claim func(ctx context.Context, key string) error
+	// Index, when set (with Claim), lets an S3 Put of content of one part or
+	// more, whose address is not given (no Digest), write it once: streamed as a
+	// multipart upload to a fresh key of its own, "<kind>/u/<hex>", while it is
+	// hashed, with no spool file and no server-side copy (one part in memory). Once the content is
+	// in, Put looks for the same content already stored, first where Index
+	// records it and then at its content address (each key claimed before it is
+	// looked at); when found, its own upload is deleted and the stored object
+	// returned; else it claims its key, checks that the object is still there,
+	// and records it in Index. The returned Object's Key is then the key of its
+	// own, and Digest and SHA256 the content's hash; a reference to it records
+	// the key (Ref.ObjectKey). The file store and smaller content ignore Index.
+	// Writers of payloads pass the catalog (catalog.Store). Default nil.
+	Index Index
+}
+
+// Index records, by content, the objects a Put stored under a key of their own
+// (PutOptions.Index); catalog.Store implements it over its blob_digests table.
+// A record is a hint: a recorded object may have been collected since, and Put
+// checks that it exists before it uses it.
+type Index interface {
+	// BlobLookup returns the key of an object recorded as holding the content
+	// of address ("<kind>/sha256/<hex>"), or "" when none is.
+	BlobLookup(ctx context.Context, address string) (string, error)
+	// BlobRecord records that the object under key holds the content of
+	// address, replacing the record of another object of the same content.
+	BlobRecord(ctx context.Context, address, key string) error
 }
 
 // claim calls opts.Claim, if any, with key.
@@ -106,8 +136,9 @@ type GetOptions struct {
 }
 
 // Store is a content-addressed object store. Every method is safe for concurrent use.
-// Keys are "<kind>/sha256/<hex>"; kinds are short lower-case words (KindBundles,
-// KindPayloads, KindLogs); see KeyFor and ParseKey.
+// Keys are "<kind>/sha256/<hex>", or "<kind>/u/<hex>" for an object under a
+// name of its own (PutOptions.Index); kinds are short lower-case words
+// (KindBundles, KindPayloads, KindLogs); see KeyFor and ParseKey.
 type Store interface {
 	// Put streams r into the store under "<kind>/sha256/<hex>" and returns the
 	// stored object. The sha256 is computed while writing; nothing holds the whole

@@ -13,8 +13,12 @@
 //     in a JSON sidecar next to each object.
 //   - S3Store keeps them in an S3-compatible bucket through minio-go. Content
 //     that fits in one part (16 MiB by default) is hashed in memory and written
-//     to its final key directly; larger content is streamed as a multipart
-//     upload to a temporary key, then copied server-side to its final key.
+//     to its final key directly. Larger content is written once too: a payload
+//     whose writer passes an index (PutOptions.Index, the catalog) is streamed
+//     as a multipart upload to a key of its own, "<kind>/u/<hex>", as it is
+//     hashed, and the index records which object holds which digest; other
+//     content is spooled to local disk while hashed, then uploaded to its
+//     content address.
 //
 // Both stream: memory per Put is bounded (one part for S3, a copy buffer for
 // files) whatever the size of the content, and its length need not be known.

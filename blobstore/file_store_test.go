@@ -31,7 +31,7 @@ func TestFileStore(t *testing.T) {
 func TestFileStoreLargeStream(t *testing.T) {
 	s, err := blobstore.NewFile(t.TempDir(), nil)
 	require.NoError(t, err)
-	blobstoretest.LargeStream(t, s, 256<<20, 64<<20)
+	blobstoretest.LargeStream(t, s, 256<<20, 64<<20, blobstore.PutOptions{})
 }
 
 func TestFileStoreLayout(t *testing.T) {

@@ -1,15 +1,21 @@
 package blobstore
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
 
-// Key layout: "<kind>/sha256/<hex>". The kind is a short lower-case word, the
-// digest is always lower-case hex, so a key is also a safe relative file path.
+// Key layout: "<kind>/sha256/<hex>", the content address, or "<kind>/u/<hex>",
+// an object written once under a random name of its own whose content the
+// catalog records by digest (see PutOptions.Index). The kind is a short
+// lower-case word, the hex always 64 lower-case digits, so a key is also a safe
+// relative file path.
 const (
 	keyAlgo       = "/sha256/"
+	keyUnique     = "/u/"
 	maxKindLength = 32
 )
 
@@ -52,17 +58,44 @@ func KeyFor(kind, digest string) (string, error) {
 }
 
 // ParseKey splits a key "<kind>/sha256/<hex>" into its kind and digest
-// ("sha256:<hex>"). It accepts exactly the keys KeyFor returns and nothing else
-// (no "..", no upper case, no extra segments): ErrInvalidKey otherwise.
+// ("sha256:<hex>"); a key "<kind>/u/<hex>" (a name of its own, see
+// PutOptions.Index) has an empty digest: its content is known to the catalog,
+// not to the key. It accepts exactly the keys KeyFor and a Put return and
+// nothing else (no "..", no upper case, no extra segments): ErrInvalidKey
+// otherwise.
 func ParseKey(key string) (kind, digest string, err error) {
+	kind, hexName, unique, err := SplitKey(key)
+	if err != nil || unique {
+		return kind, "", err
+	}
+	return kind, DigestPrefix + hexName, nil
+}
+
+// SplitKey splits a key of either form into its kind, its 64 hex digits, and
+// whether it is a name of its own ("<kind>/u/<hex>") rather than a content
+// address; ErrInvalidKey as ParseKey.
+func SplitKey(key string) (kind, hexName string, unique bool, err error) {
 	kind, rest, ok := strings.Cut(key, keyAlgo)
 	if !ok {
-		return "", "", fmt.Errorf("%w: %q", ErrInvalidKey, key)
+		kind, rest, ok = strings.Cut(key, keyUnique)
+		unique = true
 	}
-	if checkKind(kind) != nil || !isHex64(rest) {
-		return "", "", fmt.Errorf("%w: %q", ErrInvalidKey, key)
+	if !ok || checkKind(kind) != nil || !isHex64(rest) {
+		return "", "", false, fmt.Errorf("%w: %q", ErrInvalidKey, key)
 	}
-	return kind, DigestPrefix + rest, nil
+	return kind, rest, unique, nil
+}
+
+// newUniqueKey returns a fresh "<kind>/u/<hex>": 32 random bytes.
+func newUniqueKey(kind string) (string, error) {
+	if err := checkKind(kind); err != nil {
+		return "", err
+	}
+	var b [sha256.Size]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("unique key: %w", err)
+	}
+	return kind + keyUnique + hex.EncodeToString(b[:]), nil
 }
 
 // checkKind reports whether kind matches ^[a-z][a-z0-9-]{0,31}$.

@@ -52,8 +52,9 @@ func TestKeyFor(t *testing.T) {
 	}
 }
 
-// FuzzParseKey checks that ParseKey accepts exactly what KeyFor builds: any key
-// it accepts is rebuilt identically, so it is a safe relative path.
+// FuzzParseKey checks that ParseKey accepts exactly what KeyFor builds and the
+// names of their own "<kind>/u/<hex>": any key it accepts is rebuilt
+// identically, so it is a safe relative path.
 func FuzzParseKey(f *testing.F) {
 	hex64 := strings.Repeat("ab", 32)
 	for _, seed := range []string{
@@ -62,6 +63,8 @@ func FuzzParseKey(f *testing.F) {
 		"bundles/sha256/zz",
 		"bundles/sha256/" + hex64 + "/../../etc",
 		"a/sha256/" + hex64,
+		"payloads/u/" + hex64,
+		"payloads/u/" + hex64 + "/sha256/" + hex64,
 		"",
 	} {
 		f.Add(seed)
@@ -72,8 +75,14 @@ func FuzzParseKey(f *testing.F) {
 			require.ErrorIs(t, err, blobstore.ErrInvalidKey)
 			return
 		}
-		rebuilt, err := blobstore.KeyFor(kind, digest)
+		_, hexName, unique, err := blobstore.SplitKey(key)
 		require.NoError(t, err)
+		require.Equal(t, unique, digest == "")
+		rebuilt := kind + "/u/" + hexName
+		if !unique {
+			rebuilt, err = blobstore.KeyFor(kind, digest)
+			require.NoError(t, err)
+		}
 		require.Equal(t, key, rebuilt)
 		require.NotContains(t, key, "..")
 		require.False(t, strings.HasPrefix(key, "/"))

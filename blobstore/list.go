@@ -16,7 +16,7 @@ import (
 
 // Listed is an object as a listing shows it.
 type Listed struct {
-	// Key is the object's name: "<kind>/sha256/<hex>".
+	// Key is the object's name: "<kind>/sha256/<hex>" or "<kind>/u/<hex>".
 	Key string
 	// Size is the length of the object's bytes.
 	Size int64
@@ -129,7 +129,8 @@ func (s *FileStore) CleanTemp(ctx context.Context, before time.Time, dryRun bool
 	return rep, nil
 }
 
-// List implements Lister.List with ListObjects on "<kind>/sha256/".
+// List implements Lister.List with ListObjects on "<kind>/": content
+// addresses and keys of their own ("<kind>/u/<hex>") alike.
 func (s *S3Store) List(ctx context.Context, kind string) iter.Seq2[Listed, error] {
 	return func(yield func(Listed, error) bool) {
 		if err := checkKind(kind); err != nil {
@@ -138,7 +139,7 @@ func (s *S3Store) List(ctx context.Context, kind string) iter.Seq2[Listed, error
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel() // stops minio's lister when the caller stops early
-		for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: kind + keyAlgo, Recursive: true}) {
+		for info := range s.client.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: kind + "/", Recursive: true}) {
 			if info.Err != nil {
 				yield(Listed{}, fmt.Errorf("list %s: %w", kind, s3Error(info.Err)))
 				return

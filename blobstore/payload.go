@@ -39,6 +39,9 @@ type PayloadOptions struct {
 	// Claim is PutOptions.Claim: writers pass the catalog's claim, since a
 	// catalog row will name the object. Default nil.
 	Claim func(ctx context.Context, key string) error
+	// Index is PutOptions.Index: writers pass the catalog so that a large
+	// payload is written once. Default nil.
+	Index Index
 }
 
 // PutPayload stores a payload (an output, a checkpoint, a signal's or a
@@ -82,7 +85,7 @@ func PutPayload(ctx context.Context, s Putter, r io.Reader, o PayloadOptions) (j
 	case o.Size > 0:
 		size = o.Size
 	}
-	obj, err := s.Put(ctx, KindPayloads, io.MultiReader(bytes.NewReader(head), r), PutOptions{ContentType: ct, Size: size, Claim: o.Claim})
+	obj, err := s.Put(ctx, KindPayloads, io.MultiReader(bytes.NewReader(head), r), PutOptions{ContentType: ct, Size: size, Claim: o.Claim, Index: o.Index})
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -12,8 +13,12 @@ const RefKey = "$blob"
 
 // Ref is the body of a {"$blob": …} reference: a payload (output or checkpoint)
 // stored as an object of kind KindPayloads instead of inline. The catalog stores
-// Digest, Size and ContentType; a handler's envelope adds Path (exec: a local
-// file holding the bytes) or URL (http, lambda: a presigned GET).
+// Digest, Size and ContentType, and ObjectKey when the object lives under a name
+// of its own rather than its content address (a large payload written once, see
+// PutOptions.Index); a handler's envelope adds Path (exec: a local file holding
+// the bytes) or URL (http, lambda: a presigned GET). References written before
+// ObjectKey existed have none and name the content address: both read through
+// Key.
 //
 // Only Cairn writes references. A value a handler or a client sends that mentions
 // the key "$blob" anywhere, however spelled (see MentionsRef), is never stored as
@@ -23,13 +28,19 @@ type Ref struct {
 	Digest      string `json:"digest"`
 	Size        int64  `json:"size"`
 	ContentType string `json:"content_type,omitempty"`
+	ObjectKey   string `json:"key,omitempty"`
 	Path        string `json:"path,omitempty"`
 	URL         string `json:"url,omitempty"`
 }
 
-// ObjectRef is the reference to a stored payload object.
+// ObjectRef is the reference to a stored payload object: ObjectKey is set only
+// for an object under a name of its own.
 func ObjectRef(obj Object) Ref {
-	return Ref{Digest: obj.Digest, Size: obj.Size, ContentType: obj.ContentType}
+	r := Ref{Digest: obj.Digest, Size: obj.Size, ContentType: obj.ContentType}
+	if _, _, unique, err := SplitKey(obj.Key); err == nil && unique {
+		r.ObjectKey = obj.Key
+	}
+	return r
 }
 
 // JSON returns the reference's wire and stored form, {"$blob": {…}}.
@@ -42,8 +53,18 @@ func (r Ref) JSON() json.RawMessage {
 	return b
 }
 
-// Key returns the object key the reference names; ErrInvalidKey for a bad digest.
-func (r Ref) Key() (string, error) { return KeyFor(KindPayloads, r.Digest) }
+// Key returns the object key the reference names: ObjectKey when set, else the
+// content address of Digest. ErrInvalidKey for a bad digest, or an ObjectKey
+// that is not a payload's key.
+func (r Ref) Key() (string, error) {
+	if r.ObjectKey == "" {
+		return KeyFor(KindPayloads, r.Digest)
+	}
+	if kind, _, err := ParseKey(r.ObjectKey); err != nil || kind != KindPayloads {
+		return "", fmt.Errorf("%w: reference to %q", ErrInvalidKey, r.ObjectKey)
+	}
+	return r.ObjectKey, nil
+}
 
 // ParseRef reports whether a stored value is a reference, and returns it. Only
 // values Cairn stored may be parsed this way: what a handler or client sends is

@@ -26,6 +26,34 @@ func TestRefRoundTrip(t *testing.T) {
 	require.True(t, blobstore.MentionsRef(raw))
 }
 
+// TestRefOfObjectUnderItsOwnName: a payload written once under a name of its
+// own is referenced with its key; a reference written before keys were
+// recorded (digest only) still names the content address, and a key that is
+// not a payload's is refused.
+func TestRefOfObjectUnderItsOwnName(t *testing.T) {
+	t.Parallel()
+	own := "payloads/u/" + digestA[len("sha256:"):]
+	r := blobstore.ObjectRef(blobstore.Object{Key: own, Digest: digestA, Size: 5 << 30})
+	raw := r.JSON()
+	require.JSONEq(t, `{"$blob":{"digest":"`+digestA+`","size":5368709120,"key":"`+own+`"}}`, string(raw))
+	got, ok := blobstore.ParseRef(raw)
+	require.True(t, ok)
+	key, err := got.Key()
+	require.NoError(t, err)
+	require.Equal(t, own, key)
+
+	old, ok := blobstore.ParseRef(json.RawMessage(`{"$blob":{"digest":"` + digestA + `","size":5,"content_type":"text/plain"}}`))
+	require.True(t, ok)
+	key, err = old.Key()
+	require.NoError(t, err)
+	require.Equal(t, "payloads/sha256/"+digestA[len("sha256:"):], key)
+
+	for _, bad := range []string{"bundles/u/" + digestA[len("sha256:"):], "logs/sha256/" + digestA[len("sha256:"):], "payloads/u/../x"} {
+		_, err := blobstore.Ref{Digest: digestA, ObjectKey: bad}.Key()
+		require.ErrorIs(t, err, blobstore.ErrInvalidKey, bad)
+	}
+}
+
 func TestParseRefOnlyTakesReferences(t *testing.T) {
 	t.Parallel()
 	for _, v := range []string{``, `null`, `"$blob"`, `{"a":1}`, `[{"$blob":{"digest":"` + digestA + `"}}]`,

@@ -111,8 +111,10 @@ func (c S3Config) withDefaults() S3Config {
 // LocalStack), through minio-go. It is safe for concurrent use.
 //
 // Put reads the content once. Content that ends within its first megabyte is
-// hashed in memory and written to its final key with one PutObject. A larger
-// one's address is only known at its end: it is written to a spool file
+// hashed in memory and written to its final key with one PutObject. With an
+// index (PutOptions.Index), content that ends within its first part is too,
+// and longer content is streamed once to a key of its own (putOwn). Otherwise
+// a larger content's address is only known at its end: it is written to a spool file
 // (S3Config.SpoolDir) while hashed, a few megabytes in memory, then uploaded to
 // its final key (one PutObject up to a part, past it a multipart upload of
 // s3SpoolUploads parts at a time).
@@ -128,8 +130,9 @@ type S3Store struct {
 	bucket   string
 	endpoint string
 	partSize int64
-	spoolDir string    // "" spools nothing
-	parts    sync.Pool // of *[]byte, len partSize
+	spoolDir string      // "" spools nothing
+	parts    sync.Pool   // of *[]byte, len partSize
+	ownFree  chan []byte // part buffers of putOwn, s3OwnFree at most
 }
 
 // NewS3 returns a store on cfg.Bucket at cfg.Endpoint. It does no I/O: use Ping
@@ -170,6 +173,7 @@ func NewS3(cfg S3Config) (*S3Store, error) {
 		endpoint: u.Scheme + "://" + u.Host,
 		partSize: cfg.PartSize,
 		spoolDir: cfg.SpoolDir,
+		ownFree:  make(chan []byte, s3OwnFree),
 	}
 	s.parts.New = func() any {
 		b := make([]byte, s.partSize)
@@ -228,14 +232,20 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	hr := newHashingReader(r, opts.Size)
 	src := ctxReader{ctx: ctx, r: hr}
 
+	// With an index, content over a small part goes to a key of its own, never
+	// to the spool.
+	own := opts.Index != nil && opts.Digest == ""
 	var small []byte
-	if s.spoolDir != "" || opts.Size <= s3SmallRead {
+	if s.spoolDir != "" || own || opts.Size <= s3SmallRead {
 		data, ended, err := readSmall(src, opts.Size)
 		if err != nil {
 			return Object{}, fmt.Errorf("read content: %w", err)
 		}
 		if ended {
 			return s.putSmall(ctx, kind, hr, data, opts)
+		}
+		if own {
+			return s.putOwn(ctx, kind, hr, src, data, opts)
 		}
 		if s.spoolDir != "" {
 			if spool, err := newSpoolFile(s.spoolDir); err == nil {

@@ -32,7 +32,82 @@ func TestS3Store(t *testing.T) {
 // because it measures the whole process's heap: Go runs it before the parallel
 // tests start.
 func TestS3StoreLargeStream(t *testing.T) {
-	blobstoretest.LargeStream(t, testenv.Blobs(t), 256<<20, 64<<20)
+	blobstoretest.LargeStream(t, testenv.Blobs(t), 256<<20, 64<<20, blobstore.PutOptions{})
+	t.Run("WriteOnce", func(t *testing.T) {
+		blobstoretest.LargeStream(t, testenv.Blobs(t), 256<<20, 64<<20, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
+	})
+}
+
+// TestS3StoreWriteOnce: with an index, content over a part is stored once,
+// under a key of its own, with no temporary object or copy, and recorded in the
+// index; content stored before at its content address (by a Put without an
+// index, as before keys of their own existed) is found there and not stored
+// again.
+func TestS3StoreWriteOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, bucket := testenv.S3Bucket(t)
+	s, err := blobstore.NewS3(srv.Config(bucket))
+	require.NoError(t, err)
+	client := rawClient(t, srv)
+	objects := func() []string {
+		var keys []string
+		for o := range client.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+			require.NoError(t, o.Err)
+			keys = append(keys, o.Key)
+		}
+		return keys
+	}
+	idx := blobstoretest.NewIndex()
+
+	content := blobstoretest.Bytes(40<<20, 7)
+	obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: idx})
+	require.NoError(t, err)
+	require.Regexp(t, `^payloads/u/[0-9a-f]{64}$`, obj.Key)
+	address, err := blobstore.KeyFor(blobstore.KindPayloads, obj.Digest)
+	require.NoError(t, err)
+	recorded, err := idx.BlobLookup(ctx, address)
+	require.NoError(t, err)
+	require.Equal(t, obj.Key, recorded)
+	require.Equal(t, []string{obj.Key}, objects(), "one object, no temporary one")
+	stat, err := s.Stat(ctx, obj.Key)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(content)), stat.Size)
+	require.Empty(t, stat.Digest, "the key does not say the content's digest; the reference does")
+
+	old := blobstoretest.Bytes(20<<20, 8)
+	stored, err := s.Put(ctx, blobstore.KindPayloads, bytes.NewReader(old), blobstore.PutOptions{})
+	require.NoError(t, err)
+	again, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(old)}, blobstore.PutOptions{Index: idx})
+	require.NoError(t, err)
+	require.Equal(t, stored.Key, again.Key, "the content address is found")
+	require.ElementsMatch(t, []string{obj.Key, stored.Key}, objects())
+	for u := range client.ListIncompleteUploads(ctx, bucket, "", true) {
+		require.NoError(t, u.Err)
+		t.Errorf("incomplete upload left: %s", u.Key)
+	}
+}
+
+// TestS3StoreWriteOnceSizes: with an index, content that ends within its first
+// part goes to its content address, and longer content to a key of its own,
+// whole, whether it ends within a part or at a part's end.
+func TestS3StoreWriteOnceSizes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := testenv.Blobs(t)
+	for _, tt := range []struct {
+		size int
+		own  bool
+	}{{1<<20 + 1, false}, {blobstore.DefaultPartSize - 1, false}, {blobstore.DefaultPartSize, true}, {2*blobstore.DefaultPartSize + 1, true}} {
+		content := blobstoretest.Bytes(tt.size, uint64(tt.size))
+		obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
+		require.NoError(t, err)
+		_, digest, err := blobstore.ParseKey(obj.Key)
+		require.NoError(t, err)
+		require.Equal(t, tt.own, digest == "", "%d bytes under %s", tt.size, obj.Key)
+		got, _ := readObject(t, s, obj.Key)
+		require.True(t, bytes.Equal(content, got), "%d bytes stored whole", tt.size)
+	}
 }
 
 // TestS3StoreLeavesNoTemporaries checks that a multipart Put, a Put of content

@@ -92,7 +92,10 @@ ON CONFLICT (blob_key) DO UPDATE SET claimed_at = now()`
 SELECT count(pg_advisory_xact_lock(l.id)) FROM (
     SELECT DISTINCT hashtextextended('` + blobLockPrefix + `' || k, 0) AS id FROM unnest($1::text[]) AS k ORDER BY 1) l`
 
-	sqlBlobClaimsDelete = `DELETE FROM blob_claims WHERE blob_key = ANY ($1::text[])`
+	// sqlBlobClaimsDelete drops the claims of keys $1, deleted, and their
+	// records in the blob index (catalog/blob_index.go).
+	sqlBlobClaimsDelete = `WITH d AS (` + sqlBlobDigestsDelete + `)
+DELETE FROM blob_claims WHERE blob_key = ANY ($1::text[])`
 
 	// sqlBlobClaimsExpire deletes up to $2 claims older than $1 seconds.
 	sqlBlobClaimsExpire = `
@@ -118,16 +121,18 @@ UPDATE blob_gc SET owner = NULL, expires_at = '-infinity',
 WHERE owner = $1`
 )
 
-// blobPath finds the digests (Ref.Digest) of every {"$blob": …} reference
-// (blobstore.Ref) at any depth of a jsonb value (lax mode skips what is not an
-// object; duplicates are fine).
-var blobPath = `'lax $.**."` + blobstore.RefKey + `".digest'`
+// blobPath finds the body of every {"$blob": …} reference (blobstore.Ref) at
+// any depth of a jsonb value (lax mode skips what is not an object; duplicates
+// are fine).
+var blobPath = `'lax $.**."` + blobstore.RefKey + `"'`
 
-// blobKeyOf is the SQL of blobstore.Ref.Key for d, a digest blobPath found: the
-// key of the payload object that the reference names.
-func blobKeyOf(d string) string {
-	return `'` + blobstore.KeyPrefix(blobstore.KindPayloads) + `' || substr(` + d + ` #>> '{}', ` +
-		strconv.Itoa(len(blobstore.DigestPrefix)+1) + `)`
+// blobKeyOf is the SQL of blobstore.Ref.Key for r, a reference's body blobPath
+// found: the key of the payload object that the reference names, its "key"
+// (an object under a key of its own) or else its digest's content address
+// (NULL for a body with neither, which callers skip).
+func blobKeyOf(r string) string {
+	return `coalesce(` + r + ` ->> 'key', '` + blobstore.KeyPrefix(blobstore.KindPayloads) + `' || substr(` + r + ` ->> 'digest', ` +
+		strconv.Itoa(len(blobstore.DigestPrefix)+1) + `))`
 }
 
 // runBlobRefs returns a query of (run_id, key) for every object the rows of a
@@ -145,7 +150,7 @@ func runBlobRefs(cond func(col string) string) string {
 	}
 	return `
 SELECT p.run_id, ` + blobKeyOf("p.d") + ` AS key FROM (
-    ` + strings.Join(payloads, "\n    UNION ALL ") + `) p
+    ` + strings.Join(payloads, "\n    UNION ALL ") + `) p WHERE ` + blobKeyOf("p.d") + ` IS NOT NULL
 UNION ALL SELECT run_id, log_key FROM attempts WHERE log_key IS NOT NULL AND ` + cond("run_id") + `
 UNION ALL SELECT run_id, blob_key FROM step_maps WHERE blob_key IS NOT NULL AND ` + cond("run_id")
 }
@@ -167,7 +172,8 @@ const sqlBundleKeys = `SELECT b.blob_key AS key FROM bundles b JOIN workflow_ver
 
 var sqlScheduleKeys = `
     SELECT ` + blobKeyOf("d") + ` AS key FROM (
-        SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x`
+        SELECT jsonb_path_query(input, ` + blobPath + `) AS d FROM schedules WHERE input IS NOT NULL) x
+    WHERE ` + blobKeyOf("d") + ` IS NOT NULL`
 
 // sqlBlobRefsSizeHint is the rows of the tables sqlBlobRefs reads, by the
 // planner's statistics (a table never analyzed counts 0): an upper bound of the

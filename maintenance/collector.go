@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -390,17 +389,20 @@ func (m *markSet) falsePositiveRate() float64 {
 	return math.Pow(1-math.Exp(-k*float64(m.n)/bits), k)
 }
 
-// markKey is a key in the mark's set: its kind's index in collectedKinds and
-// its digest's bytes.
+// markKey is a key in the mark's set: its kind's index in collectedKinds (plus
+// ownName for a key of its own, "<kind>/u/<hex>") and its 32 bytes of hex.
 type markKey struct {
 	kind   uint8
 	digest [sha256.Size]byte
 }
 
+// ownName marks the kind of a markKey whose key is a name of its own.
+const ownName = 0x80
+
 // toMarkKey converts a key of a collected kind; false for any other key (an
 // archive's, say), which the sweep never considers.
 func toMarkKey(key string) (markKey, bool) {
-	kind, digest, err := blobstore.ParseKey(key)
+	kind, hexName, unique, err := blobstore.SplitKey(key)
 	if err != nil {
 		return markKey{}, false
 	}
@@ -409,7 +411,10 @@ func toMarkKey(key string) (markKey, bool) {
 		return markKey{}, false
 	}
 	k := markKey{kind: uint8(i)}
-	if _, err := hex.Decode(k.digest[:], []byte(strings.TrimPrefix(digest, "sha256:"))); err != nil {
+	if unique {
+		k.kind |= ownName
+	}
+	if _, err := hex.Decode(k.digest[:], []byte(hexName)); err != nil {
 		return markKey{}, false
 	}
 	return k, true

@@ -571,7 +571,7 @@ func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind
 	}
 	switch kind {
 	case bundle.KindExec:
-		path, err := d.cache.blobFile(ctx, ref.Digest, use)
+		path, err := d.cache.blobFile(ctx, ref, use)
 		if errors.Is(err, blobstore.ErrNotFound) {
 			return nil, &functions.Error{Message: fmt.Sprintf("the blob %s is not in the blob store", ref.Digest), Code: functions.CodeBlobMissing}
 		}

@@ -378,9 +378,10 @@ func makeReadOnly(root string) error {
 	})
 }
 
-// blobFile returns a local file holding the blob with digest, held by u until
-// it is released.
-func (c *fileCache) blobFile(ctx context.Context, digest string, u *cacheUse) (string, error) {
+// blobFile returns a local file holding the blob ref names, held by u until it
+// is released. Files are named by the content's digest, whatever the key.
+func (c *fileCache) blobFile(ctx context.Context, ref blobstore.Ref, u *cacheUse) (string, error) {
+	digest := ref.Digest
 	hex, err := digestHex(digest)
 	if err != nil {
 		return "", err
@@ -391,20 +392,21 @@ func (c *fileCache) blobFile(ctx context.Context, digest string, u *cacheUse) (s
 		if c.pin(name, u) {
 			return final, nil
 		}
-		if err := c.installBlob(ctx, digest, hex, final); err != nil {
+		if err := c.installBlob(ctx, ref, hex, final); err != nil {
 			return "", err
 		}
 	}
 	return "", fmt.Errorf("download blob %s: evicted at once (cache too small?)", digest)
 }
 
-func (c *fileCache) installBlob(ctx context.Context, digest, hex, final string) error {
+func (c *fileCache) installBlob(ctx context.Context, ref blobstore.Ref, hex, final string) error {
+	digest := ref.Digest
 	_, err, _ := c.group.Do("blob:"+hex, func() (any, error) {
 		if info, err := os.Stat(final); err == nil {
 			c.installed("blobs/"+hex, info.Size())
 			return nil, nil
 		}
-		key, err := blobstore.Ref{Digest: digest}.Key()
+		key, err := ref.Key()
 		if err != nil {
 			return nil, err
 		}

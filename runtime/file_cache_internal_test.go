@@ -31,7 +31,7 @@ func TestFileCacheCap(t *testing.T) {
 	path := func(name string) string { return filepath.Join(dir, "blobs", digests[name][7:]) }
 	get := func(name string, u *cacheUse) {
 		t.Helper()
-		p, err := c.blobFile(ctx, digests[name], u)
+		p, err := c.blobFile(ctx, blobstore.Ref{Digest: digests[name]}, u)
 		require.NoError(t, err)
 		require.Equal(t, path(name), p)
 	}
@@ -104,7 +104,7 @@ func TestFileCacheShared(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, second.shared)
 	u := second.newUse()
-	p, err := second.blobFile(ctx, obj.Digest, u)
+	p, err := second.blobFile(ctx, blobstore.ObjectRef(obj), u)
 	require.NoError(t, err)
 	u.release()
 	require.FileExists(t, p, "a shared cache evicts nothing")

@@ -297,7 +297,7 @@ func (d *Dispatcher) mapFinish(ctx context.Context, st *catalog.MapState, items 
 		}
 		return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: summary(msg), Reason: CodeMapFailed}, nil
 	}
-	w := newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store.BlobClaim)
+	w := newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store)
 	w.contentType = "application/json"
 	bw := bufio.NewWriterSize(w, 64<<10)
 	_ = bw.WriteByte('[')

@@ -18,9 +18,10 @@ type payloadWriter struct {
 	blobs       Blobs
 	limit       int64
 	contentType string
-	// claim protects the object from the blob collector until the row naming
-	// it commits (catalog.Store.BlobClaim).
-	claim func(context.Context, string) error
+	// cat claims the object against the blob collector until the row naming
+	// it commits (BlobClaim), and is the index that lets a large payload be
+	// written once (blobstore.PutOptions.Index): the catalog.
+	cat blobCatalog
 
 	buf     bytes.Buffer
 	pw      *io.PipeWriter
@@ -35,8 +36,14 @@ type putResult struct {
 	err error
 }
 
-func newPayloadWriter(ctx context.Context, blobs Blobs, limit int64, claim func(context.Context, string) error) *payloadWriter {
-	return &payloadWriter{ctx: ctx, blobs: blobs, limit: limit, claim: claim}
+// blobCatalog is what a payload's Put needs of the catalog (catalog.Store).
+type blobCatalog interface {
+	BlobClaim(ctx context.Context, key string) error
+	blobstore.Index
+}
+
+func newPayloadWriter(ctx context.Context, blobs Blobs, limit int64, cat blobCatalog) *payloadWriter {
+	return &payloadWriter{ctx: ctx, blobs: blobs, limit: limit, cat: cat}
 }
 
 func (w *payloadWriter) Write(p []byte) (int, error) {
@@ -68,7 +75,7 @@ func (w *payloadWriter) spill() {
 	w.done = make(chan putResult, 1)
 	ct := w.contentTypeOr("application/octet-stream")
 	go func() {
-		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1, Claim: w.claim})
+		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1, Claim: w.cat.BlobClaim, Index: w.cat})
 		pr.CloseWithError(err) // unblock a writer if Put stopped early
 		w.done <- putResult{obj, err}
 	}()
@@ -112,7 +119,7 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 	// which also stores as bytes a value that mentions "$blob", so that a handler
 	// cannot forge a reference to a blob it did not write).
 	stored, err := blobstore.PutPayload(w.ctx, w.blobs, bytes.NewReader(w.buf.Bytes()), blobstore.PayloadOptions{
-		InlineLimit: w.limit, ContentType: w.contentType, Claim: w.claim})
+		InlineLimit: w.limit, ContentType: w.contentType, Claim: w.cat.BlobClaim, Index: w.cat})
 	if err != nil {
 		return nil, fmt.Errorf("store payload in the blob store: %w", err)
 	}

@@ -49,7 +49,7 @@ type attemptSink struct {
 }
 
 func newAttemptSink(ctx context.Context, d *Dispatcher, a *attempt) *attemptSink {
-	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store.BlobClaim),
+	s := &attemptSink{ctx: ctx, d: d, a: a, output: newPayloadWriter(ctx, d.blobs, d.cfg.Limits.InlineLimit, d.store),
 		liveKick: make(chan struct{}, 1), liveStop: make(chan struct{}), liveDone: make(chan struct{})}
 	s.progress = newProgressLimiter(ctx, s.recordProgress, func(err error) {
 		a.logger().Warn("record a progress report", "error", err)
@@ -236,7 +236,7 @@ func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
 		return functions.CheckpointTooLarge(f.Name(), limit)
 	}
 	r := &limitedReader{r: f, left: limit}
-	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, r, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, r, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim, Index: s.d.store})
 	if r.over {
 		return functions.CheckpointTooLarge(f.Name(), limit)
 	}

@@ -15,8 +15,9 @@ import (
 )
 
 // TestLargeOutput: an exec step writes 1 GiB to stdout. The step completes, GET
-// …/output returns the same bytes, and the dispatcher streams them into S3 without
-// holding them: its peak RSS stays under 128 MiB.
+// …/output returns the same bytes, and the dispatcher streams them into S3 once,
+// under a key of their own, without holding them: its peak RSS stays under 128
+// MiB.
 //
 // Not parallel: it measures the server's memory and takes the machine's disk and
 // CPU for a while.
@@ -62,6 +63,7 @@ steps:
 	require.True(t, ok, "the output is a $blob reference")
 	require.Equal(t, int64(size), ref.Size)
 	require.Equal(t, digest, ref.Digest)
+	require.Regexp(t, `^payloads/u/[0-9a-f]{64}$`, ref.ObjectKey, "written once, under a key of its own")
 
 	ctx, cancel := withTimeout(time.Minute)
 	defer cancel()

@@ -135,6 +135,9 @@ func (s *Server) CPUSeconds() float64 {
 	return c.Self
 }
 
+// Pid returns the gateway's process id.
+func (s *Server) Pid() int { return s.child.Pid }
+
 // Stop ends the gateway.
 func (s *Server) Stop() { s.child.Stop(syscall.SIGTERM, 5*time.Second) }
 

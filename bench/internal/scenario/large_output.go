@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/minio/minio-go/v7"
@@ -12,22 +16,34 @@ import (
 	"github.com/cairnrun/cairn/bench/internal/report"
 )
 
+// largeRounds is how many of Cairn's runs alternate with the plain PUTs: PUT,
+// Cairn, PUT, … Cairn, PUT.
+const largeRounds = 3
+
 // LargeOutput runs one exec step that prints LargeMiB to stdout, which the
-// dispatcher streams into the blob store (versitygw). MiB/s = size / (attempt
-// finished_at − started_at); peak RSS = VmHWM of the `cairn serve` process, started
-// fresh for this run (the handler is a separate process and not counted).
+// dispatcher streams into the blob store (versitygw), largeRounds times,
+// alternated with a plain PUT of the same size to the same server before and
+// after each. MiB/s = size / (attempt finished_at − started_at); each round's
+// ratio is its MiB/s over the mean of the PUTs on either side; peak RSS = VmHWM
+// of the `cairn serve` process, started fresh for this scenario (the handler is
+// a separate process and not counted). Bytes written (/proc/PID/io write_bytes)
+// per byte of output show where copies go: Cairn's own (a spool file) and the
+// S3 server's, beside the server's for a plain PUT.
 func LargeOutput(ctx context.Context, e *Env) *report.Result {
 	r := e.NewResult("large_output")
 	size := int64(e.Scale.LargeMiB) << 20
 	r.Settings["output_bytes"] = size
+	r.Settings["rounds"] = largeRounds
 	r.Settings["workflow"] = "one exec step: a shell script running `head -c N /dev/zero`"
 	r.Settings["blob_store"] = "versitygw posix backend on the same disk, over loopback"
-	r.Settings["server"] = "a fresh `cairn serve` with its dispatcher (default settings: inline limit 256 KiB, part size 16 MiB)"
-	r.Settings["cpu"] = "CPU seconds during the run: cairn_cpu_s the serve process, handler_cpu_s its exec children (sh, head), versitygw_cpu_s the gateway"
-	r.Settings["s3_ceiling"] = "the S3 server's own PUT rate in the same run: a plain minio-go PutObject of the same size (zeros, part size 16 MiB, no payload SHA-256, as Cairn uploads) to the same bucket, once before and once after Cairn's run; s3_put_mib_per_s is their mean, ratio_to_s3_put = mib_per_s ÷ s3_put_mib_per_s"
+	r.Settings["server"] = "a fresh `cairn serve` with its dispatcher (default settings: inline limit 256 KiB, part size 16 MiB), one run per round"
+	r.Settings["cpu"] = "CPU seconds per round (Cairn's run, start to end, the PUTs not counted): cairn_cpu_s the serve process, handler_cpu_s its exec children (sh, head), versitygw_cpu_s the gateway, postgres_cpu_s PostgreSQL"
+	r.Settings["s3_ceiling"] = "the S3 server's own PUT rate in the same run: a plain minio-go PutObject of the same size (zeros, part size 16 MiB, no payload SHA-256, as Cairn uploads) to the same bucket, before the first round, between rounds and after the last; s3_put_mib_per_s is their mean; a round's ratio is its MiB/s over the mean of the PUTs either side of it; ratio_to_s3_put is the median round's, ratio_to_s3_put_min the worst's; mib_per_s the median round's"
+	r.Settings["writes"] = "bytes written per byte of output (/proc/PID/io write_bytes, summed over rounds): cairn_written_per_byte by the serve process (a spool file), s3_written_per_byte by versitygw during Cairn's rounds, s3_put_written_per_byte by versitygw during the plain PUTs"
 	err := largeOutput(ctx, e, r, size)
 	r.AtLeast("mib_per_s", 100)
 	r.AtLeast("ratio_to_s3_put", 0.8)
+	r.AtLeast("ratio_to_s3_put_min", 0.8)
 	r.AtMost("serve_peak_rss_mib", 64)
 	r.Finish(err)
 	return r
@@ -43,26 +59,78 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 	}
 	defer StopAll(servers)
 	srv := servers[0]
-	before, err := e.s3PutMiBPerS(ctx, size)
-	if err != nil {
-		return err
-	}
 	r.Set("serve_rss_at_start_mib", srv.MemoryMiB("VmRSS"))
-	cpu0, s3CPU0, pgCPU0 := srv.CPU(), e.S3.CPUSeconds(), e.PG.CPUSeconds()
-	e.Logf("large output: %d MiB", size>>20)
-	run, err := cairn.NewClient(srv.URL).StartRun(ctx, cairn.WorkflowLarge)
-	if err != nil {
+	s3pid := e.S3.Pid()
+
+	var puts, rates, ratios, attempts []float64
+	var putWritten, cairnWritten, s3Written int64
+	put := func() error {
+		w0 := writeBytes(s3pid)
+		rate, err := e.s3PutMiBPerS(ctx, size)
+		if err != nil {
+			return err
+		}
+		putWritten += writeBytes(s3pid) - w0
+		puts = append(puts, rate)
+		return nil
+	}
+	if err := put(); err != nil {
 		return err
 	}
-	if err := waitRun(ctx, e, run.ID, 20*time.Minute); err != nil {
-		return err
+	var cairnCPU, handlerCPU, s3CPU, pgCPU float64
+	for i := range largeRounds {
+		e.Logf("large output: round %d of %d, %d MiB", i+1, largeRounds, size>>20)
+		c0, s0 := writeBytes(srv.Pid()), writeBytes(s3pid)
+		cpu0, gw0, pg0 := srv.CPU(), e.S3.CPUSeconds(), e.PG.CPUSeconds()
+		secs, err := largeRun(ctx, e, srv, size)
+		if err != nil {
+			return err
+		}
+		cpu1 := srv.CPU()
+		cairnCPU += cpu1.Self - cpu0.Self
+		handlerCPU += cpu1.Children - cpu0.Children
+		s3CPU += e.S3.CPUSeconds() - gw0
+		pgCPU += e.PG.CPUSeconds() - pg0
+		cairnWritten += writeBytes(srv.Pid()) - c0
+		s3Written += writeBytes(s3pid) - s0
+		attempts = append(attempts, secs)
+		rates = append(rates, float64(size>>20)/secs)
+		if err := put(); err != nil {
+			return err
+		}
+		ratios = append(ratios, rates[i]/((puts[i]+puts[i+1])/2))
+		e.Logf("large output: round %d: %.0f MiB/s, %.2f of the plain PUT", i+1, rates[i], ratios[i])
 	}
 	r.Set("serve_peak_rss_mib", srv.MemoryMiB("VmHWM"))
-	cpu1 := srv.CPU()
-	r.Set("cairn_cpu_s", cpu1.Self-cpu0.Self)
-	r.Set("handler_cpu_s", cpu1.Children-cpu0.Children)
-	r.Set("versitygw_cpu_s", e.S3.CPUSeconds()-s3CPU0)
-	r.Set("postgres_cpu_s", e.PG.CPUSeconds()-pgCPU0)
+	r.Set("cairn_cpu_s", cairnCPU/largeRounds)
+	r.Set("handler_cpu_s", handlerCPU/largeRounds)
+	r.Set("versitygw_cpu_s", s3CPU/largeRounds)
+	r.Set("postgres_cpu_s", pgCPU/largeRounds)
+	r.Set("attempt_s", report.Percentile(attempts, 50))
+	r.Set("mib_per_s", report.Percentile(rates, 50))
+	r.Set("ratio_to_s3_put", report.Percentile(ratios, 50))
+	r.Set("ratio_to_s3_put_min", slices.Min(ratios))
+	r.Set("s3_put_mib_per_s", mean(puts))
+	for i, v := range ratios {
+		r.Set(fmt.Sprintf("ratio_round_%d", i+1), v)
+	}
+	total := float64(size * largeRounds)
+	r.Set("cairn_written_per_byte", float64(cairnWritten)/total)
+	r.Set("s3_written_per_byte", float64(s3Written)/total)
+	r.Set("s3_put_written_per_byte", float64(putWritten)/float64(size*int64(len(puts))))
+	return nil
+}
+
+// largeRun starts one run of the large workflow on srv, waits for it, checks
+// the stored output's size and returns the attempt's duration in seconds.
+func largeRun(ctx context.Context, e *Env, srv *cairn.Server, size int64) (float64, error) {
+	run, err := cairn.NewClient(srv.URL).StartRun(ctx, cairn.WorkflowLarge)
+	if err != nil {
+		return 0, err
+	}
+	if err := waitRun(ctx, e, run.ID, 20*time.Minute); err != nil {
+		return 0, err
+	}
 	var secs float64
 	var stored int64
 	err = e.DB.QueryRow(ctx, `
@@ -70,24 +138,36 @@ SELECT extract(epoch FROM a.finished_at - a.started_at)::float8, coalesce((s.out
 FROM attempts a JOIN steps s ON s.run_id = a.run_id AND s.key = a.step_key
 WHERE a.run_id = $1 AND a.status = 'succeeded'`, run.ID).Scan(&secs, &stored)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if stored != size {
-		return fmt.Errorf("stored output is %d bytes, want %d", stored, size)
+		return 0, fmt.Errorf("stored output is %d bytes, want %d", stored, size)
 	}
-	r.Set("attempt_s", secs)
-	rate := float64(size>>20) / secs
-	r.Set("mib_per_s", rate)
-	after, err := e.s3PutMiBPerS(ctx, size)
+	return secs, nil
+}
+
+// writeBytes is what process pid has written to storage so far
+// (/proc/PID/io write_bytes), 0 if unknown.
+func writeBytes(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {
-		return err
+		return 0
 	}
-	ceiling := (before + after) / 2
-	r.Set("s3_put_mib_per_s_before", before)
-	r.Set("s3_put_mib_per_s_after", after)
-	r.Set("s3_put_mib_per_s", ceiling)
-	r.Set("ratio_to_s3_put", rate/ceiling)
-	return nil
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
 }
 
 // s3PutMiBPerS uploads size bytes of zeros to the benchmark's bucket with a plain
