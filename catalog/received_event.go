@@ -61,6 +61,28 @@ FROM steps s JOIN runs r ON r.id = s.run_id
 WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
 ORDER BY s.run_id, s.key`
 
+	// sqlEventWaitersKeyed: sqlEventWaiters, of the steps without a key and of
+	// those whose key is among $3 (00076's index).
+	sqlEventWaitersKeyed = `
+SELECT s.run_id, s.key, coalesce(s.map_parent, s.key) AS def_key, r.workflow, r.version, r.input
+FROM steps s JOIN runs r ON r.id = s.run_id
+WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
+  AND (s.wait_key IS NULL OR s.wait_key = ANY($3::text[]))
+ORDER BY s.run_id, s.key`
+
+	// sqlEventWaitMatches: the match expressions of the wait_for_event steps of
+	// every version that wait for event $1.
+	sqlEventWaitMatches = `
+SELECT DISTINCT coalesce(st -> 'wait_for_event' ->> 'match', '') AS match
+FROM workflow_versions v, jsonb_array_elements(v.definition -> 'steps') st
+WHERE v.definition -> 'steps' @> jsonb_build_array(jsonb_build_object('wait_for_event', jsonb_build_object('event', $1::text)))
+  AND st -> 'wait_for_event' ->> 'event' = $1`
+
+	sqlEventRunInput = `SELECT input FROM runs WHERE id = $1`
+
+	// sqlEventWaitKey records a suspended step's key (00075), when it changed.
+	sqlEventWaitKey = `UPDATE steps SET wait_key = $3 WHERE run_id = $1 AND key = $2 AND wait_key IS DISTINCT FROM $3`
+
 	// sqlEventCancelVersions: the versions with a cancel_on for event $1.
 	sqlEventCancelVersions = `
 SELECT v.workflow, v.version, v.definition -> 'cancel_on' AS entries
@@ -345,7 +367,14 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 		Version  int       `db:"version"`
 		Input    JSON      `db:"input"`
 	}
-	if err := tx.SelectContext(ctx, &waiters, sqlEventWaiters, ev.Name, ev.ReceivedAt); err != nil {
+	if keys, ok, err := eventWaitKeys(ctx, tx, ev.Name, view); err != nil {
+		return nil, err
+	} else if ok {
+		err = tx.SelectContext(ctx, &waiters, sqlEventWaitersKeyed, ev.Name, ev.ReceivedAt, pq.StringArray(keys))
+		if err != nil {
+			return nil, err
+		}
+	} else if err := tx.SelectContext(ctx, &waiters, sqlEventWaiters, ev.Name, ev.ReceivedAt); err != nil {
 		return nil, err
 	}
 	defs := map[string]string{} // workflow/version/key → match
@@ -463,6 +492,51 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 	return out, nil
 }
 
+// eventWaitKeys returns the keys of the event (view) by which the steps waiting
+// for its name are looked up (see waitKey): one per wait_for_event match on name
+// that is an equality. False when a match's event side has no key on this
+// event (a field it lacks, an object): the event is then compared with every
+// waiting step, as before keys, so that each match fails or holds as it says.
+func eventWaitKeys(ctx context.Context, tx *sqlx.Tx, name string, view json.RawMessage) ([]string, bool, error) {
+	var matches []string
+	if err := tx.SelectContext(ctx, &matches, sqlEventWaitMatches, name); err != nil {
+		return nil, false, err
+	}
+	keys := []string{}
+	for _, m := range matches {
+		q := expr.EventEnv.EqualityOf(m, expr.Event)
+		if q == nil {
+			continue // its steps have no key: they are all compared
+		}
+		k, ok := q.SideKey(ctx, expr.Vars{expr.Event: view, expr.Input: nil})
+		if !ok {
+			return nil, false, nil
+		}
+		keys = append(keys, k)
+	}
+	return keys, true, nil
+}
+
+// waitKey records the key of step (run, key), suspended waiting with match: the
+// other side of the match's equality (expr.Equality) on the run's input, by
+// which an event of the name finds the step (eventWaitKeys). A match with no
+// equality, or whose other side has no key on this input, leaves it NULL: the
+// step is then compared with every event of its name.
+func waitKey(ctx context.Context, tx *sqlx.Tx, run uuid.UUID, key, match string) error {
+	q := expr.EventEnv.EqualityOf(match, expr.Event)
+	if q == nil {
+		return nil
+	}
+	var input JSON
+	if err := tx.GetContext(ctx, &input, sqlEventRunInput, run); err != nil {
+		return err
+	}
+	var wk sql.NullString
+	wk.String, wk.Valid = q.OtherKey(ctx, expr.Vars{expr.Event: nil, expr.Input: json.RawMessage(input)})
+	_, err := tx.ExecContext(ctx, sqlEventWaitKey, run, key, wk)
+	return err
+}
+
 // ReceivedEventGet returns the event of id; ErrNotFound if none.
 func (s *Store) ReceivedEventGet(ctx context.Context, id string) (*ReceivedEvent, error) {
 	var ev ReceivedEvent
@@ -561,7 +635,7 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 			}
 		}
 		if take == nil {
-			return nil
+			return waitKey(ctx, tx, l.RunID, l.Key, w.Match)
 		}
 		if _, err := tx.ExecContext(ctx, sqlEventTake, l.RunID, l.Key, take.Seq); err != nil {
 			return err
