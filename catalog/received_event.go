@@ -517,24 +517,23 @@ func eventWaitKeys(ctx context.Context, tx *sqlx.Tx, name string, view json.RawM
 	return keys, true, nil
 }
 
-// waitKey records the key of step (run, key), suspended waiting with match: the
-// other side of the match's equality (expr.Equality) on the run's input, by
-// which an event of the name finds the step (eventWaitKeys). A match with no
-// equality, or whose other side has no key on this input, leaves it NULL: the
-// step is then compared with every event of its name.
-func waitKey(ctx context.Context, tx *sqlx.Tx, run uuid.UUID, key, match string) error {
+// waitKey returns the key of a step of run waiting with match: the other side
+// of the match's equality (expr.Equality) on the run's input, by which an event
+// of the name finds the step (eventWaitKeys); false when the match has no
+// equality. A NULL key (the other side has no key on this input) leaves the
+// step to be compared with every event of its name.
+func (s *Store) waitKey(ctx context.Context, run uuid.UUID, match string) (sql.NullString, bool, error) {
 	q := expr.EventEnv.EqualityOf(match, expr.Event)
 	if q == nil {
-		return nil
+		return sql.NullString{}, false, nil
 	}
 	var input JSON
-	if err := tx.GetContext(ctx, &input, sqlEventRunInput, run); err != nil {
-		return err
+	if err := s.db.GetContext(ctx, &input, sqlEventRunInput, run); err != nil {
+		return sql.NullString{}, false, translateError(err)
 	}
 	var wk sql.NullString
 	wk.String, wk.Valid = q.OtherKey(ctx, expr.Vars{expr.Event: nil, expr.Input: json.RawMessage(input)})
-	_, err := tx.ExecContext(ctx, sqlEventWaitKey, run, key, wk)
-	return err
+	return wk, true, nil
 }
 
 // ReceivedEventGet returns the event of id; ErrNotFound if none.
@@ -590,6 +589,12 @@ type EventWait struct {
 // event name's lock comes first. ErrLeaseLost as StepSuspend.
 func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (took bool, err error) {
 	w.Kind = WaitEvent
+	// The key, read before the event name's lock is taken (a run's input does
+	// not change), is recorded as the step suspends.
+	wk, keyed, err := s.waitKey(ctx, l.RunID, w.Match)
+	if err != nil {
+		return false, fmt.Errorf("wait for event %s: step %s/%s: %w", w.Name, l.RunID, l.Key, err)
+	}
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		took = false
 		if _, err := tx.ExecContext(ctx, sqlEventNameLock, w.Name); err != nil {
@@ -635,7 +640,11 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 			}
 		}
 		if take == nil {
-			return waitKey(ctx, tx, l.RunID, l.Key, w.Match)
+			if keyed {
+				_, err := tx.ExecContext(ctx, sqlEventWaitKey, l.RunID, l.Key, wk)
+				return err
+			}
+			return nil
 		}
 		if _, err := tx.ExecContext(ctx, sqlEventTake, l.RunID, l.Key, take.Seq); err != nil {
 			return err
