@@ -2,16 +2,12 @@ package api
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -58,10 +54,7 @@ func (s *Server) emitHook(ctx context.Context, in *hookInput, version int, hook 
 			id = "hook:" + in.Workflow + ":" + hook.Name + ":" + key
 		}
 	}
-	if len(id) > maxEventID || !utf8.ValidString(id) || strings.ContainsRune(id, 0) {
-		sum := sha256.Sum256([]byte(id))
-		id = "sha256:" + hex.EncodeToString(sum[:])
-	}
+	id = storableKey(id, maxEventID)
 	ev, replay, err := s.receiveEvent(ctx, start, &catalog.EventIngestParams{ID: id, Name: hook.Emit.Event, Data: data,
 		Actor: "hook:" + in.Workflow + "/" + hook.Name})
 	if errors.Is(err, catalog.ErrIdempotencyMismatch) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -32,6 +33,17 @@ hooks:
   - {name: anon, secret: hook-secret, signature: hmac-sha256, emit: {event: order.noted}}
 `
 
+// setupEmit deploys emitManifest and sets its secret.
+func setupEmit(t *testing.T) (*testBundle, *prometheus.Registry) {
+	t.Helper()
+	tb, reg := setupWithSecretsRegistry(t, testKeyring(t))
+	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: emitManifest})))
+	require.Equal(t, http.StatusCreated, status, "%v", out)
+	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	return tb, reg
+}
+
 // TestHookEmit: a delivery of a hook with emit sends its event through the
 // same ingest as POST /v1/events, end to end: the shop's order.created starts
 // an order (its trigger), Stripe's payment.succeeded completes its wait; a
@@ -40,17 +52,13 @@ hooks:
 // per delivery.
 func TestHookEmit(t *testing.T) {
 	t.Parallel()
-	tb, reg := setupWithSecretsRegistry(t, testKeyring(t))
-	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: emitManifest})))
-	require.Equal(t, http.StatusCreated, status, "%v", out)
-	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	tb, reg := setupEmit(t)
 	s := tb.store
 
 	// The shop's delivery: order.created, keyed by the delivery, starts an order.
 	order := `{"id": "del-1", "order": {"order_id": "o-9", "amount": 12}}`
 	shop := map[string]string{"X-Cairn-Signature": "sha256=" + sign(hookSecret, order)}
-	a = tb.deliver(t, "shop", order, shop)
+	a := tb.deliver(t, "shop", order, shop)
 	require.Equal(t, http.StatusAccepted, a.status, "%s", a.body)
 	d := decode[api.HookDelivery](t, a)
 	require.False(t, d.Replay)
@@ -129,11 +137,7 @@ func TestHookEmit(t *testing.T) {
 // field, and nothing is received.
 func TestHookEmitErrors(t *testing.T) {
 	t.Parallel()
-	tb, _ := setupWithSecretsRegistry(t, testKeyring(t))
-	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: emitManifest})))
-	require.Equal(t, http.StatusCreated, status, "%v", out)
-	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	tb, _ := setupEmit(t)
 
 	for _, tc := range []struct{ hook, body, header, location string }{
 		{"stripe", `{"id": "evt_1"}`, "Stripe-Signature", "cairn.yaml#hooks[1].emit.data"},

@@ -213,11 +213,17 @@ func hookIdempotencyKey(ctx context.Context, hook *bundle.Hook, vars expr.Vars, 
 	case hook.Signature == bundle.SignatureGitHub:
 		key = strings.TrimSpace(headers.Get(headerGitHubDelivery))
 	}
-	if len(key) > maxHookKey || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+	return storableKey(key, maxHookKey), nil
+}
+
+// storableKey is key, or its SHA-256 ("sha256:<hex>") when it is longer than
+// max bytes or holds text the catalog cannot store.
+func storableKey(key string, max int) string {
+	if len(key) > max || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
 		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
+		return "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return key, nil
+	return key
 }
 
 // vaultError is the error of a secret that cannot be used: no key (503
