@@ -61,14 +61,21 @@ FROM steps s JOIN runs r ON r.id = s.run_id
 WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
 ORDER BY s.run_id, s.key`
 
-	// sqlEventWaitersKeyed: sqlEventWaiters, of the steps without a key and of
-	// those whose key is among $3 (00076's index).
+	// sqlEventWaitersKeyed: sqlEventWaiters, of the steps whose key is among $3
+	// and of those without a key, each read from its index (00076): one
+	// statement with "wait_key IS NULL OR wait_key = ANY($3)" was planned as a
+	// read of every step waiting for the name.
 	sqlEventWaitersKeyed = `
 SELECT s.run_id, s.key, coalesce(s.map_parent, s.key) AS def_key, r.workflow, r.version, r.input
 FROM steps s JOIN runs r ON r.id = s.run_id
 WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
-  AND (s.wait_key IS NULL OR s.wait_key = ANY($3::text[]))
-ORDER BY s.run_id, s.key`
+  AND s.wait_key IS NOT NULL AND s.wait_key = ANY($3::text[])
+UNION ALL
+SELECT s.run_id, s.key, coalesce(s.map_parent, s.key) AS def_key, r.workflow, r.version, r.input
+FROM steps s JOIN runs r ON r.id = s.run_id
+WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
+  AND s.wait_key IS NULL
+ORDER BY 1, 2`
 
 	// sqlEventWaitMatches: the match expressions of the wait_for_event steps of
 	// every version that wait for event $1.
