@@ -13,8 +13,9 @@ import (
 
 // receivedEvent is what the events pages show of a received event (GET
 // /v1/events, GET /v1/events/{id}): it is read from the answer's JSON rather
-// than the client's type so that what the server adds to an event's outcome
-// (skipped: the starts that flow control skipped) is shown as it comes.
+// than the client's type, so that what the flow control of triggers did with
+// the event (flow: skipped, canceled_other, queued, debounced, batched) is shown
+// from whatever fields its entries have.
 type receivedEvent struct {
 	EventID    string          `json:"event_id"`
 	Name       string          `json:"name"`
@@ -32,10 +33,10 @@ type receivedEvent struct {
 		Step  string `json:"step"`
 	} `json:"resumed"`
 	Canceled []string `json:"canceled"`
-	// Skipped are the starts the server skipped (a singleton's skip), each an
-	// object: shown by SkippedText.
-	Skipped []map[string]any `json:"skipped"`
-	Errors  []struct {
+	// Flow is what flow control did with the event, an entry per trigger of
+	// flow control it matched: shown by FlowText.
+	Flow   []map[string]any `json:"flow"`
+	Errors []struct {
 		Workflow string  `json:"workflow"`
 		Version  int64   `json:"version"`
 		Where    string  `json:"where"`
@@ -44,49 +45,65 @@ type receivedEvent struct {
 	} `json:"errors"`
 }
 
-// skippedView is a skipped start as the pages say it, with the run it names
-// (the one that was kept), if any.
-type skippedView struct {
-	Text  string
-	RunID string
+// flowView is an entry of an event's flow as the pages say it: its action
+// (skipped, queued, …), the run it names, if any, and the rest in words.
+type flowView struct {
+	Action string
+	RunID  string
+	Text   string
 }
 
-// SkippedText says each skipped start: the workflow and version, the trigger,
-// why, and the run it names; an entry of another shape as its JSON.
-func (e *receivedEvent) SkippedText() []skippedView {
-	out := make([]skippedView, 0, len(e.Skipped))
-	for _, s := range e.Skipped {
-		var v skippedView
+// FlowText says each entry of the event's flow: the workflow, version and
+// trigger, the kind of flow control, its key, the window or queued start and
+// its events; an entry of another shape as its JSON.
+func (e *receivedEvent) FlowText() []flowView {
+	out := make([]flowView, 0, len(e.Flow))
+	for _, f := range e.Flow {
+		var v flowView
+		v.Action, _ = f["action"].(string)
+		v.RunID, _ = f["run_id"].(string)
 		var parts []string
-		if wf, ok := s["workflow"].(string); ok {
+		if wf, ok := f["workflow"].(string); ok {
 			t := wf
-			if ver, ok := s["version"].(float64); ok {
+			if ver, ok := f["version"].(float64); ok {
 				t += fmt.Sprintf(" v%.0f", ver)
 			}
-			if tr, ok := s["trigger"].(float64); ok {
+			if tr, ok := f["trigger"].(float64); ok {
 				t += fmt.Sprintf(" triggers[%.0f]", tr)
 			}
 			parts = append(parts, t)
 		}
-		for _, k := range []string{"reason", "mode", "key"} {
-			if x, ok := s[k].(string); ok && x != "" {
-				parts = append(parts, k+" "+x)
-			}
+		if k, ok := f["kind"].(string); ok && k != "" {
+			parts = append(parts, k)
 		}
-		for _, k := range []string{"run_id", "active_run", "kept_run"} {
-			if x, ok := s[k].(string); ok && x != "" {
-				v.RunID = x
-				break
-			}
+		if k, ok := f["key"].(string); ok && k != "" {
+			parts = append(parts, "key "+k)
 		}
-		if len(parts) == 0 {
-			b, _ := json.Marshal(s)
+		if n, ok := f["events"].(float64); ok && n > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f events held", n))
+		}
+		if due, ok := f["due_at"].(string); ok && due != "" {
+			parts = append(parts, "due "+due)
+		}
+		if v.Action == "" && len(parts) == 0 {
+			b, _ := json.Marshal(f)
 			parts = append(parts, string(b))
 		}
 		v.Text = strings.Join(parts, ", ")
 		out = append(out, v)
 	}
 	return out
+}
+
+// Skipped is how many of the event's starts flow control skipped.
+func (e *receivedEvent) Skipped() int {
+	n := 0
+	for _, f := range e.Flow {
+		if f["action"] == "skipped" {
+			n++
+		}
+	}
+	return n
 }
 
 // Runs are the distinct runs the event touched, for its page's summary.
