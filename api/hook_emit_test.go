@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
@@ -33,17 +31,6 @@ hooks:
   - {name: anon, secret: hook-secret, signature: hmac-sha256, emit: {event: order.noted}}
 `
 
-// setupEmit deploys emitManifest and sets its secret.
-func setupEmit(t *testing.T) (*testBundle, *prometheus.Registry) {
-	t.Helper()
-	tb, reg := setupWithSecretsRegistry(t, testKeyring(t))
-	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: emitManifest})))
-	require.Equal(t, http.StatusCreated, status, "%v", out)
-	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	return tb, reg
-}
-
 // TestHookEmit: a delivery of a hook with emit sends its event through the
 // same ingest as POST /v1/events, end to end: the shop's order.created starts
 // an order (its trigger), Stripe's payment.succeeded completes its wait; a
@@ -52,7 +39,7 @@ func setupEmit(t *testing.T) (*testBundle, *prometheus.Registry) {
 // per delivery.
 func TestHookEmit(t *testing.T) {
 	t.Parallel()
-	tb, reg := setupEmit(t)
+	tb, reg := setupHooksManifest(t, emitManifest)
 	s := tb.store
 
 	// The shop's delivery: order.created, keyed by the delivery, starts an order.
@@ -137,7 +124,7 @@ func TestHookEmit(t *testing.T) {
 // field, and nothing is received.
 func TestHookEmitErrors(t *testing.T) {
 	t.Parallel()
-	tb, _ := setupEmit(t)
+	tb, _ := setupHooksManifest(t, emitManifest)
 
 	for _, tc := range []struct{ hook, body, header, location string }{
 		{"stripe", `{"id": "evt_1"}`, "Stripe-Signature", "cairn.yaml#hooks[1].emit.data"},
