@@ -61,10 +61,12 @@ func (h *hookInput) Resolve(ctx huma.Context) []error {
 
 // HookDelivery is the answer to a webhook delivery.
 type HookDelivery struct {
-	RunID    string `json:"run_id" format:"uuid" doc:"the run the delivery started, or (a replay) the run the first delivery with its idempotency key started"`
+	RunID    string `json:"run_id,omitempty" format:"uuid" doc:"the run the delivery started, or (a replay) the run the first delivery with its idempotency key started; absent for a hook that emits an event"`
 	Workflow string `json:"workflow"`
-	Version  int    `json:"version" doc:"the version the run is pinned to"`
-	Replay   bool   `json:"replay" doc:"true when a delivery with the same idempotency key came before: nothing new was started"`
+	Version  int    `json:"version" doc:"the version the run is pinned to, or whose hook emitted the event"`
+	Replay   bool   `json:"replay" doc:"true when a delivery with the same idempotency key (or, for a hook that emits an event, the same event id) came before: nothing new was started or done"`
+	// Event is what a hook with emit sent.
+	Event *EventAnswer `json:"event,omitempty" doc:"the event a hook with emit sent and what it did, as POST /v1/events answers"`
 }
 
 type hookOutput struct {
@@ -92,8 +94,8 @@ func (s *Server) registerHooks() {
 		OperationID:   "deliverHook",
 		Method:        http.MethodPost,
 		Path:          "/v1/hooks/{workflow}/{hook}",
-		Summary:       "Start a run from a signed webhook delivery",
-		Description:   "Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \\u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.",
+		Summary:       "Start a run, or send an event, from a signed webhook delivery",
+		Description:   "Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \\u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.",
 		Tags:          []string{"hooks"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxHookBody,
@@ -145,6 +147,9 @@ func (s *Server) registerHooks() {
 				}
 			}
 			return name
+		}
+		if hook.Emit != nil {
+			return s.emitHook(ctx, in, v.Version, hook, vars, field)
 		}
 		input, err := evalHook(ctx, hook.Input, vars, field("input"), func(p *expr.Program) (json.RawMessage, error) { return p.Eval(ctx, vars) })
 		if err != nil {
@@ -208,11 +213,17 @@ func hookIdempotencyKey(ctx context.Context, hook *bundle.Hook, vars expr.Vars, 
 	case hook.Signature == bundle.SignatureGitHub:
 		key = strings.TrimSpace(headers.Get(headerGitHubDelivery))
 	}
-	if len(key) > maxHookKey || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+	return storableKey(key, maxHookKey), nil
+}
+
+// storableKey is key, or its SHA-256 ("sha256:<hex>") when it is longer than
+// max bytes or holds text the catalog cannot store.
+func storableKey(key string, max int) string {
+	if len(key) > max || !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
 		sum := sha256.Sum256([]byte(key))
-		key = "sha256:" + hex.EncodeToString(sum[:])
+		return "sha256:" + hex.EncodeToString(sum[:])
 	}
-	return key, nil
+	return key
 }
 
 // vaultError is the error of a secret that cannot be used: no key (503

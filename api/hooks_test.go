@@ -53,8 +53,14 @@ func setupHooks(t *testing.T) *testBundle {
 // setupHooksRegistry is setupHooks, with the registry of the server's metrics.
 func setupHooksRegistry(t *testing.T) (*testBundle, *prometheus.Registry) {
 	t.Helper()
+	return setupHooksManifest(t, hookManifest)
+}
+
+// setupHooksManifest deploys manifest and sets the secret hook-secret.
+func setupHooksManifest(t *testing.T, manifest string) (*testBundle, *prometheus.Registry) {
+	t.Helper()
 	tb, reg := setupWithSecretsRegistry(t, testKeyring(t))
-	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: hookManifest})))
+	status, out := tb.upload(t, bytes.NewReader(archive(t, entry{name: "cairn.yaml", body: manifest})))
 	require.Equal(t, http.StatusCreated, status, "%v", out)
 	a := tb.sendAs(t, adminToken, http.MethodPut, "/v1/secrets/hook-secret", nil, []byte(`{"value":"`+hookSecret+`"}`))
 	require.Equal(t, http.StatusOK, a.status, "%s", a.body)

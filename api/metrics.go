@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cairn_api_event_streams", Help: "Event streams (GET …/events/stream) open.",
 		}),
 		hooksTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "cairn_api_hook_deliveries_total", Help: "Webhook deliveries (POST /v1/hooks/…), by outcome: started (a new run), replay (the run of an earlier delivery with the same key), refused (no valid signature, or the hook's secret not set).",
+			Name: "cairn_api_hook_deliveries_total", Help: "Webhook deliveries (POST /v1/hooks/…), by outcome: started (a new run), emitted (an event, of a hook with emit), replay (the run or event of an earlier delivery with the same key), refused (no valid signature, or the hook's secret not set).",
 		}, []string{"outcome"}),
 		eventsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cairn_events_received_total", Help: "Events received (POST /v1/events), by duplicate: true for an id received before (nothing done again).",

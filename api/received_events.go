@@ -67,6 +67,28 @@ type EventListParams struct {
 	Since time.Time `query:"since" doc:"only events received at or after this time (RFC 3339)"`
 }
 
+// receiveEvent receives an event (POST /v1/events, a hook's emit), begun at
+// start: its data stored in the blob store when large (null when empty), then
+// stored and applied by catalog.EventIngest, and counted.
+func (s *Server) receiveEvent(ctx context.Context, start time.Time, p *catalog.EventIngestParams) (*catalog.ReceivedEvent, bool, error) {
+	if len(bytes.TrimSpace(p.Data)) == 0 {
+		p.Data = json.RawMessage("null")
+	} else if int64(len(p.Data)) > s.cfg.InlineLimit {
+		stored, err := s.storeCheckpoint(ctx, bytes.NewReader(p.Data), "application/json")
+		if err != nil {
+			return nil, false, err
+		}
+		p.Data = stored
+	}
+	ev, dup, err := s.store.EventIngest(ctx, p)
+	if err != nil {
+		return nil, false, err
+	}
+	o := ev.Outcome
+	s.metrics.eventReceived(start, dup, len(o.Started), len(o.Resumed), len(o.Canceled), len(o.Errors))
+	return ev, dup, nil
+}
+
 func (s *Server) registerReceivedEvents() {
 	register(s, huma.Operation{
 		OperationID:   "sendEvent",
@@ -79,24 +101,11 @@ func (s *Server) registerReceivedEvents() {
 		MaxBodyBytes:  maxEventBody,
 	}, RoleOperator, []problemClass{classIdempotencyReused, classPayloadTooLarge},
 		func(ctx context.Context, in *struct{ Body EventBody }) (*struct{ Body EventAnswer }, error) {
-			start := time.Now()
-			data := in.Body.Data
-			if len(bytes.TrimSpace(data)) == 0 {
-				data = json.RawMessage("null")
-			} else if int64(len(data)) > s.cfg.InlineLimit {
-				stored, err := s.storeCheckpoint(ctx, bytes.NewReader(data), "application/json")
-				if err != nil {
-					return nil, err
-				}
-				data = stored
-			}
-			ev, dup, err := s.store.EventIngest(ctx, &catalog.EventIngestParams{ID: in.Body.ID, Name: in.Body.Name,
-				Data: data, Actor: actor(ctx)})
+			ev, dup, err := s.receiveEvent(ctx, time.Now(), &catalog.EventIngestParams{ID: in.Body.ID, Name: in.Body.Name,
+				Data: in.Body.Data, Actor: actor(ctx)})
 			if err != nil {
 				return nil, err
 			}
-			o := ev.Outcome
-			s.metrics.eventReceived(start, dup, len(o.Started), len(o.Resumed), len(o.Canceled), len(o.Errors))
 			return &struct{ Body EventAnswer }{Body: eventAnswerOf(ev, dup)}, nil
 		})
 

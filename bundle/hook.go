@@ -8,7 +8,9 @@ import (
 
 // Hook is a webhook of a manifest (`hooks:` in cairn.yaml): POST
 // /v1/hooks/{workflow}/{name} starts a run of the workflow's latest version when the
-// delivery's signature checks out with the secret's newest version.
+// delivery's signature checks out with the secret's newest version, or, with
+// Emit, sends an event (docs/events.md) that starts, resumes and cancels what
+// it matches.
 type Hook struct {
 	// Name names the hook in its URL: like a step key, unique in the manifest.
 	Name string `yaml:"name" json:"name"`
@@ -19,13 +21,31 @@ type Hook struct {
 	// or SignatureStripe.
 	Signature string `yaml:"signature" json:"signature"`
 	// Input is a CEL expression over body and headers (expr.HookEnv) whose value is
-	// the run's input; default "body".
+	// the run's input; default "body". Not with Emit.
 	Input string `yaml:"input,omitempty" json:"input,omitempty"`
 	// IdempotencyKey, when set, is a CEL expression over body and headers whose value
 	// (a string or an integer) identifies the delivery: a delivery with a key seen
 	// before answers the run the first one created. Without it, every delivery
 	// starts a run.
 	IdempotencyKey string `yaml:"idempotency_key,omitempty" json:"idempotency_key,omitempty"`
+	// Emit, when set, makes a delivery send an event instead of starting a run of
+	// the workflow: the event is received as POST /v1/events receives one.
+	Emit *HookEmit `yaml:"emit,omitempty" json:"emit,omitempty"`
+}
+
+// HookEmit is the event a hook's delivery sends.
+type HookEmit struct {
+	// Event is the event's name: ^[a-z0-9][a-z0-9_.-]{0,62}$.
+	Event string `yaml:"event" json:"event"`
+	// Data is a CEL expression over body and headers whose value is the event's
+	// data; default "body".
+	Data string `yaml:"data,omitempty" json:"data,omitempty"`
+	// ID, when set, is a CEL expression over body and headers whose value (a
+	// string or an integer) is the event's id: the same id again is the same
+	// event, received once. Unset: the hook's idempotency key names the event
+	// (hook:<workflow>:<hook>:<key>), or, without one, each delivery is a new
+	// event.
+	ID string `yaml:"id,omitempty" json:"id,omitempty"`
 }
 
 // The signature styles of a hook.
@@ -94,17 +114,49 @@ func (v *validator) hooks(hooks []Hook) {
 				v.add("", f+".idempotency_key", "hook %q: %v", h.Name, err)
 			}
 		}
+		if h.Emit != nil {
+			v.hookEmit(f, &h)
+		}
 	}
 }
 
-// normalizeHooks returns the hooks as the Definition keeps them: input filled in.
+// hookEmit checks the event a hook sends: its name, its expressions, and no
+// field of a hook that starts a run.
+func (v *validator) hookEmit(f string, h *Hook) {
+	e := h.Emit
+	v.eventName("", f+".emit.event", e.Event)
+	if h.Input != "" {
+		v.add("", f+".input", "hook %q: a hook that emits an event starts no run: the event's data is emit.data", h.Name)
+	}
+	if e.ID != "" && h.IdempotencyKey != "" {
+		v.add("", f+".emit.id", "hook %q: emit.id and idempotency_key both name the delivery: keep one (emit.id is the event's id)", h.Name)
+	}
+	for _, x := range [][2]string{{"data", e.Data}, {"id", e.ID}} {
+		if x[1] == "" {
+			continue
+		}
+		if err := expr.HookEnv.Check(x[1]); err != nil {
+			v.add("", f+".emit."+x[0], "hook %q: %v", h.Name, err)
+		}
+	}
+}
+
+// normalizeHooks returns the hooks as the Definition keeps them: input (or an
+// emitting hook's emit.data) filled in.
 func normalizeHooks(hooks []Hook) []Hook {
 	if len(hooks) == 0 {
 		return nil
 	}
 	out := make([]Hook, len(hooks))
 	for i, h := range hooks {
-		if h.Input == "" {
+		switch {
+		case h.Emit != nil:
+			e := *h.Emit
+			if e.Data == "" {
+				e.Data = DefaultHookInput
+			}
+			h.Emit = &e
+		case h.Input == "":
 			h.Input = DefaultHookInput
 		}
 		out[i] = h

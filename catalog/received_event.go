@@ -63,6 +63,35 @@ FROM steps s JOIN runs r ON r.id = s.run_id
 WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
 ORDER BY s.run_id, s.key`
 
+	// sqlEventWaitersKeyed: sqlEventWaiters, of the steps whose key is among $3
+	// and of those without a key, each read from its index (00076): one
+	// statement with "wait_key IS NULL OR wait_key = ANY($3)" was planned as a
+	// read of every step waiting for the name.
+	sqlEventWaitersKeyed = `
+SELECT s.run_id, s.key, coalesce(s.map_parent, s.key) AS def_key, r.workflow, r.version, r.input
+FROM steps s JOIN runs r ON r.id = s.run_id
+WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
+  AND s.wait_key IS NOT NULL AND s.wait_key = ANY($3::text[])
+UNION ALL
+SELECT s.run_id, s.key, coalesce(s.map_parent, s.key) AS def_key, r.workflow, r.version, r.input
+FROM steps s JOIN runs r ON r.id = s.run_id
+WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND r.created_at <= $2
+  AND s.wait_key IS NULL
+ORDER BY 1, 2`
+
+	// sqlEventWaitMatches: the match expressions of the wait_for_event steps of
+	// every version that wait for event $1.
+	sqlEventWaitMatches = `
+SELECT DISTINCT coalesce(st -> 'wait_for_event' ->> 'match', '') AS match
+FROM workflow_versions v, jsonb_array_elements(v.definition -> 'steps') st
+WHERE v.definition -> 'steps' @> jsonb_build_array(jsonb_build_object('wait_for_event', jsonb_build_object('event', $1::text)))
+  AND st -> 'wait_for_event' ->> 'event' = $1`
+
+	sqlEventRunInput = `SELECT input FROM runs WHERE id = $1`
+
+	// sqlEventWaitKey records a suspended step's key (00075), when it changed.
+	sqlEventWaitKey = `UPDATE steps SET wait_key = $3 WHERE run_id = $1 AND key = $2 AND wait_key IS DISTINCT FROM $3`
+
 	// sqlEventCancelVersions: the versions with a cancel_on for event $1.
 	sqlEventCancelVersions = `
 SELECT v.workflow, v.version, v.definition -> 'cancel_on' AS entries
@@ -356,7 +385,14 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 		Version  int       `db:"version"`
 		Input    JSON      `db:"input"`
 	}
-	if err := tx.SelectContext(ctx, &waiters, sqlEventWaiters, ev.Name, ev.ReceivedAt); err != nil {
+	if keys, ok, err := eventWaitKeys(ctx, tx, ev.Name, view); err != nil {
+		return nil, err
+	} else if ok {
+		err = tx.SelectContext(ctx, &waiters, sqlEventWaitersKeyed, ev.Name, ev.ReceivedAt, pq.StringArray(keys))
+		if err != nil {
+			return nil, err
+		}
+	} else if err := tx.SelectContext(ctx, &waiters, sqlEventWaiters, ev.Name, ev.ReceivedAt); err != nil {
 		return nil, err
 	}
 	defs := map[string]string{} // workflow/version/key → match
@@ -493,6 +529,50 @@ func (s *Store) eventEffects(ctx context.Context, tx *sqlx.Tx, ev *ReceivedEvent
 	return out, nil
 }
 
+// eventWaitKeys returns the keys of the event (view) by which the steps waiting
+// for its name are looked up (see waitKey): one per wait_for_event match on name
+// that is an equality. False when a match's event side has no key on this
+// event (a field it lacks, an object): the event is then compared with every
+// waiting step, as before keys, so that each match fails or holds as it says.
+func eventWaitKeys(ctx context.Context, tx *sqlx.Tx, name string, view json.RawMessage) ([]string, bool, error) {
+	var matches []string
+	if err := tx.SelectContext(ctx, &matches, sqlEventWaitMatches, name); err != nil {
+		return nil, false, err
+	}
+	keys := []string{}
+	for _, m := range matches {
+		q := expr.EventEnv.EqualityOf(m, expr.Event)
+		if q == nil {
+			continue // its steps have no key: they are all compared
+		}
+		k, ok := q.SideKey(ctx, expr.Vars{expr.Event: view, expr.Input: nil})
+		if !ok {
+			return nil, false, nil
+		}
+		keys = append(keys, k)
+	}
+	return keys, true, nil
+}
+
+// waitKey returns the key of a step of run waiting with match: the other side
+// of the match's equality (expr.Equality) on the run's input, by which an event
+// of the name finds the step (eventWaitKeys); false when the match has no
+// equality. A NULL key (the other side has no key on this input) leaves the
+// step to be compared with every event of its name.
+func (s *Store) waitKey(ctx context.Context, run uuid.UUID, match string) (sql.NullString, bool, error) {
+	q := expr.EventEnv.EqualityOf(match, expr.Event)
+	if q == nil {
+		return sql.NullString{}, false, nil
+	}
+	var input JSON
+	if err := s.db.GetContext(ctx, &input, sqlEventRunInput, run); err != nil {
+		return sql.NullString{}, false, translateError(err)
+	}
+	var wk sql.NullString
+	wk.String, wk.Valid = q.OtherKey(ctx, expr.Vars{expr.Event: nil, expr.Input: json.RawMessage(input)})
+	return wk, true, nil
+}
+
 // ReceivedEventGet returns the event of id; ErrNotFound if none.
 func (s *Store) ReceivedEventGet(ctx context.Context, id string) (*ReceivedEvent, error) {
 	var ev ReceivedEvent
@@ -546,6 +626,12 @@ type EventWait struct {
 // event name's lock comes first. ErrLeaseLost as StepSuspend.
 func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (took bool, err error) {
 	w.Kind = WaitEvent
+	// The key, read before the event name's lock is taken (a run's input does
+	// not change), is recorded as the step suspends.
+	wk, keyed, err := s.waitKey(ctx, l.RunID, w.Match)
+	if err != nil {
+		return false, fmt.Errorf("wait for event %s: step %s/%s: %w", w.Name, l.RunID, l.Key, err)
+	}
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 		took = false
 		if _, err := tx.ExecContext(ctx, sqlEventNameLock, w.Name); err != nil {
@@ -591,6 +677,10 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 			}
 		}
 		if take == nil {
+			if keyed {
+				_, err := tx.ExecContext(ctx, sqlEventWaitKey, l.RunID, l.Key, wk)
+				return err
+			}
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, sqlEventTake, l.RunID, l.Key, take.Seq); err != nil {

@@ -1009,13 +1009,15 @@ type HealthOutputBodyStatus string
 
 // HookDelivery defines model for HookDelivery.
 type HookDelivery struct {
-	// Replay true when a delivery with the same idempotency key came before: nothing new was started
+	Event *EventAnswer `json:"event,omitempty"`
+
+	// Replay true when a delivery with the same idempotency key (or, for a hook that emits an event, the same event id) came before: nothing new was started or done
 	Replay bool `json:"replay"`
 
-	// RunId the run the delivery started, or (a replay) the run the first delivery with its idempotency key started
-	RunId openapi_types.UUID `json:"run_id"`
+	// RunId the run the delivery started, or (a replay) the run the first delivery with its idempotency key started; absent for a hook that emits an event
+	RunId *openapi_types.UUID `json:"run_id,omitempty"`
 
-	// Version the version the run is pinned to
+	// Version the version the run is pinned to, or whose hook emitted the event
 	Version  int64  `json:"version"`
 	Workflow string `json:"workflow"`
 }
@@ -2270,18 +2272,18 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/events/{id} (the `GetReceivedEvent` operationId).
 	GetReceivedEvent(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// DeliverHookWithBody Start a run from a signed webhook delivery
+	// DeliverHookWithBody Start a run, or send an event, from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
 	DeliverHookWithBody(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// DeliverHook Start a run from a signed webhook delivery
+	// DeliverHook Start a run, or send an event, from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3167,9 +3169,9 @@ func (c *APIClient) GetReceivedEvent(ctx context.Context, id string, reqEditors 
 	return c.Client.Do(req)
 }
 
-// DeliverHookWithBody Start a run from a signed webhook delivery
+// DeliverHookWithBody Start a run, or send an event, from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3186,9 +3188,9 @@ func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, ho
 	return c.Client.Do(req)
 }
 
-// DeliverHook Start a run from a signed webhook delivery
+// DeliverHook Start a run, or send an event, from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7929,18 +7931,18 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/events/{id} (the `GetReceivedEvent` operationId).
 	GetReceivedEventWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetReceivedEventResponse, error)
 
-	// DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
+	// DeliverHookWithBodyWithResponse Start a run, or send an event, from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
 	DeliverHookWithBodyWithResponse(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
 
-	// DeliverHookWithResponse Start a run from a signed webhook delivery
+	// DeliverHookWithResponse Start a run, or send an event, from a signed webhook delivery
 	//
-	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+	// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15300,9 +15302,9 @@ func (c *ClientWithResponses) GetReceivedEventWithResponse(ctx context.Context, 
 	return ParseGetReceivedEventResponse(rsp)
 }
 
-// DeliverHookWithBodyWithResponse Start a run from a signed webhook delivery
+// DeliverHookWithBodyWithResponse Start a run, or send an event, from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15315,9 +15317,9 @@ func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Contex
 	return ParseDeliverHookResponse(rsp)
 }
 
-// DeliverHookWithResponse Start a run from a signed webhook delivery
+// DeliverHookWithResponse Start a run, or send an event, from a signed webhook delivery
 //
-// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+// Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

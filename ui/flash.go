@@ -45,13 +45,13 @@ func (h *Handler) done(w http.ResponseWriter, r *http.Request, s *session, err e
 var navOf = map[string]string{
 	"runs": "runs", "run": "runs", "operation": "runs", "items": "runs", "confirm": "runs",
 	"workflows": "workflows", "workflow": "workflows", "schedules": "schedules", "limits": "limits",
-	"approvals": "approvals",
+	"approvals": "approvals", "events": "events", "event": "events",
 }
 
 // pageTitles are the titles of pages whose data names none.
 var pageTitles = map[string]string{
 	"runs": "Runs", "workflows": "Workflows", "schedules": "Schedules", "limits": "Limits",
-	"approvals": "Approvals", "login": "Log in", "error": "Error",
+	"approvals": "Approvals", "events": "Events", "login": "Log in", "error": "Error",
 }
 
 // titleOf is a page's title: its data's "Title" when it has one.
@@ -75,6 +75,6 @@ func titleOf(page string, data any) string {
 type navItem struct{ Path, Name, Key string }
 
 var navItems = []navItem{
-	{"runs", "Runs", "r"}, {"approvals", "Approvals", "a"}, {"workflows", "Workflows", "w"},
+	{"runs", "Runs", "r"}, {"approvals", "Approvals", "a"}, {"events", "Events", "e"}, {"workflows", "Workflows", "w"},
 	{"schedules", "Schedules", "s"}, {"limits", "Limits", "l"},
 }

@@ -161,7 +161,7 @@ func (h *Handler) signalNames(r *http.Request, s *session, run *client.Run, step
 }
 
 // definition is what the UI reads of a run's version's definition: its steps'
-// keys, approvals and signals. Nil when it cannot be read.
+// keys, approvals, signals and event waits. Nil when it cannot be read.
 type definition struct {
 	Steps []struct {
 		Key      string `json:"key"`
@@ -171,6 +171,7 @@ type definition struct {
 		Signal *struct {
 			Name string `json:"name"`
 		} `json:"signal"`
+		WaitForEvent *eventWait `json:"wait_for_event"`
 	} `json:"steps"`
 }
 

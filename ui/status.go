@@ -190,6 +190,8 @@ func waitText(st client.Step) string {
 		return "sleep"
 	case client.WaitingForKindChildRun:
 		return "child run (" + st.Key + ")"
+	case client.WaitingForKindEvent:
+		return "event " + derefStr(w.Name)
 	case client.WaitingForKindMap:
 		if m := st.Map; m != nil {
 			return fmt.Sprintf("map %s %s", st.Key, mapCount(m))

@@ -49,6 +49,9 @@ type stepView struct {
 	Approval bool
 	// Items: a map step (the panel links to its items).
 	Items bool
+	// EventWait is what a wait_for_event step waits for: the event's name and
+	// its match (from the run's version).
+	EventWait *eventWait
 }
 
 type attemptView struct {
@@ -176,18 +179,19 @@ func (h *Handler) panel(r *http.Request, s *session, id openapi_types.UUID, key 
 	if st.Status != client.StepStatusSucceeded {
 		v.Err = errorOf(st.LastError).withRetry(st.LastError, st)
 	}
+	v.EventWait = h.eventWaitOf(r, s, run.JSON200, st)
 	v.Approval = st.WaitingFor != nil && st.WaitingFor.Kind == client.WaitingForKindApproval && !run.JSON200.Status.Terminal() &&
 		s.canOperate() && h.mayDecide(r, s, run.JSON200, key)
 	return v, nil
 }
 
 // waitSteps are the steps of the run's version whose attempt suspends the step
-// (signal and approval steps): their attempts show as suspended.
+// (signal, approval and wait_for_event steps): their attempts show as suspended.
 func (h *Handler) waitSteps(r *http.Request, s *session, run *client.Run) map[string]bool {
 	out := map[string]bool{}
 	if def := h.definition(r, s, run); def != nil {
 		for _, st := range def.Steps {
-			if st.Signal != nil || st.Approval != nil {
+			if st.Signal != nil || st.Approval != nil || st.WaitForEvent != nil {
 				out[st.Key] = true
 			}
 		}

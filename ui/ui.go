@@ -176,6 +176,9 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/runs/{id}/signal", h.write(h.signalRun))
 	h.mux.HandleFunc("POST /ui/runs/{id}/steps/{key}/decide", h.write(h.decideStep))
 
+	h.mux.HandleFunc("GET /ui/events", h.read(h.eventsPage))
+	h.mux.HandleFunc("GET /ui/events/{id...}", h.read(h.eventPage))
+
 	h.mux.HandleFunc("GET /ui/limits", h.read(h.limitsPage))
 	h.mux.HandleFunc("POST /ui/limits", h.write(h.setLimit))
 
@@ -263,7 +266,7 @@ func (h *Handler) read(next func(http.ResponseWriter, *http.Request, *session)) 
 	return func(w http.ResponseWriter, r *http.Request) {
 		s := h.sessionOf(r)
 		if s == nil {
-			if strings.HasSuffix(r.URL.Path, "/state") || strings.HasSuffix(r.URL.Path, "/events") || strings.HasSuffix(r.URL.Path, "/timeline") || (strings.Contains(r.URL.Path, "/steps/") && !strings.Contains(r.URL.Path, "/items")) {
+			if strings.HasSuffix(r.URL.Path, "/state") || (strings.HasPrefix(r.URL.Path, "/ui/runs/") && strings.HasSuffix(r.URL.Path, "/events")) || strings.HasSuffix(r.URL.Path, "/timeline") || (strings.Contains(r.URL.Path, "/steps/") && !strings.Contains(r.URL.Path, "/items")) {
 				http.Error(w, "log in first", http.StatusUnauthorized)
 				return
 			}

@@ -310,6 +310,7 @@ func TestUIActionsInBrowser(t *testing.T) {
 		}
 	})
 
+	eventSubtests(t, e)
 	debuggingSubtests(t, e)
 }
 

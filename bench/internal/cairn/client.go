@@ -92,6 +92,27 @@ func (c *Client) StartRun(ctx context.Context, workflow string) (Run, error) {
 	return r, nil
 }
 
+// EventAnswer is what the benchmark reads of POST /v1/events' answer.
+type EventAnswer struct {
+	EventID string            `json:"event_id"`
+	Started []json.RawMessage `json:"started"`
+	Resumed []json.RawMessage `json:"resumed"`
+	Errors  []json.RawMessage `json:"errors"`
+}
+
+// SendEvent posts an event of name with data (JSON).
+func (c *Client) SendEvent(ctx context.Context, name string, data []byte) (EventAnswer, error) {
+	var a EventAnswer
+	body, err := json.Marshal(map[string]any{"name": name, "data": json.RawMessage(data)})
+	if err != nil {
+		return a, err
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/events", "application/json", body, &a); err != nil {
+		return a, fmt.Errorf("send event %s: %w", name, err)
+	}
+	return a, nil
+}
+
 // GetRun reads a run.
 func (c *Client) GetRun(ctx context.Context, id string) (Run, error) {
 	var r Run

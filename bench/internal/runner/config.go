@@ -13,7 +13,7 @@ import (
 )
 
 // Scenario names, in the order they run.
-var allScenarios = []string{"pgbench", "river", "dbos", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "map", "startup", "list", "growth", "exec"}
+var allScenarios = []string{"pgbench", "river", "dbos", "throughput", "latency", "fanout", "api", "large_output", "recovery", "wake", "events", "map", "startup", "list", "growth", "exec"}
 
 // Config is the benchmark's configuration.
 type Config struct {
@@ -49,6 +49,8 @@ func ParseFlags(args []string, getenv func(string) string, stderr io.Writer) (Co
 		{"large-mib", "large_output: MiB printed by the step", &s.LargeMiB, 1024, 64},
 		{"recovery-runs", "recovery: steps in flight at the kill", &s.RecoveryRuns, 500, 100},
 		{"wake-runs", "wake: runs sleeping 5 s, woken on one dispatcher of concurrency 4", &s.WakeRuns, 10_000, 1_000},
+		{"events-sent", "events: events sent per measurement (matching 10 triggers; completing waits)", &s.EventsSent, 2000, 200},
+		{"event-waits", "events: runs waiting on distinct keys while events complete them", &s.EventWaits, 10_000, 1_000},
 		{"map-items", "map: items of one map (max_parallel 200), a dispatcher SIGKILLed a third of the way", &s.MapItems, 100_000, 10_000},
 		{"startup-runs", "startup: non-terminal runs in the database", &s.StartupRuns, 100_000, 10_000},
 		{"list-runs", "list: runs in the catalog, inserted with SQL", &s.ListRuns, 1_000_000, 50_000},

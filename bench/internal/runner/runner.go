@@ -144,6 +144,8 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 			add(scenario.Recovery(ctx, e))
 		case "wake":
 			add(scenario.Wake(ctx, e))
+		case "events":
+			add(scenario.Events(ctx, e))
 		case "map":
 			add(scenario.Map(ctx, e))
 		case "startup":

@@ -38,6 +38,8 @@ type Scale struct {
 	LargeMiB              int // output of the large-output step
 	RecoveryRuns          int // one-step sleep runs in flight at the kill
 	WakeRuns              int // runs of one durable sleep woken at once
+	EventsSent            int // events per measurement of the events scenario
+	EventWaits            int // runs waiting on distinct keys in the events scenario
 	MapItems              int // items of the map scenario's one map
 	StartupRuns           int // non-terminal runs in the database at start-up
 	ListRuns              int // runs in the catalog the list scenario pages through

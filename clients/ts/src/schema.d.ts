@@ -212,8 +212,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Start a run from a signed webhook delivery
-         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
+         * Start a run, or send an event, from a signed webhook delivery
+         * @description Authenticated by the delivery's signature, not by a token: the hook (hooks: in the manifest of the version the workflow's latest alias names) says which secret and which style (hmac-sha256: X-Cairn-Signature: sha256=<hex>; github: X-Hub-Signature-256: sha256=<hex>; stripe: Stripe-Signature: t=…,v1=…, within 5 minutes). A missing or bad signature is a 401 and starts nothing. A hook with emit sends an event instead of starting a run (its data and id from emit.data and emit.id, else the delivery's idempotency key), received as POST /v1/events receives one; the answer's event says what it did (docs/events.md). The hook's input expression maps the body (JSON; any other body is seen as a string) and headers to the run's input; its idempotency_key expression names the delivery, so that a replay answers the run the first delivery started (a github hook without one is keyed by X-GitHub-Delivery; an hmac-sha256 hook without one starts a run for every delivery, replays included). An input holding text the catalog cannot store (a \u0000) is a 422 naming the hook's input. The body is at most 1 MiB. Answers 202 with the run's ID.
          */
         post: operations["deliverHook"];
         delete?: never;
@@ -1548,16 +1548,18 @@ export interface components {
             status: "ok" | "unavailable";
         };
         HookDelivery: {
-            /** @description true when a delivery with the same idempotency key came before: nothing new was started */
+            /** @description the event a hook with emit sent and what it did, as POST /v1/events answers */
+            event?: components["schemas"]["EventAnswer"];
+            /** @description true when a delivery with the same idempotency key (or, for a hook that emits an event, the same event id) came before: nothing new was started or done */
             replay: boolean;
             /**
              * Format: uuid
-             * @description the run the delivery started, or (a replay) the run the first delivery with its idempotency key started
+             * @description the run the delivery started, or (a replay) the run the first delivery with its idempotency key started; absent for a hook that emits an event
              */
-            run_id: string;
+            run_id?: string;
             /**
              * Format: int64
-             * @description the version the run is pinned to
+             * @description the version the run is pinned to, or whose hook emitted the event
              */
             version: number;
             workflow: string;
