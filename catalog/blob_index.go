@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/cairnrun/cairn/blobstore"
 )
@@ -30,6 +32,49 @@ ON CONFLICT (address) DO UPDATE SET blob_key = excluded.blob_key, recorded_at = 
 )
 
 var _ blobstore.Index = (*Store)(nil)
+
+// ownKeysMigration is the contract migration after which every server reads
+// payloads under keys of their own (migrations/00088_blob_own_keys.sql).
+const ownKeysMigration = 88
+
+// ownKeysRecheck is how long a server that found ownKeysMigration pending
+// writes at content addresses before it looks again.
+const ownKeysRecheck = 30 * time.Second
+
+// sqlOwnKeys says whether ownKeysMigration is applied.
+const sqlOwnKeys = `SELECT EXISTS (SELECT 1 FROM ` + gooseTable + ` WHERE version_id = $1 AND is_applied)`
+
+// ownKeysCache remembers what sqlOwnKeys said: yes for good (a contract
+// migration is not undone under running servers), no for ownKeysRecheck.
+type ownKeysCache struct {
+	mu      sync.Mutex
+	yes     bool
+	checked time.Time
+}
+
+// BlobIndex returns the index a writer passes as blobstore.PutOptions.Index, so
+// that a large payload is written once under a key of its own, or nil while
+// servers of an earlier release may run beside this one (migration 00088, a
+// contract one, not applied yet): they read a payload at its content address
+// only, where a Put without an index writes it. On an error it answers nil:
+// the content address is always readable.
+func (s *Store) BlobIndex(ctx context.Context) blobstore.Index {
+	c := &s.ownKeys
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.yes && time.Since(c.checked) >= ownKeysRecheck {
+		var yes bool
+		if err := s.db.GetContext(ctx, &yes, sqlOwnKeys, ownKeysMigration); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "read whether payloads may be written under keys of their own; writing at content addresses", "err", err)
+			return nil
+		}
+		c.yes, c.checked = yes, time.Now()
+	}
+	if !c.yes {
+		return nil
+	}
+	return s
+}
 
 // BlobLookup implements blobstore.Index: the key of the object recorded as
 // holding the content of address ("<kind>/sha256/<hex>"), or "" when none is.

@@ -5,12 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"path"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -95,8 +92,9 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]MigrationState, error) {
 	return migrationStatus(ctx, s.db.DB)
 }
 
-// CheckSchema returns nil when the database has the binary's migrations and, past
-// them, none but expand migrations of a newer release (schema_phases says so: a
+// CheckSchema returns nil when the database has the binary's migrations (its
+// contract ones may be pending) and, past them, none but expand migrations of a
+// newer release (schema_phases says so: a
 // rolling upgrade's expand phase, which this binary runs beside); ErrSchemaBehind
 // when some of the binary's are missing, and ErrSchemaAhead when it has unknown
 // ones of another phase, or of no recorded phase (wrapped with the versions
@@ -260,7 +258,7 @@ func checkSchema(ctx context.Context, db *sql.DB, allowExpand bool) error {
 	var unknown []int64
 	for _, v := range applied {
 		isApplied[v] = true
-		if !known[v] {
+		if _, ok := known[v]; !ok {
 			unknown = append(unknown, v)
 		}
 	}
@@ -269,9 +267,12 @@ func checkSchema(ctx context.Context, db *sql.DB, allowExpand bool) error {
 			return err
 		}
 	}
+	// The binary's own contract migrations may wait: it runs before its
+	// release's contract phase as after it (a rolling upgrade applies that phase
+	// once no server of the previous release is left; docs/operations.md).
 	var missing []int64
-	for v := range known {
-		if !isApplied[v] {
+	for v, phase := range known {
+		if !isApplied[v] && (phase != migrations.PhaseContract || !allowExpand) {
 			missing = append(missing, v)
 		}
 	}
@@ -353,21 +354,16 @@ func appliedVersions(ctx context.Context, db *sql.DB) ([]int64, error) {
 	return out, nil
 }
 
-// knownVersions lists the binary's migrations. They are embedded, so they are read
-// once: /readyz checks the schema on every probe.
-var knownVersions = sync.OnceValues(func() (map[int64]bool, error) {
-	names, err := fs.Glob(migrations.FS, "*.sql")
+// knownVersions lists the binary's migrations, each with its phase. They are
+// embedded, so they are read once: /readyz checks the schema on every probe.
+var knownVersions = sync.OnceValues(func() (map[int64]migrations.Phase, error) {
+	list, err := migrations.List()
 	if err != nil {
 		return nil, fmt.Errorf("migration sources: %w", err)
 	}
-	out := map[int64]bool{}
-	for _, name := range names {
-		num, _, ok := strings.Cut(name, "_")
-		v, err := strconv.ParseInt(num, 10, 64)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s: no version number", name)
-		}
-		out[v] = true
+	out := make(map[int64]migrations.Phase, len(list))
+	for _, m := range list {
+		out[m.Version] = m.Phase
 	}
 	return out, nil
 })

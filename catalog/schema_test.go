@@ -42,45 +42,66 @@ VALUES (99998, '99998_add_x.sql', 'expand'), (99999, '99999_drop_y.sql', 'expand
 }
 
 // TestMigratePhases: on a database that has not applied the binary's last
-// migrations, the plan lists them with what they declare, and
-// MigratePhase(expand) applies those before the first contract one and records
-// the phase of every applied migration (schema_phases).
+// migrations (its last expand one and the contract ones after it), the plan
+// lists them with what they declare; MigratePhase(expand) applies those before
+// the first contract one and records the phase of every applied migration
+// (schema_phases); the binary serves the schema with its contract migrations
+// pending (a rolling upgrade's servers of the new release start before its
+// contract phase), and writes large payloads at their content address until
+// migration 00088, a contract one, is applied (catalog.Store.BlobIndex).
 func TestMigratePhases(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
 	all, err := migrations.List()
 	require.NoError(t, err)
-	last := all[len(all)-1]
-	require.Equal(t, migrations.PhaseExpand, last.Phase, "the newest migration (this test rolls it back)")
-	_, err = s.DB().ExecContext(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, last.Version)
-	require.NoError(t, err)
-	// Undo what it did: its Down section, statement by statement (one of a NO
-	// TRANSACTION migration may not run in a transaction block).
-	text, err := fs.ReadFile(migrations.FS, last.Name)
-	require.NoError(t, err)
-	_, down, found := strings.Cut(string(text), "-- +goose Down")
-	require.True(t, found, last.Name)
-	for _, stmt := range strings.Split(down, ";") {
-		if stmt = strings.TrimSpace(stmt); stmt != "" && !strings.HasPrefix(stmt, "--") {
-			_, err = s.DB().ExecContext(ctx, stmt)
-			require.NoError(t, err, stmt)
+	first := len(all) - 1
+	for all[first].Phase != migrations.PhaseExpand {
+		first--
+	}
+	rolled := all[first:]
+	require.Equal(t, migrations.PhaseContract, rolled[len(rolled)-1].Phase, "the newest migration, 00088, is a contract one")
+	// Undo them, newest first: each one's Down section, statement by statement
+	// (one of a NO TRANSACTION migration may not run in a transaction block).
+	for i := len(rolled) - 1; i >= 0; i-- {
+		m := rolled[i]
+		_, err = s.DB().ExecContext(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, m.Version)
+		require.NoError(t, err)
+		text, err := fs.ReadFile(migrations.FS, m.Name)
+		require.NoError(t, err)
+		_, down, found := strings.Cut(string(text), "-- +goose Down")
+		require.True(t, found, m.Name)
+		for _, stmt := range strings.Split(down, ";") {
+			if stmt = strings.TrimSpace(stmt); stmt != "" && !strings.HasPrefix(stmt, "--") {
+				_, err = s.DB().ExecContext(ctx, stmt)
+				require.NoError(t, err, stmt)
+			}
 		}
 	}
 	require.ErrorIs(t, s.CheckSchema(ctx), catalog.ErrSchemaBehind)
 
 	plan, err := s.MigrationPlan(ctx)
 	require.NoError(t, err)
-	require.Len(t, plan, 1)
-	require.Equal(t, last.Name, plan[0].Name)
-	require.True(t, plan[0].Declared)
-	require.NotEmpty(t, plan[0].Locks)
+	require.Len(t, plan, len(rolled))
+	for i, m := range rolled {
+		require.Equal(t, m.Name, plan[i].Name)
+		require.True(t, plan[i].Declared)
+		require.NotEmpty(t, plan[i].Locks)
+	}
 
 	applied, err := s.MigratePhase(ctx, nil, migrations.PhaseExpand)
 	require.NoError(t, err)
-	require.Equal(t, []int64{last.Version}, applied)
-	require.NoError(t, s.CheckSchema(ctx))
+	require.Equal(t, []int64{rolled[0].Version}, applied)
+	require.NoError(t, s.CheckSchema(ctx), "its own contract migrations pending")
+	require.Nil(t, s.BlobIndex(ctx), "before the contract phase, large payloads go to their content address")
 	var recorded int
 	require.NoError(t, s.DB().GetContext(ctx, &recorded, `SELECT count(*) FROM schema_phases`))
-	require.Equal(t, len(all), recorded)
+	require.Equal(t, first+1, recorded)
+
+	_, err = s.Migrate(ctx, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.CheckSchema(ctx))
+	// A server started after the contract phase (the one above looks again
+	// within ownKeysRecheck).
+	require.NotNil(t, catalog.New(s.DB(), nil).BlobIndex(ctx), "after it, under keys of their own")
 }

@@ -91,6 +91,9 @@ type Store struct {
 	wakes waker
 	// creating counts the RunCreate calls under way.
 	creating atomic.Int64
+	// ownKeys caches whether large payloads may be written under keys of their
+	// own (BlobIndex).
+	ownKeys ownKeysCache
 }
 
 // Open connects to the database at url (a lib/pq URL or DSN) and returns a Store. It

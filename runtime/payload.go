@@ -39,7 +39,9 @@ type putResult struct {
 // blobCatalog is what a payload's Put needs of the catalog (catalog.Store).
 type blobCatalog interface {
 	BlobClaim(ctx context.Context, key string) error
-	blobstore.Index
+	// BlobIndex is the index of payloads written under keys of their own, nil
+	// while they may not be (catalog.Store.BlobIndex).
+	BlobIndex(ctx context.Context) blobstore.Index
 }
 
 func newPayloadWriter(ctx context.Context, blobs Blobs, limit int64, cat blobCatalog) *payloadWriter {
@@ -75,7 +77,7 @@ func (w *payloadWriter) spill() {
 	w.done = make(chan putResult, 1)
 	ct := w.contentTypeOr("application/octet-stream")
 	go func() {
-		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1, Claim: w.cat.BlobClaim, Index: w.cat})
+		obj, err := w.blobs.Put(w.ctx, blobstore.KindPayloads, pr, blobstore.PutOptions{ContentType: ct, Size: -1, Claim: w.cat.BlobClaim, Index: w.cat.BlobIndex(w.ctx)})
 		pr.CloseWithError(err) // unblock a writer if Put stopped early
 		w.done <- putResult{obj, err}
 	}()
@@ -119,7 +121,7 @@ func (w *payloadWriter) finish() (json.RawMessage, error) {
 	// which also stores as bytes a value that mentions "$blob", so that a handler
 	// cannot forge a reference to a blob it did not write).
 	stored, err := blobstore.PutPayload(w.ctx, w.blobs, bytes.NewReader(w.buf.Bytes()), blobstore.PayloadOptions{
-		InlineLimit: w.limit, ContentType: w.contentType, Claim: w.cat.BlobClaim, Index: w.cat})
+		InlineLimit: w.limit, ContentType: w.contentType, Claim: w.cat.BlobClaim, Index: w.cat.BlobIndex(w.ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("store payload in the blob store: %w", err)
 	}

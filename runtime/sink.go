@@ -236,7 +236,7 @@ func (s *attemptSink) CheckpointFile(ctx context.Context, f *os.File) error {
 		return functions.CheckpointTooLarge(f.Name(), limit)
 	}
 	r := &limitedReader{r: f, left: limit}
-	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, r, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim, Index: s.d.store})
+	obj, err := s.d.blobs.Put(ctx, blobstore.KindPayloads, r, blobstore.PutOptions{ContentType: "application/octet-stream", Size: -1, Claim: s.d.store.BlobClaim, Index: s.d.store.BlobIndex(ctx)})
 	if r.over {
 		return functions.CheckpointTooLarge(f.Name(), limit)
 	}
