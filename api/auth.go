@@ -242,6 +242,12 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	who := s.cfg.Tokens.Identify(strings.TrimSpace(token))
+	if who.Role == RoleNone {
+		var ok bool
+		if who, ok = s.identifyManaged(ctx, strings.TrimSpace(token)); !ok {
+			return // refused: expired, revoked, or the catalog unavailable (tokens.go)
+		}
+	}
 	have := who.Role
 	if have == RoleNone {
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="cairn", error="invalid_token"`)
