@@ -67,10 +67,11 @@ type runtimeFlags struct {
 	maxChildDepth int
 	maxChildRuns  int
 	maxTreeRuns   int
-	// retention, archiveRuns and idempotencyTTL: retention.go.
+	// retention, archiveRuns, idempotencyTTL and auditRetention: retention.go.
 	retention      retentionFlag
 	archiveRuns    bool
 	idempotencyTTL time.Duration
+	auditRetention time.Duration
 	// gcInterval, gcGrace, gcDryRun and cacheMaxBytes: gc.go.
 	gcInterval    time.Duration
 	gcGrace       time.Duration
