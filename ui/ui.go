@@ -164,6 +164,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/limits", h.write(h.setLimit))
 
 	h.mux.HandleFunc("GET /ui/schedules", h.read(h.schedulesPage))
+	h.mux.HandleFunc("GET /ui/audit", h.read(h.auditPage))
 	h.mux.HandleFunc("POST /ui/schedules/{sid}/{action}", h.write(h.scheduleAction))
 }
 
@@ -319,7 +320,8 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	id := rand.Text() // 26 characters of base32: 128 random bits
 	idHash, tokenHash := sha256.Sum256([]byte(id)), api.TokenHash(token)
 	expires := time.Now().Add(h.cfg.SessionTTL)
-	if err := h.sessions.SessionCreate(r.Context(), &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash[:],
+	audited := catalog.WithAudit(r.Context(), &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Action: "uiLogin", RequestID: api.RequestID(r.Context())})
+	if err := h.sessions.SessionCreate(audited, &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash[:],
 		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
 		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
 		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)
