@@ -227,7 +227,7 @@ func NewConfig() huma.Config {
 		"Errors are RFC 9457 problem documents (application/problem+json). Each has a stable `code`, its error class, and the HTTP status comes from the class; " +
 		"clients switch on `code`, never on `title` or `detail`. Each operation lists the classes it answers with. The classes:\n\n" + problemTable()
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS; roles viewer, operator, admin."},
+		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS, or a managed token (POST /v1/tokens); roles viewer, operator, admin."},
 	}
 	return cfg
 }
