@@ -30,17 +30,17 @@ const (
 	// managedTokenPrefix begins every managed token: only such tokens are
 	// looked up in the catalog (and secret scanners can tell them).
 	managedTokenPrefix = "cairn_"
-	// tokenCacheTTL is how long a server trusts what it read of a managed
-	// token: a revocation reaches every server within it (plus one lookup).
-	// Expiry is checked against the cached expires_at on every request, so it
-	// takes effect at once.
-	tokenCacheTTL = 500 * time.Millisecond
 	// tokenCacheMax bounds the cache; past it, the cache starts empty again.
 	tokenCacheMax = 10_000
 )
 
+// TokenCacheTTL is how long a server trusts what it read of a managed token: a
+// revocation reaches every server within it (plus one lookup). Expiry is checked
+// against the cached expires_at on every request, so it takes effect at once.
+const TokenCacheTTL = 500 * time.Millisecond
+
 // errTokenRevoked and tokenExpiredError are what a managed token that no longer
-// works is refused with (401, with a detail saying which).
+// works is refused with (401, with a detail saying which; TokenRefused).
 var errTokenRevoked = errors.New("the bearer token was revoked")
 
 type tokenExpiredError struct{ at time.Time }
@@ -49,9 +49,29 @@ func (e *tokenExpiredError) Error() string {
 	return "the bearer token expired at " + e.at.UTC().Format(time.RFC3339)
 }
 
+// TokenRefused reports whether err (of Server.IdentifyHash) refuses a known
+// token: it expired or was revoked (the error says which). Other errors are the
+// catalog's.
+func TokenRefused(err error) bool {
+	var expired *tokenExpiredError
+	return errors.Is(err, errTokenRevoked) || errors.As(err, &expired)
+}
+
+// IdentifyHash returns who the token whose TokenHash is h is: one of
+// Config.Tokens, or a managed token (read as requests read it: at most
+// TokenCacheTTL stale); the zero Identity for an unknown token; an error
+// TokenRefused reports for an expired or revoked one, or the catalog's. The web UI
+// checks its sessions' tokens with it.
+func (s *Server) IdentifyHash(ctx context.Context, h [32]byte) (Identity, error) {
+	if who := s.cfg.Tokens.IdentifyHash(h); who.Role != RoleNone {
+		return who, nil
+	}
+	return s.managed.identifyHash(ctx, h)
+}
+
 // managedTokens identifies managed tokens by their hash, through a cache of at
-// most tokenCacheTTL: one catalog lookup per token and server every
-// tokenCacheTTL at most, however many requests; that lookup also notes the use
+// most TokenCacheTTL: one catalog lookup per token and server every
+// TokenCacheTTL at most, however many requests; that lookup also notes the use
 // (catalog.Store.TokenLookup). No LISTEN: it works through a transaction-mode
 // pooler. It is safe for concurrent use.
 type managedTokens struct {
@@ -69,15 +89,22 @@ type cachedToken struct {
 // managed one; errTokenRevoked or a *tokenExpiredError for one that no longer
 // works; the catalog's error when it cannot be read.
 func (m *managedTokens) identify(ctx context.Context, token string) (Identity, error) {
-	if m.store == nil || !strings.HasPrefix(token, managedTokenPrefix) {
+	if !strings.HasPrefix(token, managedTokenPrefix) {
 		return Identity{}, nil
 	}
-	h := TokenHash(token)
+	return m.identifyHash(ctx, TokenHash(token))
+}
+
+// identifyHash is identify by the token's hash.
+func (m *managedTokens) identifyHash(ctx context.Context, h [32]byte) (Identity, error) {
+	if m.store == nil {
+		return Identity{}, nil
+	}
 	now := time.Now()
 	m.mu.Lock()
 	c, ok := m.cache[h]
 	m.mu.Unlock()
-	if !ok || now.Sub(c.at) >= tokenCacheTTL {
+	if !ok || now.Sub(c.at) >= TokenCacheTTL {
 		tok, err := m.store.TokenLookup(ctx, h[:])
 		if err != nil && !errors.Is(err, catalog.ErrNotFound) {
 			return Identity{}, err
@@ -110,11 +137,10 @@ func (m *managedTokens) identify(ctx context.Context, token string) (Identity, e
 // (the zero Identity for an unknown token).
 func (s *Server) identifyManaged(ctx huma.Context, token string) (Identity, bool) {
 	who, err := s.managed.identify(ctx.Context(), token)
-	var expired *tokenExpiredError
 	switch {
 	case err == nil:
 		return who, true
-	case errors.Is(err, errTokenRevoked), errors.As(err, &expired):
+	case TokenRefused(err):
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="cairn", error="invalid_token"`)
 		_ = huma.WriteErr(s.api, ctx, http.StatusUnauthorized, err.Error())
 	default:

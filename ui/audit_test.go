@@ -3,15 +3,19 @@ package ui_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/internal/testenv"
+	"github.com/cairnrun/cairn/ui"
 )
 
 const auditAdminToken = "admin-token-0123456789abcdef"
@@ -82,4 +86,51 @@ func TestAuditPage(t *testing.T) {
 	require.Equal(t, 1, strings.Count(body, `data-action="uiLogin"`))
 	status, _ = get(root, "/ui/audit?since=yesterday")
 	require.Equal(t, http.StatusBadRequest, status)
+}
+
+// TestManagedTokenLogin: a managed token logs in to the UI (with the API server
+// as the UI's Identities); once revoked, its session ends within the servers'
+// token cache bound, and a new login says why it is refused.
+func TestManagedTokenLogin(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := catalog.New(testenv.DB(t), nil)
+	blobs, err := blobstore.NewFile(t.TempDir(), nil)
+	require.NoError(t, err)
+	srv := api.New(store, blobs, &api.Config{TempDir: t.TempDir()})
+	h, err := ui.New(srv.Handler(), nil, store, &ui.Config{Identities: srv})
+	require.NoError(t, err)
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+
+	const value = "cairn_managed-token-for-the-ui-0123456789abcdef"
+	hash := api.TokenHash(value)
+	tok, err := store.TokenCreate(ctx, catalog.TokenCreateParams{Name: "carol", Role: "operator", Hash: hash[:], CreatedBy: "root"})
+	require.NoError(t, err)
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {value}, "next": {"/ui/runs"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "/ui/runs", resp.Header.Get("Location"))
+	var c *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "cairn_session" {
+			c = ck
+		}
+	}
+	require.NotNil(t, c)
+	status, _ := pageWith(t, hs.URL+"/ui/runs", c)
+	require.Equal(t, http.StatusOK, status)
+
+	_, err = store.TokenRevoke(ctx, tok.ID, "root")
+	require.NoError(t, err)
+	time.Sleep(api.TokenCacheTTL) // the bound under test, not a wait for an event
+	status, loc := pageWith(t, hs.URL+"/ui/runs", c)
+	require.Equal(t, http.StatusSeeOther, status, "the revoked token's session ended")
+	require.True(t, strings.HasPrefix(loc, "/ui/login"), loc)
+	resp, err = noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {value}, "next": {"/ui/runs"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Contains(t, resp.Header.Get("Location"), "revoked")
 }

@@ -56,6 +56,24 @@ type Config struct {
 	// SessionTTL is how long a login lasts: the session then ends, and the
 	// browser is sent to the login page. Default DefaultSessionTTL (12 hours).
 	SessionTTL time.Duration
+	// Identities, when set, says who a token is at login and on every request of
+	// its session (api.Server.IdentifyHash: the managed tokens too, so a revoked
+	// one ends its sessions); default: the tokens given to New only.
+	Identities Identities
+}
+
+// Identities tells who a token is by its hash (api.Server implements it): the
+// zero Identity for an unknown token, an error api.TokenRefused reports for an
+// expired or revoked one.
+type Identities interface {
+	IdentifyHash(ctx context.Context, h [sha256.Size]byte) (api.Identity, error)
+}
+
+// staticIdentities are the tokens given to New.
+type staticIdentities struct{ tokens *api.Tokens }
+
+func (s staticIdentities) IdentifyHash(_ context.Context, h [sha256.Size]byte) (api.Identity, error) {
+	return s.tokens.IdentifyHash(h), nil
 }
 
 func (c *Config) withDefaults() Config {
@@ -109,6 +127,9 @@ func New(apiHandler http.Handler, tokens *api.Tokens, sessions Sessions, cfg *Co
 	}
 	if tokens == nil {
 		h.tokens = &api.Tokens{}
+	}
+	if h.cfg.Identities == nil {
+		h.cfg.Identities = staticIdentities{h.tokens}
 	}
 	pages, err := parsePages()
 	if err != nil {
@@ -220,8 +241,8 @@ func (h *Handler) sessionOf(r *http.Request) *session {
 	}
 	var tokenHash [sha256.Size]byte
 	copy(tokenHash[:], ss.TokenHash)
-	who := h.tokens.IdentifyHash(tokenHash)
-	if who.Role == api.RoleNone {
+	who, err := h.cfg.Identities.IdentifyHash(r.Context(), tokenHash)
+	if err != nil || who.Role == api.RoleNone {
 		return nil
 	}
 	cl, err := client.New("http://cairn.in-process", "", client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler, who: who}}))
@@ -312,9 +333,18 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
-	who := h.tokens.Identify(token)
-	if who.Role == api.RoleNone {
-		http.Redirect(w, r, "/ui/login?error=unknown+token&next="+url.QueryEscape(next), http.StatusSeeOther)
+	who, err := h.cfg.Identities.IdentifyHash(r.Context(), api.TokenHash(token))
+	if err != nil && !api.TokenRefused(err) {
+		h.logger.ErrorContext(r.Context(), "check a token", "error", err)
+		http.Error(w, "the token could not be checked: try again", http.StatusServiceUnavailable)
+		return
+	}
+	if err != nil || who.Role == api.RoleNone {
+		why := "unknown token"
+		if err != nil {
+			why = err.Error()
+		}
+		http.Redirect(w, r, "/ui/login?error="+url.QueryEscape(why)+"&next="+url.QueryEscape(next), http.StatusSeeOther)
 		return
 	}
 	id := rand.Text() // 26 characters of base32: 128 random bits

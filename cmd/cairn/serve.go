@@ -648,7 +648,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 // mountUI serves the web UI under /ui (and sends / there), calling the API in
 // process as each session's user; its sessions are kept in the catalog.
 func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, logger *slog.Logger) error {
-	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger})
+	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger, Identities: srv})
 	if err != nil {
 		return fmt.Errorf("web UI: %w", err)
 	}
