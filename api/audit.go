@@ -74,7 +74,9 @@ func auditFailure(ctx context.Context, p *Problem) *Problem {
 }
 
 // auditTarget names what a write acts on: its path parameters, "name=value"
-// each, in the path's order ("id=0193…", "name=deploy alias=prod").
+// each, in the path's order ("id=0193…", "name=deploy alias=prod"). A refused
+// write's parameters may be anything a client sent: the text is made one the
+// catalog stores (valid UTF-8, no NUL) and cut to maxAuditTarget bytes.
 func auditTarget(ctx huma.Context, op *huma.Operation) string {
 	var parts []string
 	for _, p := range op.Parameters {
@@ -82,8 +84,12 @@ func auditTarget(ctx huma.Context, op *huma.Operation) string {
 			parts = append(parts, p.Name+"="+ctx.Param(p.Name))
 		}
 	}
-	return strings.Join(parts, " ")
+	t := strings.ReplaceAll(strings.ToValidUTF8(strings.Join(parts, " "), "\uFFFD"), "\x00", "\uFFFD")
+	return truncate(t, maxAuditTarget)
 }
+
+// maxAuditTarget bounds an audit record's target, in bytes.
+const maxAuditTarget = 512
 
 // AuditRecord is a record of the audit log.
 type AuditRecord struct {

@@ -226,8 +226,17 @@ CREATE TRIGGER limits_refuse BEFORE INSERT ON limits FOR EACH ROW EXECUTE FUNCTI
 	require.Equal(t, http.StatusNotFound, a.status, "%s", a.body)
 	require.Equal(t, []auditRow{{Actor: "operator", Role: "operator", Action: "pauseWorkflow", Target: "name=nope", Outcome: "failed", Code: "not_found"}}, records("refused"))
 
+	// A refused write whose path holds text the catalog cannot store (the fuzz
+	// test's invalid UTF-8 and NUL) is recorded all the same, its target made
+	// storable.
+	a = tb.sendAs(t, operatorToken, http.MethodPost, "/v1/runs/%C0%AF%00x/cancel", map[string]string{"X-Request-Id": "bad-text"}, nil)
+	require.Less(t, a.status, 500, "%s", a.body)
+	rows := records("bad-text")
+	require.Len(t, rows, 1)
+	require.Equal(t, "id=\uFFFD\uFFFDx", rows[0].Target, "a run of bad bytes, then the NUL")
+
 	// Nothing else was recorded.
 	n := 0
 	require.NoError(t, tb.store.DB().GetContext(ctx, &n, `SELECT count(*) FROM audit_log`))
-	require.Equal(t, 2, n)
+	require.Equal(t, 3, n)
 }
