@@ -30,21 +30,6 @@ func TestAuditPage(t *testing.T) {
 	require.NoError(t, err)
 	hs := serveUI(t, store, tokens)
 
-	login := func(token string) *http.Cookie {
-		t.Helper()
-		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {token}, "next": {"/ui/runs"}})
-		require.NoError(t, err)
-		resp.Body.Close()
-		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
-		for _, c := range resp.Cookies() {
-			if c.Name == "cairn_session" {
-				return c
-			}
-		}
-		t.Fatal("no session cookie")
-		return nil
-	}
 	get := func(c *http.Cookie, path string) (int, string) {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodGet, hs.URL+path, nil)
@@ -58,7 +43,7 @@ func TestAuditPage(t *testing.T) {
 		return resp.StatusCode, string(b)
 	}
 
-	alice := login(operatorToken)
+	alice := loginAs(t, hs.URL, operatorToken)
 	var rows []struct {
 		Actor  string `db:"actor"`
 		Role   string `db:"role"`
@@ -74,7 +59,7 @@ func TestAuditPage(t *testing.T) {
 	status, body = get(alice, "/ui/audit")
 	require.Equal(t, http.StatusForbidden, status, "%s", body)
 
-	root := login(auditAdminToken)
+	root := loginAs(t, hs.URL, auditAdminToken)
 	status, body = get(root, "/ui/runs")
 	require.Equal(t, http.StatusOK, status)
 	require.Contains(t, body, `href="/ui/audit"`)
@@ -108,18 +93,7 @@ func TestManagedTokenLogin(t *testing.T) {
 	tok, err := store.TokenCreate(ctx, catalog.TokenCreateParams{Name: "carol", Role: "operator", Hash: hash[:], CreatedBy: "root"})
 	require.NoError(t, err)
 
-	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {value}, "next": {"/ui/runs"}})
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, "/ui/runs", resp.Header.Get("Location"))
-	var c *http.Cookie
-	for _, ck := range resp.Cookies() {
-		if ck.Name == "cairn_session" {
-			c = ck
-		}
-	}
-	require.NotNil(t, c)
+	c := loginAs(t, hs.URL, value)
 	status, _ := pageWith(t, hs.URL+"/ui/runs", c)
 	require.Equal(t, http.StatusOK, status)
 
@@ -129,8 +103,26 @@ func TestManagedTokenLogin(t *testing.T) {
 	status, loc := pageWith(t, hs.URL+"/ui/runs", c)
 	require.Equal(t, http.StatusSeeOther, status, "the revoked token's session ended")
 	require.True(t, strings.HasPrefix(loc, "/ui/login"), loc)
-	resp, err = noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {value}, "next": {"/ui/runs"}})
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(hs.URL+"/ui/login", url.Values{"token": {value}, "next": {"/ui/runs"}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Contains(t, resp.Header.Get("Location"), "revoked")
+}
+
+// loginAs logs in to the UI at base with token and returns the session cookie.
+func loginAs(t *testing.T, base, token string) *http.Cookie {
+	t.Helper()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.PostForm(base+"/ui/login", url.Values{"token": {token}, "next": {"/ui/runs"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "/ui/runs", resp.Header.Get("Location"))
+	for _, c := range resp.Cookies() {
+		if c.Name == "cairn_session" {
+			return c
+		}
+	}
+	t.Fatal("no session cookie")
+	return nil
 }
