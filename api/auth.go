@@ -249,8 +249,14 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	who := s.cfg.Tokens.Identify(strings.TrimSpace(token))
+	if who.Role == RoleNone {
+		var ok bool
+		if who, ok = s.identifyManaged(ctx, strings.TrimSpace(token)); !ok {
+			return // refused: expired, revoked, or the catalog unavailable (tokens.go)
+		}
+	}
 	if who.Role == RoleNone && s.cfg.Bearers != nil {
-		// Not a static token: an OIDC JWT, perhaps (api/oidc.go).
+		// Neither a static nor a managed token: an OIDC JWT, perhaps (api/oidc.go).
 		var refused *BearerError
 		if who, refused = s.verifyBearer(ctx.Context(), strings.TrimSpace(token)); refused != nil {
 			if refused.Status == http.StatusUnauthorized {

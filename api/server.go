@@ -140,6 +140,7 @@ type Server struct {
 	streams     chan struct{} // one element per open event stream, up to MaxStreams
 	pulse       *pulse        // wakes the event streams together
 	polls       sharedPolls   // their polls of the catalog, shared
+	managed     managedTokens // the catalog's tokens (tokens.go)
 }
 
 // CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
@@ -163,9 +164,10 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 		pulse:       newPulse(ssePollInterval),
 	}
 	s.vault = secrets.NewVault(store, c.SecretKeys)
+	s.managed.store = store
 	useProblems()
 	s.api = humago.New(s.mux, NewConfig())
-	s.api.UseMiddleware(s.bodyGuardMiddleware, s.authMiddleware)
+	s.api.UseMiddleware(s.bodyGuardMiddleware, s.authMiddleware, s.auditMiddleware)
 	if c.Registry != nil {
 		s.metrics = newMetrics(c.Registry)
 		s.mux.Handle("GET /metrics", s.withMetricsToken(promhttp.HandlerFor(c.Registry, promhttp.HandlerOpts{})))
@@ -192,6 +194,8 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerCapacity()
 	s.registerHooks()
 	s.registerSchedules()
+	s.registerTokens()
+	s.registerAudit()
 	return s
 }
 
@@ -226,7 +230,7 @@ func NewConfig() huma.Config {
 		"Errors are RFC 9457 problem documents (application/problem+json). Each has a stable `code`, its error class, and the HTTP status comes from the class; " +
 		"clients switch on `code`, never on `title` or `detail`. Each operation lists the classes it answers with. The classes:\n\n" + problemTable()
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS; roles viewer, operator, admin."},
+		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS, or a managed token (POST /v1/tokens); roles viewer, operator, admin."},
 	}
 	return cfg
 }
@@ -265,7 +269,7 @@ func register[I, O any](s *Server, op huma.Operation, role Role, errs []problemC
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := checked(ctx, in)
 		if err != nil {
-			return nil, s.problemFor(ctx, err)
+			return nil, auditFailure(ctx, s.problemFor(ctx, err))
 		}
 		return out, nil
 	})

@@ -843,8 +843,11 @@ func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, act
 		rate, per = &p.RateLimit, &secs
 	}
 	var out LimitOverride
-	if err := s.db.GetContext(ctx, &out, sqlLimitSet, name, conc, rate, per, actor); err != nil {
-		return nil, fmt.Errorf("set limit %s: %w", name, translateError(err))
+	// A transaction: the audit record commits with it (audit.go).
+	if err := s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &out, sqlLimitSet, name, conc, rate, per, actor)
+	}); err != nil {
+		return nil, fmt.Errorf("set limit %s: %w", name, err)
 	}
 	return &out, nil
 }
@@ -853,8 +856,11 @@ func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, act
 // apply again from the next claim. Clearing a name without an override does
 // nothing.
 func (s *Store) LimitClear(ctx context.Context, name string) error {
-	if _, err := s.db.ExecContext(ctx, sqlLimitClear, name); err != nil {
-		return fmt.Errorf("clear limit %s: %w", name, translateError(err))
+	if err := s.inTx(ctx, func(tx *sqlx.Tx) error { // the audit record's transaction (audit.go)
+		_, err := tx.ExecContext(ctx, sqlLimitClear, name)
+		return err
+	}); err != nil {
+		return fmt.Errorf("clear limit %s: %w", name, err)
 	}
 	return nil
 }

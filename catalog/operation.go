@@ -185,8 +185,13 @@ func (s *Store) OperationCreate(ctx context.Context, p *OperationCreateParams) (
 		return nil, fmt.Errorf("operation filter: %w", err)
 	}
 	var op Operation
-	if err := s.db.GetContext(ctx, &op, sqlOperationInsert, id, p.Action, JSON(raw), p.Actor, total); err != nil {
-		return nil, fmt.Errorf("create operation: %w", translateError(err))
+	// In a transaction: the audit record of the bulk request commits with it
+	// (audit.go).
+	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
+		return tx.GetContext(ctx, &op, sqlOperationInsert, id, p.Action, JSON(raw), p.Actor, total)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create operation: %w", err)
 	}
 	return &op, nil
 }

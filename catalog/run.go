@@ -288,7 +288,9 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	}
 	alone := s.creating.Add(1) == 1
 	defer s.creating.Add(-1)
-	if p.IdempotencyKey == "" {
+	// A run started by an audited write (the API's) is created in a transaction
+	// that records it (audit.go), not by the one-statement path.
+	if p.IdempotencyKey == "" && AuditOf(ctx) == nil {
 		run, err = s.runCreateFlowFree(ctx, p, alone)
 		if errors.Is(err, sql.ErrNoRows) {
 			// The version has flow settings (or none was found: runCreateTx says so).

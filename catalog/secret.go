@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 const (
@@ -51,8 +53,10 @@ type SecretPutParams struct {
 // it, without the sealed value. ErrInvalidInput for a bad name.
 func (s *Store) SecretPut(ctx context.Context, p *SecretPutParams) (*SecretVersion, error) {
 	v := SecretVersion{Name: p.Name, KeyID: p.KeyID, CreatedBy: p.Actor}
-	if err := s.db.QueryRowxContext(ctx, sqlSecretPut, p.Name, p.KeyID, p.Sealed, p.Actor).Scan(&v.Version, &v.CreatedAt); err != nil {
-		return nil, fmt.Errorf("put secret %s: %w", p.Name, translateError(err))
+	if err := s.inTx(ctx, func(tx *sqlx.Tx) error { // the audit record's transaction (audit.go)
+		return tx.QueryRowxContext(ctx, sqlSecretPut, p.Name, p.KeyID, p.Sealed, p.Actor).Scan(&v.Version, &v.CreatedAt)
+	}); err != nil {
+		return nil, fmt.Errorf("put secret %s: %w", p.Name, err)
 	}
 	return &v, nil
 }

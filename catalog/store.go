@@ -241,7 +241,14 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(tx *sqlx.Tx) error) (err e
 	if err = fn(tx); err != nil {
 		return translateError(err)
 	}
-	if err = tx.Commit(); err != nil {
+	// The audit record of the API's write, in its transaction (audit.go).
+	audited, err := auditInTx(ctx, tx)
+	if err != nil {
+		return translateError(err)
+	}
+	err = tx.Commit()
+	audited(err == nil)
+	if err != nil {
 		return fmt.Errorf("commit: %w", translateError(err))
 	}
 	return nil

@@ -31,6 +31,9 @@ type ReaperConfig struct {
 	// Retention is the server's retention of finished runs, for the versions that
 	// set none (cairn serve --retention); default: runs are kept forever.
 	Retention catalog.RetentionDefaults
+	// AuditRetention is how long audit log records are kept (cairn serve
+	// --audit-retention); default 0: forever.
+	AuditRetention time.Duration
 	// Interval is how often the reaper looks for runs past their retention and
 	// expired idempotency keys; default DefaultReapInterval (1m).
 	Interval time.Duration
@@ -47,8 +50,9 @@ type ReaperConfig struct {
 	Registerer prometheus.Registerer
 }
 
-// Reaper deletes the finished runs past their retention and the expired
-// idempotency keys, on every server: a pass every Interval (jittered) takes batches
+// Reaper deletes the finished runs past their retention, the expired
+// idempotency keys and received events, and the audit records past
+// AuditRetention, on every server: a pass every Interval (jittered) takes batches
 // of Batch runs, each deleted in its own short transaction that skips the runs
 // another holds (catalog.Store.RunsDelete), until a batch comes back short. The runs
 // to archive are written to the blob store first; one whose archive cannot be
@@ -107,6 +111,11 @@ func (r *Reaper) Reap(ctx context.Context) int {
 	n := r.reapRuns(ctx)
 	r.expireKeys(ctx)
 	r.expireEvents(ctx)
+	if r.cfg.AuditRetention > 0 {
+		r.expireBatches(ctx, "audit records", func(ctx context.Context, limit int) (int, error) {
+			return r.store.AuditExpire(ctx, r.cfg.AuditRetention, limit)
+		}, r.metrics.auditExpired)
+	}
 	return n
 }
 
@@ -221,7 +230,7 @@ func (r *Reaper) expireBatches(ctx context.Context, what string, expire func(con
 
 // reaperMetrics count what the reaper deleted.
 type reaperMetrics struct {
-	runsReaped, runsArchived, keysExpired, eventsExpired prometheus.Counter
+	runsReaped, runsArchived, keysExpired, eventsExpired, auditExpired prometheus.Counter
 }
 
 func newReaperMetrics(reg prometheus.Registerer) reaperMetrics {
@@ -238,9 +247,12 @@ func newReaperMetrics(reg prometheus.Registerer) reaperMetrics {
 		eventsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cairn_received_events_expired_total", Help: "Received events (POST /v1/events) deleted by this dispatcher's reaper, past their retention.",
 		}),
+		auditExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cairn_audit_records_expired_total", Help: "Audit log records deleted by this dispatcher's reaper, past CAIRN_AUDIT_RETENTION.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.runsReaped, m.runsArchived, m.keysExpired, m.eventsExpired)
+		reg.MustRegister(m.runsReaped, m.runsArchived, m.keysExpired, m.eventsExpired, m.auditExpired)
 	}
 	return m
 }

@@ -45,7 +45,7 @@ func (h *Handler) done(w http.ResponseWriter, r *http.Request, s *session, err e
 var navOf = map[string]string{
 	"runs": "runs", "run": "runs", "operation": "runs", "items": "runs", "confirm": "runs",
 	"workflows": "workflows", "workflow": "workflows", "schedules": "schedules", "limits": "limits",
-	"approvals": "approvals", "events": "events", "event": "events",
+	"approvals": "approvals", "events": "events", "event": "events", "audit": "audit",
 }
 
 // pageTitles are the titles of pages whose data names none.
@@ -76,5 +76,5 @@ type navItem struct{ Path, Name, Key string }
 
 var navItems = []navItem{
 	{"runs", "Runs", "r"}, {"approvals", "Approvals", "a"}, {"events", "Events", "e"}, {"workflows", "Workflows", "w"},
-	{"schedules", "Schedules", "s"}, {"limits", "Limits", "l"},
+	{"schedules", "Schedules", "s"}, {"limits", "Limits", "l"}, {"audit", "Audit", "u"},
 }

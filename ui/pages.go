@@ -61,7 +61,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, err
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation", "limits", "confirm", "items", "approvals", "events", "event"} {
+	for _, name := range []string{"login", "workflows", "workflow", "runs", "run", "error", "schedules", "operation", "limits", "confirm", "items", "approvals", "events", "event", "audit"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("parse %s: %w", name, err)

@@ -60,6 +60,24 @@ type Config struct {
 	// SSO, when set, offers "Sign in with SSO" on the login page (sso.go);
 	// default none.
 	SSO *SSOConfig
+	// Identities, when set, says who a token is at login and on every request of
+	// its session (api.Server.IdentifyHash: the managed tokens too, so a revoked
+	// one ends its sessions); default: the tokens given to New only.
+	Identities Identities
+}
+
+// Identities tells who a token is by its hash (api.Server implements it): the
+// zero Identity for an unknown token, an error api.TokenRefused reports for an
+// expired or revoked one.
+type Identities interface {
+	IdentifyHash(ctx context.Context, h [sha256.Size]byte) (api.Identity, error)
+}
+
+// staticIdentities are the tokens given to New.
+type staticIdentities struct{ tokens *api.Tokens }
+
+func (s staticIdentities) IdentifyHash(_ context.Context, h [sha256.Size]byte) (api.Identity, error) {
+	return s.tokens.IdentifyHash(h), nil
 }
 
 func (c *Config) withDefaults() Config {
@@ -122,6 +140,9 @@ func New(apiHandler http.Handler, tokens *api.Tokens, sessions Sessions, cfg *Co
 		}
 		h.sso = s
 	}
+	if h.cfg.Identities == nil {
+		h.cfg.Identities = staticIdentities{h.tokens}
+	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -183,6 +204,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("POST /ui/limits", h.write(h.setLimit))
 
 	h.mux.HandleFunc("GET /ui/schedules", h.read(h.schedulesPage))
+	h.mux.HandleFunc("GET /ui/audit", h.read(h.auditPage))
 	h.mux.HandleFunc("POST /ui/schedules/{sid}/{action}", h.write(h.scheduleAction))
 }
 
@@ -238,11 +260,11 @@ func (h *Handler) sessionOf(r *http.Request) *session {
 	}
 	var tokenHash [sha256.Size]byte
 	copy(tokenHash[:], ss.TokenHash)
-	who := h.tokens.IdentifyHash(tokenHash)
-	if who.Role == api.RoleNone && h.sso != nil {
+	who, err := h.cfg.Identities.IdentifyHash(r.Context(), tokenHash)
+	if err == nil && who.Role == api.RoleNone && h.sso != nil {
 		who = h.sso.identify(ss) // a session single sign-on started
 	}
-	if who.Role == api.RoleNone {
+	if err != nil || who.Role == api.RoleNone {
 		return nil
 	}
 	cl, err := client.New("http://cairn.in-process", "", client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler, who: who}}))
@@ -333,9 +355,18 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	next := safeNext(r.PostFormValue("next"))
-	who := h.tokens.Identify(token)
-	if who.Role == api.RoleNone {
-		http.Redirect(w, r, "/ui/login?error=unknown+token&next="+url.QueryEscape(next), http.StatusSeeOther)
+	who, err := h.cfg.Identities.IdentifyHash(r.Context(), api.TokenHash(token))
+	if err != nil && !api.TokenRefused(err) {
+		h.logger.ErrorContext(r.Context(), "check a token", "error", err)
+		http.Error(w, "the token could not be checked: try again", http.StatusServiceUnavailable)
+		return
+	}
+	if err != nil || who.Role == api.RoleNone {
+		why := "unknown token"
+		if err != nil {
+			why = err.Error()
+		}
+		http.Redirect(w, r, "/ui/login?error="+url.QueryEscape(why)+"&next="+url.QueryEscape(next), http.StatusSeeOther)
 		return
 	}
 	tokenHash := api.TokenHash(token)
@@ -352,7 +383,8 @@ func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, who api.I
 	id := rand.Text() // 26 characters of base32: 128 random bits
 	idHash := sha256.Sum256([]byte(id))
 	expires := time.Now().Add(h.cfg.SessionTTL)
-	if err := h.sessions.SessionCreate(r.Context(), &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash,
+	audited := catalog.WithAudit(r.Context(), &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Action: "uiLogin", RequestID: api.RequestID(r.Context())})
+	if err := h.sessions.SessionCreate(audited, &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash,
 		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
 		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
 		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)

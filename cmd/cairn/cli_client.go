@@ -36,6 +36,8 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newLimitCmd(e, stdout, stderr),
 		newScheduleCmd(e, stdout, stderr),
 		newEventCmd(e, stdout, stderr),
+		newTokenCmd(e, stdout, stderr),
+		newAuditCmd(e, stdout, stderr),
 	}
 }
 

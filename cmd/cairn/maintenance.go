@@ -35,7 +35,7 @@ func newMaintenance(store *catalog.Store, blobs blobstore.Store, disp *runtime.D
 			Logger: logger, Registerer: reg}),
 		maintenance.NewOperationWorker(store, &maintenance.OperationWorkerConfig{Owner: disp.ID(), LeaseTTL: rt.leaseTTL,
 			OnDBError: disp.NoteDBError, Logger: logger}),
-		maintenance.NewReaper(store, blobs, &maintenance.ReaperConfig{Retention: rt.retentionDefaults(),
+		maintenance.NewReaper(store, blobs, &maintenance.ReaperConfig{Retention: rt.retentionDefaults(), AuditRetention: rt.auditRetention,
 			OnDBError: disp.NoteDBError, Logger: logger, Registerer: reg}),
 		maintenance.NewSpanExporter(store, &maintenance.SpanExporterConfig{Tracer: tracer, Logger: logger}),
 	}

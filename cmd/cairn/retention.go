@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/spf13/pflag"
@@ -77,15 +78,31 @@ func (f *retentionFlag) Set(s string) error {
 	return nil
 }
 
-// registerRetention adds --retention, --archive-runs and --idempotency-ttl.
+// registerRetention adds --retention, --archive-runs, --idempotency-ttl and
+// --audit-retention.
 func (f *runtimeFlags) registerRetention(fs *pflag.FlagSet) {
 	fs.Var(&f.retention, "retention", "how long finished runs are kept when their workflow's cairn.yaml says nothing: succeeded=7d,failed=30d,canceled=7d (a status left out: forever), or one period for all (14d); empty: forever")
 	fs.BoolVar(&f.archiveRuns, "archive-runs", false, "archive runs (run, steps, attempts, events as JSON Lines) to the blob store before retention deletes them, when their workflow's cairn.yaml says nothing")
 	fs.DurationVar(&f.idempotencyTTL, "idempotency-ttl", catalog.DefaultIdempotencyTTL, "how long an Idempotency-Key of POST /v1/workflows/{name}/runs holds (past it, the key starts a new run), and how long received events (POST /v1/events) are kept")
+	fs.Func("audit-retention", "how long audit log records are kept (90d, 1y…; at least a day); empty: forever. Export what you must keep longer first (cairn audit export)", func(v string) error {
+		p, err := bundle.ParseRetentionPeriod(strings.TrimSpace(v))
+		switch {
+		case err != nil:
+			return err
+		case p.Forever:
+			f.auditRetention = 0
+		case p.D < 24*time.Hour:
+			return fmt.Errorf("audit retention %s: keep at least a day", p)
+		default:
+			f.auditRetention = p.D
+		}
+		return nil
+	})
 	bindEnv(fs, map[string]string{
 		"retention":       "CAIRN_RETENTION",
 		"archive-runs":    "CAIRN_ARCHIVE_RUNS",
 		"idempotency-ttl": "CAIRN_IDEMPOTENCY_TTL",
+		"audit-retention": "CAIRN_AUDIT_RETENTION",
 	})
 }
 

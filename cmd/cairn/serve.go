@@ -67,10 +67,11 @@ type runtimeFlags struct {
 	maxChildDepth int
 	maxChildRuns  int
 	maxTreeRuns   int
-	// retention, archiveRuns and idempotencyTTL: retention.go.
+	// retention, archiveRuns, idempotencyTTL and auditRetention: retention.go.
 	retention      retentionFlag
 	archiveRuns    bool
 	idempotencyTTL time.Duration
+	auditRetention time.Duration
 	// gcInterval, gcGrace, gcDryRun and cacheMaxBytes: gc.go.
 	gcInterval    time.Duration
 	gcGrace       time.Duration
@@ -663,7 +664,7 @@ func runServer(ctx context.Context, p serverParts, onListen func(addr string)) e
 // process as each session's user; its sessions are kept in the catalog. sso,
 // when set, offers single sign-on.
 func mountUI(srv *api.Server, tokens *api.Tokens, sessions ui.Sessions, sso *ui.SSOConfig, logger *slog.Logger) error {
-	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger, SSO: sso})
+	h, err := ui.New(srv.Handler(), tokens, sessions, &ui.Config{Logger: logger, SSO: sso, Identities: srv})
 	if err != nil {
 		return fmt.Errorf("web UI: %w", err)
 	}

@@ -65,8 +65,8 @@
   localTimes();
   setInterval(function () { localTimes(); }, 30000);
 
-  // Keys: / searches; g then r, a, e, w, s or l goes to runs, approvals, events,
-  // workflows, schedules or limits.
+  // Keys: / searches; g then r, a, e, w, s, l or u goes to runs, approvals,
+  // events, workflows, schedules, limits or (admins) the audit log.
   var lastG = 0;
   document.addEventListener("keydown", function (e) {
     var t = e.target, typing = t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable);
