@@ -103,3 +103,44 @@ func TestTokenLookup(t *testing.T) {
 	_, err = s.TokenRevoke(ctx, uuid.New(), "root")
 	require.ErrorIs(t, err, catalog.ErrNotFound)
 }
+
+// TestAuditRunCreate: a run started by an audited write records it in the
+// statement that creates it (one round trip, as without an audit), or in the
+// transaction that does when it takes one (an idempotency key); once per Audit.
+func TestAuditRunCreate(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	definitionVersion(t, s, "audited", `{"name":"audited"}`)
+	records := func(requestID string) int {
+		var n int
+		require.NoError(t, s.DB().GetContext(ctx, &n, `SELECT count(*) FROM audit_log WHERE request_id = $1 AND action = 'startRun'`, requestID))
+		return n
+	}
+	a := &catalog.Audit{Actor: "ci", Role: "operator", Action: "startRun", Target: "name=audited", RequestID: "one-statement"}
+	actx := catalog.WithAudit(ctx, a)
+	run, created, err := s.RunCreate(actx, &catalog.RunCreateParams{Workflow: "audited"})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.True(t, a.Recorded())
+	require.Equal(t, 1, records("one-statement"))
+	_, _, err = s.RunCreate(actx, &catalog.RunCreateParams{Workflow: "audited"})
+	require.NoError(t, err)
+	require.Equal(t, 1, records("one-statement"), "one record per Audit")
+	got, err := s.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, "audited", got.Workflow)
+
+	b := &catalog.Audit{Actor: "ci", Role: "operator", Action: "startRun", Target: "name=audited", RequestID: "in-a-transaction"}
+	_, created, err = s.RunCreate(catalog.WithAudit(ctx, b), &catalog.RunCreateParams{Workflow: "audited", IdempotencyKey: "k1"})
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, 1, records("in-a-transaction"))
+
+	// No such workflow: nothing created, nothing recorded.
+	c := &catalog.Audit{Actor: "ci", Role: "operator", Action: "startRun", Target: "name=nope", RequestID: "refused"}
+	_, _, err = s.RunCreate(catalog.WithAudit(ctx, c), &catalog.RunCreateParams{Workflow: "nope"})
+	require.Error(t, err)
+	require.False(t, c.Recorded())
+	require.Equal(t, 0, records("refused"))
+}

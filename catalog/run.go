@@ -288,19 +288,22 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 	}
 	alone := s.creating.Add(1) == 1
 	defer s.creating.Add(-1)
-	// A run started by an audited write (the API's) is created in a transaction
-	// that records it (audit.go), not by the one-statement path.
-	if p.IdempotencyKey == "" && AuditOf(ctx) == nil {
-		run, err = s.runCreateFlowFree(ctx, p, alone)
-		if errors.Is(err, sql.ErrNoRows) {
+	// A run started by an audited write (the API's) records it in the same
+	// statement (audit.go); in a transaction when it cannot be one statement.
+	audit := AuditOf(ctx)
+	if p.IdempotencyKey == "" {
+		run, err = s.runCreateFlowFree(ctx, p, alone, audit)
+		if errors.Is(err, sql.ErrNoRows) && audit == nil {
 			// The version has flow settings (or none was found: runCreateTx says so).
 			run, _, err = runCreateTx(ctx, pooledQueryer{s.db, s}, p, s.cfg.IdempotencyTTL, alone)
 		}
-		if err != nil {
+		if err == nil {
+			created = true
+		} else if !errors.Is(err, sql.ErrNoRows) || audit == nil {
 			return nil, false, fmt.Errorf("create run of %s v%d: %w", p.Workflow, p.Version, translateError(err))
 		}
-		created = true
-	} else {
+	}
+	if !created {
 		err = s.inTx(ctx, func(tx *sqlx.Tx) error {
 			run, created, err = runCreateTx(ctx, tx, p, s.cfg.IdempotencyTTL, alone)
 			return err
@@ -319,16 +322,50 @@ func (s *Store) RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, cr
 // version it resolves has no step with flow settings (sqlRunCreateFlowFree, or
 // sqlRunCreateFlowFreeQuiet unless wake); sql.ErrNoRows when it has, or when there
 // is no such version.
-func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams, wake bool) (*Run, error) {
+// With audit (not yet recorded), the same statement records it.
+func (s *Store) runCreateFlowFree(ctx context.Context, p *RunCreateParams, wake bool, audit *Audit) (*Run, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("new run id: %w", err)
 	}
+	query, args := runCreateStatement(true, wake), runCreateArgs(id, p, p.Version, nil, nil)
+	if audit != nil {
+		audit.mu.Lock()
+		defer audit.mu.Unlock()
+		if audit.recorded {
+			audit = nil
+		} else {
+			query = auditedRunCreate[query]
+			args = append(args, audit.Actor, audit.Role, audit.Action, audit.Target, audit.RequestID)
+		}
+	}
 	run := &Run{}
-	if err := s.getPrepared(ctx, run, runCreateStatement(true, wake), runCreateArgs(id, p, p.Version, nil, nil)...); err != nil {
+	if err := s.getPrepared(ctx, run, query, args...); err != nil {
 		return nil, err
 	}
+	if audit != nil {
+		audit.recorded = true
+	}
 	return run, nil
+}
+
+// auditedRunCreate is each one-statement run creation with the audit record of
+// the write that asked for it ($12 to $16: actor, role, action, target, request
+// ID), inserted when the run is.
+var auditedRunCreate = map[string]string{
+	sqlRunCreateFlowFree:      withRunCreateAudit(sqlRunCreateFlowFree),
+	sqlRunCreateFlowFreeQuiet: withRunCreateAudit(sqlRunCreateFlowFreeQuiet),
+}
+
+func withRunCreateAudit(query string) string {
+	const end = "\n)\nSELECT r.* -- the RETURNING list above"
+	if strings.Count(query, end) != 1 {
+		panic("catalog: the run creation statement has no place for its audit record")
+	}
+	return strings.Replace(query, end, `
+), au AS (
+    INSERT INTO audit_log (actor, role, namespace, action, target, request_id, outcome, code)
+    SELECT $12, $13, NULL, $14, $15, $16, 'ok', '' FROM r`+end, 1)
 }
 
 // runCreateArgs are sqlRunCreate's parameters: the run p describes, with id, of
