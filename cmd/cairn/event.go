@@ -106,7 +106,7 @@ null. --id makes it safe to repeat: the same id is one event, done once.`,
 				return unexpected("send event", resp.StatusCode())
 			}
 			c.printEventAnswer(resp.JSON202.EventId, resp.JSON202.Duplicate, deref(resp.JSON202.Started),
-				deref(resp.JSON202.Resumed), deref(resp.JSON202.Canceled), deref(resp.JSON202.Errors))
+				deref(resp.JSON202.Resumed), deref(resp.JSON202.Canceled), deref(resp.JSON202.Flow), deref(resp.JSON202.Errors))
 			return nil
 		},
 	}
@@ -116,7 +116,7 @@ null. --id makes it safe to repeat: the same id is one event, done once.`,
 }
 
 func (c *cli) printEventAnswer(id string, dup bool, started []client.EventStarted, resumed []client.EventResumed,
-	canceled []string, errs []client.EventError) {
+	canceled []string, flow []client.EventFlow, errs []client.EventError) {
 	if dup {
 		fmt.Fprintf(c.stdout, "event %s was received before: nothing done again; it did:\n", id)
 	} else {
@@ -131,10 +131,13 @@ func (c *cli) printEventAnswer(id string, dup bool, started []client.EventStarte
 	for _, r := range canceled {
 		fmt.Fprintf(c.stdout, "canceled run %s\n", r)
 	}
+	for _, f := range flow {
+		fmt.Fprintf(c.stdout, "%-8s %s version %d, triggers[%d] (%s key %q)%s\n", f.Action, f.Workflow, f.Version, f.Trigger, f.Kind, f.Key, flowDetail(f))
+	}
 	for _, e := range errs {
 		fmt.Fprintf(c.stdout, "error    %s version %d %s: %s\n", e.Workflow, e.Version, e.Where, e.Message)
 	}
-	if len(started)+len(resumed)+len(canceled)+len(errs) == 0 {
+	if len(started)+len(resumed)+len(canceled)+len(flow)+len(errs) == 0 {
 		fmt.Fprintln(c.stdout, "nothing matched it")
 	}
 }
@@ -159,8 +162,21 @@ func (c *cli) newEventGetCmd() *cobra.Command {
 			}
 			data, _ := json.Marshal(ev.Data)
 			fmt.Fprintf(c.stdout, "name      %s\nreceived  %s\nby        %s\ndata      %s\n", ev.Name, formatTime(ev.ReceivedAt), ev.Actor, data)
-			c.printEventAnswer(ev.EventId, false, deref(ev.Started), deref(ev.Resumed), deref(ev.Canceled), deref(ev.Errors))
+			c.printEventAnswer(ev.EventId, false, deref(ev.Started), deref(ev.Resumed), deref(ev.Canceled), deref(ev.Flow), deref(ev.Errors))
 			return nil
 		},
 	}
+}
+
+// flowDetail says what a flow control entry of an event's answer held it for:
+// the key's unfinished run, or the window and when its run starts.
+func flowDetail(f client.EventFlow) string {
+	var out string
+	if f.RunId != nil {
+		out += ": run " + *f.RunId
+	}
+	if f.Events != nil && f.DueAt != nil {
+		out += fmt.Sprintf(": %d events held, its run by %s", *f.Events, formatTime(*f.DueAt))
+	}
+	return out
 }

@@ -72,4 +72,22 @@ steps:
 	require.Contains(t, b.mustCLI(t, "event", "get", "pay-o1"), `{"order_id":"o1"}`)
 	_, err := b.cli(t, "event", "get", "nope")
 	require.Error(t, err)
+
+	// What flow control did is said too: a singleton's second event is skipped,
+	// naming the key's run.
+	single := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(single, "cairn.yaml"), []byte(`name: sync
+triggers:
+  - {event: doc.changed, singleton: {key: "event.data.doc", mode: skip}}
+steps:
+  - {key: hold, builtin: sleep, with: {duration: 1h}}
+`), 0o644))
+	b.mustCLI(t, "deploy", single)
+	first := b.mustCLI(t, "event", "send", "doc.changed", "--data", `{"doc": "d1"}`)
+	m := regexp.MustCompile(`(?m)^started  run (\S+) \(sync version 1, triggers\[0\]\)$`).FindStringSubmatch(first)
+	require.NotNil(t, m, first)
+	t.Cleanup(func() { _, _ = b.cli(t, "run", "cancel", m[1]) })
+	out = b.mustCLI(t, "event", "send", "doc.changed", "--id", "d1-again", "--data", `{"doc": "d1"}`)
+	require.Contains(t, out, `skipped  sync version 1, triggers[0] (singleton key "d1"): run `+m[1])
+	require.Contains(t, b.mustCLI(t, "event", "get", "d1-again"), "skipped  sync")
 }
