@@ -67,7 +67,7 @@ steps:
 		b.do(chromedp.WaitVisible(chromedp.ID("dag")),
 			b.poll(`document.querySelector('#dag .node[data-key=pay]').getAttribute('data-status') === 'suspended'`))
 		require.Contains(t, b.text("#run-why"), "waiting: event shop.paid")
-		b.do(chromedp.Click(chromedp.CSS(`#dag .node[data-key=pay]`)), chromedp.WaitVisible(chromedp.ID("waiting-for")))
+		b.do(b.openNode("pay", visible("waiting-for")))
 		require.Contains(t, b.text("#waiting-for"), "waiting for event shop.paid")
 		require.Equal(t, "event.data.order_id == input.order_id", b.text("#event-match"))
 

@@ -120,8 +120,7 @@ func TestUIInBrowser(t *testing.T) {
 		require.Equal(t, "running", b.text("#run-status"))
 		require.NotEqual(t, "succeeded", b.attr(`#dag .node[data-key=second]`, "data-status"))
 		// The running step's panel shows its log live, before the step ends.
-		b.do(chromedp.Click(chromedp.CSS(`#dag .node[data-key=first]`)),
-			b.poll(`(document.querySelector('#log-live') || {}).textContent?.includes('waiting for the gate')`))
+		b.do(b.openNode("first", `(document.querySelector('#log-live') || {}).textContent?.includes('waiting for the gate')`))
 		// A mark on the page: a reload would wipe it.
 		b.do(chromedp.Evaluate[chromedp.Void](`window.cairnMark = 1`))
 		e.gate.open()
@@ -161,8 +160,7 @@ func TestUIInBrowser(t *testing.T) {
 		b.do(
 			chromedp.WaitVisible(chromedp.ID("dag")),
 			b.poll(`document.getElementById('run-status').textContent === 'failed'`),
-			chromedp.Click(chromedp.CSS(`#dag .node[data-key="flaky"]`)),
-			chromedp.WaitVisible(chromedp.ID("log")),
+			b.openNode("flaky", visible("log")),
 		)
 		require.Contains(t, b.text("#log"), "attempt 1 fails on purpose")
 		id := b.attr("#run", "data-run")
@@ -420,6 +418,29 @@ func (b *browserTab) submit(actions ...chromedp.Action[chromedp.Void]) int {
 	})
 	require.NoError(b.t, err)
 	return int(resp.Status)
+}
+
+// openNode clicks the DAG's node of step key until cond (JavaScript) holds on
+// the page: the click opens its panel. A live page moves and redraws its graph
+// (a failed run's error appears above it), so the click is the page's own
+// (dispatched on the node where it is then, not at the coordinates chromedp
+// read a moment before), and is tried again every two seconds while cond does
+// not hold (a click that landed during a redraw opens nothing).
+func (b *browserTab) openNode(key, cond string) chromedp.Action[chromedp.Void] {
+	return b.poll(`(() => {
+  if (` + cond + `) return true;
+  const now = Date.now();
+  if (!window.cairnClickedAt || now - window.cairnClickedAt > 2000) {
+    const n = document.querySelector('#dag .node[data-key="` + key + `"]');
+    if (n) { n.dispatchEvent(new MouseEvent('click', {bubbles: true, cancelable: true})); window.cairnClickedAt = now; }
+  }
+  return false;
+})()`)
+}
+
+// visible is the JavaScript condition that the element with id is shown.
+func visible(id string) string {
+	return `(document.getElementById('` + id + `') || {}).offsetParent != null`
 }
 
 // poll waits until a JavaScript condition holds on the current page (a minute:
