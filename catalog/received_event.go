@@ -663,18 +663,8 @@ func (s *Store) EventWaitSuspend(ctx context.Context, l Lease, w EventWait) (too
 			}
 			after = buffered[len(buffered)-1].Seq
 		}
-		var ok bool
-		if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
-			nil, w.Name, nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil {
+		if err := suspendTx(ctx, tx, l, w.Wait); err != nil {
 			return err
-		}
-		if !ok {
-			return ErrLeaseLost
-		}
-		if w.LogKey != "" {
-			if _, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey); err != nil {
-				return err
-			}
 		}
 		if take == nil {
 			if keyed {

@@ -96,16 +96,9 @@ type Wait struct {
 // once. ErrLeaseLost when the token is not the step's lease (nothing is written);
 // ErrInvalidInput for a wait without its kind's fields.
 func (s *Store) StepSuspend(ctx context.Context, l Lease, w Wait) error {
-	var ok bool
 	err := s.inTx(ctx, func(tx *sqlx.Tx) error {
-		if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
-			nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil || !ok {
+		if err := suspendTx(ctx, tx, l, w); err != nil {
 			return err
-		}
-		if w.LogKey != "" {
-			if _, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey); err != nil {
-				return err
-			}
 		}
 		if w.Kind == WaitCallback {
 			// A callback that came before the function's answer.
@@ -117,8 +110,24 @@ func (s *Store) StepSuspend(ctx context.Context, l Lease, w Wait) error {
 	if err != nil {
 		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, err)
 	}
+	return nil
+}
+
+// suspendTx suspends the step l holds in tx as w says (sqlStepSuspend), and
+// records the attempt's log key: ErrLeaseLost when l no longer holds it.
+func suspendTx(ctx context.Context, tx *sqlx.Tx, l Lease, w Wait) error {
+	var ok bool
+	if err := tx.GetContext(ctx, &ok, sqlStepSuspend, l.RunID, l.Key, l.Token, string(w.Kind),
+		nullTime(w.Until), nullString(w.Name), nullTime(w.TimeoutAt), nullString(string(w.OnTimeout))); err != nil {
+		return err
+	}
 	if !ok {
-		return fmt.Errorf("suspend step %s/%s: %w", l.RunID, l.Key, ErrLeaseLost)
+		return ErrLeaseLost
+	}
+	if w.LogKey != "" {
+		if _, err := tx.ExecContext(ctx, sqlAttemptSetLog, l.RunID, l.Key, w.LogKey); err != nil {
+			return err
+		}
 	}
 	return nil
 }
