@@ -1,6 +1,7 @@
 package functions
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -129,8 +130,17 @@ func newSandbox(ctx context.Context, uid int, m *execMetrics) (*sandbox, error) 
 	defer filter.Close()
 	// ExtraFiles[i] is descriptor 3+i; 3 (the control pipe) is unused here.
 	cmd.ExtraFiles = []*os.File{nil, filter}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("bubblewrap does not work here (%v: %s); set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated", err, strings.TrimSpace(string(out)))
+	// Started on the fork thread, as handlers are: bwrap's --die-with-parent
+	// follows the thread that forked it, and a thread that ends (a goroutine
+	// that locked it returned) would kill the probe (startOnForkThread).
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = startOnForkThread(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bubblewrap does not work here (%v: %s); set CAIRN_EXEC_ISOLATION=none to run exec handlers unisolated", err, strings.TrimSpace(out.String()))
 	}
 	return s, nil
 }
