@@ -407,16 +407,18 @@ func (b *browserTab) do(actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
-// submit runs actions whose last one starts a navigation (a form's POST and the
-// redirect after it), waits for the new page to load and returns its HTTP
-// status.
+// submit runs actions that end in a navigation (a form's POST and the redirect
+// after it, or a select that submits its form on change), waits for the new
+// page to load and returns its HTTP status. They run together, inside the wait
+// for the navigation, since any of them may start it; again when Chromium says
+// a node they acted on was replaced (staleNode).
 func (b *browserTab) submit(actions ...chromedp.Action[chromedp.Void]) int {
 	b.t.Helper()
-	b.do(actions[:len(actions)-1]...)
 	resp, err := untilFresh(func() (*network.Response, error) {
-		return chromedp.RunResponse(b.ctx, actions[len(actions)-1])
+		return chromedp.RunResponse(b.ctx, actions...)
 	})
 	require.NoError(b.t, err)
+	require.NotNil(b.t, resp, "the actions loaded no page")
 	return int(resp.Status)
 }
 
