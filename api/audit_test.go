@@ -143,6 +143,7 @@ func TestAuditEveryWrite(t *testing.T) {
 	do(auditCall{token: adminToken, method: http.MethodDelete, path: "/v1/limits/db", status: http.StatusNoContent}, "clearLimit")
 	tok := id(do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/tokens", body: `{"name":"ci","role":"viewer"}`, status: http.StatusCreated}, "createToken"))
 	do(auditCall{token: adminToken, method: http.MethodDelete, path: "/v1/tokens/" + tok, status: http.StatusOK}, "revokeToken")
+	do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/namespaces", body: `{"name":"team-a"}`, status: http.StatusCreated}, "createNamespace")
 	do(auditCall{token: adminToken, method: http.MethodGet, path: "/v1/tokens", status: http.StatusOK}, "")
 	do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/audit/export", body: `{}`, status: http.StatusOK}, "exportAudit")
 

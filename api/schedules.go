@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // maxBackfill bounds the fire times one backfill creates runs for.
@@ -53,7 +54,7 @@ func utcPtr(t *time.Time) *time.Time {
 
 func scheduleOf(sc *catalog.Schedule) Schedule {
 	out := Schedule{
-		ID: sc.ID, Workflow: sc.Workflow, Name: sc.Name, Version: sc.Version, Cron: sc.Cron, Timezone: sc.Timezone,
+		ID: sc.ID, Workflow: namespace.Strip(sc.Workflow), Name: sc.Name, Version: sc.Version, Cron: sc.Cron, Timezone: sc.Timezone,
 		Overlap: sc.Overlap, Catchup: sc.Catchup().String(), Active: sc.Active, Paused: sc.Paused,
 		NextFireAt: utcPtr(sc.NextFireAt), LastFireAt: utcPtr(sc.LastFireAt), LastRunID: parentOf(sc.LastRunID),
 		BufferedFireAt: utcPtr(sc.BufferedFireAt), Fires: sc.Fires, Skipped: sc.Skipped,
@@ -105,10 +106,12 @@ func (s *Server) registerSchedules() {
 		PageParams
 	}) (*listOutput[Schedule], error) {
 		var after int64
+		in.Workflow = qualify(ctx, in.Workflow)
 		if err := s.decodeCursor(in.Cursor, "schedules", in.Workflow, &after); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: in.Workflow, After: after, Limit: in.Limit + 1})
+		rows, err := s.store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: in.Workflow, After: after, Limit: in.Limit + 1,
+			Namespace: requestNamespace(ctx)})
 		if err != nil {
 			return nil, err
 		}

@@ -141,6 +141,7 @@ type Server struct {
 	pulse       *pulse        // wakes the event streams together
 	polls       sharedPolls   // their polls of the catalog, shared
 	managed     managedTokens // the catalog's tokens (tokens.go)
+	namespaces  namespaceCache
 }
 
 // CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
@@ -196,6 +197,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerSchedules()
 	s.registerTokens()
 	s.registerAudit()
+	s.registerNamespaces()
 	return s
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Step is a step of a run.
@@ -69,7 +70,7 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 			w.Kind = string(*st.WaitKind)
 		}
 		if st.WaitName != nil {
-			w.Name = *st.WaitName
+			w.Name = namespace.Strip(*st.WaitName)
 		}
 		if st.ApprovalRequired != nil && st.WaitKind != nil && *st.WaitKind == catalog.WaitApproval {
 			n := st.Approvals
@@ -115,7 +116,7 @@ func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalo
 	for i := range items {
 		if b, ok := blocked[items[i].Key]; ok && items[i].BlockedBy == nil {
 			inUse, limit := b.InUse, b.Limit
-			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, RunsOn: b.RunsOn}
+			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: namespace.Strip(b.Name), Key: b.Key, RunsOn: b.RunsOn}
 			if b.Kind != "no_dispatcher" {
 				items[i].BlockedBy.InUse, items[i].BlockedBy.Limit = &inUse, &limit
 			}

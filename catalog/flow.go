@@ -15,6 +15,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Flow control (catalog/sql/flow.sql): concurrency and rate limits per key,
@@ -818,7 +819,7 @@ const (
 // Steps already running keep running: a lower limit only delays the next claims; a
 // lower rate caps the bucket's tokens at once.
 func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, actor string) (*LimitOverride, error) {
-	if !reLimitName.MatchString(name) {
+	if !reLimitName.MatchString(namespace.Strip(name)) {
 		return nil, fmt.Errorf("set limit %q: %w: a name is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", name, ErrInvalidInput)
 	}
 	var conc, rate *int

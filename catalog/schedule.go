@@ -23,7 +23,7 @@ updated_at, updated_by`
 	// when ''), after id $2.
 	sqlScheduleList = `
 SELECT ` + scheduleColumns + ` FROM schedules
-WHERE ($1 = '' OR workflow = $1) AND id > $2
+WHERE ($1 = '' OR workflow = $1) AND id > $2 AND ($4::text IS NULL OR cairn_namespace(workflow) = $4::text)
 ORDER BY id
 LIMIT $3`
 
@@ -146,6 +146,8 @@ type ScheduleListParams struct {
 	After int64
 	// Limit is the page size; default 100.
 	Limit int
+	// Namespace, when not empty, keeps its schedules only (package namespace).
+	Namespace string
 }
 
 // ScheduleList returns a page of schedules by id, active or not.
@@ -155,7 +157,7 @@ func (s *Store) ScheduleList(ctx context.Context, p *ScheduleListParams) ([]Sche
 		limit = 100
 	}
 	out := []Schedule{}
-	if err := s.db.SelectContext(ctx, &out, sqlScheduleList, p.Workflow, p.After, limit); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlScheduleList, p.Workflow, p.After, limit, nullString(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list schedules: %w", translateError(err))
 	}
 	return out, nil

@@ -765,6 +765,13 @@ func (e ListItemsParamsStatus) Valid() bool {
 	}
 }
 
+// APINamespace defines model for APINamespace.
+type APINamespace struct {
+	CreatedAt time.Time `json:"created_at"`
+	CreatedBy string    `json:"created_by"`
+	Name      string    `json:"name"`
+}
+
 // APIToken defines model for APIToken.
 type APIToken struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -783,6 +790,9 @@ type APIToken struct {
 
 	// Name the actor its requests are recorded under
 	Name string `json:"name"`
+
+	// Namespace the one namespace it acts in; absent: every namespace
+	Namespace *string `json:"namespace,omitempty"`
 
 	// RevokedAt when it was revoked; absent: it was not
 	RevokedAt *time.Time   `json:"revoked_at,omitempty"`
@@ -1011,14 +1021,23 @@ type ControlBody struct {
 	Reason *string `json:"reason,omitempty"`
 }
 
+// CreateNamespaceBody defines model for CreateNamespaceBody.
+type CreateNamespaceBody struct {
+	// Name 1 to 31 lower-case letters, digits and '-'
+	Name string `json:"name"`
+}
+
 // CreateTokenBody defines model for CreateTokenBody.
 type CreateTokenBody struct {
 	// ExpiresAt when it stops working (RFC 3339, in the future); absent: never
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 
 	// Name the actor its requests are recorded under (audit log, events)
-	Name string              `json:"name"`
-	Role CreateTokenBodyRole `json:"role"`
+	Name string `json:"name"`
+
+	// Namespace the one namespace it acts in (it must exist); absent: every namespace
+	Namespace *string             `json:"namespace,omitempty"`
+	Role      CreateTokenBodyRole `json:"role"`
 }
 
 // CreateTokenBodyRole defines model for CreateTokenBody.Role.
@@ -1042,6 +1061,9 @@ type CreatedToken struct {
 
 	// Name the actor its requests are recorded under
 	Name string `json:"name"`
+
+	// Namespace the one namespace it acts in; absent: every namespace
+	Namespace *string `json:"namespace,omitempty"`
 
 	// RevokedAt when it was revoked; absent: it was not
 	RevokedAt *time.Time       `json:"revoked_at,omitempty"`
@@ -1320,6 +1342,15 @@ type Limits struct {
 
 	// Rates every rate limit bucket, by name and key (at most 1000): one per key a step has started under
 	Rates *[]RateKey `json:"rates"`
+}
+
+// ListAPINamespace defines model for ListAPINamespace.
+type ListAPINamespace struct {
+	// Items this page
+	Items *[]APINamespace `json:"items"`
+
+	// NextCursor cursor of the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
 }
 
 // ListAPIToken defines model for ListAPIToken.
@@ -2072,10 +2103,25 @@ type ListReceivedEventsParams struct {
 // DeliverHookJSONBody defines parameters for DeliverHook.
 type DeliverHookJSONBody = interface{}
 
+// DeliverHookParams defines parameters for DeliverHook.
+type DeliverHookParams struct {
+	// Namespace the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default
+	Namespace *string `form:"namespace,omitempty" json:"namespace,omitempty"`
+}
+
 // ListLimitsParams defines parameters for ListLimits.
 type ListLimitsParams struct {
 	// Name only this limit
 	Name *string `form:"name,omitempty" json:"name,omitempty"`
+}
+
+// ListNamespacesParams defines parameters for ListNamespaces.
+type ListNamespacesParams struct {
+	// Cursor next_cursor of the previous page
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Limit page size
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
 // ListOperationRunsParams defines parameters for ListOperationRuns.
@@ -2297,6 +2343,9 @@ type DeliverHookJSONRequestBody = DeliverHookJSONBody
 // PutLimitJSONRequestBody defines body for PutLimit for application/json ContentType.
 type PutLimitJSONRequestBody = PutLimitBody
 
+// CreateNamespaceJSONRequestBody defines body for CreateNamespace for application/json ContentType.
+type CreateNamespaceJSONRequestBody = CreateNamespaceBody
+
 // CancelRunJSONRequestBody defines body for CancelRun for application/json ContentType.
 type CancelRunJSONRequestBody = CancelRunRequest
 
@@ -2447,7 +2496,7 @@ type ClientInterface interface {
 
 	// ListAudit List the audit log
 	//
-	// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+	// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -2456,7 +2505,7 @@ type ClientInterface interface {
 
 	// ExportAuditWithBody Export the audit log
 	//
-	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -2467,7 +2516,7 @@ type ClientInterface interface {
 
 	// ExportAudit Export the audit log
 	//
-	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -2516,7 +2565,7 @@ type ClientInterface interface {
 
 	// GetCapacity Show the demand of a pool of dispatchers
 	//
-	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `viewer` role.
 	//
@@ -2570,7 +2619,7 @@ type ClientInterface interface {
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-	DeliverHookWithBody(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeliverHookWithBody(ctx context.Context, workflow string, hook string, params *DeliverHookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeliverHook Start a run, or send an event, from a signed webhook delivery
 	//
@@ -2579,7 +2628,7 @@ type ClientInterface interface {
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-	DeliverHook(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+	DeliverHook(ctx context.Context, workflow string, hook string, params *DeliverHookParams, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLimits Show concurrency limits in use
 	//
@@ -2620,6 +2669,44 @@ type ClientInterface interface {
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
 	PutLimit(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListNamespaces List namespaces
+	//
+	// The namespaces by name; a token scoped to one namespace sees that one only.
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/namespaces (the `ListNamespaces` operationId).
+	ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateNamespaceWithBody Create a namespace
+	//
+	// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+	CreateNamespaceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateNamespace Create a namespace
+	//
+	// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+	CreateNamespace(ctx context.Context, body CreateNamespaceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetNamespace Get a namespace
+	//
+	// Requires the `viewer` role.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
+	GetNamespace(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOperation Get a bulk operation
 	//
@@ -3084,7 +3171,7 @@ type ClientInterface interface {
 
 	// ListTokens List tokens
 	//
-	// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+	// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -3093,7 +3180,7 @@ type ClientInterface interface {
 
 	// CreateTokenWithBody Create a token
 	//
-	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -3104,7 +3191,7 @@ type ClientInterface interface {
 
 	// CreateToken Create a token
 	//
-	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -3115,7 +3202,7 @@ type ClientInterface interface {
 
 	// RevokeToken Revoke a token
 	//
-	// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+	// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -3325,7 +3412,7 @@ func (c *APIClient) GetArchivedRun(ctx context.Context, id openapi_types.UUID, r
 
 // ListAudit List the audit log
 //
-// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -3344,7 +3431,7 @@ func (c *APIClient) ListAudit(ctx context.Context, params *ListAuditParams, reqE
 
 // ExportAuditWithBody Export the audit log
 //
-// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -3365,7 +3452,7 @@ func (c *APIClient) ExportAuditWithBody(ctx context.Context, contentType string,
 
 // ExportAudit Export the audit log
 //
-// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -3464,7 +3551,7 @@ func (c *APIClient) CompleteCallback(ctx context.Context, token string, params *
 
 // GetCapacity Show the demand of a pool of dispatchers
 //
-// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
 //
 // Requires the `viewer` role.
 //
@@ -3568,8 +3655,8 @@ func (c *APIClient) GetReceivedEvent(ctx context.Context, id string, reqEditors 
 // Takes any type of body and a specified content type.
 //
 // Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeliverHookRequestWithBody(c.Server, workflow, hook, contentType, body)
+func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, hook string, params *DeliverHookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeliverHookRequestWithBody(c.Server, workflow, hook, params, contentType, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3587,8 +3674,8 @@ func (c *APIClient) DeliverHookWithBody(ctx context.Context, workflow string, ho
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-func (c *APIClient) DeliverHook(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewDeliverHookRequest(c.Server, workflow, hook, body)
+func (c *APIClient) DeliverHook(ctx context.Context, workflow string, hook string, params *DeliverHookParams, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeliverHookRequest(c.Server, workflow, hook, params, body)
 	if err != nil {
 		return nil, err
 	}
@@ -3669,6 +3756,84 @@ func (c *APIClient) PutLimitWithBody(ctx context.Context, name string, contentTy
 // Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
 func (c *APIClient) PutLimit(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewPutLimitRequest(c.Server, name, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListNamespaces List namespaces
+//
+// The namespaces by name; a token scoped to one namespace sees that one only.
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/namespaces (the `ListNamespaces` operationId).
+func (c *APIClient) ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListNamespacesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateNamespaceWithBody Create a namespace
+//
+// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+func (c *APIClient) CreateNamespaceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateNamespaceRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateNamespace Create a namespace
+//
+// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+func (c *APIClient) CreateNamespace(ctx context.Context, body CreateNamespaceJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateNamespaceRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetNamespace Get a namespace
+//
+// Requires the `viewer` role.
+//
+// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
+func (c *APIClient) GetNamespace(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetNamespaceRequest(c.Server, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -4612,7 +4777,7 @@ func (c *APIClient) PutSecret(ctx context.Context, name string, body PutSecretJS
 
 // ListTokens List tokens
 //
-// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -4631,7 +4796,7 @@ func (c *APIClient) ListTokens(ctx context.Context, params *ListTokensParams, re
 
 // CreateTokenWithBody Create a token
 //
-// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -4652,7 +4817,7 @@ func (c *APIClient) CreateTokenWithBody(ctx context.Context, contentType string,
 
 // CreateToken Create a token
 //
-// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -4673,7 +4838,7 @@ func (c *APIClient) CreateToken(ctx context.Context, body CreateTokenJSONRequest
 
 // RevokeToken Revoke a token
 //
-// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -5615,18 +5780,18 @@ func NewGetReceivedEventRequest(server string, id string) (*http.Request, error)
 }
 
 // NewDeliverHookRequest calls the generic DeliverHook builder with application/json body
-func NewDeliverHookRequest(server string, workflow string, hook string, body DeliverHookJSONRequestBody) (*http.Request, error) {
+func NewDeliverHookRequest(server string, workflow string, hook string, params *DeliverHookParams, body DeliverHookJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
 	buf, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
 	bodyReader = bytes.NewReader(buf)
-	return NewDeliverHookRequestWithBody(server, workflow, hook, "application/json", bodyReader)
+	return NewDeliverHookRequestWithBody(server, workflow, hook, params, "application/json", bodyReader)
 }
 
 // NewDeliverHookRequestWithBody constructs an http.Request for the DeliverHook method, with any body, and a specified content type
-func NewDeliverHookRequestWithBody(server string, workflow string, hook string, contentType string, body io.Reader) (*http.Request, error) {
+func NewDeliverHookRequestWithBody(server string, workflow string, hook string, params *DeliverHookParams, contentType string, body io.Reader) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -5656,6 +5821,33 @@ func NewDeliverHookRequestWithBody(server string, workflow string, hook string, 
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Namespace != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "namespace", *params.Namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
@@ -5799,6 +5991,146 @@ func NewPutLimitRequestWithBody(server string, name string, contentType string, 
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListNamespacesRequest constructs an http.Request for the ListNamespaces method
+func NewListNamespacesRequest(server string, params *ListNamespacesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateNamespaceRequest calls the generic CreateNamespace builder with application/json body
+func NewCreateNamespaceRequest(server string, body CreateNamespaceJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateNamespaceRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateNamespaceRequestWithBody constructs an http.Request for the CreateNamespace method, with any body, and a specified content type
+func NewCreateNamespaceRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetNamespaceRequest constructs an http.Request for the GetNamespace method
+func NewGetNamespaceRequest(server string, namespace string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -8604,7 +8936,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListAuditWithResponse List the audit log
 	//
-	// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+	// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -8615,7 +8947,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportAuditWithBodyWithResponse Export the audit log
 	//
-	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -8626,7 +8958,7 @@ type ClientWithResponsesInterface interface {
 
 	// ExportAuditWithResponse Export the audit log
 	//
-	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+	// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -8677,7 +9009,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetCapacityWithResponse Show the demand of a pool of dispatchers
 	//
-	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+	// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `viewer` role.
 	//
@@ -8737,7 +9069,7 @@ type ClientWithResponsesInterface interface {
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-	DeliverHookWithBodyWithResponse(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
+	DeliverHookWithBodyWithResponse(ctx context.Context, workflow string, hook string, params *DeliverHookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
 
 	// DeliverHookWithResponse Start a run, or send an event, from a signed webhook delivery
 	//
@@ -8746,7 +9078,7 @@ type ClientWithResponsesInterface interface {
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-	DeliverHookWithResponse(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
+	DeliverHookWithResponse(ctx context.Context, workflow string, hook string, params *DeliverHookParams, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error)
 
 	// ListLimitsWithResponse Show concurrency limits in use
 	//
@@ -8791,6 +9123,48 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PUT /v1/limits/{name} (the `PutLimit` operationId).
 	PutLimitWithResponse(ctx context.Context, name string, body PutLimitJSONRequestBody, reqEditors ...RequestEditorFn) (*PutLimitResponse, error)
+
+	// ListNamespacesWithResponse List namespaces
+	//
+	// The namespaces by name; a token scoped to one namespace sees that one only.
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces (the `ListNamespaces` operationId).
+	ListNamespacesWithResponse(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error)
+
+	// CreateNamespaceWithBodyWithResponse Create a namespace
+	//
+	// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+	CreateNamespaceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateNamespaceResponse, error)
+
+	// CreateNamespaceWithResponse Create a namespace
+	//
+	// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+	CreateNamespaceWithResponse(ctx context.Context, body CreateNamespaceJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateNamespaceResponse, error)
+
+	// GetNamespaceWithResponse Get a namespace
+	//
+	// Requires the `viewer` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
+	GetNamespaceWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetNamespaceResponse, error)
 
 	// GetOperationWithResponse Get a bulk operation
 	//
@@ -9301,7 +9675,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListTokensWithResponse List tokens
 	//
-	// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+	// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -9312,7 +9686,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTokenWithBodyWithResponse Create a token
 	//
-	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -9323,7 +9697,7 @@ type ClientWithResponsesInterface interface {
 
 	// CreateTokenWithResponse Create a token
 	//
-	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+	// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -9334,7 +9708,7 @@ type ClientWithResponsesInterface interface {
 
 	// RevokeTokenWithResponse Revoke a token
 	//
-	// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+	// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -11072,6 +11446,325 @@ func (r PutLimitResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r PutLimitResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListNamespacesResponse503Headers the declared response headers of an HTTP 503 response for ListNamespaces
+type ListNamespacesResponse503Headers struct {
+	RetryAfter *int
+}
+
+type ListNamespacesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ListAPINamespace
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListNamespacesResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListNamespacesResponse) GetJSON200() *ListAPINamespace {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r ListNamespacesResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r ListNamespacesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListNamespacesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListNamespacesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListNamespacesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateNamespaceResponse503Headers the declared response headers of an HTTP 503 response for CreateNamespace
+type CreateNamespaceResponse503Headers struct {
+	RetryAfter *int
+}
+
+type CreateNamespaceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *APINamespace
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateNamespaceResponse503Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateNamespaceResponse) GetJSON201() *APINamespace {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r CreateNamespaceResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateNamespaceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateNamespaceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateNamespaceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateNamespaceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetNamespaceResponse503Headers the declared response headers of an HTTP 503 response for GetNamespace
+type GetNamespaceResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetNamespaceResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *APINamespace
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetNamespaceResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetNamespaceResponse) GetJSON200() *APINamespace {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetNamespaceResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetNamespaceResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetNamespaceResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetNamespaceResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetNamespaceResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -16532,7 +17225,7 @@ func (c *ClientWithResponses) GetArchivedRunWithResponse(ctx context.Context, id
 
 // ListAuditWithResponse List the audit log
 //
-// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+// Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -16549,7 +17242,7 @@ func (c *ClientWithResponses) ListAuditWithResponse(ctx context.Context, params 
 
 // ExportAuditWithBodyWithResponse Export the audit log
 //
-// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -16566,7 +17259,7 @@ func (c *ClientWithResponses) ExportAuditWithBodyWithResponse(ctx context.Contex
 
 // ExportAuditWithResponse Export the audit log
 //
-// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+// Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -16647,7 +17340,7 @@ func (c *ClientWithResponses) CompleteCallbackWithResponse(ctx context.Context, 
 
 // GetCapacityWithResponse Show the demand of a pool of dispatchers
 //
-// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+// What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
 //
 // Requires the `viewer` role.
 //
@@ -16737,8 +17430,8 @@ func (c *ClientWithResponses) GetReceivedEventWithResponse(ctx context.Context, 
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Context, workflow string, hook string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error) {
-	rsp, err := c.DeliverHookWithBody(ctx, workflow, hook, contentType, body, reqEditors...)
+func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Context, workflow string, hook string, params *DeliverHookParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error) {
+	rsp, err := c.DeliverHookWithBody(ctx, workflow, hook, params, contentType, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -16752,8 +17445,8 @@ func (c *ClientWithResponses) DeliverHookWithBodyWithResponse(ctx context.Contex
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /v1/hooks/{workflow}/{hook} (the `DeliverHook` operationId).
-func (c *ClientWithResponses) DeliverHookWithResponse(ctx context.Context, workflow string, hook string, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error) {
-	rsp, err := c.DeliverHook(ctx, workflow, hook, body, reqEditors...)
+func (c *ClientWithResponses) DeliverHookWithResponse(ctx context.Context, workflow string, hook string, params *DeliverHookParams, body DeliverHookJSONRequestBody, reqEditors ...RequestEditorFn) (*DeliverHookResponse, error) {
+	rsp, err := c.DeliverHook(ctx, workflow, hook, params, body, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -16826,6 +17519,72 @@ func (c *ClientWithResponses) PutLimitWithResponse(ctx context.Context, name str
 		return nil, err
 	}
 	return ParsePutLimitResponse(rsp)
+}
+
+// ListNamespacesWithResponse List namespaces
+//
+// The namespaces by name; a token scoped to one namespace sees that one only.
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces (the `ListNamespaces` operationId).
+func (c *ClientWithResponses) ListNamespacesWithResponse(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error) {
+	rsp, err := c.ListNamespaces(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListNamespacesResponse(rsp)
+}
+
+// CreateNamespaceWithBodyWithResponse Create a namespace
+//
+// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+func (c *ClientWithResponses) CreateNamespaceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateNamespaceResponse, error) {
+	rsp, err := c.CreateNamespaceWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateNamespaceResponse(rsp)
+}
+
+// CreateNamespaceWithResponse Create a namespace
+//
+// A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/namespaces (the `CreateNamespace` operationId).
+func (c *ClientWithResponses) CreateNamespaceWithResponse(ctx context.Context, body CreateNamespaceJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateNamespaceResponse, error) {
+	rsp, err := c.CreateNamespace(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateNamespaceResponse(rsp)
+}
+
+// GetNamespaceWithResponse Get a namespace
+//
+// Requires the `viewer` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
+func (c *ClientWithResponses) GetNamespaceWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetNamespaceResponse, error) {
+	rsp, err := c.GetNamespace(ctx, namespace, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetNamespaceResponse(rsp)
 }
 
 // GetOperationWithResponse Get a bulk operation
@@ -17619,7 +18378,7 @@ func (c *ClientWithResponses) PutSecretWithResponse(ctx context.Context, name st
 
 // ListTokensWithResponse List tokens
 //
-// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+// The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -17636,7 +18395,7 @@ func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, params
 
 // CreateTokenWithBodyWithResponse Create a token
 //
-// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -17653,7 +18412,7 @@ func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Contex
 
 // CreateTokenWithResponse Create a token
 //
-// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+// A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -17670,7 +18429,7 @@ func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body 
 
 // RevokeTokenWithResponse Revoke a token
 //
-// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+// The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -19355,6 +20114,298 @@ func ParsePutLimitResponse(rsp *http.Response) (*PutLimitResponse, error) {
 	switch {
 	case rsp.StatusCode == 503:
 		var headers PutLimitResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListNamespacesResponse parses an HTTP response from a ListNamespacesWithResponse call
+func ParseListNamespacesResponse(rsp *http.Response) (*ListNamespacesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListNamespacesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ListAPINamespace
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers ListNamespacesResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateNamespaceResponse parses an HTTP response from a CreateNamespaceWithResponse call
+func ParseCreateNamespaceResponse(rsp *http.Response) (*CreateNamespaceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateNamespaceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest APINamespace
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers CreateNamespaceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetNamespaceResponse parses an HTTP response from a GetNamespaceWithResponse call
+func ParseGetNamespaceResponse(rsp *http.Response) (*GetNamespaceResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetNamespaceResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest APINamespace
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetNamespaceResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

@@ -75,7 +75,7 @@ export interface paths {
         };
         /**
          * List the audit log
-         * @description Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+         * @description Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -99,7 +99,7 @@ export interface paths {
         put?: never;
         /**
          * Export the audit log
-         * @description Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+         * @description Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -183,7 +183,7 @@ export interface paths {
         };
         /**
          * Show the demand of a pool of dispatchers
-         * @description What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+         * @description What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `viewer` role.
          */
@@ -311,6 +311,54 @@ export interface paths {
          *     Requires the `admin` role.
          */
         delete: operations["clearLimit"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List namespaces
+         * @description The namespaces by name; a token scoped to one namespace sees that one only.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listNamespaces"];
+        put?: never;
+        /**
+         * Create a namespace
+         * @description A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+         *
+         *     Requires the `admin` role.
+         */
+        post: operations["createNamespace"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/namespaces/{namespace}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a namespace
+         * @description Requires the `viewer` role.
+         */
+        get: operations["getNamespace"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1071,7 +1119,7 @@ export interface paths {
         };
         /**
          * List tokens
-         * @description The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+         * @description The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1079,7 +1127,7 @@ export interface paths {
         put?: never;
         /**
          * Create a token
-         * @description A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+         * @description A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1102,7 +1150,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke a token
-         * @description The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+         * @description The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1338,6 +1386,12 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        APINamespace: {
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            name: string;
+        };
         APIToken: {
             /** Format: date-time */
             created_at: string;
@@ -1357,6 +1411,8 @@ export interface components {
             last_used_at?: string;
             /** @description the actor its requests are recorded under */
             name: string;
+            /** @description the one namespace it acts in; absent: every namespace */
+            namespace?: string;
             /**
              * Format: date-time
              * @description when it was revoked; absent: it was not
@@ -1581,6 +1637,10 @@ export interface components {
             /** @description a note recorded in the events, with the token's name */
             reason?: string;
         };
+        CreateNamespaceBody: {
+            /** @description 1 to 31 lower-case letters, digits and '-' */
+            name: string;
+        };
         CreateTokenBody: {
             /**
              * Format: date-time
@@ -1589,6 +1649,8 @@ export interface components {
             expires_at?: string;
             /** @description the actor its requests are recorded under (audit log, events) */
             name: string;
+            /** @description the one namespace it acts in (it must exist); absent: every namespace */
+            namespace?: string;
             /** @enum {string} */
             role: "viewer" | "operator" | "admin";
         };
@@ -1611,6 +1673,8 @@ export interface components {
             last_used_at?: string;
             /** @description the actor its requests are recorded under */
             name: string;
+            /** @description the one namespace it acts in; absent: every namespace */
+            namespace?: string;
             /**
              * Format: date-time
              * @description when it was revoked; absent: it was not
@@ -1862,6 +1926,12 @@ export interface components {
             overrides: components["schemas"]["LimitOverride"][] | null;
             /** @description every rate limit bucket, by name and key (at most 1000): one per key a step has started under */
             rates: components["schemas"]["RateKey"][] | null;
+        };
+        ListAPINamespace: {
+            /** @description this page */
+            items: components["schemas"]["APINamespace"][] | null;
+            /** @description cursor of the next page; absent on the last page */
+            next_cursor?: string;
         };
         ListAPIToken: {
             /** @description this page */
@@ -3985,7 +4055,10 @@ export interface operations {
     };
     deliverHook: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default */
+                namespace?: string;
+            };
             header?: never;
             path: {
                 /** @description workflow name */
@@ -4422,6 +4495,408 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listNamespaces: {
+        parameters: {
+            query?: {
+                /** @description next_cursor of the previous page */
+                cursor?: string;
+                /** @description page size */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListAPINamespace"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `invalid_cursor`: The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createNamespace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateNamespaceBody"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APINamespace"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `conflict`: The request conflicts with a change made at the same time; try again.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getNamespace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APINamespace"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
