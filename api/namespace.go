@@ -42,11 +42,6 @@ const namespaceKey ctxKey = iota + 20
 // not call (403).
 const metaEveryNamespace = "cairn-every-namespace"
 
-// classNamespaceNotFound answers a request whose namespace does not exist, or is
-// not its token's.
-var classNamespaceNotFound = problemClass{http.StatusNotFound, "namespace_not_found", "Namespace not found",
-	"The namespace the Cairn-Namespace header names does not exist, or the token is scoped to another one."}
-
 // requestNamespace is the namespace a request acts in; default outside a request.
 func requestNamespace(ctx context.Context) string {
 	if ns, ok := ctx.Value(namespaceKey).(string); ok {

@@ -94,12 +94,13 @@ var (
 	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
 	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
+	classNamespaceNotFound    = problemClass{http.StatusNotFound, "namespace_not_found", "Namespace not found", "The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one."}
 )
 
 // problemClasses lists every class, in the order of docs/api.md's table.
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
-	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
+	classNotFound, classNamespaceNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
 	classInvalidRunState, classCallbackNotWaiting, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
 	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
@@ -430,7 +431,10 @@ func errorResponses[I any](api huma.API, op huma.Operation, role Role, declared 
 		classes = append(classes, classUnavailable, classTimeout)
 	}
 	if role != RoleNone {
-		classes = append(classes, classUnauthorized, classForbidden)
+		classes = append(classes, classUnauthorized, classForbidden, classNamespaceNotFound)
+	}
+	if op.OperationID == "deliverHook" {
+		classes = append(classes, classNamespaceNotFound) // its ?namespace=
 	}
 	in := reflect.TypeFor[I]()
 	if slices.ContainsFunc(reflect.VisibleFields(in), func(f reflect.StructField) bool { return f.IsExported() }) {

@@ -198,6 +198,9 @@ func TestProblemClasses(t *testing.T) {
 		{code: "not_found", status: 404, answer: func() *http.Response {
 			return do(http.MethodGet, srv+"/v1/runs/"+uuid.NewString(), classesViewerToken, "", nil, nil)
 		}},
+		{code: "namespace_not_found", status: 404, answer: func() *http.Response {
+			return do(http.MethodGet, srv+"/v1/runs", classesViewerToken, "", nil, http.Header{"Cairn-Namespace": {"nowhere"}})
+		}},
 		{code: "request_timeout", status: 408, answer: func() *http.Response {
 			return trickleAnswer(t, slow, "POST /v1/bundles HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+operatorToken+"\r\nContent-Type: application/gzip\r\nContent-Length: 1000000\r\n\r\n")
 		}},

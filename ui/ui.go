@@ -385,7 +385,7 @@ func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, who api.I
 	expires := time.Now().Add(h.cfg.SessionTTL)
 	audited := catalog.WithAudit(r.Context(), &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Action: "uiLogin", RequestID: api.RequestID(r.Context())})
 	if err := h.sessions.SessionCreate(audited, &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash,
-		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
+		Name: who.Name, Role: who.Role.String(), Namespace: who.Namespace, ExpiresAt: expires}); err != nil {
 		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
 		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)
 		return false

@@ -2761,6 +2761,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -2895,6 +2896,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -3004,6 +3018,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3181,6 +3208,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Request Timeout:
              *
              *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
@@ -3313,6 +3353,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -3592,6 +3633,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -3714,6 +3768,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -3823,6 +3890,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3988,6 +4068,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -4103,6 +4184,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -4243,6 +4325,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -4355,6 +4450,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4503,6 +4611,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -4621,6 +4742,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -4730,6 +4864,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4895,6 +5042,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5024,6 +5172,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5159,6 +5308,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5303,6 +5453,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -5422,6 +5585,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5555,6 +5719,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5742,6 +5907,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5877,6 +6043,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6010,6 +6177,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6208,6 +6376,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6395,6 +6564,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6583,6 +6753,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6778,6 +6949,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6947,6 +7119,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7076,6 +7249,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7211,6 +7385,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7394,6 +7569,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7526,6 +7702,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7818,6 +7995,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7951,6 +8129,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8089,6 +8268,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8223,6 +8403,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8363,6 +8544,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8495,6 +8677,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8630,6 +8813,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8810,6 +8994,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Request Timeout:
              *
              *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
@@ -8965,6 +9162,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -9085,6 +9295,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -9191,6 +9414,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9324,6 +9548,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9479,6 +9704,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9595,6 +9821,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9711,6 +9938,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9852,6 +10080,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -9964,6 +10205,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10132,6 +10386,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -10241,6 +10508,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10407,6 +10687,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10535,6 +10816,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -10641,6 +10935,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10775,6 +11070,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10893,6 +11189,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11028,6 +11325,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11185,6 +11483,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11331,6 +11630,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11503,6 +11803,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11679,6 +11980,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11865,6 +12167,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11983,6 +12286,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
