@@ -25,11 +25,14 @@ import (
 
 // view is what every page template gets.
 type view struct {
-	Title      string
-	Nav        string // the section of the header's navigation the page is in
-	Flash      string // what the last action did (after its redirect)
-	Who        string
-	Role       string
+	Title string
+	Nav   string // the section of the header's navigation the page is in
+	Flash string // what the last action did (after its redirect)
+	Who   string
+	Role  string
+	// Namespace is the one namespace the session acts in; "" every namespace
+	// (the UI then shows default's objects).
+	Namespace  string
 	CSRF       string
 	CanOperate bool
 	LoggedIn   bool
@@ -87,6 +90,7 @@ func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *sessio
 	v := view{Title: titleOf(page, data), Nav: navOf[page], Data: data}
 	if s != nil {
 		v.LoggedIn, v.Who, v.Role, v.CSRF, v.CanOperate = true, s.who.Name, s.who.Role.String(), s.csrf, s.canOperate()
+		v.Namespace = s.who.Namespace
 		v.Flash = takeFlash(w, r)
 	}
 	var buf bytes.Buffer
