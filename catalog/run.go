@@ -170,8 +170,10 @@ LIMIT $11`
 	//   $7 parent              runs_parent_id_idx (parent_id, id DESC) WHERE parent_id IS NOT NULL
 	//   $8, $9 created_*       bounds on the primary key: run ids are UUIDv7, time-ordered
 	//   $3 the cursor          a bound on the primary key, as $8 and $9
-	//   $10 namespace          none: a condition on the rows the others find
-	//                          (cairn_namespace, inlined)
+	//   $10 namespace          default: a condition on the rows the others find
+	//                          (cairn_namespace, inlined); another: also
+	//                          runs_namespace_created_idx, of namespaced runs only
+	//                          (strpos(...) > 0 is its predicate), then a sort
 	runFilter = `($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
   AND ($3::uuid IS NULL OR r.id < $3::uuid)
   AND ($4::text[] IS NULL OR (r.labels <> '{}'::jsonb AND cairn_label_pairs(r.labels) @> $4::text[]))
@@ -180,7 +182,8 @@ LIMIT $11`
   AND ($7::uuid IS NULL OR r.parent_id = $7::uuid)
   AND ($8::uuid IS NULL OR r.id >= $8::uuid)
   AND ($9::uuid IS NULL OR r.id < $9::uuid)
-  AND ($10::text IS NULL OR cairn_namespace(r.workflow) = $10::text)`
+  AND ($10::text IS NULL OR (cairn_namespace(r.workflow) = $10::text
+                             AND ($10::text = 'default' OR strpos(r.workflow, '/') > 0)))`
 
 	sqlRunCount = `SELECT count(*) FROM runs r WHERE ` + runFilter
 
