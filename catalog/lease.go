@@ -79,8 +79,9 @@ WITH c AS (
 	// sqlClaimDependents is sqlClaim in the transaction that finished steps ($5 run
 	// ids, $6 keys) successfully: it leases to $1 up to $4 of their dependents that
 	// this finish made ready and that are simple to claim (StepFinishClaim): no
-	// concurrency or rate limit (those take turns and tokens under their keys'
-	// locks: the claim loop takes them), and claimable by sqlClaimableCheap (not
+	// concurrency or rate limit, not of a namespace with a running_steps quota
+	// (those take turns, tokens and slots under their keys' locks: the claim loop
+	// takes them), and claimable by sqlClaimableCheap (not
 	// held, condition decided, runs_on within the dispatcher's tags $2). Only when
 	// no other step has been waiting for a claim (ready before this transaction
 	// began, ready_at < now()): a dependent never goes ahead of a step that waited
@@ -103,6 +104,8 @@ WITH d AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s
     WHERE ` + sqlClaimableCheap + `
       AND s.conc_name IS NULL AND s.rate_name IS NULL
+      AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
+                                             WHERE n.name = s.quota_ns AND n.running_steps IS NOT NULL))
       AND NOT EXISTS (SELECT 1 FROM steps o
                       WHERE o.status = 'ready' AND NOT o.held AND o.ready_at < now()
                         AND o.condition IS DISTINCT FROM 'pending'
@@ -206,13 +209,14 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// transaction that takes the buckets' tokens. One last row, with an empty
 	// key, carries fallback and next_in (as sqlClaimNextIn) when either is set.
 	//
-	// Concurrency limits it applies itself, by the rule admit applies
-	// (sqlConcAdmitted, over the candidates in their order): use takes the keys'
-	// locks and counts their running steps after them (cairn_conc_usage, whose
-	// count has a snapshot of its own: catalog/sql/flow.sql);
-	// the keys of the steps leased take their turn (sqlClaimTurns). Without a
-	// candidate with a concurrency limit, use calls nothing (the lateral
-	// function of an empty row set).
+	// Concurrency limits and the namespaces' running_steps quotas it applies
+	// itself, by the rule admit applies (sqlConcAdmitted, over the candidates in
+	// their order): use takes the keys' and the quotas' locks and counts their
+	// running steps after them (cairn_claim_usage, whose count has a snapshot of
+	// its own: catalog/sql/flow.sql); the keys of the steps leased take their turn
+	// (sqlClaimTurns). Without a candidate with a concurrency limit or of a
+	// namespace with a quota, use calls nothing (the lateral function of an empty
+	// row set).
 	//
 	// It is prepared once for each power of two (claimAloneQuery): cand locks up
 	// to that constant number of candidates (%[1]d), top takes the first $4 of
@@ -227,7 +231,7 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	sqlClaimAlone = `
 WITH cand AS (
     SELECT s.run_id, s.key, s.ctid AS tid, s.rate_name IS NOT NULL AS rated,
-           s.conc_name, s.conc_key, s.conc_limit, s.priority, s.ready_at
+           s.conc_name, s.conc_key, s.conc_limit, s.quota_ns, s.priority, s.ready_at
     FROM steps s
     WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, s.ready_at
@@ -240,10 +244,12 @@ WITH cand AS (
 ), use AS MATERIALIZED (
     SELECT u.* FROM (
         SELECT ARRAY(SELECT top.conc_name FROM top WHERE top.conc_name IS NOT NULL) AS names,
-               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys
+               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys,
+               ARRAY(SELECT DISTINCT top.quota_ns FROM top JOIN namespaces n ON n.name = top.quota_ns
+                     WHERE top.quota_ns IS NOT NULL AND n.running_steps IS NOT NULL) AS quotas
         FROM fb WHERE NOT fb.fallback) a
-    CROSS JOIN LATERAL cairn_conc_usage(a.names, a.keys) u
-    WHERE cardinality(a.names) > 0
+    CROSS JOIN LATERAL cairn_claim_usage(a.names, a.keys, a.quotas) u
+    WHERE cardinality(a.names) > 0 OR cardinality(a.quotas) > 0
 ), admit_src AS (
     SELECT top.*, row_number() OVER (ORDER BY top.priority DESC, top.ready_at) AS ord
     FROM top, fb WHERE NOT fb.fallback
@@ -570,7 +576,7 @@ type ClaimNext struct {
 // StepFinishClaim is StepFinishBatch that also leases, in the same transaction,
 // dependents its successes made ready, when next is not nil and its Limit above
 // zero: the dispatcher that finishes a step starts its next one without another
-// claim. It leases only the simple ones (no concurrency or rate limit, not held,
+// claim. It leases only the simple ones (no concurrency or rate limit or quota, not held,
 // condition decided, runs_on within next.Tags), and only when no other step
 // waits for a claim, so that no step goes ahead of one that waited longer
 // (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are
