@@ -38,6 +38,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newEventCmd(e, stdout, stderr),
 		newTokenCmd(e, stdout, stderr),
 		newAuditCmd(e, stdout, stderr),
+		newNamespaceCmd(e, stdout, stderr),
 	}
 }
 
