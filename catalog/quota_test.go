@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 )
 
@@ -298,4 +299,46 @@ func TestQuotaSet(t *testing.T) {
 	require.Nil(t, q.RunsPerMinute)
 	require.Equal(t, "bob", q.UpdatedBy)
 	require.False(t, errors.Is(err, catalog.ErrQuotaExceeded))
+}
+
+// TestQuotaRunsPerMinuteFlows: what creates runs on its own is held by the quota
+// too, and says so: a schedule's fire over it is skipped (counted as skipped,
+// with a schedule.quota_skipped event; the pass goes on, the next fire comes at
+// its time); an event's trigger starts no run and the event's outcome names the
+// quota (the event itself is received).
+func TestQuotaRunsPerMinuteFlows(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	makeNamespace(t, ctx, s, "a")
+	setQuota(t, ctx, s, "a", 0, 2)
+
+	every := bundle.ScheduleDefinition{Name: "tick", Cron: "* * * * * *", Timezone: "UTC", Overlap: bundle.OverlapAllow,
+		Catchup: bundle.Duration(time.Hour), CatchupMS: 3600000}
+	deployDef(t, s, "a/wf", every)
+	deployDef(t, s, "wf", every)
+	for _, wf := range []string{"a/wf", "wf"} {
+		setNextFire(t, s, schedulesByName(t, s, wf)["tick"].ID, 5*time.Second)
+	}
+	res, err := s.ScheduleFire(ctx, &catalog.ScheduleFireParams{Next: nextFire})
+	require.NoError(t, err)
+	require.Empty(t, res.Failed)
+	require.Len(t, scheduledRuns(t, s, "a/wf", "tick"), 2, "the quota's two")
+	require.GreaterOrEqual(t, len(scheduledRuns(t, s, "wf", "tick")), 6, "default is not bound")
+	sc := schedulesByName(t, s, "a/wf")["tick"]
+	require.GreaterOrEqual(t, sc.Skipped, int64(4))
+	require.True(t, sc.NextFireAt.After(time.Now().Add(-time.Second)), "the schedule moved on")
+	var skipped []string
+	require.NoError(t, s.DB().SelectContext(ctx, &skipped, `SELECT data::text FROM schedule_events
+WHERE schedule_id = $1 AND type = $2`, sc.ID, catalog.EventScheduleQuotaSkipped))
+	require.Len(t, skipped, int(sc.Skipped))
+	require.Contains(t, skipped[0], `"quota": "runs_per_minute"`)
+
+	// An event of a: received; its trigger starts nothing, and says why.
+	triggerVersion(t, s, "a/sync", `[{"event":"a/doc.changed"}]`)
+	o := send(t, s, "a/doc.changed", "e1", `{"doc":"x"}`)
+	require.Empty(t, o.Started)
+	require.Len(t, o.Errors, 1)
+	require.Equal(t, "triggers[0]", o.Errors[0].Where)
+	require.Contains(t, o.Errors[0].Message, "runs_per_minute")
 }
