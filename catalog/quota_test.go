@@ -130,8 +130,7 @@ WHERE run_id = $1 AND key = 's'`, next[0].RunID)
 
 // TestQuotaRunningStepsWithLimits: the claim that takes turns between
 // concurrency keys (a transaction: limit_keys has rows) applies the quota as
-// well, together with each step's concurrency limit; map instances and the
-// dependents a finish would lease next are bound by it too.
+// well, together with each step's concurrency limit.
 func TestQuotaRunningStepsWithLimits(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
@@ -151,17 +150,35 @@ func TestQuotaRunningStepsWithLimits(t *testing.T) {
 		require.LessOrEqual(t, kv, 3)
 	}
 	require.Empty(t, claimQuota(t, ctx, s, "d2"))
+}
 
-	// A finish that would lease its run's next steps leaves them to the claim,
-	// which counts the namespace's slots: still 4 at most.
-	for _, c := range claimed {
-		_, next, err := s.StepFinishClaim(ctx, []*catalog.StepFinishParams{finishParams(c, catalog.OutcomeSucceeded, false, 0)},
-			&catalog.ClaimNext{Owner: "d1", Limit: 10, TTL: time.Minute})
-		require.NoError(t, err)
-		require.Empty(t, next)
-	}
-	require.Len(t, claimQuota(t, ctx, s, "d1"), 4)
-	require.Equal(t, 4, runningIn(t, ctx, s, "a"))
+// TestQuotaFinishClaim: a finish that leases its run's next steps
+// (StepFinishClaim) leaves those of a namespace with a quota to the claim, which
+// counts the namespace's slots: with the quota lowered under the steps running,
+// a finish starts nothing more.
+func TestQuotaFinishClaim(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	s := tb.store
+	makeNamespace(t, ctx, s, "a")
+	_, _, err := s.VersionRegister(ctx, &catalog.VersionRegisterParams{Workflow: "a/chain", Digest: fakeDigest("a/chain"), Size: 1,
+		BlobKey: "k", Definition: []byte(`{"steps":[]}`), Fingerprint: fakeDigest("a/chain"),
+		Steps: []catalog.NewStep{{Key: "s", MaxAttempts: 1}, {Key: "t", Needs: []string{"s"}, MaxAttempts: 1}}})
+	require.NoError(t, err)
+	setQuota(t, ctx, s, "a", 2, 0)
+	flowRun(t, ctx, s, "a/chain", `{}`)
+	flowRun(t, ctx, s, "a/chain", `{}`)
+	claimed := claimQuota(t, ctx, s, "d1")
+	require.Len(t, claimed, 2)
+	setQuota(t, ctx, s, "a", 1, 0)
+	_, next, err := s.StepFinishClaim(ctx, []*catalog.StepFinishParams{finishParams(claimed[0], catalog.OutcomeSucceeded, false, 0)},
+		&catalog.ClaimNext{Owner: "d1", Limit: 10, TTL: time.Minute})
+	require.NoError(t, err)
+	require.Empty(t, next, "the dependent is left to the claim")
+	require.Equal(t, 1, runningIn(t, ctx, s, "a"))
+	require.Empty(t, claimQuota(t, ctx, s, "d1"), "one runs: the quota")
+	require.NoError(t, finish(t, ctx, s, claimed[1], catalog.OutcomeSucceeded, false, `{}`))
+	require.Len(t, claimQuota(t, ctx, s, "d1"), 1)
 }
 
 // TestQuotaRunningStepsConcurrentClaims: claimers racing on many connections never
