@@ -276,29 +276,39 @@ FROM g`
 	// after the keys' locks) and the candidates before it at most the limit set
 	// at run time (limits), or else the step's own. A candidate refused still
 	// counts for those after it. The claim in one statement (sqlClaimAlone) and
-	// the claim transaction's (sqlClaimConcAdmit) apply it alike.
-	//
-	// It is the home of the running_steps quota's as well (quota.go): a candidate
-	// of a namespace with the quota (quota_ns, a row of use with a NULL key:
+	// the claim transaction's (sqlClaimConcAdmit, through sqlQuotaAdmitted) apply
+	// it alike.
+	sqlConcAdmitted = `
+    SELECT t.* FROM (
+        SELECT a.*, row_number() OVER (PARTITION BY a.conc_name, a.conc_key ORDER BY a.ord) AS place
+        FROM admit_src a) t` + sqlConcAdmittedUse + `
+    WHERE ` + sqlConcAdmittedWhere
+	sqlConcAdmittedUse = `
+    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key`
+	sqlConcAdmittedWhere = `(t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))`
+
+	// sqlQuotaAdmitted is sqlConcAdmitted with the namespaces' running_steps
+	// quotas (quota.go), the one home of their admission rule: a candidate of a
+	// namespace with the quota (quota_ns, a row of use with a NULL key:
 	// cairn_claim_usage) is kept when the namespace's running steps and its
 	// candidates before it are at most the quota. A candidate a concurrency key
 	// refuses still counts for the quota: a claim may start fewer than it could,
-	// never more.
-	sqlConcAdmitted = `
+	// never more. A statement apart from sqlConcAdmitted, so that the claim of
+	// steps of no such namespace keeps its plan (sqlClaimAlone).
+	sqlQuotaAdmitted = `
     SELECT t.* FROM (
         SELECT a.*, row_number() OVER (PARTITION BY a.conc_name, a.conc_key ORDER BY a.ord) AS place,
                row_number() OVER (PARTITION BY a.quota_ns ORDER BY a.ord) AS quota_place
-        FROM admit_src a) t
-    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
+        FROM admit_src a) t` + sqlConcAdmittedUse + `
     LEFT JOIN use q ON q.key IS NULL AND q.name = t.quota_ns
-    WHERE (t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))
+    WHERE ` + sqlConcAdmittedWhere + `
       AND (q.override IS NULL OR q.running + t.quota_place <= q.override)`
 
 	// sqlClaimConcAdmit takes the locks of the concurrency keys and of the
 	// namespaces' running_steps quotas of the claim transaction's candidates ($1
 	// names, $2 keys, $3 limits, $4 quota_ns, in the candidates' order; NULL where
 	// a candidate has none) and returns the ordinals (1-based) of those that get
-	// a slot (sqlConcAdmitted).
+	// a slot (sqlQuotaAdmitted).
 	sqlClaimConcAdmit = `
 WITH admit_src AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[])
@@ -308,7 +318,7 @@ WITH admit_src AS (
                                     ARRAY(SELECT a.conc_key FROM admit_src a WHERE a.conc_name IS NOT NULL),
                                     ARRAY(SELECT DISTINCT a.quota_ns FROM admit_src a WHERE a.quota_ns IS NOT NULL))
 )
-SELECT c.ord FROM (` + sqlConcAdmitted + `) c
+SELECT c.ord FROM (` + sqlQuotaAdmitted + `) c
 ORDER BY c.ord`
 
 	// sqlLimitUsage counts the running and ready steps of each concurrency key,

@@ -21,10 +21,14 @@ import (
 //   - running_steps: a step carries its run's namespace (steps.quota_ns, NULL in
 //     default: migrations/00095_quotas.sql). The claim admits a step of a
 //     namespace with the quota when the namespace's running steps, counted under
-//     its advisory lock with the concurrency keys' (cairn_claim_usage, in
-//     sqlConcAdmitted's rule), leave it a slot. The slot is the running step: the
-//     finish, suspend, cancel or sweep that ends its lease frees it. A quota set
-//     or lowered binds the ready steps at once; running steps keep running.
+//     its advisory lock with the concurrency keys' (cairn_claim_usage), leave it
+//     a slot (sqlQuotaAdmitted). The claim in one statement of steps of no such
+//     namespace keeps its plan (sqlClaimAlone); one that meets a step of one
+//     leases nothing, and the claims of the next second take sqlClaimAloneQuota
+//     (lease.go). A finish leases no dependent of such a namespace
+//     (sqlClaimDependents). The slot is the running step: the finish, suspend,
+//     cancel or sweep that ends its lease frees it. A quota set or lowered binds
+//     the ready steps at once; running steps keep running.
 //   - runs_per_minute: the statement that creates a run counts the namespace's
 //     runs of the last minute under the namespace's lock (cairn_run_quota) and
 //     refuses one over the quota with QuotaError.
