@@ -13,9 +13,12 @@
 -- (p_names[i], p_keys[i]) in the order of their lock ids. It is the one home of a
 -- key's lock id: a claimer that computed another id than its peers for the same key
 -- would start steps over the limit. Every claimer takes its concurrency keys first
--- (cairn_conc_usage), then its rate keys (a rate key's name carries a prefix of its
--- own; catalog's sqlClaimKeyLock), each set in the order of the ids: no two
--- claimers wait for each other in a circle. PL/pgSQL, not SQL: its statement's plan
+-- (cairn_conc_usage), with the running_steps quotas of its candidates' namespaces
+-- among them when it has some (cairn_claim_usage: one set), then its rate keys (a
+-- rate key's name carries a prefix of its own; catalog's sqlClaimKeyLock), each set
+-- in the order of the ids: no two claimers wait for each other in a circle. The
+-- runs_per_minute lock of a namespace (cairn_run_quota) is a creation's, never a
+-- claimer's. PL/pgSQL, not SQL: its statement's plan
 -- is kept for the session.
 CREATE OR REPLACE FUNCTION cairn_limit_lock(p_names text[], p_keys text[])
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$

@@ -24,6 +24,10 @@
 --      ends then resolves its parent's step only if the parent's step and row can be
 --      had at once; else the wake sweeper does it in a transaction of its own
 --      (cairn_child_ended, child_run_ends).
+-- A run's creation (sqlRunCreate, cairn_run_rerun, a child's) of a namespace with a
+-- runs_per_minute quota takes the namespace's advisory lock after the workflow's
+-- row (0) and its parent's or source's locks, and then only inserts new rows
+-- (cairn_run_quota, namespaces.sql): its holder waits for no one's lock.
 -- Before all of these, a received event (catalog/received_event.go) takes the
 -- advisory lock of its name, shared, then those of its triggers' flow keys
 -- (singleton, debounce, batch: catalog/event_flow.go), exclusive, each once, in the
