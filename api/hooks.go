@@ -103,7 +103,8 @@ func (s *Server) registerHooks() {
 		Tags:          []string{"hooks"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxHookBody,
-	}, RoleNone, []problemClass{classUnauthorized, classNotFound, classNoSecretKey, classPayloadTooLarge, classUnsupportedMediaType}, func(ctx context.Context, in *hookInput) (*hookOutput, error) {
+	}, RoleNone, []problemClass{classUnauthorized, classNotFound, classNoSecretKey, classPayloadTooLarge, classUnsupportedMediaType,
+		classQuotaExceeded}, func(ctx context.Context, in *hookInput) (*hookOutput, error) {
 		// Before anything is looked up: a request without any signature is not a
 		// delivery, and learns nothing of the workflows.
 		if in.headers.Get(headerCairnSignature) == "" && in.headers.Get(headerGitHubSignature) == "" && in.headers.Get(headerStripeSignature) == "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -89,6 +90,7 @@ var (
 	classPayloadTooLarge      = problemClass{http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body, or a bundle's archive or files, is over the server's limit. Nothing was stored."}
 	classUnsupportedMediaType = problemClass{http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type", "The body's Content-Type is not one the operation takes."}
 	classValidationFailed     = problemClass{http.StatusUnprocessableEntity, "validation_failed", "Validation failed", "A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location."}
+	classQuotaExceeded        = problemClass{http.StatusTooManyRequests, "quota_exceeded", "Quota exceeded", "The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After."}
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
 	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
@@ -102,7 +104,7 @@ var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
 	classNotFound, classNamespaceNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
 	classInvalidRunState, classCallbackNotWaiting, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
-	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
+	classQuotaExceeded, classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
 
 // classOfStatus is the class of an error that Huma (or an authentication
@@ -304,6 +306,7 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var ready *readyError
 	var invalid *validationError
 	var tooBig *http.MaxBytesError
+	var quota *catalog.QuotaError
 	if errors.Is(err, errSlowBody) {
 		// The body guard cut a trickling upload (net/http then cancels the request's
 		// context too): the client is slow, not gone.
@@ -336,6 +339,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classUnavailable.problem("the blob store is unavailable; try again later").retryAfter(retryAfterSeconds)
 	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
 		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
+	case errors.As(err, &quota):
+		return quotaProblem(quota)
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
@@ -391,6 +396,14 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	p = classInternal.problem("an internal error occurred; quote the request ID when reporting it")
 	p.Instance = RequestID(ctx)
 	return p
+}
+
+// quotaProblem is the 429 of a run refused by its namespace's quota, with
+// Retry-After: when the quota has room again.
+func quotaProblem(q *catalog.QuotaError) *Problem {
+	secs := max(int(math.Ceil(q.RetryAfter.Seconds())), 1)
+	return classQuotaExceeded.problem(fmt.Sprintf("namespace %s is over its %s quota (%d runs per minute): try again in %d s",
+		q.Namespace, q.Quota, q.Limit, secs)).retryAfter(secs)
 }
 
 // bundleProblem is the problem of a refused bundle: invalid_bundle, or
@@ -462,7 +475,7 @@ func errorResponses[I any](api huma.API, op huma.Operation, role Role, declared 
 			Description: b.String(),
 			Content:     map[string]*huma.MediaType{"application/problem+json": {Schema: schema}},
 		}
-		if status == http.StatusServiceUnavailable {
+		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 			r.Headers = map[string]*huma.Param{
 				"Retry-After": {Description: "seconds to wait before trying again", Schema: &huma.Schema{Type: "integer"}},
 			}

@@ -146,7 +146,7 @@ func (s *Server) registerRuns() {
 		Tags:          []string{"runs"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
-	}, RoleOperator, []problemClass{classNotFound, classIdempotencyReused}, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound, classIdempotencyReused, classQuotaExceeded}, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody

@@ -175,7 +175,7 @@ func (s *Server) registerSchedules() {
 		Description:   "Creates a run of the schedule now (its version, input and label schedule=<name>), whatever its overlap policy and even when paused: an operator asked for it. The run becomes the schedule's last run (later fires' overlap looks at it); the schedule's fire times do not change. An inactive schedule is a 409 conflict. An event schedule.triggered names the actor. Answers 202 with the run.",
 		Tags:          []string{"schedules"},
 		DefaultStatus: http.StatusAccepted,
-	}, RoleOperator, []problemClass{classNotFound, classConflict}, func(ctx context.Context, in *ScheduleIDParam) (*runOutput, error) {
+	}, RoleOperator, []problemClass{classNotFound, classConflict, classQuotaExceeded}, func(ctx context.Context, in *ScheduleIDParam) (*runOutput, error) {
 		run, err := s.store.ScheduleTrigger(ctx, in.ID, actor(ctx))
 		if err != nil {
 			if errors.Is(err, catalog.ErrConflict) {
@@ -193,7 +193,7 @@ func (s *Server) registerSchedules() {
 		Summary:     "Create the runs of a schedule's past (or future) fire times",
 		Description: fmt.Sprintf("Creates a run for every fire time of the schedule's cron (in its time zone) in [from, to), each with the idempotency key of that fire (schedule:<id>:<fire time>): a fire time that has its run already (fired, or backfilled before) creates nothing, so repeating a backfill creates nothing new. Overlap does not apply; the schedule's next fire does not change; works on paused and inactive schedules too. At most %d fire times (else 422 naming body.to); all are created in one transaction. An event schedule.backfilled names the actor.", maxBackfill),
 		Tags:        []string{"schedules"},
-	}, RoleOperator, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound, classQuotaExceeded}, func(ctx context.Context, in *struct {
 		ScheduleIDParam
 		Body BackfillBody
 	}) (*backfillOutput, error) {

@@ -192,6 +192,7 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerLimits()
+	s.registerQuotas()
 	s.registerCapacity()
 	s.registerHooks()
 	s.registerSchedules()

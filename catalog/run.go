@@ -48,7 +48,9 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// layout: parallel arrays, needs comma-joined, keys cannot hold commas; their
 	// concurrency limits and keys from $8, see flowKeys), the
 	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers at its
-	// commit (sqlRunCreateWake). Foreign keys are checked at the end of the
+	// commit (sqlRunCreateWake). A run of a namespace other than default is refused
+	// over the namespace's runs_per_minute quota (q: cairn_run_quota, QuotaError),
+	// and its steps carry the namespace (quota_ns: quota.go). Foreign keys are checked at the end of the
 	// statement, when all rows exist. No row back means no such version.
 	//
 	// A run of a paused workflow is created paused (pause_reason workflow, its steps
@@ -92,6 +94,9 @@ WITH w AS (
                                  WHERE a.workflow = $2 AND a.alias = coalesce(nullif($7::text, ''), 'latest'))
                            ELSE $3::integer END`
 	sqlRunCreateTail = `
+), q AS (
+    -- the namespace's runs_per_minute quota (catalog/quota.go); none in default
+    SELECT CASE WHEN strpos(v.workflow, '/') > 0 THEN cairn_run_quota(v.workflow) ELSE true END AS ok FROM v
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
                       labels, parent_id, deadline_at, handler_flow)
@@ -100,13 +105,13 @@ WITH w AS (
            $5, $6,
            coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0)),
            $11::jsonb
-    FROM v, w
+    FROM v, w, q WHERE q.ok
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
                        trigger_rule, condition, compensate_attempts,
                        conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on,
-                       queue_timeout_s)
+                       queue_timeout_s, quota_ns)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
@@ -117,7 +122,7 @@ WITH w AS (
            ($8::jsonb -> k ->> 'rp')::float8,
            coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5),
            CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
-           ($8::jsonb -> k ->> 'q')::float8
+           ($8::jsonb -> k ->> 'q')::float8, nullif(cairn_namespace(v.workflow), 'default')
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
 ), lk AS (
     -- the concurrency keys of the steps get a turn

@@ -113,6 +113,7 @@ const (
 	BlockedByKindConcurrency  BlockedByKind = "concurrency"
 	BlockedByKindNoDispatcher BlockedByKind = "no_dispatcher"
 	BlockedByKindPaused       BlockedByKind = "paused"
+	BlockedByKindQuota        BlockedByKind = "quota"
 	BlockedByKindRateLimit    BlockedByKind = "rate_limit"
 )
 
@@ -124,6 +125,8 @@ func (e BlockedByKind) Valid() bool {
 	case BlockedByKindNoDispatcher:
 		return true
 	case BlockedByKindPaused:
+		return true
+	case BlockedByKindQuota:
 		return true
 	case BlockedByKindRateLimit:
 		return true
@@ -952,7 +955,7 @@ type BlockedBy struct {
 	// Key the limit's key
 	Key *string `json:"key,omitempty"`
 
-	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
+	// Kind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); quota: the namespace runs as many steps as its running_steps quota allows (name running_steps, key the namespace; GET /v1/namespaces/{namespace}/quotas); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 	Kind BlockedByKind `json:"kind"`
 
 	// Limit the limit
@@ -965,7 +968,7 @@ type BlockedBy struct {
 	RunsOn *[]string `json:"runs_on,omitempty"`
 }
 
-// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
+// BlockedByKind paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); quota: the namespace runs as many steps as its running_steps quota allows (name running_steps, key the namespace; GET /v1/namespaces/{namespace}/quotas); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
 type BlockedByKind string
 
 // BulkBody defines model for BulkBody.
@@ -1466,6 +1469,27 @@ type MapProgress struct {
 	Total *int64 `json:"total"`
 }
 
+// NamespaceQuotas defines model for NamespaceQuotas.
+type NamespaceQuotas struct {
+	Namespace string `json:"namespace"`
+
+	// Running the namespace's steps running now
+	Running int64 `json:"running"`
+
+	// RunningSteps the most steps of the namespace's runs running at once, on every server; null: none
+	RunningSteps *int64 `json:"running_steps"`
+
+	// RunsLastMinute the runs the namespace created in the last minute
+	RunsLastMinute int64 `json:"runs_last_minute"`
+
+	// RunsPerMinute the most runs the namespace's workflows start in any minute (starts, reruns, hooks, schedules, triggers, child runs); null: none
+	RunsPerMinute *int64    `json:"runs_per_minute"`
+	UpdatedAt     time.Time `json:"updated_at"`
+
+	// UpdatedBy the name of the token that last changed the namespace
+	UpdatedBy string `json:"updated_by"`
+}
+
 // Operation defines model for Operation.
 type Operation struct {
 	Action OperationAction `json:"action"`
@@ -1552,6 +1576,15 @@ type PutLimitBody struct {
 	// Concurrency slots per key of the concurrency limit
 	Concurrency *int64    `json:"concurrency,omitempty"`
 	RateLimit   *RateSpec `json:"rate_limit,omitempty"`
+}
+
+// PutQuotasBody defines model for PutQuotasBody.
+type PutQuotasBody struct {
+	// RunningSteps the most steps running at once; null clears it; absent keeps it
+	RunningSteps *int `json:"running_steps,omitempty"`
+
+	// RunsPerMinute the most runs started in any minute; null clears it; absent keeps it
+	RunsPerMinute *int `json:"runs_per_minute,omitempty"`
 }
 
 // PutSecretBody defines model for PutSecretBody.
@@ -2346,6 +2379,9 @@ type PutLimitJSONRequestBody = PutLimitBody
 // CreateNamespaceJSONRequestBody defines body for CreateNamespace for application/json ContentType.
 type CreateNamespaceJSONRequestBody = CreateNamespaceBody
 
+// PutNamespaceQuotasJSONRequestBody defines body for PutNamespaceQuotas for application/json ContentType.
+type PutNamespaceQuotasJSONRequestBody = PutQuotasBody
+
 // CancelRunJSONRequestBody defines body for CancelRun for application/json ContentType.
 type CancelRunJSONRequestBody = CancelRunRequest
 
@@ -2707,6 +2743,37 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
 	GetNamespace(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetNamespaceQuotas Show a namespace's quotas
+	//
+	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+	//
+	// Requires the `admin` role.
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
+	GetNamespaceQuotas(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutNamespaceQuotasWithBody Change a namespace's quotas
+	//
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+	PutNamespaceQuotasWithBody(ctx context.Context, namespace string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PutNamespaceQuotas Change a namespace's quotas
+	//
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+	PutNamespaceQuotas(ctx context.Context, namespace string, body PutNamespaceQuotasJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOperation Get a bulk operation
 	//
@@ -3834,6 +3901,67 @@ func (c *APIClient) CreateNamespace(ctx context.Context, body CreateNamespaceJSO
 // Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
 func (c *APIClient) GetNamespace(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetNamespaceRequest(c.Server, namespace)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetNamespaceQuotas Show a namespace's quotas
+//
+// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+//
+// Requires the `admin` role.
+//
+// Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
+func (c *APIClient) GetNamespaceQuotas(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetNamespaceQuotasRequest(c.Server, namespace)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutNamespaceQuotasWithBody Change a namespace's quotas
+//
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+func (c *APIClient) PutNamespaceQuotasWithBody(ctx context.Context, namespace string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutNamespaceQuotasRequestWithBody(c.Server, namespace, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PutNamespaceQuotas Change a namespace's quotas
+//
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+func (c *APIClient) PutNamespaceQuotas(ctx context.Context, namespace string, body PutNamespaceQuotasJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPutNamespaceQuotasRequest(c.Server, namespace, body)
 	if err != nil {
 		return nil, err
 	}
@@ -6131,6 +6259,87 @@ func NewGetNamespaceRequest(server string, namespace string) (*http.Request, err
 	if err != nil {
 		return nil, err
 	}
+
+	return req, nil
+}
+
+// NewGetNamespaceQuotasRequest constructs an http.Request for the GetNamespaceQuotas method
+func NewGetNamespaceQuotasRequest(server string, namespace string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/quotas", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPutNamespaceQuotasRequest calls the generic PutNamespaceQuotas builder with application/json body
+func NewPutNamespaceQuotasRequest(server string, namespace string, body PutNamespaceQuotasJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPutNamespaceQuotasRequestWithBody(server, namespace, "application/json", bodyReader)
+}
+
+// NewPutNamespaceQuotasRequestWithBody constructs an http.Request for the PutNamespaceQuotas method, with any body, and a specified content type
+func NewPutNamespaceQuotasRequestWithBody(server string, namespace string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "namespace", namespace, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/namespaces/%s/quotas", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPut, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
 
 	return req, nil
 }
@@ -9166,6 +9375,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/namespaces/{namespace} (the `GetNamespace` operationId).
 	GetNamespaceWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetNamespaceResponse, error)
 
+	// GetNamespaceQuotasWithResponse Show a namespace's quotas
+	//
+	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+	//
+	// Requires the `admin` role.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
+	GetNamespaceQuotasWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetNamespaceQuotasResponse, error)
+
+	// PutNamespaceQuotasWithBodyWithResponse Change a namespace's quotas
+	//
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+	PutNamespaceQuotasWithBodyWithResponse(ctx context.Context, namespace string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutNamespaceQuotasResponse, error)
+
+	// PutNamespaceQuotasWithResponse Change a namespace's quotas
+	//
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	//
+	// Requires the `admin` role.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+	PutNamespaceQuotasWithResponse(ctx context.Context, namespace string, body PutNamespaceQuotasJSONRequestBody, reqEditors ...RequestEditorFn) (*PutNamespaceQuotasResponse, error)
+
 	// GetOperationWithResponse Get a bulk operation
 	//
 	// Its progress: total, processed (applied + skipped), status.
@@ -11097,6 +11339,11 @@ type DeliverHookResponse202Headers struct {
 	Location *string
 }
 
+// DeliverHookResponse429Headers the declared response headers of an HTTP 429 response for DeliverHook
+type DeliverHookResponse429Headers struct {
+	RetryAfter *int
+}
+
 // DeliverHookResponse503Headers the declared response headers of an HTTP 503 response for DeliverHook
 type DeliverHookResponse503Headers struct {
 	RetryAfter *int
@@ -11117,6 +11364,8 @@ type DeliverHookResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -11125,6 +11374,8 @@ type DeliverHookResponse struct {
 	ApplicationproblemJSON504 *Problem
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *DeliverHookResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeliverHookResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeliverHookResponse503Headers
 }
@@ -11157,6 +11408,11 @@ func (r DeliverHookResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r DeliverHookResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r DeliverHookResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -11842,6 +12098,228 @@ func (r GetNamespaceResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetNamespaceResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetNamespaceQuotasResponse503Headers the declared response headers of an HTTP 503 response for GetNamespaceQuotas
+type GetNamespaceQuotasResponse503Headers struct {
+	RetryAfter *int
+}
+
+type GetNamespaceQuotasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NamespaceQuotas
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetNamespaceQuotasResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetNamespaceQuotasResponse) GetJSON200() *NamespaceQuotas {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r GetNamespaceQuotasResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r GetNamespaceQuotasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetNamespaceQuotasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetNamespaceQuotasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetNamespaceQuotasResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PutNamespaceQuotasResponse503Headers the declared response headers of an HTTP 503 response for PutNamespaceQuotas
+type PutNamespaceQuotasResponse503Headers struct {
+	RetryAfter *int
+}
+
+type PutNamespaceQuotasResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *NamespaceQuotas
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON408 the response for an HTTP 408 `application/problem+json` response
+	ApplicationproblemJSON408 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Problem
+	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
+	ApplicationproblemJSON504 *Problem
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PutNamespaceQuotasResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r PutNamespaceQuotasResponse) GetJSON200() *NamespaceQuotas {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON408 returns the response for an HTTP 408 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON408() *Problem {
+	return r.ApplicationproblemJSON408
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetApplicationproblemJSON503 returns the response for an HTTP 503 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON503() *Problem {
+	return r.ApplicationproblemJSON503
+}
+
+// GetApplicationproblemJSON504 returns the response for an HTTP 504 `application/problem+json` response
+func (r PutNamespaceQuotasResponse) GetApplicationproblemJSON504() *Problem {
+	return r.ApplicationproblemJSON504
+}
+
+// GetBody returns the raw response body bytes
+func (r PutNamespaceQuotasResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r PutNamespaceQuotasResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PutNamespaceQuotasResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PutNamespaceQuotasResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -12734,6 +13212,11 @@ type RerunRunResponse202Headers struct {
 	Location *string
 }
 
+// RerunRunResponse429Headers the declared response headers of an HTTP 429 response for RerunRun
+type RerunRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 // RerunRunResponse503Headers the declared response headers of an HTTP 503 response for RerunRun
 type RerunRunResponse503Headers struct {
 	RetryAfter *int
@@ -12764,6 +13247,8 @@ type RerunRunResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -12772,6 +13257,8 @@ type RerunRunResponse struct {
 	ApplicationproblemJSON504 *Problem
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *RerunRunResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RerunRunResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RerunRunResponse503Headers
 }
@@ -12829,6 +13316,11 @@ func (r RerunRunResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r RerunRunResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r RerunRunResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15110,6 +15602,11 @@ func (r GetScheduleResponse) ContentType() string {
 	return ""
 }
 
+// BackfillScheduleResponse429Headers the declared response headers of an HTTP 429 response for BackfillSchedule
+type BackfillScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 // BackfillScheduleResponse503Headers the declared response headers of an HTTP 503 response for BackfillSchedule
 type BackfillScheduleResponse503Headers struct {
 	RetryAfter *int
@@ -15136,12 +15633,16 @@ type BackfillScheduleResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
 	ApplicationproblemJSON504 *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *BackfillScheduleResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *BackfillScheduleResponse503Headers
 }
@@ -15189,6 +15690,11 @@ func (r BackfillScheduleResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r BackfillScheduleResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r BackfillScheduleResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -15429,6 +15935,11 @@ func (r ResumeScheduleResponse) ContentType() string {
 	return ""
 }
 
+// TriggerScheduleResponse429Headers the declared response headers of an HTTP 429 response for TriggerSchedule
+type TriggerScheduleResponse429Headers struct {
+	RetryAfter *int
+}
+
 // TriggerScheduleResponse503Headers the declared response headers of an HTTP 503 response for TriggerSchedule
 type TriggerScheduleResponse503Headers struct {
 	RetryAfter *int
@@ -15449,12 +15960,16 @@ type TriggerScheduleResponse struct {
 	ApplicationproblemJSON409 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Problem
 	// ApplicationproblemJSON504 the response for an HTTP 504 `application/problem+json` response
 	ApplicationproblemJSON504 *Problem
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *TriggerScheduleResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *TriggerScheduleResponse503Headers
 }
@@ -15487,6 +16002,11 @@ func (r TriggerScheduleResponse) GetApplicationproblemJSON409() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r TriggerScheduleResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r TriggerScheduleResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -16981,6 +17501,11 @@ type StartRunResponse202Headers struct {
 	Location *string
 }
 
+// StartRunResponse429Headers the declared response headers of an HTTP 429 response for StartRun
+type StartRunResponse429Headers struct {
+	RetryAfter *int
+}
+
 // StartRunResponse503Headers the declared response headers of an HTTP 503 response for StartRun
 type StartRunResponse503Headers struct {
 	RetryAfter *int
@@ -17009,6 +17534,8 @@ type StartRunResponse struct {
 	ApplicationproblemJSON415 *Problem
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *Problem
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Problem
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -17017,6 +17544,8 @@ type StartRunResponse struct {
 	ApplicationproblemJSON504 *Problem
 	// Headers202 the parsed response headers for an HTTP 202 response
 	Headers202 *StartRunResponse202Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *StartRunResponse429Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *StartRunResponse503Headers
 }
@@ -17069,6 +17598,11 @@ func (r StartRunResponse) GetApplicationproblemJSON415() *Problem {
 // GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
 func (r StartRunResponse) GetApplicationproblemJSON422() *Problem {
 	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r StartRunResponse) GetApplicationproblemJSON429() *Problem {
+	return r.ApplicationproblemJSON429
 }
 
 // GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
@@ -17725,6 +18259,57 @@ func (c *ClientWithResponses) GetNamespaceWithResponse(ctx context.Context, name
 		return nil, err
 	}
 	return ParseGetNamespaceResponse(rsp)
+}
+
+// GetNamespaceQuotasWithResponse Show a namespace's quotas
+//
+// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+//
+// Requires the `admin` role.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
+func (c *ClientWithResponses) GetNamespaceQuotasWithResponse(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*GetNamespaceQuotasResponse, error) {
+	rsp, err := c.GetNamespaceQuotas(ctx, namespace, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetNamespaceQuotasResponse(rsp)
+}
+
+// PutNamespaceQuotasWithBodyWithResponse Change a namespace's quotas
+//
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+//
+// Requires the `admin` role.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+func (c *ClientWithResponses) PutNamespaceQuotasWithBodyWithResponse(ctx context.Context, namespace string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PutNamespaceQuotasResponse, error) {
+	rsp, err := c.PutNamespaceQuotasWithBody(ctx, namespace, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutNamespaceQuotasResponse(rsp)
+}
+
+// PutNamespaceQuotasWithResponse Change a namespace's quotas
+//
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+//
+// Requires the `admin` role.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PUT /v1/namespaces/{namespace}/quotas (the `PutNamespaceQuotas` operationId).
+func (c *ClientWithResponses) PutNamespaceQuotasWithResponse(ctx context.Context, namespace string, body PutNamespaceQuotasJSONRequestBody, reqEditors ...RequestEditorFn) (*PutNamespaceQuotasResponse, error) {
+	rsp, err := c.PutNamespaceQuotas(ctx, namespace, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePutNamespaceQuotasResponse(rsp)
 }
 
 // GetOperationWithResponse Get a bulk operation
@@ -19993,6 +20578,13 @@ func ParseDeliverHookResponse(rsp *http.Response) (*DeliverHookResponse, error) 
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -20027,6 +20619,16 @@ func ParseDeliverHookResponse(rsp *http.Response) (*DeliverHookResponse, error) 
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeliverHookResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeliverHookResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20623,6 +21225,210 @@ func ParseGetNamespaceResponse(rsp *http.Response) (*GetNamespaceResponse, error
 	switch {
 	case rsp.StatusCode == 503:
 		var headers GetNamespaceResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetNamespaceQuotasResponse parses an HTTP response from a GetNamespaceQuotasWithResponse call
+func ParseGetNamespaceQuotasResponse(rsp *http.Response) (*GetNamespaceQuotasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetNamespaceQuotasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NamespaceQuotas
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers GetNamespaceQuotasResponse503Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePutNamespaceQuotasResponse parses an HTTP response from a PutNamespaceQuotasWithResponse call
+func ParsePutNamespaceQuotasResponse(rsp *http.Response) (*PutNamespaceQuotasResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PutNamespaceQuotasResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest NamespaceQuotas
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 408:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON408 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 503:
+		var headers PutNamespaceQuotasResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -21536,6 +22342,13 @@ func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -21570,6 +22383,16 @@ func ParseRerunRunResponse(rsp *http.Response) (*RerunRunResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers RerunRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers RerunRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -23738,6 +24561,13 @@ func ParseBackfillScheduleResponse(rsp *http.Response) (*BackfillScheduleRespons
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -23762,6 +24592,16 @@ func ParseBackfillScheduleResponse(rsp *http.Response) (*BackfillScheduleRespons
 	}
 
 	switch {
+	case rsp.StatusCode == 429:
+		var headers BackfillScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers BackfillScheduleResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -24009,6 +24849,13 @@ func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse,
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -24033,6 +24880,16 @@ func ParseTriggerScheduleResponse(rsp *http.Response) (*TriggerScheduleResponse,
 	}
 
 	switch {
+	case rsp.StatusCode == 429:
+		var headers TriggerScheduleResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers TriggerScheduleResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -25458,6 +26315,13 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest Problem
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -25492,6 +26356,16 @@ func ParseStartRunResponse(rsp *http.Response) (*StartRunResponse, error) {
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	case rsp.StatusCode == 429:
+		var headers StartRunResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		response.Headers429 = &headers
 	case rsp.StatusCode == 503:
 		var headers StartRunResponse503Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

@@ -11,10 +11,10 @@ import (
 )
 
 // newNamespaceCmd is `cairn namespace`: create and list namespaces
-// (docs/security.md, "Namespaces").
+// (docs/security.md, "Namespaces"), and their quotas (namespace_quota.go).
 func newNamespaceCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	return listGroup{
-		use: "namespace", alias: "namespaces", short: "Create and list namespaces: each has its own workflows, runs, secrets, limits and events",
+		use: "namespace", alias: "namespaces", short: "Create and list namespaces (each has its own workflows, runs, secrets, limits and events) and set their quotas",
 		listUse: "list", listShort: "List the namespaces (a scoped token sees its own)", args: cobra.NoArgs,
 		admin: true,
 		list: func(c *cli, ctx context.Context, _ []string, limit int, out outputFormat) error {
@@ -29,7 +29,7 @@ func newNamespaceCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 				return fmt.Sprintf("%s\t%s\t%s", n.Name, formatTime(n.CreatedAt), n.CreatedBy)
 			})
 		},
-		more: []func(c *cli) *cobra.Command{newNamespaceCreateCmd},
+		more: []func(c *cli) *cobra.Command{newNamespaceCreateCmd, newNamespaceSetQuotaCmd, newNamespaceGetQuotaCmd},
 	}.command(e, stdout, stderr)
 }
 

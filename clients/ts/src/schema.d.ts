@@ -364,6 +364,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/namespaces/{namespace}/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a namespace's quotas
+         * @description The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+         *
+         *     Requires the `admin` role.
+         */
+        get: operations["getNamespaceQuotas"];
+        /**
+         * Change a namespace's quotas
+         * @description Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+         *
+         *     Requires the `admin` role.
+         */
+        put: operations["putNamespaceQuotas"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/operations/{id}": {
         parameters: {
             query?: never;
@@ -1575,10 +1603,10 @@ export interface components {
             /** @description the limit's key */
             key?: string;
             /**
-             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
+             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); quota: the namespace runs as many steps as its running_steps quota allows (name running_steps, key the namespace; GET /v1/namespaces/{namespace}/quotas); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
              * @enum {string}
              */
-            kind: "paused" | "concurrency" | "rate_limit" | "no_dispatcher";
+            kind: "paused" | "concurrency" | "quota" | "rate_limit" | "no_dispatcher";
             /**
              * Format: int64
              * @description the limit
@@ -2020,6 +2048,33 @@ export interface components {
              */
             total: number | null;
         };
+        NamespaceQuotas: {
+            namespace: string;
+            /**
+             * Format: int64
+             * @description the namespace's steps running now
+             */
+            running: number;
+            /**
+             * Format: int64
+             * @description the most steps of the namespace's runs running at once, on every server; null: none
+             */
+            running_steps: number | null;
+            /**
+             * Format: int64
+             * @description the runs the namespace created in the last minute
+             */
+            runs_last_minute: number;
+            /**
+             * Format: int64
+             * @description the most runs the namespace's workflows start in any minute (starts, reruns, hooks, schedules, triggers, child runs); null: none
+             */
+            runs_per_minute: number | null;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description the name of the token that last changed the namespace */
+            updated_by: string;
+        };
         Operation: {
             /** @enum {string} */
             action: "cancel" | "retry" | "pause" | "resume";
@@ -2103,6 +2158,12 @@ export interface components {
             concurrency?: number;
             /** @description the rate limit's tokens per window */
             rate_limit?: components["schemas"]["RateSpec"];
+        };
+        PutQuotasBody: {
+            /** @description the most steps running at once; null clears it; absent keeps it */
+            running_steps?: number | null;
+            /** @description the most runs started in any minute; null clears it; absent keeps it */
+            runs_per_minute?: number | null;
         };
         PutSecretBody: {
             /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
@@ -4234,6 +4295,21 @@ export interface operations {
                 };
             };
             /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Internal Server Error:
              *
              *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
@@ -5045,6 +5121,296 @@ export interface operations {
              *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getNamespaceQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the namespace's name */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceQuotas"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putNamespaceQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the namespace's name */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutQuotasBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceQuotas"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -6447,6 +6813,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9611,6 +9992,21 @@ export interface operations {
                 };
             };
             /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Internal Server Error:
              *
              *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
@@ -9968,6 +10364,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -12049,6 +12460,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
