@@ -76,9 +76,12 @@ func (s *Server) registerQuotas() {
 		Method:      http.MethodGet,
 		Path:        "/v1/namespaces/{namespace}/quotas",
 		Summary:     "Show a namespace's quotas",
-		Description: "The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.",
+		Description: "The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.",
 		Tags:        []string{"namespaces"},
-	}, RoleAdmin, []problemClass{classNotFound}, func(ctx context.Context, in *NamespaceParam) (*struct{ Body NamespaceQuotas }, error) {
+	}, RoleViewer, []problemClass{classNotFound}, func(ctx context.Context, in *NamespaceParam) (*struct{ Body NamespaceQuotas }, error) {
+		if scoped := identity(ctx).Namespace; scoped != "" && scoped != in.Namespace {
+			return nil, withDetail(errNotFound, "no namespace %q", in.Namespace) // as if there were none
+		}
 		q, err := s.store.QuotaGet(ctx, in.Namespace)
 		if err != nil {
 			return nil, withDetail(err, "no namespace %q", in.Namespace)
@@ -86,14 +89,14 @@ func (s *Server) registerQuotas() {
 		return &struct{ Body NamespaceQuotas }{Body: quotasOf(q)}, nil
 	})
 
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "putNamespaceQuotas",
 		Method:      http.MethodPut,
 		Path:        "/v1/namespaces/{namespace}/quotas",
 		Summary:     "Change a namespace's quotas",
 		Description: "Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, \"Quotas\"). The default namespace takes no quota. Audited.",
 		Tags:        []string{"namespaces"},
-	}, RoleAdmin, []problemClass{classNotFound, classValidationFailed}, func(ctx context.Context, in *struct {
+	}), RoleAdmin, []problemClass{classNotFound, classValidationFailed}, func(ctx context.Context, in *struct {
 		NamespaceParam
 		Body PutQuotasBody
 	}) (*struct{ Body NamespaceQuotas }, error) {

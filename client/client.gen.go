@@ -2746,16 +2746,16 @@ type ClientInterface interface {
 
 	// GetNamespaceQuotas Show a namespace's quotas
 	//
-	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
 	//
-	// Requires the `admin` role.
+	// Requires the `viewer` role.
 	//
 	// Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
 	GetNamespaceQuotas(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PutNamespaceQuotasWithBody Change a namespace's quotas
 	//
-	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -2766,7 +2766,7 @@ type ClientInterface interface {
 
 	// PutNamespaceQuotas Change a namespace's quotas
 	//
-	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -3913,9 +3913,9 @@ func (c *APIClient) GetNamespace(ctx context.Context, namespace string, reqEdito
 
 // GetNamespaceQuotas Show a namespace's quotas
 //
-// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
 //
-// Requires the `admin` role.
+// Requires the `viewer` role.
 //
 // Corresponds with GET /v1/namespaces/{namespace}/quotas (the `GetNamespaceQuotas` operationId).
 func (c *APIClient) GetNamespaceQuotas(ctx context.Context, namespace string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3932,7 +3932,7 @@ func (c *APIClient) GetNamespaceQuotas(ctx context.Context, namespace string, re
 
 // PutNamespaceQuotasWithBody Change a namespace's quotas
 //
-// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -3953,7 +3953,7 @@ func (c *APIClient) PutNamespaceQuotasWithBody(ctx context.Context, namespace st
 
 // PutNamespaceQuotas Change a namespace's quotas
 //
-// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -9377,9 +9377,9 @@ type ClientWithResponsesInterface interface {
 
 	// GetNamespaceQuotasWithResponse Show a namespace's quotas
 	//
-	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+	// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
 	//
-	// Requires the `admin` role.
+	// Requires the `viewer` role.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9388,7 +9388,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutNamespaceQuotasWithBodyWithResponse Change a namespace's quotas
 	//
-	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -9399,7 +9399,7 @@ type ClientWithResponsesInterface interface {
 
 	// PutNamespaceQuotasWithResponse Change a namespace's quotas
 	//
-	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+	// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 	//
 	// Requires the `admin` role.
 	//
@@ -18263,9 +18263,9 @@ func (c *ClientWithResponses) GetNamespaceWithResponse(ctx context.Context, name
 
 // GetNamespaceQuotasWithResponse Show a namespace's quotas
 //
-// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+// The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
 //
-// Requires the `admin` role.
+// Requires the `viewer` role.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -18280,7 +18280,7 @@ func (c *ClientWithResponses) GetNamespaceQuotasWithResponse(ctx context.Context
 
 // PutNamespaceQuotasWithBodyWithResponse Change a namespace's quotas
 //
-// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //
@@ -18297,7 +18297,7 @@ func (c *ClientWithResponses) PutNamespaceQuotasWithBodyWithResponse(ctx context
 
 // PutNamespaceQuotasWithResponse Change a namespace's quotas
 //
-// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+// Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
 //
 // Requires the `admin` role.
 //

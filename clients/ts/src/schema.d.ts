@@ -373,14 +373,14 @@ export interface paths {
         };
         /**
          * Show a namespace's quotas
-         * @description The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute.
+         * @description The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
          *
-         *     Requires the `admin` role.
+         *     Requires the `viewer` role.
          */
         get: operations["getNamespaceQuotas"];
         /**
          * Change a namespace's quotas
-         * @description Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited.
+         * @description Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
