@@ -228,7 +228,7 @@ func execScenario(ctx context.Context, e *Env, r *report.Result) error {
 	r.Settings["map"] = fmt.Sprintf("one run: an exec step prints %d items, a map of no-op exec steps over them (max_parallel %d), a builtin join", items, execMapParallel)
 	r.Settings["rounds"] = fmt.Sprintf("%d; in each, every server in turn, its chains then its maps; each figure is the median of its rounds (the machine is shared: compare the variants of one run)", e.Scale.ExecRounds)
 	r.Settings["handlers"] = "sh: `#!/bin/sh\\nexit 0`; python, node, go: read the envelope, print null; *_sdk: the same on sdk/python (cairn_fn.run), sdk/ts (run), fn (fn.Run); sh_nonet: sh with network: none"
-	r.Settings["figures"] = "attempt = attempts.finished_at − started_at (claim → outcome, the catalog's clock); step_to_step = next started_at − previous finished_at; start = cairn_attempt_start_seconds (claim → handler started); phase_* = means of cairn_exec_phase_seconds and cairn_attempt_phase_seconds over the round; cpu_* = processor ms per attempt: cairn (the serve process), children (its reaped children: unsandboxed handlers, bwrap, pasta; a sandboxed handler's own processes are not counted, its PID namespace does not pass their time on), postgres (the cluster), handler and network (cairn_exec_cpu_seconds_total); cairn and postgres include their idle work over the round's wall time; statements = top-level statements on the catalog's database per attempt (pg_stat_statements: round trips to PostgreSQL, whatever the load; the benchmark's own polls for the run's end included)"
+	r.Settings["figures"] = "attempt = attempts.finished_at − started_at (claim → outcome, the catalog's clock); step_to_step = next started_at − previous finished_at; start = cairn_attempt_start_seconds (claim → handler started); phase_* = means of cairn_exec_phase_seconds and cairn_attempt_phase_seconds over the round; cpu_* = processor ms per attempt: cairn (the serve process), children (its reaped children: unsandboxed handlers, bwrap, pasta; a sandboxed handler's own processes are not counted, its PID namespace does not pass their time on), postgres (the cluster), handler and network (cairn_exec_cpu_seconds_total); cairn and postgres include their idle work over the round's wall time; statements = top-level statements on the catalog's database per attempt (pg_stat_statements: round trips to PostgreSQL, whatever the load; the benchmark's own polls left out)"
 	r.Settings["machine_note"] = "the machine is shared with other jobs (see machine.load_average_*): compare the variants of one run, whose rounds alternate, not these figures with another run's"
 
 	samples := map[string][]float64{}
@@ -439,12 +439,13 @@ ORDER BY a.run_id, a.started_at`, ids)
 // catalog's database (pg_stat_statements, updated as each statement ends, where
 // pg_stat_database's commits are flushed up to a second late): what an attempt
 // costs PostgreSQL in round trips, whatever the machine's load. The benchmark's
-// own reads (waitRun's polls) are counted too.
+// own reads (waitRun's polls, this one) are left out.
 func (e *Env) catalogStatements(ctx context.Context) (float64, error) {
 	var n float64
 	err := e.DB.QueryRow(ctx, `
 SELECT coalesce(sum(calls), 0)::float8 FROM pg_stat_statements
-WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&n)
+WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query <> $1 AND query NOT LIKE '%pg_stat_statements%'`, waitRunQuery).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("read statement counts: %w", err)
 	}
