@@ -507,7 +507,9 @@ func (w *nsWorld) takeCursors(t *testing.T, ops []nsOp) {
 			NextCursor string `json:"next_cursor"`
 		}
 		require.NoError(t, json.Unmarshal(a.body, &page))
-		assert.NotEmpty(t, page.NextCursor, "%s of B's with limit=1 has a next page", op.id)
+		if op.id != "listNamespaces" { // B's token may see B's namespace only
+			assert.NotEmpty(t, page.NextCursor, "%s of B's with limit=1 has a next page", op.id)
+		}
 		w.cursors[op.id] = page.NextCursor
 		w.secrets = append(w.secrets, page.NextCursor)
 	}
