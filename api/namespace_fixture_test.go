@@ -1,13 +1,9 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -146,8 +142,7 @@ func newNSWorld(t *testing.T) *nsWorld {
 }
 
 // do sends body (JSON, or none when "") with token, and the namespace header
-// when ns is set. An answer that does not end within 10 s (an open event
-// stream) has status -1.
+// when ns is set.
 func (w *nsWorld) do(t *testing.T, token, ns, method, path, body string) *answer {
 	t.Helper()
 	hdr := map[string]string{}
@@ -157,42 +152,15 @@ func (w *nsWorld) do(t *testing.T, token, ns, method, path, body string) *answer
 	var b []byte
 	if body != "" {
 		b = []byte(body)
-		hdr["Content-Type"] = "application/json"
 	}
 	return w.send(t, token, method, path, hdr, b)
 }
 
-// send is do with headers of the caller's choosing and raw bytes.
+// send is do with headers of the caller's choosing and raw bytes. An answer
+// that does not end within 10 s (an open event stream) has status -1.
 func (w *nsWorld) send(t *testing.T, token, method, path string, hdr map[string]string, body []byte) *answer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var r io.Reader
-	if body != nil {
-		r = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, w.tb.url+path, r)
-	require.NoError(t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err, "%s %s", method, path)
-	defer resp.Body.Close()
-	a := &answer{status: resp.StatusCode, header: resp.Header}
-	a.body, err = io.ReadAll(resp.Body)
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		a.status = -1 // still open after 10 s: a stream
-		return a
-	}
-	require.NoError(t, err)
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
-		_ = json.Unmarshal(a.body, &a.problem)
-	}
-	return a
+	return w.tb.sendWithin(t, 10*time.Second, token, method, path, hdr, body)
 }
 
 func (w *nsWorld) upload(t *testing.T, token string, tarball []byte) api.UploadResult {
@@ -312,11 +280,7 @@ func (w *nsWorld) build(t *testing.T, o *nsObjects, withOnly bool) {
 
 	w.awaitRun(t, o, o.finished, "succeeded")
 	require.Eventually(t, func() bool {
-		a := w.do(t, o.admin, "", http.MethodGet, "/v1/runs?limit=100", "")
-		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-		for _, r := range decode[struct {
-			Items []struct{ Workflow, Status string } `json:"items"`
-		}](t, a).Items {
+		for _, r := range itemsOf[struct{ Workflow, Status string }](t, w.do(t, o.admin, "", http.MethodGet, "/v1/runs?limit=100", "")) {
 			if r.Workflow != "waiter" && r.Status != "succeeded" {
 				return false
 			}
@@ -324,14 +288,8 @@ func (w *nsWorld) build(t *testing.T, o *nsObjects, withOnly bool) {
 		return true
 	}, time.Minute, 50*time.Millisecond, "waiting for every run of %s but waiter's to end", o.ns)
 	require.Eventually(t, func() bool {
-		a := w.do(t, o.admin, "", http.MethodGet, "/v1/runs/"+o.waiting+"/steps", "")
-		require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-		var steps struct {
-			Items []struct{ Key, Status string } `json:"items"`
-		}
-		require.NoError(t, json.Unmarshal(a.body, &steps))
 		waiting := 0
-		for _, s := range steps.Items {
+		for _, s := range itemsOf[struct{ Status string }](t, w.do(t, o.admin, "", http.MethodGet, "/v1/runs/"+o.waiting+"/steps", "")) {
 			if s.Status == "suspended" {
 				waiting++
 			}
@@ -350,22 +308,23 @@ func (w *nsWorld) build(t *testing.T, o *nsObjects, withOnly bool) {
 		return decode[api.Operation](t, a).Status != "running"
 	}, time.Minute, 50*time.Millisecond, "waiting for %s's bulk operation", o.ns)
 
-	a = w.do(t, o.admin, "", http.MethodGet, "/v1/runs?limit=100", "")
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	for _, r := range decode[struct {
-		Items []struct{ ID string } `json:"items"`
-	}](t, a).Items {
+	for _, r := range itemsOf[struct{ ID string }](t, w.do(t, o.admin, "", http.MethodGet, "/v1/runs?limit=100", "")) {
 		o.runs = append(o.runs, r.ID)
 	}
-	a = w.do(t, o.admin, "", http.MethodGet, "/v1/schedules", "")
-	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
-	for _, s := range decode[struct {
-		Items []struct{ ID int64 } `json:"items"`
-	}](t, a).Items {
+	for _, s := range itemsOf[struct{ ID int64 }](t, w.do(t, o.admin, "", http.MethodGet, "/v1/schedules", "")) {
 		o.scheds = append(o.scheds, s.ID)
 	}
 	require.Len(t, o.scheds, 2, "the schedules of %s", o.ns)
 	o.schedule = o.scheds[0]
+}
+
+// itemsOf decodes the items of a list's answer, which must be a 200.
+func itemsOf[T any](t *testing.T, a *answer) []T {
+	t.Helper()
+	require.Equal(t, http.StatusOK, a.status, "%s", a.body)
+	return decode[struct {
+		Items []T `json:"items"`
+	}](t, a).Items
 }
 
 func (w *nsWorld) awaitRun(t *testing.T, o *nsObjects, id, status string) {

@@ -631,9 +631,7 @@ func checkNoSchedulesOfB(t *testing.T, w *nsWorld, _ nsCaller, a *answer) {
 	if a.status != http.StatusOK {
 		return
 	}
-	for _, s := range decode[struct {
-		Items []struct{ ID int64 } `json:"items"`
-	}](t, a).Items {
+	for _, s := range itemsOf[struct{ ID int64 }](t, a) {
 		assert.NotContains(t, w.b.scheds, s.ID, "A's schedule list shows B's schedule %d", s.ID)
 	}
 }
@@ -746,16 +744,7 @@ func (w *nsWorld) webUI(t *testing.T) {
 	}
 	get := func(c *http.Cookie, path string) *answer {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodGet, w.tb.url+path, nil)
-		require.NoError(t, err)
-		req.AddCookie(c)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		a := &answer{status: resp.StatusCode, header: resp.Header}
-		a.body, err = io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return a
+		return w.send(t, "", http.MethodGet, path, map[string]string{"Cookie": c.Name + "=" + c.Value}, nil)
 	}
 	b := &w.b
 	hexID := strings.ReplaceAll(b.finished, "-", "")
