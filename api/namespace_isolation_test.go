@@ -318,12 +318,16 @@ func (w *nsWorld) fill(op nsOp, to target) (string, []string) {
 	return "/" + strings.Join(segs, "/"), vals
 }
 
-// expand fills a query's or body's placeholders with B's values.
-func (w *nsWorld) expand(s string) string {
-	b := &w.b
-	hexID := strings.ReplaceAll(b.finished, "-", "")
-	return strings.NewReplacer("{marker}", b.marker, "{only}", b.only, "{run}", b.finished,
-		"{short}", hexID[len(hexID)-12:], "{prefix}", hexID[:8], "{fresh}", "n"+randomHex(4)).Replace(s)
+// expand fills a query's or body's placeholders with B's values, or with
+// values of objects that do not exist.
+func (w *nsWorld) expand(s string, to target) string {
+	marker, only, run := w.b.marker, w.b.only, w.b.finished
+	if to == targetMissing {
+		marker, only, run = "zz0000000000", "no-such-name", nsMissing.run
+	}
+	hexID := strings.ReplaceAll(run, "-", "")
+	return strings.NewReplacer("{marker}", marker, "{only}", only, "{run}", run,
+		"{short}", hexID[len(hexID)-12:], "{prefix}", w.b.finished[:8], "{fresh}", "n"+randomHex(4)).Replace(s)
 }
 
 // request sends op aimed at to as who, with the namespace header ns, and query
@@ -331,12 +335,12 @@ func (w *nsWorld) expand(s string) string {
 func (w *nsWorld) request(t *testing.T, op nsOp, to target, token, ns, q string) (*answer, []string) {
 	t.Helper()
 	path, vals := w.fill(op, to)
-	query := w.expand(op.kind.query)
+	query := w.expand(op.kind.query, to)
 	if q != "" {
 		if query != "" {
 			query += "&"
 		}
-		query += q
+		query += w.expand(q, to)
 	}
 	if query != "" {
 		path += "?" + query
@@ -358,7 +362,7 @@ func (w *nsWorld) request(t *testing.T, op nsOp, to target, token, ns, q string)
 		body = w.twin
 		hdr["Content-Type"] = "application/gzip"
 	} else if op.kind.body != "" {
-		body = []byte(w.expand(op.kind.body))
+		body = []byte(w.expand(op.kind.body, to))
 		hdr["Content-Type"] = "application/json"
 		vals = append(vals, string(body))
 	}
@@ -469,11 +473,20 @@ func (w *nsWorld) walk(t *testing.T, op nsOp, who nsCaller) {
 	case nsList:
 		queries := append([]string{""}, c.variants...)
 		for _, q := range queries {
-			a, sent := w.request(t, op, targetB, who.token, who.header, w.expand(q))
+			a, sent := w.request(t, op, targetB, who.token, who.header, q)
 			w.noLeak(t, op.id+"?"+q, a, sent...)
 			assert.Contains(t, []int{http.StatusOK, http.StatusForbidden}, a.status, "%s?%s: %s", op.id, q, a.body)
 			if c.check != nil {
 				c.check(t, w, who, a)
+			}
+			if !strings.Contains(c.query+q, "{") || strings.Contains(c.query+q, "{prefix}") {
+				continue
+			}
+			// A filter naming B's object answers as one naming nothing: no items.
+			m, _ := w.request(t, op, targetMissing, who.token, who.header, q)
+			assert.Equal(t, m.status, a.status, "%s?%s answers as for objects that do not exist: %s", op.id, q, a.body)
+			if a.status == http.StatusOK && m.status == http.StatusOK {
+				assert.Equal(t, len(itemsOf[json.RawMessage](t, m)), len(itemsOf[json.RawMessage](t, a)), "%s?%s lists B's objects: %s", op.id, q, a.body)
 			}
 		}
 		if cur := w.cursors[op.id]; cur != "" {
