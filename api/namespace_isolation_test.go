@@ -422,15 +422,18 @@ func TestNamespaceIsolation(t *testing.T) {
 func (w *nsWorld) walk(t *testing.T, op nsOp, who nsCaller) {
 	c := op.kind
 	if op.bearer && op.id != "deliverHook" {
-		// The namespace header naming B answers as naming no namespace.
-		a, sent := w.request(t, op, targetB, who.token, w.b.ns, "")
+		// The namespace header naming B, or the default namespace (which exists
+		// too), answers as naming no namespace.
 		m, _ := w.request(t, op, targetB, who.token, "nope-"+randomHex(3), "")
-		w.noLeak(t, "header naming B", a, append(sent, w.b.ns)...)
-		assert.Equal(t, m.status, a.status, "the header naming B answers as naming no namespace: %s", a.body)
-		assert.Equal(t, m.problem.Code, a.problem.Code, "the header naming B answers as naming no namespace: %s", a.body)
-		if who.admin || op.role <= api.RoleOperator {
-			assert.Equal(t, http.StatusNotFound, a.status, "the header naming B: %s", a.body)
-			assert.Equal(t, "namespace_not_found", a.problem.Code, "the header naming B: %s", a.body)
+		for _, ns := range []string{w.b.ns, namespace.Default} {
+			a, sent := w.request(t, op, targetB, who.token, ns, "")
+			w.noLeak(t, "header naming "+ns, a, append(sent, ns)...)
+			assert.Equal(t, m.status, a.status, "the header naming %s answers as naming no namespace: %s", ns, a.body)
+			assert.Equal(t, m.problem.Code, a.problem.Code, "the header naming %s answers as naming no namespace: %s", ns, a.body)
+			if who.admin || op.role <= api.RoleOperator {
+				assert.Equal(t, http.StatusNotFound, a.status, "the header naming %s: %s", ns, a.body)
+				assert.Equal(t, "namespace_not_found", a.problem.Code, "the header naming %s: %s", ns, a.body)
+			}
 		}
 	}
 	if op.bearer && !who.admin && op.role == api.RoleAdmin {
