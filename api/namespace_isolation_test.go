@@ -411,6 +411,9 @@ func TestNamespaceIsolation(t *testing.T) {
 				continue
 			}
 			a, _ := w.request(t, op, targetB, w.b.admin, "", "")
+			if a.status == http.StatusForbidden { // for tokens of every namespace only
+				a, _ = w.request(t, op, targetB, nsRootToken, w.b.ns, "")
+			}
 			assert.True(t, a.status > 0 && a.status < 500 && a.status != 400 && a.status != 401 && a.status != 403 &&
 				a.status != 404 && a.status != 422, "%s with B's token: %d %s (the walk's request must be valid and reach B's object)", op.id, a.status, a.body)
 		}
@@ -463,7 +466,9 @@ func (w *nsWorld) walk(t *testing.T, op nsOp, who nsCaller) {
 		m, missing := w.request(t, op, targetMissing, token, who.header, "")
 		w.noLeak(t, op.id, a, sent...)
 		require.NotEqual(t, -1, a.status, "the answer did not end: an open stream of B's run")
-		assert.Equal(t, want, m.status, "an object that does not exist: %s", m.body)
+		// An operation for tokens of every namespace may refuse A's token
+		// whatever it names (403), as long as B's object answers the same.
+		assert.Contains(t, []int{want, http.StatusForbidden}, m.status, "an object that does not exist: %s", m.body)
 		assert.Equal(t, m.status, a.status, "B's object answers as one that does not exist: %s", a.body)
 		assert.Equal(t, m.problem.Code, a.problem.Code, "B's object answers as one that does not exist: %s", a.body)
 		detail := a.problem.Detail
@@ -518,6 +523,9 @@ func (w *nsWorld) takeCursors(t *testing.T, ops []nsOp) {
 			continue
 		}
 		a, _ := w.request(t, op, targetB, w.b.admin, "", "limit=1")
+		if a.status == http.StatusForbidden {
+			continue // for tokens of every namespace only: the walk checks A gets 403 too
+		}
 		require.Equal(t, http.StatusOK, a.status, "%s with B's token: %s", op.id, a.body)
 		var page struct {
 			NextCursor string `json:"next_cursor"`
@@ -604,18 +612,21 @@ func checkBulk(t *testing.T, w *nsWorld, who nsCaller, a *answer) {
 	w.noLeak(t, "A's bulk operation's runs", a)
 }
 
-// checkCreateToken: A's admin makes a token of A's (it reaches A's run, not
-// B's); a token of B's namespace it may not make.
+// checkCreateToken: A's admin may not make a token of B's namespace; a token it
+// makes (where scoped admins manage tokens at all) reaches A's run, not B's.
 func checkCreateToken(t *testing.T, w *nsWorld, who nsCaller, a *answer) {
+	r := w.do(t, who.token, who.header, http.MethodPost, "/v1/tokens", `{"name":"n`+randomHex(4)+`","role":"admin","namespace":"`+w.b.ns+`"}`)
+	w.noLeak(t, "createToken in B", r, w.b.ns)
+	assert.Contains(t, []int{http.StatusForbidden, http.StatusNotFound}, r.status, "a token of B's, made by A's admin: %s", r.body)
+	if a.status == http.StatusForbidden {
+		return // tokens are managed by admins of every namespace only
+	}
 	require.Equal(t, http.StatusCreated, a.status, "%s", a.body)
 	tok := decode[api.CreatedToken](t, a)
-	r := w.do(t, tok.Value, "", http.MethodGet, "/v1/runs/"+w.a.finished, "")
+	r = w.do(t, tok.Value, "", http.MethodGet, "/v1/runs/"+w.a.finished, "")
 	assert.Equal(t, http.StatusOK, r.status, "the new token reaches A's run: %s", r.body)
 	r = w.do(t, tok.Value, "", http.MethodGet, "/v1/runs/"+w.b.finished, "")
 	assert.Equal(t, http.StatusNotFound, r.status, "the new token does not reach B's: %s", r.body)
-	r = w.do(t, who.token, who.header, http.MethodPost, "/v1/tokens", `{"name":"n`+randomHex(4)+`","role":"admin","namespace":"`+w.b.ns+`"}`)
-	w.noLeak(t, "createToken in B", r, w.b.ns)
-	assert.Contains(t, []int{http.StatusForbidden, http.StatusNotFound}, r.status, "a token of B's, made by A's admin: %s", r.body)
 	r = w.do(t, who.token, who.header, http.MethodPost, "/v1/tokens", `{"name":"n`+randomHex(4)+`","role":"admin"}`)
 	if r.status == http.StatusCreated {
 		every := decode[api.CreatedToken](t, r)
@@ -781,9 +792,9 @@ func (w *nsWorld) webUI(t *testing.T) {
 		assert.Equal(t, http.StatusOK, get(cb, p).status, "B's session opens B's %s", p)
 	}
 	for _, q := range []string{b.finished, hexID[len(hexID)-12:], hexID[:8], "tag=" + b.marker, b.only, "only"} {
+		// The page may echo the query (a label query as its key and value).
 		a := get(ca, "/ui/search?q="+url.QueryEscape(q))
-		w.noLeak(t, "UI search "+q, a, q)
-		assert.NotContains(t, string(a.body), b.finished, "the search box finds B's run by %q", q)
+		w.noLeak(t, "UI search "+q, a, append(strings.Split(q, "="), q)...)
 	}
 	// A's audit records name the objects of B's that A's requests named (and were
 	// refused): what A sent, not what B has.
