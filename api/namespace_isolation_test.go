@@ -733,6 +733,8 @@ func (w *nsWorld) ownObjects(t *testing.T) {
 			{"/v1/events/" + a.event, a.marker},
 			{"/v1/schedules/" + strconv.FormatInt(a.schedule, 10), a.marker},
 			{"/v1/operations/" + a.op, a.op},
+			{"/v1/namespaces/" + a.ns, a.ns},
+			{"/v1/namespaces", a.ns},
 		} {
 			r := w.do(t, tok, "", http.MethodGet, c.path, "")
 			w.noLeak(t, c.path, r)
