@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Alias is a named pointer of a workflow to one of its versions.
@@ -48,7 +49,7 @@ type AliasParams struct {
 const aliasHistoryLimit = 20
 
 func aliasOf(a *catalog.Alias) Alias {
-	return Alias{Workflow: a.Workflow, Alias: a.Alias, Version: a.Version, UpdatedAt: a.UpdatedAt.UTC(), UpdatedBy: a.UpdatedBy}
+	return Alias{Workflow: namespace.Strip(a.Workflow), Alias: a.Alias, Version: a.Version, UpdatedAt: a.UpdatedAt.UTC(), UpdatedBy: a.UpdatedBy}
 }
 
 // aliasWithHistory reads an alias and its recent history.

@@ -40,7 +40,8 @@ func (s *Server) auditMiddleware(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	who, _ := ctx.Context().Value(identityKey).(Identity)
-	a := &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Action: op.OperationID, Target: auditTarget(ctx, op),
+	ns := requestNamespace(ctx.Context())
+	a := &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Namespace: &ns, Action: op.OperationID, Target: auditTarget(ctx, op),
 		RequestID: RequestID(ctx.Context())}
 	next(huma.WithContext(ctx, catalog.WithAudit(ctx.Context(), a)))
 	if a.Recorded() {
@@ -131,14 +132,14 @@ type AuditExport struct {
 }
 
 func (s *Server) registerAudit() {
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "listAudit",
 		Method:      http.MethodGet,
 		Path:        "/v1/audit",
 		Summary:     "List the audit log",
 		Description: "Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.",
 		Tags:        []string{"audit"},
-	}, RoleAdmin, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
+	}), RoleAdmin, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
 		AuditListParams
 		PageParams
 	}) (*listOutput[AuditRecord], error) {
@@ -164,14 +165,14 @@ func (s *Server) registerAudit() {
 		return out, nil
 	})
 
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "exportAudit",
 		Method:      http.MethodPost,
 		Path:        "/v1/audit/export",
 		Summary:     "Export the audit log",
 		Description: "Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.",
 		Tags:        []string{"audit"},
-	}, RoleAdmin, nil, func(ctx context.Context, in *struct{ Body *ExportAuditBody }) (*struct{ Body AuditExport }, error) {
+	}), RoleAdmin, nil, func(ctx context.Context, in *struct{ Body *ExportAuditBody }) (*struct{ Body AuditExport }, error) {
 		var since, until time.Time
 		if in.Body != nil && in.Body.Since != nil {
 			since = *in.Body.Since

@@ -141,8 +141,13 @@ func TestAuditEveryWrite(t *testing.T) {
 	do(auditCall{token: adminToken, method: http.MethodPut, path: "/v1/secrets/db", body: `{"value":"s3cret-value"}`, status: http.StatusOK}, "putSecret")
 	do(auditCall{token: adminToken, method: http.MethodPut, path: "/v1/limits/db", body: `{"concurrency":2}`, status: http.StatusOK}, "putLimit")
 	do(auditCall{token: adminToken, method: http.MethodDelete, path: "/v1/limits/db", status: http.StatusNoContent}, "clearLimit")
+	_, err := tb.store.DB().Exec(`INSERT INTO namespaces (name, created_by, updated_by) VALUES ('acme', 't', 't')`)
+	require.NoError(t, err)
+	do(auditCall{token: adminToken, method: http.MethodPut, path: "/v1/namespaces/acme/quotas", body: `{"running_steps":5}`, status: http.StatusOK}, "putNamespaceQuotas")
+	do(auditCall{token: adminToken, method: http.MethodPut, path: "/v1/namespaces/default/quotas", body: `{"running_steps":5}`, status: http.StatusUnprocessableEntity}, "putNamespaceQuotas")
 	tok := id(do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/tokens", body: `{"name":"ci","role":"viewer"}`, status: http.StatusCreated}, "createToken"))
 	do(auditCall{token: adminToken, method: http.MethodDelete, path: "/v1/tokens/" + tok, status: http.StatusOK}, "revokeToken")
+	do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/namespaces", body: `{"name":"team-a"}`, status: http.StatusCreated}, "createNamespace")
 	do(auditCall{token: adminToken, method: http.MethodGet, path: "/v1/tokens", status: http.StatusOK}, "")
 	do(auditCall{token: adminToken, method: http.MethodPost, path: "/v1/audit/export", body: `{}`, status: http.StatusOK}, "exportAudit")
 

@@ -80,6 +80,9 @@ type Identity struct {
 	// shares the role's name, so it tells no person apart (it may not be one of
 	// several approvers of a step).
 	Unnamed bool
+	// Namespace is the one namespace the token acts in (package namespace); ""
+	// for a token of every namespace (api/namespace.go).
+	Namespace string
 }
 
 // tokenNamePattern is what a token's name may be: a short word of letters, digits,
@@ -228,6 +231,10 @@ const (
 func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 	need, _ := ctx.Operation().Metadata[metaRole].(Role)
 	if need == RoleNone {
+		if ctx.Operation().OperationID == "deliverHook" {
+			s.enterNamespace(ctx, Identity{}, next) // its namespace: header or ?namespace=
+			return
+		}
 		next(ctx)
 		return
 	}
@@ -238,7 +245,7 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 			_ = huma.WriteErr(s.api, ctx, http.StatusForbidden, fmt.Sprintf("this operation needs the %s role; the session's token has %s", need, who.Role))
 			return
 		}
-		next(huma.WithValue(ctx, identityKey, who))
+		s.enterNamespace(huma.WithValue(ctx, identityKey, who), who, next)
 		return
 	}
 	header := ctx.Header("Authorization")
@@ -276,7 +283,7 @@ func (s *Server) authMiddleware(ctx huma.Context, next func(huma.Context)) {
 		_ = huma.WriteErr(s.api, ctx, http.StatusForbidden, fmt.Sprintf("this operation needs the %s role; the token has %s", need, have))
 		return
 	}
-	next(huma.WithValue(ctx, identityKey, who))
+	s.enterNamespace(huma.WithValue(ctx, identityKey, who), who, next)
 }
 
 const (

@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/cairnrun/cairn/internal/deploy"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // UploadResult is the answer to a bundle upload.
@@ -107,9 +108,9 @@ func (s *Server) registerBundles() {
 // an invalid bundle.
 func (s *Server) upload(ctx context.Context, body io.Reader, noPromote bool) (*UploadResult, error) {
 	v, created, err := deploy.Register(ctx, s.store, s.blobs, body, &deploy.Config{TempDir: s.cfg.TempDir, Limits: s.cfg.BundleLimits,
-		NoPromote: noPromote, Actor: actor(ctx)})
+		NoPromote: noPromote, Actor: actor(ctx), Namespace: requestNamespace(ctx)})
 	if err != nil {
 		return nil, err // bundle.ErrInvalid (and bundle.ErrTooLarge for an archive over a limit)
 	}
-	return &UploadResult{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created, Promoted: !noPromote}, nil
+	return &UploadResult{Workflow: namespace.Strip(v.Workflow), Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize, Fingerprint: v.Fingerprint, Created: created, Promoted: !noPromote}, nil
 }

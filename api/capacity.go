@@ -31,14 +31,14 @@ func capacityTags(q string) ([]string, error) {
 }
 
 func (s *Server) registerCapacity() {
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "getCapacity",
 		Method:      http.MethodGet,
 		Path:        "/v1/capacity",
 		Summary:     "Show the demand of a pool of dispatchers",
 		Description: "What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.",
 		Tags:        []string{"limits"},
-	}, RoleViewer, []problemClass{classValidationFailed}, func(ctx context.Context, in *struct {
+	}), RoleViewer, []problemClass{classValidationFailed}, func(ctx context.Context, in *struct {
 		Tags string `query:"tags" maxLength:"4096" doc:"the pool's tags, comma-separated (gpu,cuda); empty or absent: the untagged pool"`
 	}) (*struct{ Body Capacity }, error) {
 		tags, err := capacityTags(in.Tags)

@@ -14,6 +14,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // maxEventID is the longest event id kept as it is (received_events.id); a
@@ -51,16 +52,18 @@ func (s *Server) emitHook(ctx context.Context, in *hookInput, version int, hook 
 			return nil, err
 		}
 		if key != "" {
-			id = "hook:" + in.Workflow + ":" + hook.Name + ":" + key
+			id = "hook:" + namespace.Strip(in.Workflow) + ":" + hook.Name + ":" + key
 		}
 	}
 	id = storableKey(id, maxEventID)
-	ev, replay, err := s.receiveEvent(ctx, start, &catalog.EventIngestParams{ID: id, Name: hook.Emit.Event, Data: data,
-		Actor: "hook:" + in.Workflow + "/" + hook.Name})
+	// The definition's event name is qualified already (bundle.Definition.Qualify):
+	// receiveEvent qualifies the name it is given.
+	ev, replay, err := s.receiveEvent(ctx, start, &catalog.EventIngestParams{ID: id, Name: namespace.Strip(hook.Emit.Event), Data: data,
+		Actor: "hook:" + namespace.Strip(in.Workflow) + "/" + hook.Name})
 	if errors.Is(err, catalog.ErrIdempotencyMismatch) {
 		// The sender's retry of the event, with a body that differs (a new
 		// timestamp): the first delivery's event is the answer.
-		ev, err = s.store.ReceivedEventGet(ctx, id)
+		ev, err = s.store.ReceivedEventGet(ctx, qualify(ctx, id))
 		replay = true
 	}
 	if err != nil {
@@ -72,7 +75,7 @@ func (s *Server) emitHook(ctx context.Context, in *hookInput, version int, hook 
 		s.metrics.hookDelivery("emitted")
 	}
 	answer := eventAnswerOf(ev, replay)
-	return &hookOutput{Status: http.StatusAccepted, Location: "/v1/events/" + url.PathEscape(ev.ID), Body: HookDelivery{
-		Workflow: in.Workflow, Version: version, Replay: replay, Event: &answer,
+	return &hookOutput{Status: http.StatusAccepted, Location: "/v1/events/" + url.PathEscape(eventIDOf(ev)), Body: HookDelivery{
+		Workflow: namespace.Strip(in.Workflow), Version: version, Replay: replay, Event: &answer,
 	}}, nil
 }

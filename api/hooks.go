@@ -19,6 +19,7 @@ import (
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // The headers a webhook delivery is signed in, one per signature style.
@@ -46,7 +47,10 @@ const maxHookKey = 255
 type hookInput struct {
 	Workflow string `path:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
 	Hook     string `path:"hook" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"hook name, as in the manifest's hooks:"`
-	RawBody  []byte
+	// Namespace is read by enterNamespace (api/namespace.go); declared here for the
+	// OpenAPI document.
+	Namespace string `query:"namespace" maxLength:"31" doc:"the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default"`
+	RawBody   []byte
 
 	headers http.Header
 }
@@ -99,7 +103,8 @@ func (s *Server) registerHooks() {
 		Tags:          []string{"hooks"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxHookBody,
-	}, RoleNone, []problemClass{classUnauthorized, classNotFound, classNoSecretKey, classPayloadTooLarge, classUnsupportedMediaType}, func(ctx context.Context, in *hookInput) (*hookOutput, error) {
+	}, RoleNone, []problemClass{classUnauthorized, classNotFound, classNoSecretKey, classPayloadTooLarge, classUnsupportedMediaType,
+		classQuotaExceeded}, func(ctx context.Context, in *hookInput) (*hookOutput, error) {
 		// Before anything is looked up: a request without any signature is not a
 		// delivery, and learns nothing of the workflows.
 		if in.headers.Get(headerCairnSignature) == "" && in.headers.Get(headerGitHubSignature) == "" && in.headers.Get(headerStripeSignature) == "" {
@@ -109,6 +114,7 @@ func (s *Server) registerHooks() {
 		if !s.vault.Configured() {
 			return nil, s.vaultError(nil)
 		}
+		in.Workflow = qualify(ctx, in.Workflow) // the namespace: Cairn-Namespace or ?namespace=
 		v, err := s.store.VersionGet(ctx, in.Workflow, 0)
 		if err != nil {
 			return nil, withDetail(err, "no workflow %q with a latest version", in.Workflow)
@@ -187,7 +193,7 @@ func (s *Server) registerHooks() {
 			s.metrics.hookDelivery("replay")
 		}
 		return &hookOutput{Status: http.StatusAccepted, Location: "/v1/runs/" + run.ID.String(), Body: HookDelivery{
-			RunID: run.ID.String(), Workflow: run.Workflow, Version: run.Version, Replay: !created,
+			RunID: run.ID.String(), Workflow: namespace.Strip(run.Workflow), Version: run.Version, Replay: !created,
 		}}, nil
 	})
 }

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // LimitKey is the use of one key of a concurrency limit.
@@ -65,8 +67,14 @@ type LimitNameParam struct {
 	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the limit's name"`
 }
 
+// Resolve qualifies Name in the request's namespace (api/namespace.go).
+func (p *LimitNameParam) Resolve(ctx huma.Context) []error {
+	p.Name = qualify(ctx.Context(), p.Name)
+	return nil
+}
+
 func overrideOf(o *catalog.LimitOverride) LimitOverride {
-	out := LimitOverride{Name: o.Name, Concurrency: o.Concurrency, UpdatedAt: o.UpdatedAt.UTC(), UpdatedBy: o.UpdatedBy}
+	out := LimitOverride{Name: namespace.Strip(o.Name), Concurrency: o.Concurrency, UpdatedAt: o.UpdatedAt.UTC(), UpdatedBy: o.UpdatedBy}
 	if o.RateLimit != nil && o.RatePerS != nil {
 		out.RateLimit = &RateSpec{Limit: *o.RateLimit, Per: secondsString(*o.RatePerS)}
 	}
@@ -112,22 +120,28 @@ func (s *Server) registerLimits() {
 	}, RoleViewer, nil, func(ctx context.Context, in *struct {
 		Name string `query:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"only this limit"`
 	}) (*struct{ Body Limits }, error) {
-		use, ovr, err := s.store.LimitList(ctx, in.Name)
+		// The limits of the request's namespace only (api/namespace.go).
+		ns, name := requestNamespace(ctx), qualify(ctx, in.Name)
+		use, ovr, err := s.store.LimitList(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		rates, err := s.store.RateList(ctx, in.Name)
+		rates, err := s.store.RateList(ctx, name)
 		if err != nil {
 			return nil, err
 		}
+		mine := func(key string) bool { return namespace.Of(key) == ns }
+		use = slices.DeleteFunc(use, func(u catalog.LimitUsage) bool { return !mine(u.Name) })
+		ovr = slices.DeleteFunc(ovr, func(o catalog.LimitOverride) bool { return !mine(o.Name) })
+		rates = slices.DeleteFunc(rates, func(r catalog.RateUsage) bool { return !mine(r.Name) })
 		out := &struct{ Body Limits }{Body: Limits{Keys: make([]LimitKey, len(use)), Overrides: make([]LimitOverride, len(ovr)),
 			Rates: make([]RateKey, len(rates))}}
 		for i, r := range rates {
-			out.Body.Rates[i] = RateKey{Name: r.Name, Key: r.Key, Tokens: math.Floor(r.Tokens*1000) / 1000, Limit: r.Limit,
+			out.Body.Rates[i] = RateKey{Name: namespace.Strip(r.Name), Key: r.Key, Tokens: math.Floor(r.Tokens*1000) / 1000, Limit: r.Limit,
 				Per: secondsString(r.PerS), Ready: r.Ready}
 		}
 		for i, u := range use {
-			out.Body.Keys[i] = LimitKey{Name: u.Name, Key: u.Key, Running: u.Running, Ready: u.Ready, Limit: u.Limit}
+			out.Body.Keys[i] = LimitKey{Name: namespace.Strip(u.Name), Key: u.Key, Running: u.Running, Ready: u.Ready, Limit: u.Limit}
 		}
 		for i := range ovr {
 			out.Body.Overrides[i] = overrideOf(&ovr[i])

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // RoleMap gives an OIDC identity its role from the claims of its token
@@ -14,11 +16,13 @@ type RoleMap struct {
 	rules []roleRule
 }
 
-// roleRule gives role to an identity whose claim holds value.
+// roleRule gives role to an identity whose claim holds value, in namespace ns
+// ("" for every namespace).
 type roleRule struct {
 	claim string
 	value string
 	role  Role
+	ns    string
 }
 
 // ParseRoleMap reads a role map: rules separated by commas, each
@@ -30,9 +34,9 @@ type roleRule struct {
 // is no claim of the token is read as a path into nested objects
 // (realm_access.roles). value is the text the claim must hold, compared exactly:
 // everything up to the last '=', so it may hold ':' and '=' but not ','. role is
-// viewer, operator or admin. The namespace suffix is reserved for namespaces:
-// "@*" (all of them) is the only one accepted today, as every role applies to the
-// whole server. Blank rules are ignored.
+// viewer, operator or admin. The namespace suffix scopes the role to one
+// namespace (docs/security.md, "Namespaces"); "@*" or none: every namespace.
+// Blank rules are ignored.
 func ParseRoleMap(spec string) (*RoleMap, error) {
 	m := &RoleMap{}
 	for i, item := range strings.Split(spec, ",") {
@@ -87,10 +91,12 @@ func parseRoleRule(item string) (roleRule, error) {
 	if err != nil {
 		return roleRule{}, err
 	}
-	if scoped && ns != "*" {
-		return roleRule{}, fmt.Errorf("namespace %q: this server has no namespaces yet, so a role applies to all of it: write @* or nothing", ns)
+	if !scoped || ns == "*" {
+		ns = ""
+	} else if err := namespace.Check(ns); err != nil {
+		return roleRule{}, err
 	}
-	return roleRule{claim: claim, value: value, role: role}, nil
+	return roleRule{claim: claim, value: value, role: role, ns: ns}, nil
 }
 
 // Len reports how many rules the map has.
@@ -110,13 +116,31 @@ func (m *RoleMap) Claims() []string {
 // Role returns the highest role a rule gives claims (a token's decoded payload);
 // RoleNone when no rule matches.
 func (m *RoleMap) Role(claims map[string]any) Role {
-	best := RoleNone
+	role, _ := m.Grant(claims)
+	return role
+}
+
+// Grant returns the role and namespace claims are given: the highest role of the
+// matching rules of every namespace, if one matches; else the highest of the
+// matching rules scoped to a namespace, in that namespace (the first such rule's,
+// on a tie). RoleNone when no rule matches.
+func (m *RoleMap) Grant(claims map[string]any) (Role, string) {
+	every, scoped, ns := RoleNone, RoleNone, ""
 	for _, r := range m.rules {
-		if r.role > best && slices.Contains(claimValues(claims, r.claim), r.value) {
-			best = r.role
+		if !slices.Contains(claimValues(claims, r.claim), r.value) {
+			continue
+		}
+		switch {
+		case r.ns == "" && r.role > every:
+			every = r.role
+		case r.ns != "" && r.role > scoped:
+			scoped, ns = r.role, r.ns
 		}
 	}
-	return best
+	if every != RoleNone {
+		return every, ""
+	}
+	return scoped, ns
 }
 
 // Unmapped says why claims map to no role: which claims the rules look at and
@@ -202,5 +226,6 @@ func oidcName(claims map[string]any) string {
 // roles map them to, named by oidcName. Its Role is RoleNone when no rule matches
 // (roles.Unmapped says why).
 func OIDCIdentity(roles *RoleMap, claims map[string]any) Identity {
-	return Identity{Role: roles.Role(claims), Name: oidcName(claims)}
+	role, ns := roles.Grant(claims)
+	return Identity{Role: role, Name: oidcName(claims), Namespace: ns}
 }

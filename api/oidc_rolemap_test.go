@@ -17,13 +17,15 @@ func TestParseRoleMap(t *testing.T) {
 	}{
 		{name: "empty", spec: " , "},
 		{name: "two rules", spec: "groups:platform=admin@*, groups:acme-dev=operator",
-			rules: []roleRule{{"groups", "platform", RoleAdmin}, {"groups", "acme-dev", RoleOperator}}},
+			rules: []roleRule{{"groups", "platform", RoleAdmin, ""}, {"groups", "acme-dev", RoleOperator, ""}}},
 		{name: "value with colons and equals", spec: "sub:repo:acme/app:ref:refs/heads/main=operator, dn:cn=ci=viewer",
-			rules: []roleRule{{"sub", "repo:acme/app:ref:refs/heads/main", RoleOperator}, {"dn", "cn=ci", RoleViewer}}},
+			rules: []roleRule{{"sub", "repo:acme/app:ref:refs/heads/main", RoleOperator, ""}, {"dn", "cn=ci", RoleViewer, ""}}},
 		{name: "quoted claim", spec: `"https://acme.example/groups":ops=Admin`,
-			rules: []roleRule{{"https://acme.example/groups", "ops", RoleAdmin}}},
-		{name: "nested path", spec: "realm_access.roles:cairn=viewer", rules: []roleRule{{"realm_access.roles", "cairn", RoleViewer}}},
-		{name: "a namespace", spec: "groups:a=viewer,groups:acme-dev=operator@acme", err: `rule 2 (groups:acme-dev=operator@acme): namespace "acme": this server has no namespaces yet`},
+			rules: []roleRule{{"https://acme.example/groups", "ops", RoleAdmin, ""}}},
+		{name: "nested path", spec: "realm_access.roles:cairn=viewer", rules: []roleRule{{"realm_access.roles", "cairn", RoleViewer, ""}}},
+		{name: "a namespace", spec: "groups:a=viewer,groups:acme-dev=operator@acme",
+			rules: []roleRule{{"groups", "a", RoleViewer, ""}, {"groups", "acme-dev", RoleOperator, "acme"}}},
+		{name: "a bad namespace", spec: "groups:a=viewer@Acme", err: `rule 1 (groups:a=viewer@Acme): namespace "Acme" must be`},
 		{name: "unknown role", spec: "groups:a=owner", err: `rule 1 (groups:a=owner): unknown role "owner"`},
 		{name: "no value", spec: "groups:=admin", err: "the value is empty"},
 		{name: "no role", spec: "groups:admin", err: "no '='"},
@@ -77,4 +79,28 @@ func TestOIDCName(t *testing.T) {
 	require.Equal(t, "al", oidcName(map[string]any{"email": "", "preferred_username": "al", "sub": "1"}))
 	require.Equal(t, "repo:acme/app", oidcName(map[string]any{"sub": "repo:acme/app\n"}))
 	require.Equal(t, "ab", oidcName(map[string]any{"sub": "a\x1bb"}))
+}
+
+// TestRoleMapGrant: a rule of every namespace wins over scoped ones; without one,
+// the highest scoped rule gives its role in its namespace.
+func TestRoleMapGrant(t *testing.T) {
+	t.Parallel()
+	m, err := ParseRoleMap("groups:platform=viewer@*, groups:acme-dev=operator@acme, groups:acme-admins=admin@acme, groups:beta=operator@beta")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		groups []any
+		role   Role
+		ns     string
+	}{
+		{"every namespace wins", []any{"acme-admins", "platform"}, RoleViewer, ""},
+		{"scoped", []any{"acme-dev"}, RoleOperator, "acme"},
+		{"highest scoped", []any{"beta", "acme-admins"}, RoleAdmin, "acme"},
+		{"tie: the first rule's", []any{"beta", "acme-dev"}, RoleOperator, "acme"},
+		{"none", []any{"other"}, RoleNone, ""},
+	} {
+		role, ns := m.Grant(map[string]any{"groups": tc.groups})
+		require.Equal(t, tc.role, role, tc.name)
+		require.Equal(t, tc.ns, ns, tc.name)
+	}
 }

@@ -87,7 +87,7 @@ func (s *Server) registerOperations() {
 			return nil, &validationError{errs: []error{&huma.ErrorDetail{Location: "body.action", Value: in.Body.Action,
 				Message: "this server cannot apply this action in bulk yet"}}}
 		}
-		filter, err := in.Body.Filter.listParams("body.filter.")
+		filter, err := in.Body.Filter.listParams(ctx, "body.filter.")
 		if err != nil {
 			return nil, err
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/http"
 	"reflect"
 	"slices"
@@ -89,19 +90,21 @@ var (
 	classPayloadTooLarge      = problemClass{http.StatusRequestEntityTooLarge, "payload_too_large", "Payload too large", "The body, or a bundle's archive or files, is over the server's limit. Nothing was stored."}
 	classUnsupportedMediaType = problemClass{http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported media type", "The body's Content-Type is not one the operation takes."}
 	classValidationFailed     = problemClass{http.StatusUnprocessableEntity, "validation_failed", "Validation failed", "A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location."}
+	classQuotaExceeded        = problemClass{http.StatusTooManyRequests, "quota_exceeded", "Quota exceeded", "The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After."}
 	classClientClosed         = problemClass{statusClientClosedRequest, "client_closed_request", "Client closed request", "The client went away before the answer; only the server's logs show it."}
 	classInternal             = problemClass{http.StatusInternalServerError, "internal", "Internal server error", "A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it."}
 	classUnavailable          = problemClass{http.StatusServiceUnavailable, "unavailable", "Service unavailable", "The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After."}
 	classNoSecretKey          = problemClass{http.StatusServiceUnavailable, "secret_key_missing", "No secret key", "The server has no secret key, so secrets can be neither stored nor used (PUT /v1/secrets, webhook deliveries): set CAIRN_SECRET_KEY (32 random bytes in base64, the same on every server) and restart."}
 	classTimeout              = problemClass{http.StatusGatewayTimeout, "timeout", "Timeout", "The request ran out of time inside the server; try again."}
+	classNamespaceNotFound    = problemClass{http.StatusNotFound, "namespace_not_found", "Namespace not found", "The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one."}
 )
 
 // problemClasses lists every class, in the order of docs/api.md's table.
 var problemClasses = []problemClass{
 	classBadRequest, classInvalidCursor, classInvalidBundle, classUnauthorized, classForbidden,
-	classNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
+	classNotFound, classNamespaceNotFound, classRequestTimeout, classConflict, classIdempotencyReused, classRunFinished,
 	classInvalidRunState, classCallbackNotWaiting, classIncompatibleVersion, classNothingToRollBack, classLeaseLost, classPayloadTooLarge, classUnsupportedMediaType, classValidationFailed,
-	classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
+	classQuotaExceeded, classClientClosed, classInternal, classUnavailable, classNoSecretKey, classTimeout,
 }
 
 // classOfStatus is the class of an error that Huma (or an authentication
@@ -303,6 +306,7 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	var ready *readyError
 	var invalid *validationError
 	var tooBig *http.MaxBytesError
+	var quota *catalog.QuotaError
 	if errors.Is(err, errSlowBody) {
 		// The body guard cut a trickling upload (net/http then cancels the request's
 		// context too): the client is slow, not gone.
@@ -335,6 +339,8 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 		return classUnavailable.problem("the blob store is unavailable; try again later").retryAfter(retryAfterSeconds)
 	case errors.Is(err, secrets.ErrNoKey), errors.Is(err, errNoSecretKey):
 		return classNoSecretKey.problem(secrets.ErrNoKey.Error())
+	case errors.As(err, &quota):
+		return quotaProblem(quota)
 	case errors.Is(err, errStreamsFull):
 		return classUnavailable.problem(detailOr(err, "the server has its maximum of open event streams")).retryAfter(streamRetryAfter)
 	// The conflicts with a class of their own wrap catalog.ErrConflict: first.
@@ -392,6 +398,14 @@ func (s *Server) problemFor(ctx context.Context, err error) *Problem {
 	return p
 }
 
+// quotaProblem is the 429 of a run refused by its namespace's quota, with
+// Retry-After: when the quota has room again.
+func quotaProblem(q *catalog.QuotaError) *Problem {
+	secs := max(int(math.Ceil(q.RetryAfter.Seconds())), 1)
+	return classQuotaExceeded.problem(fmt.Sprintf("namespace %s is over its %s quota (%d runs per minute): try again in %d s",
+		q.Namespace, q.Quota, q.Limit, secs)).retryAfter(secs)
+}
+
 // bundleProblem is the problem of a refused bundle: invalid_bundle, or
 // payload_too_large for a bundle over a size limit, naming every entry, step and
 // field at fault.
@@ -430,7 +444,10 @@ func errorResponses[I any](api huma.API, op huma.Operation, role Role, declared 
 		classes = append(classes, classUnavailable, classTimeout)
 	}
 	if role != RoleNone {
-		classes = append(classes, classUnauthorized, classForbidden)
+		classes = append(classes, classUnauthorized, classForbidden, classNamespaceNotFound)
+	}
+	if op.OperationID == "deliverHook" {
+		classes = append(classes, classNamespaceNotFound) // its ?namespace=
 	}
 	in := reflect.TypeFor[I]()
 	if slices.ContainsFunc(reflect.VisibleFields(in), func(f reflect.StructField) bool { return f.IsExported() }) {
@@ -458,7 +475,7 @@ func errorResponses[I any](api huma.API, op huma.Operation, role Role, declared 
 			Description: b.String(),
 			Content:     map[string]*huma.MediaType{"application/problem+json": {Schema: schema}},
 		}
-		if status == http.StatusServiceUnavailable {
+		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 			r.Headers = map[string]*huma.Param{
 				"Retry-After": {Description: "seconds to wait before trying again", Schema: &huma.Schema{Type: "integer"}},
 			}

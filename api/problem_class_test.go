@@ -167,6 +167,14 @@ func TestProblemClasses(t *testing.T) {
 	runningRun, _, err := retryStore.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "wf", Version: 1})
 	require.NoError(t, err)
 	claimOne(runningRun.ID)
+	// A run of namespace q, whose quota of one run a minute it takes.
+	_, err = retryStore.DB().Exec(`INSERT INTO namespaces (name, created_by, updated_by, runs_per_minute) VALUES ('q', 't', 't', 1)`)
+	require.NoError(t, err)
+	catalogtest.Version(t, retryStore, "q/wf", catalog.NewStep{Key: "a", MaxAttempts: 1})
+	quotaRun, _, err := retryStore.RunCreate(context.Background(), &catalog.RunCreateParams{Workflow: "q/wf", Version: 1})
+	require.NoError(t, err)
+	_, err = retryStore.DB().Exec(`UPDATE runs SET status = 'failed', finished_at = now() WHERE id = $1`, quotaRun.ID)
+	require.NoError(t, err)
 
 	// The run's step is not running: no lease credential of it is current.
 	staleLease := functions.LeaseCredential([]byte(classesSigningKey), run.ID, "greet", 1)
@@ -198,6 +206,9 @@ func TestProblemClasses(t *testing.T) {
 		{code: "not_found", status: 404, answer: func() *http.Response {
 			return do(http.MethodGet, srv+"/v1/runs/"+uuid.NewString(), classesViewerToken, "", nil, nil)
 		}},
+		{code: "namespace_not_found", status: 404, answer: func() *http.Response {
+			return do(http.MethodGet, srv+"/v1/runs", classesViewerToken, "", nil, http.Header{"Cairn-Namespace": {"nowhere"}})
+		}},
 		{code: "request_timeout", status: 408, answer: func() *http.Response {
 			return trickleAnswer(t, slow, "POST /v1/bundles HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+operatorToken+"\r\nContent-Type: application/gzip\r\nContent-Length: 1000000\r\n\r\n")
 		}},
@@ -223,6 +234,9 @@ func TestProblemClasses(t *testing.T) {
 			return do(http.MethodPost, retrySrv+"/v1/runs/"+failedRun.ID.String()+"/retry", operatorToken, "application/json", []byte(`{"version":2}`), nil)
 		}, check: func(t *testing.T, a classAnswer) {
 			require.Contains(t, a.problem.Detail, "a (needs nothing in the run, z in version 2)")
+		}},
+		{code: "quota_exceeded", status: 429, answer: func() *http.Response {
+			return do(http.MethodPost, retrySrv+"/v1/runs/"+quotaRun.ID.String()+"/rerun", operatorToken, "application/json", []byte(`{"from_step":"a"}`), nil)
 		}},
 		{code: "nothing_to_roll_back", status: 409, answer: func() *http.Response {
 			// hello has one version: latest has nothing before it.

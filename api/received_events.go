@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // maxEventBody bounds POST /v1/events' body, read whole: data larger than the
@@ -46,7 +47,7 @@ type ReceivedEvent struct {
 
 func eventAnswerOf(ev *catalog.ReceivedEvent, duplicate bool) EventAnswer {
 	o := ev.Outcome
-	return EventAnswer{EventID: ev.ID, Name: ev.Name, ReceivedAt: ev.ReceivedAt, Duplicate: duplicate,
+	return EventAnswer{EventID: eventIDOf(ev), Name: namespace.Strip(ev.Name), ReceivedAt: ev.ReceivedAt, Duplicate: duplicate,
 		Started: nonNil(o.Started), Resumed: nonNil(o.Resumed), Canceled: nonNil(o.Canceled), Flow: o.Flow, Errors: o.Errors}
 }
 
@@ -71,6 +72,10 @@ type EventListParams struct {
 // start: its data stored in the blob store when large (null when empty), then
 // stored and applied by catalog.EventIngest, and counted.
 func (s *Server) receiveEvent(ctx context.Context, start time.Time, p *catalog.EventIngestParams) (*catalog.ReceivedEvent, bool, error) {
+	var err error
+	if p.Name, p.ID, err = s.eventKeys(ctx, p.Name, p.ID); err != nil {
+		return nil, false, err
+	}
 	if len(bytes.TrimSpace(p.Data)) == 0 {
 		p.Data = json.RawMessage("null")
 	} else if int64(len(p.Data)) > s.cfg.InlineLimit {
@@ -119,7 +124,10 @@ func (s *Server) registerReceivedEvents() {
 	}, RoleViewer, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
 		ID string `path:"id" maxLength:"200"`
 	}) (*struct{ Body ReceivedEvent }, error) {
-		ev, err := s.store.ReceivedEventGet(ctx, in.ID)
+		ev, err := s.store.ReceivedEventGet(ctx, qualify(ctx, in.ID))
+		if err == nil && namespace.Of(ev.Name) != requestNamespace(ctx) {
+			err = withDetail(errNotFound, "event %q not found", in.ID) // default's id "ns/x" names ns's x
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -141,8 +149,8 @@ func (s *Server) registerReceivedEvents() {
 		if err := s.decodeCursor(in.Cursor, "events", in.Name, &before); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.ReceivedEventList(ctx, catalog.ReceivedEventListParams{Name: in.Name, Since: in.Since,
-			Before: before, Limit: in.Limit + 1})
+		rows, err := s.store.ReceivedEventList(ctx, catalog.ReceivedEventListParams{Name: qualify(ctx, in.Name), Since: in.Since,
+			Before: before, Limit: in.Limit + 1, Namespace: requestNamespace(ctx)})
 		if err != nil {
 			return nil, err
 		}

@@ -134,7 +134,8 @@ func (s *Server) registerRetry() {
 			}},
 		},
 	}
-	register(s, rerun, RoleOperator, []problemClass{classBadRequest, classNotFound, classIdempotencyReused, classInvalidRunState, classIncompatibleVersion},
+	register(s, rerun, RoleOperator, []problemClass{classBadRequest, classNotFound, classIdempotencyReused, classInvalidRunState, classIncompatibleVersion,
+		classQuotaExceeded},
 		func(ctx context.Context, in *struct {
 			RunIDParam
 			IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`

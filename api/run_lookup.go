@@ -23,7 +23,7 @@ func (s *Server) registerRunLookup() {
 	}, RoleViewer, []problemClass{classBadRequest}, func(ctx context.Context, in *struct {
 		ID string `query:"id" required:"true" minLength:"1" maxLength:"36" doc:"a run ID, whole or short"`
 	}) (*itemsOutput[Run], error) {
-		ids, err := s.store.RunLookup(ctx, in.ID, runLookupMax)
+		ids, err := s.store.RunLookup(ctx, in.ID, runLookupMax, requestNamespace(ctx))
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -33,11 +34,12 @@ type RunFilterParams struct {
 
 // listParams checks the filters and returns them as the catalog takes them, or a
 // *validationError naming each bad parameter, at where ("query." for the
-// parameters of a list, "body.filter." for a bulk operation's filter).
-func (f *RunFilterParams) listParams(where string) (*catalog.RunListParams, error) {
+// parameters of a list, "body.filter." for a bulk operation's filter). They keep
+// the runs of the request's namespace only.
+func (f *RunFilterParams) listParams(ctx context.Context, where string) (*catalog.RunListParams, error) {
 	p := &catalog.RunListParams{
-		Workflow: f.Workflow, Status: f.Status, Version: f.Version, ErrorCode: f.ErrorCode,
-		CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore,
+		Workflow: qualify(ctx, f.Workflow), Status: f.Status, Version: f.Version, ErrorCode: f.ErrorCode,
+		CreatedAfter: f.CreatedAfter, CreatedBefore: f.CreatedBefore, Namespace: requestNamespace(ctx),
 	}
 	var errs []error
 	bad := func(loc, msg, value string) {
@@ -91,6 +93,7 @@ func runFilterKey(p *catalog.RunListParams) string {
 		return catalog.FirstRunIDAt(t)
 	}
 	b, _ := json.Marshal(struct { // never fails: strings, numbers and a map of strings
+		Namespace string            `json:"n,omitempty"`
 		Workflow  string            `json:"w"`
 		Status    string            `json:"s"`
 		Labels    map[string]string `json:"l"`
@@ -99,7 +102,7 @@ func runFilterKey(p *catalog.RunListParams) string {
 		Parent    uuid.UUID         `json:"p"`
 		After     uuid.UUID         `json:"a"`
 		Before    uuid.UUID         `json:"b"`
-	}{p.Workflow, p.Status, p.Labels, p.Version, p.ErrorCode, p.Parent, bound(p.CreatedAfter), bound(p.CreatedBefore)})
+	}{p.Namespace, p.Workflow, p.Status, p.Labels, p.Version, p.ErrorCode, p.Parent, bound(p.CreatedAfter), bound(p.CreatedBefore)})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/expr"
 	"github.com/cairnrun/cairn/internal/tracing"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Run is a run of a pinned workflow version.
@@ -43,7 +44,7 @@ type Run struct {
 
 func runOf(r *catalog.Run) Run {
 	out := Run{
-		ID: r.ID.String(), Workflow: r.Workflow, Version: r.Version, Status: string(r.Status),
+		ID: r.ID.String(), Workflow: namespace.Strip(r.Workflow), Version: r.Version, Status: string(r.Status),
 		Input: jsonOrNull(r.Input), InputOmitted: r.InputOmitted, Error: jsonOrNull(r.Error), Revision: r.Revision,
 		StepsTotal: r.StepsTotal, StepsLeft: r.StepsRemaining, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: utc(r.StartedAt), FinishedAt: utc(r.FinishedAt), RerunFrom: r.RerunFromStep,
@@ -145,7 +146,7 @@ func (s *Server) registerRuns() {
 		Tags:          []string{"runs"},
 		DefaultStatus: http.StatusAccepted,
 		MaxBodyBytes:  maxInputSize + 1024,
-	}, RoleOperator, []problemClass{classNotFound, classIdempotencyReused}, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound, classIdempotencyReused, classQuotaExceeded}, func(ctx context.Context, in *struct {
 		WorkflowNameParam
 		IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"makes the request safe to retry"`
 		Body           *StartRunBody
@@ -200,7 +201,7 @@ func (s *Server) registerRuns() {
 		RunFilterParams
 		PageParams
 	}) (*listOutput[Run], error) {
-		p, err := in.listParams("query.")
+		p, err := in.listParams(ctx, "query.")
 		if err != nil {
 			return nil, err
 		}

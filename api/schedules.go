@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // maxBackfill bounds the fire times one backfill creates runs for.
@@ -53,7 +54,7 @@ func utcPtr(t *time.Time) *time.Time {
 
 func scheduleOf(sc *catalog.Schedule) Schedule {
 	out := Schedule{
-		ID: sc.ID, Workflow: sc.Workflow, Name: sc.Name, Version: sc.Version, Cron: sc.Cron, Timezone: sc.Timezone,
+		ID: sc.ID, Workflow: namespace.Strip(sc.Workflow), Name: sc.Name, Version: sc.Version, Cron: sc.Cron, Timezone: sc.Timezone,
 		Overlap: sc.Overlap, Catchup: sc.Catchup().String(), Active: sc.Active, Paused: sc.Paused,
 		NextFireAt: utcPtr(sc.NextFireAt), LastFireAt: utcPtr(sc.LastFireAt), LastRunID: parentOf(sc.LastRunID),
 		BufferedFireAt: utcPtr(sc.BufferedFireAt), Fires: sc.Fires, Skipped: sc.Skipped,
@@ -105,10 +106,12 @@ func (s *Server) registerSchedules() {
 		PageParams
 	}) (*listOutput[Schedule], error) {
 		var after int64
+		in.Workflow = qualify(ctx, in.Workflow)
 		if err := s.decodeCursor(in.Cursor, "schedules", in.Workflow, &after); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: in.Workflow, After: after, Limit: in.Limit + 1})
+		rows, err := s.store.ScheduleList(ctx, &catalog.ScheduleListParams{Workflow: in.Workflow, After: after, Limit: in.Limit + 1,
+			Namespace: requestNamespace(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +175,7 @@ func (s *Server) registerSchedules() {
 		Description:   "Creates a run of the schedule now (its version, input and label schedule=<name>), whatever its overlap policy and even when paused: an operator asked for it. The run becomes the schedule's last run (later fires' overlap looks at it); the schedule's fire times do not change. An inactive schedule is a 409 conflict. An event schedule.triggered names the actor. Answers 202 with the run.",
 		Tags:          []string{"schedules"},
 		DefaultStatus: http.StatusAccepted,
-	}, RoleOperator, []problemClass{classNotFound, classConflict}, func(ctx context.Context, in *ScheduleIDParam) (*runOutput, error) {
+	}, RoleOperator, []problemClass{classNotFound, classConflict, classQuotaExceeded}, func(ctx context.Context, in *ScheduleIDParam) (*runOutput, error) {
 		run, err := s.store.ScheduleTrigger(ctx, in.ID, actor(ctx))
 		if err != nil {
 			if errors.Is(err, catalog.ErrConflict) {
@@ -190,7 +193,7 @@ func (s *Server) registerSchedules() {
 		Summary:     "Create the runs of a schedule's past (or future) fire times",
 		Description: fmt.Sprintf("Creates a run for every fire time of the schedule's cron (in its time zone) in [from, to), each with the idempotency key of that fire (schedule:<id>:<fire time>): a fire time that has its run already (fired, or backfilled before) creates nothing, so repeating a backfill creates nothing new. Overlap does not apply; the schedule's next fire does not change; works on paused and inactive schedules too. At most %d fire times (else 422 naming body.to); all are created in one transaction. An event schedule.backfilled names the actor.", maxBackfill),
 		Tags:        []string{"schedules"},
-	}, RoleOperator, []problemClass{classNotFound}, func(ctx context.Context, in *struct {
+	}, RoleOperator, []problemClass{classNotFound, classQuotaExceeded}, func(ctx context.Context, in *struct {
 		ScheduleIDParam
 		Body BackfillBody
 	}) (*backfillOutput, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 	"github.com/cairnrun/cairn/secrets"
 )
 
@@ -30,6 +31,12 @@ type SecretNameParam struct {
 	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"secret name, like a step key"`
 }
 
+// Resolve qualifies Name in the request's namespace (api/namespace.go).
+func (p *SecretNameParam) Resolve(ctx huma.Context) []error {
+	p.Name = qualify(ctx.Context(), p.Name)
+	return nil
+}
+
 func (s *Server) registerSecrets() {
 	register(s, huma.Operation{
 		OperationID:  "putSecret",
@@ -50,7 +57,7 @@ func (s *Server) registerSecrets() {
 		if err != nil {
 			return nil, err
 		}
-		return &struct{ Body Secret }{Body: Secret{Name: v.Name, Version: v.Version, CreatedAt: v.CreatedAt.UTC(), CreatedBy: v.CreatedBy}}, nil
+		return &struct{ Body Secret }{Body: Secret{Name: namespace.Strip(v.Name), Version: v.Version, CreatedAt: v.CreatedAt.UTC(), CreatedBy: v.CreatedBy}}, nil
 	})
 
 	register(s, huma.Operation{
@@ -65,7 +72,7 @@ func (s *Server) registerSecrets() {
 		if err := s.decodeCursor(in.Cursor, "secrets", "", &after); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.SecretList(ctx, &catalog.SecretListParams{After: after, Limit: in.Limit + 1})
+		rows, err := s.store.SecretList(ctx, &catalog.SecretListParams{After: after, Limit: in.Limit + 1, Namespace: requestNamespace(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +83,7 @@ func (s *Server) registerSecrets() {
 				out.Body.NextCursor = s.encodeCursor("secrets", "", rows[i-1].Name)
 				break
 			}
-			out.Body.Items = append(out.Body.Items, Secret{Name: r.Name, Version: r.Version, CreatedAt: r.CreatedAt.UTC(),
+			out.Body.Items = append(out.Body.Items, Secret{Name: namespace.Strip(r.Name), Version: r.Version, CreatedAt: r.CreatedAt.UTC(),
 				CreatedBy: r.CreatedBy, FirstCreatedAt: utc(r.FirstCreatedAt)})
 		}
 		return out, nil

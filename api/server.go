@@ -141,6 +141,7 @@ type Server struct {
 	pulse       *pulse        // wakes the event streams together
 	polls       sharedPolls   // their polls of the catalog, shared
 	managed     managedTokens // the catalog's tokens (tokens.go)
+	namespaces  namespaceCache
 }
 
 // CloseStreams ends every open event stream (at shutdown: http.Server.Shutdown does
@@ -191,11 +192,13 @@ func New(store *catalog.Store, blobs blobstore.Store, cfg *Config) *Server {
 	s.registerEvents()
 	s.registerSecrets()
 	s.registerLimits()
+	s.registerQuotas()
 	s.registerCapacity()
 	s.registerHooks()
 	s.registerSchedules()
 	s.registerTokens()
 	s.registerAudit()
+	s.registerNamespaces()
 	return s
 }
 
@@ -228,7 +231,8 @@ func NewConfig() huma.Config {
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
 	cfg.Info.Description = "Cairn is a durable, serverless-style function runtime on PostgreSQL and S3-compatible object storage.\n\n" +
 		"Errors are RFC 9457 problem documents (application/problem+json). Each has a stable `code`, its error class, and the HTTP status comes from the class; " +
-		"clients switch on `code`, never on `title` or `detail`. Each operation lists the classes it answers with. The classes:\n\n" + problemTable()
+		"clients switch on `code`, never on `title` or `detail`. Each operation lists the classes it answers with. The classes:\n\n" + problemTable() +
+		"\n\nNamespaces: every operation under /v1 acts in one namespace: the one its token is scoped to; else the one the `Cairn-Namespace` request header names (webhook deliveries: also `?namespace=`); else `default`. Names resolve in it and lists hold its objects only; a token scoped to a namespace gets 404 for an object of another one. See docs/security.md, \"Namespaces\"."
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		securityScheme: {Type: "http", Scheme: "bearer", Description: "A token from CAIRN_TOKENS, or a managed token (POST /v1/tokens); roles viewer, operator, admin."},
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Step is a step of a run.
@@ -69,7 +70,7 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 			w.Kind = string(*st.WaitKind)
 		}
 		if st.WaitName != nil {
-			w.Name = *st.WaitName
+			w.Name = namespace.Strip(*st.WaitName)
 		}
 		if st.ApprovalRequired != nil && st.WaitKind != nil && *st.WaitKind == catalog.WaitApproval {
 			n := st.Approvals
@@ -90,7 +91,7 @@ func waitingFor(st *catalog.Step) *WaitingFor {
 // (a ready step) its concurrency key has no free slot or its rate limit no token
 // (name, key, in_use and limit say which). no_dispatcher comes with placement.
 type BlockedBy struct {
-	Kind   string   `json:"kind" enum:"paused,concurrency,rate_limit,no_dispatcher" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)"`
+	Kind   string   `json:"kind" enum:"paused,concurrency,quota,rate_limit,no_dispatcher" doc:"paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); quota: the namespace runs as many steps as its running_steps quota allows (name running_steps, key the namespace; GET /v1/namespaces/{namespace}/quotas); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)"`
 	RunsOn []string `json:"runs_on,omitempty" doc:"no_dispatcher: the step's runs_on"`
 	Name   string   `json:"name,omitempty" doc:"the limit's name"`
 	Key    string   `json:"key,omitempty" doc:"the limit's key"`
@@ -98,8 +99,8 @@ type BlockedBy struct {
 	Limit  *int     `json:"limit,omitempty" doc:"the limit"`
 }
 
-// explainBlocked fills blocked_by of the ready steps (not held) whose concurrency
-// key has no free slot.
+// explainBlocked fills blocked_by of the ready steps (not held) that a limit, a
+// quota or their runs_on holds back (catalog.StepsBlocked).
 func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalog.Step, items []Step) error {
 	ready := false
 	for i := range rows {
@@ -115,7 +116,7 @@ func (s *Server) explainBlocked(ctx context.Context, id uuid.UUID, rows []catalo
 	for i := range items {
 		if b, ok := blocked[items[i].Key]; ok && items[i].BlockedBy == nil {
 			inUse, limit := b.InUse, b.Limit
-			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: b.Name, Key: b.Key, RunsOn: b.RunsOn}
+			items[i].BlockedBy = &BlockedBy{Kind: b.Kind, Name: namespace.Strip(b.Name), Key: b.Key, RunsOn: b.RunsOn}
 			if b.Kind != "no_dispatcher" {
 				items[i].BlockedBy.InUse, items[i].BlockedBy.Limit = &inUse, &limit
 			}

@@ -129,7 +129,11 @@ func (m *managedTokens) identifyHash(ctx context.Context, h [32]byte) (Identity,
 	if err != nil {
 		return Identity{}, nil // the catalog's check allows no other role
 	}
-	return Identity{Role: role, Name: c.tok.Name}, nil
+	who := Identity{Role: role, Name: c.tok.Name}
+	if c.tok.Namespace != nil {
+		who.Namespace = *c.tok.Namespace
+	}
+	return who, nil
 }
 
 // identifyManaged is authMiddleware's seam to managed tokens: it writes the 401 or
@@ -162,6 +166,7 @@ type APIToken struct {
 	ID         string     `json:"id" doc:"the token's ID (DELETE /v1/tokens/{id})"`
 	Name       string     `json:"name" doc:"the actor its requests are recorded under"`
 	Role       string     `json:"role" enum:"viewer,operator,admin"`
+	Namespace  *string    `json:"namespace,omitempty" doc:"the one namespace it acts in; absent: every namespace"`
 	CreatedAt  time.Time  `json:"created_at"`
 	CreatedBy  string     `json:"created_by" doc:"the name of the token that created it"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty" doc:"when it stops working; absent: never"`
@@ -171,7 +176,7 @@ type APIToken struct {
 }
 
 func apiTokenOf(t *catalog.Token) APIToken {
-	return APIToken{ID: t.ID.String(), Name: t.Name, Role: t.Role, CreatedAt: t.CreatedAt.UTC(), CreatedBy: t.CreatedBy,
+	return APIToken{ID: t.ID.String(), Name: t.Name, Role: t.Role, Namespace: t.Namespace, CreatedAt: t.CreatedAt.UTC(), CreatedBy: t.CreatedBy,
 		ExpiresAt: utc(t.ExpiresAt), RevokedAt: utc(t.RevokedAt), RevokedBy: t.RevokedBy, LastUsedAt: utc(t.LastUsedAt)}
 }
 
@@ -180,6 +185,7 @@ type CreateTokenBody struct {
 	Name      string     `json:"name" pattern:"^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$" doc:"the actor its requests are recorded under (audit log, events)"`
 	Role      string     `json:"role" enum:"viewer,operator,admin"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"when it stops working (RFC 3339, in the future); absent: never"`
+	Namespace string     `json:"namespace,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,30}$" doc:"the one namespace it acts in (it must exist); absent: every namespace"`
 }
 
 // CreatedToken is a new token with its value: the only time the value is shown.
@@ -189,7 +195,7 @@ type CreatedToken struct {
 }
 
 func (s *Server) registerTokens() {
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID:   "createToken",
 		Method:        http.MethodPost,
 		Path:          "/v1/tokens",
@@ -197,29 +203,40 @@ func (s *Server) registerTokens() {
 		Description:   "A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).",
 		Tags:          []string{"tokens"},
 		DefaultStatus: http.StatusCreated,
-	}, RoleAdmin, nil, func(ctx context.Context, in *struct{ Body CreateTokenBody }) (*struct{ Body CreatedToken }, error) {
+	}), RoleAdmin, nil, func(ctx context.Context, in *struct{ Body CreateTokenBody }) (*struct{ Body CreatedToken }, error) {
 		if in.Body.ExpiresAt != nil && !in.Body.ExpiresAt.After(time.Now()) {
 			return nil, classValidationFailed.problem("expires_at is past",
 				&huma.ErrorDetail{Location: "body.expires_at", Value: in.Body.ExpiresAt, Message: "must be in the future"})
 		}
+		var ns *string
+		if in.Body.Namespace != "" {
+			if _, err := s.store.NamespaceGet(ctx, in.Body.Namespace); err != nil {
+				if errors.Is(err, catalog.ErrNotFound) {
+					return nil, classValidationFailed.problem("no such namespace",
+						&huma.ErrorDetail{Location: "body.namespace", Value: in.Body.Namespace, Message: "create the namespace first (POST /v1/namespaces)"})
+				}
+				return nil, err
+			}
+			ns = &in.Body.Namespace
+		}
 		value := newTokenValue()
 		h := TokenHash(value)
 		t, err := s.store.TokenCreate(ctx, catalog.TokenCreateParams{Name: in.Body.Name, Role: in.Body.Role, Hash: h[:],
-			CreatedBy: actor(ctx), ExpiresAt: in.Body.ExpiresAt})
+			CreatedBy: actor(ctx), ExpiresAt: in.Body.ExpiresAt, Namespace: ns})
 		if err != nil {
 			return nil, err
 		}
 		return &struct{ Body CreatedToken }{Body: CreatedToken{APIToken: apiTokenOf(t), Value: value}}, nil
 	})
 
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "listTokens",
 		Method:      http.MethodGet,
 		Path:        "/v1/tokens",
 		Summary:     "List tokens",
 		Description: "The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).",
 		Tags:        []string{"tokens"},
-	}, RoleAdmin, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
+	}), RoleAdmin, []problemClass{classInvalidCursor}, func(ctx context.Context, in *struct {
 		Revoked bool `query:"revoked" doc:"include revoked tokens"`
 		PageParams
 	}) (*listOutput[APIToken], error) {
@@ -244,14 +261,14 @@ func (s *Server) registerTokens() {
 		return out, nil
 	})
 
-	register(s, huma.Operation{
+	register(s, everyNamespace(huma.Operation{
 		OperationID: "revokeToken",
 		Method:      http.MethodDelete,
 		Path:        "/v1/tokens/{id}",
 		Summary:     "Revoke a token",
 		Description: "The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.",
 		Tags:        []string{"tokens"},
-	}, RoleAdmin, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *struct {
+	}), RoleAdmin, []problemClass{classBadRequest, classNotFound}, func(ctx context.Context, in *struct {
 		ID string `path:"id" maxLength:"36" doc:"the token's ID"`
 	}) (*struct{ Body APIToken }, error) {
 		id, err := uuid.Parse(in.ID)

@@ -9,7 +9,9 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Workflow is a named workflow.
@@ -41,16 +43,35 @@ func workflowOf(w *catalog.Workflow) Workflow {
 	if aliases == nil {
 		aliases = map[string]int{}
 	}
-	return Workflow{Name: w.Name, Description: w.Description, LatestVersion: w.LatestVersion, Aliases: aliases,
+	return Workflow{Name: namespace.Strip(w.Name), Description: w.Description, LatestVersion: w.LatestVersion, Aliases: aliases,
 		CreatedAt: w.CreatedAt.UTC(), UpdatedAt: w.UpdatedAt.UTC(),
 		Paused: w.Paused, PausedBy: w.PausedBy, PausedAt: utc(w.PausedAt)}
 }
 
 func versionOf(v *catalog.Version, withDefinition bool) Version {
-	out := Version{Workflow: v.Workflow, Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize,
+	out := Version{Workflow: namespace.Strip(v.Workflow), Version: v.Version, Digest: v.BundleDigest, Size: v.BundleSize,
 		Fingerprint: v.Fingerprint, CreatedAt: v.CreatedAt.UTC()}
 	if withDefinition {
-		out.Definition = redactDefinition(json.RawMessage(v.Definition))
+		out.Definition = redactDefinition(stripDefinition(v.Workflow, json.RawMessage(v.Definition)))
+	}
+	return out
+}
+
+// stripDefinition is def, the definition of workflow (a catalog key), with the
+// names its namespace qualified stripped (bundle.Definition.Qualify): as the user
+// wrote them. A definition of the default namespace is returned as it is.
+func stripDefinition(workflow string, def json.RawMessage) json.RawMessage {
+	if namespace.Of(workflow) == namespace.Default {
+		return def
+	}
+	var d bundle.Definition
+	if err := json.Unmarshal(def, &d); err != nil {
+		return nil // a stored definition always decodes; never show what did not
+	}
+	d.Strip()
+	out, err := d.CanonicalJSON()
+	if err != nil {
+		return nil
 	}
 	return out
 }
@@ -121,9 +142,17 @@ type listOutput[T any] struct {
 type workflowOutput struct{ Body Workflow }
 type versionOutput struct{ Body Version }
 
-// WorkflowNameParam is the {name} path parameter.
+// WorkflowNameParam is the {name} path parameter. Once validated, Name is the
+// catalog's key of the workflow in the request's namespace (Resolve).
 type WorkflowNameParam struct {
 	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
+}
+
+// Resolve qualifies Name in the request's namespace (api/namespace.go). Huma calls
+// it after the parameter's validation.
+func (p *WorkflowNameParam) Resolve(ctx huma.Context) []error {
+	p.Name = qualify(ctx.Context(), p.Name)
+	return nil
 }
 
 func (s *Server) registerWorkflows() {
@@ -139,7 +168,7 @@ func (s *Server) registerWorkflows() {
 		if err := s.decodeCursor(in.Cursor, "workflows", "", &after); err != nil {
 			return nil, err
 		}
-		rows, err := s.store.WorkflowList(ctx, &catalog.WorkflowListParams{After: after, Limit: in.Limit + 1})
+		rows, err := s.store.WorkflowList(ctx, &catalog.WorkflowListParams{After: after, Limit: in.Limit + 1, Namespace: requestNamespace(ctx)})
 		if err != nil {
 			return nil, err
 		}

@@ -42,9 +42,12 @@ func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, sr
 	// returns: buf is free again when uploadStream returns, failed or not.
 	buf := s.takePart()
 	defer s.givePart(buf)
+	// small is in buf from here: the heap copy is not kept alive by the upload.
+	filled := copy(buf, small)
+	small = nil
 	var whole []byte // the content, when it ended within the first part
 	err = s.upload(ctx, key, minio.PutObjectOptions{ContentType: ct}, func(uploadID string) ([]minio.CompletePart, error) {
-		parts, first, err := s.uploadStream(ctx, key, uploadID, src, small, buf)
+		parts, first, err := s.uploadStream(ctx, key, uploadID, src, filled, buf)
 		if err == nil && first != nil {
 			// A copy on the heap: a request that failed may be read by the HTTP
 			// transport after it returned, and buf goes back to the free list.
@@ -92,15 +95,14 @@ func (s *S3Store) givePart(b []byte) {
 var errWholeInFirstPart = errors.New("the content ended within its first part")
 
 // uploadStream uploads the parts of uploadID, each of the part size but the
-// last, from small and then src, in buf (one part long): each part is uploaded
+// last, from buf's first filled bytes and then src, in buf (one part long): each part is uploaded
 // as it is read, its request reading buf behind the reader, so that reading
 // and hashing overlap the upload in one part of memory. A part's length is
 // only known at its end: each is sent as a full part, and when src ends within
 // it, that request is abandoned and the part sent again with its true length
 // from buf. When src ends within the first part, nothing is uploaded and first
 // is the whole content.
-func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io.Reader, small, buf []byte) (parts []minio.CompletePart, first []byte, err error) {
-	filled := copy(buf, small)
+func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io.Reader, filled int, buf []byte) (parts []minio.CompletePart, first []byte, err error) {
 	for number := 1; ; number++ {
 		if number > s3MaxParts {
 			return nil, nil, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)

@@ -70,7 +70,7 @@ type AuditRecord struct {
 	Actor string `db:"actor" json:"actor"`
 	// Role is the token's role then.
 	Role string `db:"role" json:"role"`
-	// Namespace is reserved for namespaces; NULL (nil) for now.
+	// Namespace is the namespace the write acted in; nil for a write of none.
 	Namespace *string `db:"namespace" json:"namespace,omitempty"`
 	// Action is what was done: the API operation's ID ("cancelRun") or "uiLogin".
 	Action string `db:"action" json:"action"`
@@ -91,6 +91,9 @@ type AuditRecord struct {
 type Audit struct {
 	// Actor, Role, Action, Target and RequestID fill the record (AuditRecord).
 	Actor, Role, Action, Target, RequestID string
+	// Namespace is the namespace the write acted in; nil: none (a write of
+	// every namespace, such as a UI login).
+	Namespace *string
 	// Code is the problem code of a refused write, set by the API before it
 	// records the failure.
 	Code string
@@ -135,7 +138,7 @@ func auditInTx(ctx context.Context, tx *sqlx.Tx) (done func(committed bool), err
 		a.mu.Unlock()
 		return func(bool) {}, nil
 	}
-	res, err := tx.ExecContext(ctx, sqlAuditInTx, a.Actor, a.Role, nil, a.Action, a.Target, a.RequestID)
+	res, err := tx.ExecContext(ctx, sqlAuditInTx, a.Actor, a.Role, a.Namespace, a.Action, a.Target, a.RequestID)
 	if err != nil {
 		a.mu.Unlock()
 		return nil, fmt.Errorf("record the audit log: %w", err)
@@ -167,7 +170,7 @@ func (s *Store) auditRecord(ctx context.Context, a *Audit, outcome, code string)
 	if a.recorded {
 		return nil
 	}
-	if _, err := s.db.ExecContext(ctx, sqlAuditInsert, a.Actor, a.Role, nil, a.Action, a.Target, a.RequestID, outcome, code); err != nil {
+	if _, err := s.db.ExecContext(ctx, sqlAuditInsert, a.Actor, a.Role, a.Namespace, a.Action, a.Target, a.RequestID, outcome, code); err != nil {
 		return fmt.Errorf("record the audit log: %w", translateError(err))
 	}
 	a.recorded = true

@@ -79,7 +79,7 @@ func TestClaimAloneConcurrency(t *testing.T) {
 
 	claim := func(want int) []Claimed {
 		t.Helper()
-		out, _, fallback, err := s.claimAlone(ctx, "d1", []string{}, 100, time.Minute)
+		out, _, fallback, _, err := s.claimAlone(ctx, "d1", []string{}, 100, time.Minute, false)
 		require.NoError(t, err)
 		require.False(t, fallback)
 		require.Len(t, out, want)
@@ -121,7 +121,7 @@ SELECT run_id, key, lease_token FROM steps WHERE run_id = ANY ($1::uuid[]) AND s
 	claimAloneRuns(t, s, "rated", `{}`, 1)
 	_, err = s.LimitSet(ctx, "tenant", LimitSetParams{Concurrency: 5}, "alice")
 	require.NoError(t, err)
-	out, _, fallback, err := s.claimAlone(ctx, "d1", []string{}, 100, time.Minute)
+	out, _, fallback, _, err := s.claimAlone(ctx, "d1", []string{}, 100, time.Minute, false)
 	require.NoError(t, err)
 	require.True(t, fallback)
 	require.Empty(t, out)
@@ -153,7 +153,7 @@ func TestClaimAloneCountsAfterLock(t *testing.T) {
 	go func() {
 		// One candidate: the older run's step, locked by the claim; the other
 		// transaction starts the younger's.
-		out, _, _, err := s.claimAlone(ctx, "d1", []string{}, 1, time.Minute)
+		out, _, _, _, err := s.claimAlone(ctx, "d1", []string{}, 1, time.Minute, false)
 		done <- result{out, err}
 	}()
 	require.Eventually(t, func() bool {
@@ -219,7 +219,7 @@ func TestAdmitConcurrency(t *testing.T) {
 	s := New(testenv.DB(t), nil)
 	claimAloneVersion(t, s, "limited", `,"concurrency":{"name":"tenant","key":"input.tenant","limit":1}`)
 	claimAloneRuns(t, s, "limited", `{"tenant":"busy"}`, 1)
-	out, _, fallback, err := s.claimAlone(ctx, "d1", []string{}, 10, time.Minute)
+	out, _, fallback, _, err := s.claimAlone(ctx, "d1", []string{}, 10, time.Minute, false)
 	require.NoError(t, err)
 	require.False(t, fallback)
 	require.Len(t, out, 1, "one step of key busy runs")

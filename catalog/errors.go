@@ -136,6 +136,8 @@ func translateError(err error) error {
 			return fmt.Errorf("%w: %w", ErrNothingToRollBack, err)
 		case sqlstateForbidden:
 			return fmt.Errorf("%w: %w", ErrForbidden, err)
+		case sqlstateQuota:
+			return quotaError(pqErr)
 		case "40001", "40P01": // serialization_failure, deadlock_detected
 			return fmt.Errorf("%w: %w", ErrRetryable, err)
 		}
@@ -221,7 +223,8 @@ func Transient(err error) bool {
 }
 
 func isTranslated(err error) bool {
-	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput, ErrForbidden} {
+	for _, s := range []error{ErrNotFound, ErrConflict, ErrRetryable, ErrLeaseLost, ErrUnavailable, ErrInvalidInput, ErrForbidden,
+		ErrQuotaExceeded} {
 		if errors.Is(err, s) {
 			return true
 		}

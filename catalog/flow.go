@@ -15,6 +15,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/cairnrun/cairn/expr"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Flow control (catalog/sql/flow.sql): concurrency and rate limits per key,
@@ -66,6 +67,10 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
 	// (status = 'running') IS TRUE: the predicate of steps_conc_running_idx alone
 	// (migrations/00039_conc_slots_index.sql), so that the count never scans every
 	// running step by steps_lease_expiry_idx; so are they wherever they are counted.
+	// A step of a namespace with a running_steps quota (quota_ns, quota.go) is
+	// claimable when the namespace has a step fewer running than its quota (a hint
+	// as well: cairn_claim_usage counts again under the quota's lock); a step of
+	// default (quota_ns NULL) reads nothing more.
 	sqlClaimable       = sqlClaimableCheap + sqlClaimableLimits
 	sqlClaimableLimits = `
       AND (s.conc_name IS NULL OR (
@@ -78,7 +83,13 @@ FROM jsonb_each($2::jsonb) AS f WHERE s.run_id = $1 AND s.key = f.key`
           SELECT b.tokens + extract(epoch FROM clock_timestamp() - b.at)
                             * coalesce(l.rate_limit, b.lim) / coalesce(l.rate_per_s, b.per_s)
           FROM rate_buckets b LEFT JOIN limits l ON l.name = b.name
-          WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)`
+          WHERE b.name = s.rate_name AND b.key = s.rate_key), 1) >= 1)
+      AND (s.quota_ns IS NULL OR coalesce((
+          SELECT (SELECT count(*) FROM (
+                      SELECT 1 FROM steps r
+                      WHERE (r.status = 'running') IS TRUE AND r.quota_ns IS NOT NULL AND r.quota_ns = s.quota_ns
+                      LIMIT n.running_steps) x) < n.running_steps
+          FROM namespaces n WHERE n.name = s.quota_ns), true))`
 
 	// sqlClaimCandidates locks up to $1 claimable steps (sqlClaimable), skipping
 	// those locked by another claimer, by priority, then turn, then age. A step's
@@ -127,7 +138,7 @@ WITH turns AS (
     SELECT s.run_id, s.key, s.conc_name, s.conc_key, s.conc_limit,
            s.rate_name, s.rate_key,
            coalesce(l.rate_limit, s.rate_limit) AS rate_limit, coalesce(l.rate_per_s, s.rate_per_s) AS rate_per_s,
-           NULL::float8 AS next_in
+           s.quota_ns, NULL::float8 AS next_in
     FROM pool p
     JOIN steps s ON s.run_id = p.run_id AND s.key = p.key
     LEFT JOIN limit_keys lk ON lk.name = s.conc_name AND lk.key = s.conc_key
@@ -141,7 +152,7 @@ WITH turns AS (
            s.rate_name, s.rate_key,
            coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
            coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
-           NULL::float8 AS next_in
+           s.quota_ns, NULL::float8 AS next_in
     FROM steps s
     WHERE ` + sqlClaimable + `
       AND (s.run_id, s.key) NOT IN (SELECT c.run_id, c.key FROM c)
@@ -158,7 +169,7 @@ UNION ALL` + sqlClaimNextIn
 	// until the first token of an empty bucket that ready steps wait for (the
 	// claimer looks again then), when there is one.
 	sqlClaimNextIn = `
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.next_in
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.next_in
 FROM (` + sqlClaimNextInValue + `) v
 WHERE v.next_in IS NOT NULL`
 
@@ -195,7 +206,7 @@ WITH c AS (
            s.rate_name, s.rate_key,
            coalesce((SELECT l.rate_limit FROM limits l WHERE l.name = s.rate_name), s.rate_limit) AS rate_limit,
            coalesce((SELECT l.rate_per_s FROM limits l WHERE l.name = s.rate_name), s.rate_per_s) AS rate_per_s,
-           NULL::float8 AS next_in
+           s.quota_ns, NULL::float8 AS next_in
     FROM steps s
     WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, s.ready_at
@@ -266,25 +277,49 @@ FROM g`
 	// after the keys' locks) and the candidates before it at most the limit set
 	// at run time (limits), or else the step's own. A candidate refused still
 	// counts for those after it. The claim in one statement (sqlClaimAlone) and
-	// the claim transaction's (sqlClaimConcAdmit) apply it alike.
+	// the claim transaction's (sqlClaimConcAdmit, through sqlQuotaAdmitted) apply
+	// it alike.
 	sqlConcAdmitted = `
     SELECT t.* FROM (
         SELECT a.*, row_number() OVER (PARTITION BY a.conc_name, a.conc_key ORDER BY a.ord) AS place
-        FROM admit_src a) t
-    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key
-    WHERE t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit)`
+        FROM admit_src a) t` + sqlConcAdmittedUse + `
+    WHERE ` + sqlConcAdmittedWhere
+	sqlConcAdmittedUse = `
+    LEFT JOIN use ON use.name = t.conc_name AND use.key = t.conc_key`
+	sqlConcAdmittedWhere = `(t.conc_name IS NULL OR use.running + t.place <= coalesce(use.override, t.conc_limit))`
 
-	// sqlClaimConcAdmit takes the locks of the concurrency keys of the claim
-	// transaction's candidates with a limit ($1 names, $2 keys, $3 limits, in
-	// the candidates' order) and returns the ordinals (1-based) of those that
-	// get a slot (sqlConcAdmitted).
+	// sqlQuotaAdmitted is sqlConcAdmitted with the namespaces' running_steps
+	// quotas (quota.go), the one home of their admission rule: a candidate of a
+	// namespace with the quota (quota_ns, a row of use with a NULL key:
+	// cairn_claim_usage) is kept when the namespace's running steps and its
+	// candidates before it are at most the quota. A candidate a concurrency key
+	// refuses still counts for the quota: a claim may start fewer than it could,
+	// never more. A statement apart from sqlConcAdmitted, so that the claim of
+	// steps of no such namespace keeps its plan (sqlClaimAlone).
+	sqlQuotaAdmitted = `
+    SELECT t.* FROM (
+        SELECT a.*, row_number() OVER (PARTITION BY a.conc_name, a.conc_key ORDER BY a.ord) AS place,
+               row_number() OVER (PARTITION BY a.quota_ns ORDER BY a.ord) AS quota_place
+        FROM admit_src a) t` + sqlConcAdmittedUse + `
+    LEFT JOIN use q ON q.key IS NULL AND q.name = t.quota_ns
+    WHERE ` + sqlConcAdmittedWhere + `
+      AND (q.override IS NULL OR q.running + t.quota_place <= q.override)`
+
+	// sqlClaimConcAdmit takes the locks of the concurrency keys and of the
+	// namespaces' running_steps quotas of the claim transaction's candidates ($1
+	// names, $2 keys, $3 limits, $4 quota_ns, in the candidates' order; NULL where
+	// a candidate has none) and returns the ordinals (1-based) of those that get
+	// a slot (sqlQuotaAdmitted).
 	sqlClaimConcAdmit = `
 WITH admit_src AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::integer[]) WITH ORDINALITY AS s(conc_name, conc_key, conc_limit, ord)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[])
+        WITH ORDINALITY AS s(conc_name, conc_key, conc_limit, quota_ns, ord)
 ), use AS MATERIALIZED (
-    SELECT * FROM cairn_conc_usage($1::text[], $2::text[])
+    SELECT * FROM cairn_claim_usage(ARRAY(SELECT a.conc_name FROM admit_src a WHERE a.conc_name IS NOT NULL),
+                                    ARRAY(SELECT a.conc_key FROM admit_src a WHERE a.conc_name IS NOT NULL),
+                                    ARRAY(SELECT DISTINCT a.quota_ns FROM admit_src a WHERE a.quota_ns IS NOT NULL))
 )
-SELECT c.ord FROM (` + sqlConcAdmitted + `) c
+SELECT c.ord FROM (` + sqlQuotaAdmitted + `) c
 ORDER BY c.ord`
 
 	// sqlLimitUsage counts the running and ready steps of each concurrency key,
@@ -324,7 +359,8 @@ RETURNING name, concurrency, rate_limit, rate_per_s, updated_at, updated_by`
 	sqlLimitClear = `DELETE FROM limits WHERE name = $1`
 
 	// sqlStepBlocked reads the ready steps of run $1 that have a limit: the slots
-	// in use of the concurrency key, and the tokens left in the rate bucket.
+	// in use of the concurrency key, the tokens left in the rate bucket, and the
+	// running steps of the namespace when it has a running_steps quota.
 	sqlStepBlocked = `
 SELECT s.key, s.conc_name, s.conc_key,
        coalesce((SELECT l.concurrency FROM limits l WHERE l.name = s.conc_name), s.conc_limit) AS lim,
@@ -335,12 +371,16 @@ SELECT s.key, s.conc_name, s.conc_key,
         FROM rate_buckets b WHERE b.name = s.rate_name AND b.key = s.rate_key) AS tokens,
        s.runs_on,
        s.runs_on IS NULL OR EXISTS (SELECT 1 FROM dispatchers d
-                                    WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed
+                                    WHERE d.heartbeat_at > now() - make_interval(secs => $2) AND s.runs_on <@ d.tags) AS placed,
+       s.quota_ns, qn.running_steps AS quota_limit,
+       (SELECT count(*) FROM steps r
+        WHERE (r.status = 'running') IS TRUE AND r.quota_ns IS NOT NULL AND r.quota_ns = qn.name) AS quota_in_use
 FROM steps s
+LEFT JOIN namespaces qn ON qn.name = s.quota_ns AND qn.running_steps IS NOT NULL
 LEFT JOIN limits l ON l.name = s.rate_name
 CROSS JOIN LATERAL (SELECT coalesce(l.rate_limit, s.rate_limit) AS lim, coalesce(l.rate_per_s, s.rate_per_s) AS per_s) rl
 WHERE s.run_id = $1 AND s.status = 'ready' AND NOT s.held
-  AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL)`
+  AND (s.conc_name IS NOT NULL OR s.rate_name IS NOT NULL OR s.runs_on IS NOT NULL OR qn.name IS NOT NULL)`
 
 	sqlDispatcherBeat = `
 INSERT INTO dispatchers (id, tags, version) VALUES ($1, $2, $3)
@@ -520,6 +560,7 @@ type claimCandidate struct {
 	RateKey   *string    `db:"rate_key"`
 	RateLimit *int       `db:"rate_limit"`
 	RatePerS  *float64   `db:"rate_per_s"`
+	QuotaNS   *string    `db:"quota_ns"`
 	NextIn    *float64   `db:"next_in"`
 }
 
@@ -563,26 +604,36 @@ func admit(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCan
 	return admitRate(ctx, tx, cands)
 }
 
-// admitConcurrency keeps the candidates without a concurrency limit and, of
-// those with one, the ones their key has a free slot for (sqlClaimConcAdmit,
-// which takes the keys' locks first).
+// admitConcurrency keeps the candidates without a concurrency limit or a
+// namespace's quota (quota_ns) and, of the others, the ones their key and their
+// namespace have a free slot for (sqlClaimConcAdmit, which takes the keys' and
+// the quotas' locks first).
 func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) ([]claimCandidate, error) {
-	var names, keys []string
-	var limits []int64
+	var names, keys, quotas []sql.NullString
+	var limits []sql.NullInt64
 	var limited []int // index in cands of each ordinal's candidate
 	for i, c := range cands {
-		if c.ConcName != nil {
-			names, keys = append(names, *c.ConcName), append(keys, *c.ConcKey)
-			limits = append(limits, int64(*c.ConcLimit))
-			limited = append(limited, i)
+		if c.ConcName == nil && c.QuotaNS == nil {
+			continue
 		}
+		var n, k, q sql.NullString
+		var l sql.NullInt64
+		if c.ConcName != nil {
+			n, k = sql.NullString{String: *c.ConcName, Valid: true}, sql.NullString{String: *c.ConcKey, Valid: true}
+			l = sql.NullInt64{Int64: int64(*c.ConcLimit), Valid: true}
+		}
+		if c.QuotaNS != nil {
+			q = sql.NullString{String: *c.QuotaNS, Valid: true}
+		}
+		names, keys, limits, quotas = append(names, n), append(keys, k), append(limits, l), append(quotas, q)
+		limited = append(limited, i)
 	}
 	if len(limited) == 0 {
 		return cands, nil
 	}
 	var ords []int
-	if err := tx.SelectContext(ctx, &ords, sqlClaimConcAdmit,
-		pq.StringArray(names), pq.StringArray(keys), pq.Int64Array(limits)); err != nil {
+	if err := tx.SelectContext(ctx, &ords, sqlClaimConcAdmit, pq.GenericArray{A: names}, pq.GenericArray{A: keys},
+		pq.GenericArray{A: limits}, pq.GenericArray{A: quotas}); err != nil {
 		return nil, fmt.Errorf("count limit slots: %w", err)
 	}
 	admitted := make([]bool, len(cands))
@@ -591,7 +642,7 @@ func admitConcurrency(ctx context.Context, tx *sqlx.Tx, cands []claimCandidate) 
 	}
 	out := cands[:0:0]
 	for i, c := range cands {
-		if c.ConcName == nil || admitted[i] {
+		if (c.ConcName == nil && c.QuotaNS == nil) || admitted[i] {
 			out = append(out, c)
 		}
 	}
@@ -818,7 +869,7 @@ const (
 // Steps already running keep running: a lower limit only delays the next claims; a
 // lower rate caps the bucket's tokens at once.
 func (s *Store) LimitSet(ctx context.Context, name string, p LimitSetParams, actor string) (*LimitOverride, error) {
-	if !reLimitName.MatchString(name) {
+	if !reLimitName.MatchString(namespace.Strip(name)) {
 		return nil, fmt.Errorf("set limit %q: %w: a name is 1 to 63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit", name, ErrInvalidInput)
 	}
 	var conc, rate *int
@@ -942,21 +993,23 @@ func (s *Store) DispatcherList(ctx context.Context) ([]Dispatcher, error) {
 
 // BlockedBy says what holds a ready step back from starting.
 type BlockedBy struct {
-	// Kind is "concurrency", "rate_limit" or "no_dispatcher".
+	// Kind is "concurrency", "rate_limit", "quota" (Name "running_steps", Key the
+	// namespace) or "no_dispatcher".
 	Kind string `json:"kind"`
 	Name string `json:"name"`
 	Key  string `json:"key"`
 	// RunsOn is the tags no live dispatcher has all of (no_dispatcher).
 	RunsOn []string `json:"runs_on,omitempty"`
-	// InUse is the slots in use (concurrency) or the tokens used in the window
-	// (rate_limit); Limit the limit.
+	// InUse is the slots in use (concurrency), the tokens used in the window
+	// (rate_limit) or the namespace's running steps (quota); Limit the limit.
 	InUse int `json:"in_use"`
 	Limit int `json:"limit"`
 }
 
 // StepsBlocked returns, by step key, the ready steps of a run (not held) that no
-// live dispatcher can claim (runs_on), whose concurrency key has no free slot, or
-// whose rate bucket has no token now.
+// live dispatcher can claim (runs_on), whose concurrency key has no free slot,
+// whose namespace runs as many steps as its running_steps quota allows, or whose
+// rate bucket has no token now.
 func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]BlockedBy, error) {
 	rows, err := s.db.QueryxContext(ctx, sqlStepBlocked, runID, DispatcherLive.Seconds())
 	if err != nil {
@@ -973,9 +1026,12 @@ func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]B
 			tokens                      *float64
 			runsOn                      pq.StringArray
 			placed                      bool
+			quotaNS                     *string
+			quotaLimit                  *int
+			quotaInUse                  int
 		)
 		if err := rows.Scan(&key, &concName, &concKey, &concLimit, &inUse, &rateName, &rateKey, &rateLimit, &tokens,
-			&runsOn, &placed); err != nil {
+			&runsOn, &placed, &quotaNS, &quotaLimit, &quotaInUse); err != nil {
 			return nil, err
 		}
 		switch {
@@ -983,6 +1039,8 @@ func (s *Store) StepsBlocked(ctx context.Context, runID uuid.UUID) (map[string]B
 			out[key] = BlockedBy{Kind: "no_dispatcher", RunsOn: []string(runsOn)}
 		case concName != nil && *inUse >= *concLimit:
 			out[key] = BlockedBy{Kind: "concurrency", Name: *concName, Key: *concKey, InUse: *inUse, Limit: *concLimit}
+		case quotaLimit != nil && quotaInUse >= *quotaLimit:
+			out[key] = BlockedBy{Kind: "quota", Name: QuotaRunningSteps, Key: *quotaNS, InUse: quotaInUse, Limit: *quotaLimit}
 		case rateName != nil && tokens != nil && *tokens < 1:
 			out[key] = BlockedBy{Kind: "rate_limit", Name: *rateName, Key: *rateKey, InUse: *rateLimit - int(*tokens), Limit: *rateLimit}
 		}

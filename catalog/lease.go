@@ -79,8 +79,9 @@ WITH c AS (
 	// sqlClaimDependents is sqlClaim in the transaction that finished steps ($5 run
 	// ids, $6 keys) successfully: it leases to $1 up to $4 of their dependents that
 	// this finish made ready and that are simple to claim (StepFinishClaim): no
-	// concurrency or rate limit (those take turns and tokens under their keys'
-	// locks: the claim loop takes them), and claimable by sqlClaimableCheap (not
+	// concurrency or rate limit, not of a namespace with a running_steps quota
+	// (those take turns, tokens and slots under their keys' locks: the claim loop
+	// takes them), and claimable by sqlClaimableCheap (not
 	// held, condition decided, runs_on within the dispatcher's tags $2). Only when
 	// no other step has been waiting for a claim (ready before this transaction
 	// began, ready_at < now()): a dependent never goes ahead of a step that waited
@@ -103,6 +104,8 @@ WITH d AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s
     WHERE ` + sqlClaimableCheap + `
       AND s.conc_name IS NULL AND s.rate_name IS NULL
+      AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
+                                             WHERE n.name = s.quota_ns AND n.running_steps IS NOT NULL))
       AND NOT EXISTS (SELECT 1 FROM steps o
                       WHERE o.status = 'ready' AND NOT o.held AND o.ready_at < now()
                         AND o.condition IS DISTINCT FROM 'pending'
@@ -203,8 +206,12 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// concurrency key takes turns (Store.fairClaims): it leases up to $4
 	// candidates to $1 (tags $2, lease $3 seconds). When one of them has a rate
 	// limit, it leases nothing and says so (fallback): the claim runs in a
-	// transaction that takes the buckets' tokens. One last row, with an empty
-	// key, carries fallback and next_in (as sqlClaimNextIn) when either is set.
+	// transaction that takes the buckets' tokens. When one of them is of a
+	// namespace with a running_steps quota (quota.go), it leases nothing either
+	// and says so (quota): sqlClaimAloneQuota claims then, which applies the
+	// quotas; this one keeps the plan of a claim without them (the steps of
+	// default, the common case). One last row, with an empty key, carries
+	// fallback, quota and next_in (as sqlClaimNextIn) when one is set.
 	//
 	// Concurrency limits it applies itself, by the rule admit applies
 	// (sqlConcAdmitted, over the candidates in their order): use takes the keys'
@@ -224,36 +231,69 @@ FROM upd u CROSS JOIN LATERAL (SELECT runs.workflow, runs.version, runs.input FR
 	// planned again at each call (≈ 1 ms of PostgreSQL's time). The candidates
 	// past $4, and those a full key refuses, are locked until the statement
 	// ends, and skipped by other claims meanwhile.
-	sqlClaimAlone = `
+	sqlClaimAlone = sqlClaimAloneHead + `
+), fb AS (
+    SELECT EXISTS (SELECT 1 FROM top WHERE top.rated) AS fallback,
+           EXISTS (SELECT 1 FROM top JOIN namespaces n ON n.name = top.quota_ns
+                   WHERE top.quota_ns IS NOT NULL AND n.running_steps IS NOT NULL) AS quota
+), use AS MATERIALIZED (
+    SELECT u.* FROM (
+        SELECT ARRAY(SELECT top.conc_name FROM top WHERE top.conc_name IS NOT NULL) AS names,
+               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys
+        FROM fb WHERE NOT fb.fallback AND NOT fb.quota) a
+    CROSS JOIN LATERAL cairn_conc_usage(a.names, a.keys) u
+    WHERE cardinality(a.names) > 0
+), admit_src AS (
+    SELECT top.*, row_number() OVER (ORDER BY top.priority DESC, top.ready_at) AS ord
+    FROM top, fb WHERE NOT fb.fallback AND NOT fb.quota
+), c AS (` + sqlConcAdmitted + `
+)` + sqlClaimWrites + sqlClaimTurns + `
+SELECT x.*, false AS fallback, false AS quota, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
+UNION ALL
+SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, fb.fallback, fb.quota, n.next_in
+FROM fb, (` + sqlClaimNextInValue + `) n
+WHERE fb.fallback OR fb.quota OR n.next_in IS NOT NULL`
+
+	// sqlClaimAloneQuota is sqlClaimAlone for candidates of namespaces with a
+	// running_steps quota (quota.go): use takes the locks of the concurrency keys
+	// and of the quotas together and counts their running steps after them
+	// (cairn_claim_usage), and c admits by sqlQuotaAdmitted. Without a candidate
+	// with a limit or a quota, use calls nothing.
+	sqlClaimAloneQuota = sqlClaimAloneHead + `
+), fb AS (
+    SELECT EXISTS (SELECT 1 FROM top WHERE top.rated) AS fallback
+), use AS MATERIALIZED (
+    SELECT u.* FROM (
+        SELECT ARRAY(SELECT top.conc_name FROM top WHERE top.conc_name IS NOT NULL) AS names,
+               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys,
+               ARRAY(SELECT DISTINCT top.quota_ns FROM top JOIN namespaces n ON n.name = top.quota_ns
+                     WHERE top.quota_ns IS NOT NULL AND n.running_steps IS NOT NULL) AS quotas
+        FROM fb WHERE NOT fb.fallback) a
+    CROSS JOIN LATERAL cairn_claim_usage(a.names, a.keys, a.quotas) u
+    WHERE cardinality(a.names) > 0 OR cardinality(a.quotas) > 0
+), admit_src AS (
+    SELECT top.*, row_number() OVER (ORDER BY top.priority DESC, top.ready_at) AS ord
+    FROM top, fb WHERE NOT fb.fallback
+), c AS (` + sqlQuotaAdmitted + `
+)` + sqlClaimWrites + sqlClaimTurns + `
+SELECT x.*, false AS fallback, false AS quota, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
+UNION ALL
+SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, fb.fallback, false, n.next_in
+FROM fb, (` + sqlClaimNextInValue + `) n
+WHERE fb.fallback OR n.next_in IS NOT NULL`
+
+	// sqlClaimAloneHead is the candidates of sqlClaimAlone and sqlClaimAloneQuota.
+	sqlClaimAloneHead = `
 WITH cand AS (
     SELECT s.run_id, s.key, s.ctid AS tid, s.rate_name IS NOT NULL AS rated,
-           s.conc_name, s.conc_key, s.conc_limit, s.priority, s.ready_at
+           s.conc_name, s.conc_key, s.conc_limit, s.quota_ns, s.priority, s.ready_at
     FROM steps s
     WHERE ` + sqlClaimable + `
     ORDER BY s.priority DESC, s.ready_at
     LIMIT %[1]d
     FOR UPDATE SKIP LOCKED
 ), top AS (
-    SELECT * FROM cand ORDER BY cand.priority DESC, cand.ready_at LIMIT $4
-), fb AS (
-    SELECT EXISTS (SELECT 1 FROM top WHERE top.rated) AS fallback
-), use AS MATERIALIZED (
-    SELECT u.* FROM (
-        SELECT ARRAY(SELECT top.conc_name FROM top WHERE top.conc_name IS NOT NULL) AS names,
-               ARRAY(SELECT top.conc_key FROM top WHERE top.conc_name IS NOT NULL) AS keys
-        FROM fb WHERE NOT fb.fallback) a
-    CROSS JOIN LATERAL cairn_conc_usage(a.names, a.keys) u
-    WHERE cardinality(a.names) > 0
-), admit_src AS (
-    SELECT top.*, row_number() OVER (ORDER BY top.priority DESC, top.ready_at) AS ord
-    FROM top, fb WHERE NOT fb.fallback
-), c AS (` + sqlConcAdmitted + `
-)` + sqlClaimWrites + sqlClaimTurns + `
-SELECT x.*, false AS fallback, NULL::float8 AS next_in FROM (` + sqlClaimSelect + `) x
-UNION ALL
-SELECT NULL, '', 0, 0, now(), NULL, '', 0, NULL, NULL, NULL, 0, NULL, fb.fallback, n.next_in
-FROM fb, (` + sqlClaimNextInValue + `) n
-WHERE fb.fallback OR n.next_in IS NOT NULL`
+    SELECT * FROM cand ORDER BY cand.priority DESC, cand.ready_at LIMIT $4`
 
 	// sqlRunShare takes run $1's shared lock, the first of the locks every writer
 	// of a run's steps takes (catalog/sql/run_control.sql: the run's advisory
@@ -402,8 +442,15 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	if err != nil {
 		return nil, 0, fmt.Errorf("claim steps: %w", translateError(err))
 	}
-	if !fair && time.Now().UnixNano() >= s.limitedUntil.Load() {
-		out, next, fallback, err := s.claimAlone(ctx, owner, tags, limit, ttl)
+	if now := time.Now().UnixNano(); !fair && now >= s.limitedUntil.Load() {
+		quota := now < s.quotaUntil.Load()
+		out, next, fallback, quoted, err := s.claimAlone(ctx, owner, tags, limit, ttl, quota)
+		if err == nil && quoted {
+			// Steps of a namespace with a running_steps quota are ready: the
+			// claims of the next second apply the quotas at once.
+			s.quotaUntil.Store(time.Now().Add(fairCheckEvery).UnixNano())
+			out, next, fallback, _, err = s.claimAlone(ctx, owner, tags, limit, ttl, true)
+		}
 		if err != nil || !fallback {
 			return out, next, err
 		}
@@ -465,40 +512,47 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 }
 
 // claimAloneQueries are sqlClaimAlone for candidate limits 1, 2, 4, … (index
-// i for 1 << i), the constant its plan is made for.
-var claimAloneQueries = func() (q [16]string) {
+// i for 1 << i), the constant its plan is made for; claimAloneQuotaQueries
+// sqlClaimAloneQuota's.
+var claimAloneQueries, claimAloneQuotaQueries = func() (q, quota [16]string) {
 	for i := range q {
-		q[i] = fmt.Sprintf(sqlClaimAlone, 1<<i)
+		q[i], quota[i] = fmt.Sprintf(sqlClaimAlone, 1<<i), fmt.Sprintf(sqlClaimAloneQuota, 1<<i)
 	}
-	return q
+	return q, quota
 }()
 
-// claimAloneQuery is sqlClaimAlone for a claim of limit steps: the one for the
-// smallest power of two not below it (the largest for a larger limit, which
-// then leases at most that many).
-func claimAloneQuery(limit int) string {
-	i := bits.Len(uint(max(limit, 1) - 1))
-	return claimAloneQueries[min(i, len(claimAloneQueries)-1)]
+// claimAloneQuery is sqlClaimAlone (sqlClaimAloneQuota with quota) for a claim
+// of limit steps: the one for the smallest power of two not below it (the
+// largest for a larger limit, which then leases at most that many).
+func claimAloneQuery(limit int, quota bool) string {
+	i := min(bits.Len(uint(max(limit, 1)-1)), len(claimAloneQueries)-1)
+	if quota {
+		return claimAloneQuotaQueries[i]
+	}
+	return claimAloneQueries[i]
 }
 
-// claimAlone is StepClaimNext's claim in one statement (sqlClaimAlone), for when
-// no concurrency key takes turns; fallback when a candidate has a rate limit and
-// the claim must take the buckets' tokens (nothing was leased then).
-func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration) (
-	out []Claimed, next time.Duration, fallback bool, err error) {
+// claimAlone is StepClaimNext's claim in one statement (sqlClaimAlone, or
+// sqlClaimAloneQuota with quota), for when no concurrency key takes turns;
+// fallback when a candidate has a rate limit and the claim must take the
+// buckets' tokens, quoted when (without quota) a candidate is of a namespace
+// with a running_steps quota: nothing was leased then.
+func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration, quota bool) (
+	out []Claimed, next time.Duration, fallback, quoted bool, err error) {
 	type row struct {
 		Claimed
 		Fallback bool     `db:"fallback"`
+		Quota    bool     `db:"quota"`
 		NextIn   *float64 `db:"next_in"`
 	}
 	var rows []row
-	q := claimAloneQuery(limit)
+	q := claimAloneQuery(limit, quota)
 	err = s.retrying(ctx, func() error {
 		rows = rows[:0]
 		return translateError(s.selectPrepared(ctx, &rows, q, owner, pq.StringArray(tags), ttl.Seconds(), limit))
 	})
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("claim steps: %w", err)
+		return nil, 0, false, false, fmt.Errorf("claim steps: %w", err)
 	}
 	out = make([]Claimed, 0, len(rows))
 	for _, r := range rows {
@@ -506,12 +560,12 @@ func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, lim
 			if r.NextIn != nil {
 				next = time.Duration(*r.NextIn * float64(time.Second))
 			}
-			fallback = r.Fallback
+			fallback, quoted = r.Fallback, r.Quota
 			continue
 		}
 		out = append(out, r.Claimed)
 	}
-	return out, next, fallback, nil
+	return out, next, fallback, quoted, nil
 }
 
 // StepFinishParams is the end of an attempt.
@@ -570,7 +624,7 @@ type ClaimNext struct {
 // StepFinishClaim is StepFinishBatch that also leases, in the same transaction,
 // dependents its successes made ready, when next is not nil and its Limit above
 // zero: the dispatcher that finishes a step starts its next one without another
-// claim. It leases only the simple ones (no concurrency or rate limit, not held,
+// claim. It leases only the simple ones (no concurrency or rate limit or quota, not held,
 // condition decided, runs_on within next.Tags), and only when no other step
 // waits for a claim, so that no step goes ahead of one that waited longer
 // (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are

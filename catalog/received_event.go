@@ -595,6 +595,8 @@ type ReceivedEventListParams struct {
 	// (the cursor of the next page).
 	Before int64
 	Limit  int
+	// Namespace, when not empty, keeps its events only (package namespace).
+	Namespace string
 }
 
 // ReceivedEventList lists received events, newest first.
@@ -605,7 +607,8 @@ func (s *Store) ReceivedEventList(ctx context.Context, p ReceivedEventListParams
 	var out []ReceivedEvent
 	err := s.db.SelectContext(ctx, &out, sqlEventSelect+`
 WHERE ($1 = '' OR name = $1) AND ($2::timestamptz IS NULL OR received_at >= $2) AND ($3 <= 0 OR seq < $3)
-ORDER BY seq DESC LIMIT $4`, p.Name, nullTime(p.Since), p.Before, p.Limit)
+  AND ($5::text IS NULL OR cairn_namespace(name) = $5::text)
+ORDER BY seq DESC LIMIT $4`, p.Name, nullTime(p.Since), p.Before, p.Limit, nullString(p.Namespace))
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", translateError(err))
 	}

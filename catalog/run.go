@@ -48,7 +48,9 @@ SELECT request_hash, resource_id FROM idempotency_keys WHERE scope = $1 AND key 
 	// layout: parallel arrays, needs comma-joined, keys cannot hold commas; their
 	// concurrency limits and keys from $8, see flowKeys), the
 	// DAG's edges, the run.created event (seq 1), and wakes the dispatchers at its
-	// commit (sqlRunCreateWake). Foreign keys are checked at the end of the
+	// commit (sqlRunCreateWake). A run of a namespace other than default is refused
+	// over the namespace's runs_per_minute quota (q: cairn_run_quota, QuotaError),
+	// and its steps carry the namespace (quota_ns: quota.go). Foreign keys are checked at the end of the
 	// statement, when all rows exist. No row back means no such version.
 	//
 	// A run of a paused workflow is created paused (pause_reason workflow, its steps
@@ -92,6 +94,9 @@ WITH w AS (
                                  WHERE a.workflow = $2 AND a.alias = coalesce(nullif($7::text, ''), 'latest'))
                            ELSE $3::integer END`
 	sqlRunCreateTail = `
+), q AS (
+    -- the namespace's runs_per_minute quota (catalog/quota.go); none in default
+    SELECT CASE WHEN strpos(v.workflow, '/') > 0 THEN cairn_run_quota(v.workflow) ELSE true END AS ok FROM v
 ), r AS (
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, revision, status, pause_reason,
                       labels, parent_id, deadline_at, handler_flow)
@@ -100,13 +105,13 @@ WITH w AS (
            $5, $6,
            coalesce($10::timestamptz, now() + make_interval(secs => v.run_timeout_ms / 1000.0)),
            $11::jsonb
-    FROM v, w
+    FROM v, w, q WHERE q.ok
     RETURNING ` + runColumns + `
 ), st AS (
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, on_exhausted, held,
                        trigger_rule, condition, compensate_attempts,
                        conc_name, conc_key, conc_limit, rate_name, rate_key, rate_limit, rate_per_s, priority, runs_on,
-                       queue_timeout_s)
+                       queue_timeout_s, quota_ns)
     SELECT $1, k, CASE WHEN n = '' THEN 'ready' ELSE 'waiting' END,
            coalesce(string_to_array(nullif(n, ''), ','), '{}'),
            coalesce(cardinality(string_to_array(nullif(n, ''), ',')), 0),
@@ -117,7 +122,7 @@ WITH w AS (
            ($8::jsonb -> k ->> 'rp')::float8,
            coalesce($9::smallint, ($8::jsonb -> k ->> 'p')::smallint, 5),
            CASE WHEN $8::jsonb -> k ? 't' THEN ARRAY(SELECT jsonb_array_elements_text($8::jsonb -> k -> 't')) END,
-           ($8::jsonb -> k ->> 'q')::float8
+           ($8::jsonb -> k ->> 'q')::float8, nullif(cairn_namespace(v.workflow), 'default')
     FROM v, w, unnest(v.keys, v.needs, v.maxes, v.exhausted, v.afters, v.whens, v.comps) AS s(k, n, m, o, a, wh, c)
 ), lk AS (
     -- the concurrency keys of the steps get a turn
@@ -135,11 +140,11 @@ FROM r`
 
 	sqlRunGet = `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
 
-	// sqlRunList reads a page of runs ($10 at most) matching runFilter, with the
-	// inputs over $11 bytes left out, as stored or as JSON text, so that a large
+	// sqlRunList reads a page of runs ($11 at most) matching runFilter, with the
+	// inputs over $12 bytes left out, as stored or as JSON text, so that a large
 	// input is never read whole: pg_column_size, the stored (possibly compressed)
 	// size, is known without reading the value; only an input stored in at most
-	// $11 bytes is turned into text to be measured.
+	// $12 bytes is turned into text to be measured.
 	sqlRunList = `
 SELECT r.id, r.workflow, r.version, r.status,
        CASE WHEN o.omitted THEN NULL ELSE r.input END AS input, o.omitted AS input_omitted,
@@ -147,15 +152,15 @@ SELECT r.id, r.workflow, r.version, r.status,
        r.rerun_of, r.rerun_from_step, r.pause_reason, r.labels, r.parent_id, r.parent_step
 FROM runs r CROSS JOIN LATERAL (
     SELECT CASE WHEN r.input IS NULL THEN false
-                WHEN pg_column_size(r.input) > $11 THEN true
-                ELSE octet_length(r.input::text) > $11 END AS omitted
+                WHEN pg_column_size(r.input) > $12 THEN true
+                ELSE octet_length(r.input::text) > $12 END AS omitted
 ) o
 WHERE ` + runFilter + `
 ORDER BY r.id DESC
-LIMIT $10`
+LIMIT $11`
 
 	// runFilter is the WHERE clause of RunListParams over runs r, which RunList
-	// and RunCount share (runFilterArgs gives its parameters, $1 to $9).
+	// and RunCount share (runFilterArgs gives its parameters, $1 to $10).
 	//
 	// Every filter is "absent, or the condition": the statement is planned with its
 	// parameters' values (lib/pq binds an unnamed statement), so an absent filter
@@ -170,6 +175,10 @@ LIMIT $10`
 	//   $7 parent              runs_parent_id_idx (parent_id, id DESC) WHERE parent_id IS NOT NULL
 	//   $8, $9 created_*       bounds on the primary key: run ids are UUIDv7, time-ordered
 	//   $3 the cursor          a bound on the primary key, as $8 and $9
+	//   $10 namespace          default: a condition on the rows the others find
+	//                          (cairn_namespace, inlined); another: also
+	//                          runs_namespace_created_idx, of namespaced runs only
+	//                          (strpos(...) > 0 is its predicate), then a sort
 	runFilter = `($1 = '' OR r.workflow = $1) AND ($2 = '' OR r.status = $2)
   AND ($3::uuid IS NULL OR r.id < $3::uuid)
   AND ($4::text[] IS NULL OR (r.labels <> '{}'::jsonb AND cairn_label_pairs(r.labels) @> $4::text[]))
@@ -177,7 +186,9 @@ LIMIT $10`
   AND ($6::text IS NULL OR (r.status = 'failed' AND r.error -> 'cause' ->> 'code' = $6::text))
   AND ($7::uuid IS NULL OR r.parent_id = $7::uuid)
   AND ($8::uuid IS NULL OR r.id >= $8::uuid)
-  AND ($9::uuid IS NULL OR r.id < $9::uuid)`
+  AND ($9::uuid IS NULL OR r.id < $9::uuid)
+  AND ($10::text IS NULL OR (cairn_namespace(r.workflow) = $10::text
+                             AND ($10::text = 'default' OR strpos(r.workflow, '/') > 0)))`
 
 	sqlRunCount = `SELECT count(*) FROM runs r WHERE ` + runFilter
 
@@ -516,6 +527,9 @@ type RunListParams struct {
 	ErrorCode string `json:"error_code,omitempty"`
 	// Parent, when not uuid.Nil, keeps the runs that this run started.
 	Parent uuid.UUID `json:"parent,omitzero"`
+	// Namespace, when not empty, keeps the runs of this namespace's workflows
+	// (package namespace). Workflow is a qualified name.
+	Namespace string `json:"namespace,omitempty"`
 	// CreatedAfter and CreatedBefore, when not zero, keep the runs created at or
 	// after CreatedAfter and before CreatedBefore, to the millisecond: the time of
 	// a run's id (UUIDv7, made by the server that created the run; created_at is
@@ -565,7 +579,7 @@ func RunListQuery(p *RunListParams) (query string, args []any) {
 
 // runFilterArgs are the parameters of runFilter for p.
 func runFilterArgs(p *RunListParams) []any {
-	var before, labels, errorCode, parent, after, until any
+	var before, labels, errorCode, parent, after, until, ns any
 	if p.Before != uuid.Nil {
 		before = p.Before
 	}
@@ -588,7 +602,10 @@ func runFilterArgs(p *RunListParams) []any {
 	if !p.CreatedBefore.IsZero() {
 		until = FirstRunIDAt(p.CreatedBefore)
 	}
-	return []any{p.Workflow, p.Status, before, labels, p.Version, errorCode, parent, after, until}
+	if p.Namespace != "" {
+		ns = p.Namespace
+	}
+	return []any{p.Workflow, p.Status, before, labels, p.Version, errorCode, parent, after, until, ns}
 }
 
 // FirstRunIDAt returns the smallest run id (UUIDv7) of the millisecond of t: every

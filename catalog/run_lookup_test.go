@@ -32,7 +32,7 @@ func TestRunLookup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := s.RunLookup(ctx, tt.short, 5)
+			got, err := s.RunLookup(ctx, tt.short, 5, "")
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})

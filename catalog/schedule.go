@@ -3,8 +3,10 @@ package catalog
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,7 +25,7 @@ updated_at, updated_by`
 	// when ''), after id $2.
 	sqlScheduleList = `
 SELECT ` + scheduleColumns + ` FROM schedules
-WHERE ($1 = '' OR workflow = $1) AND id > $2
+WHERE ($1 = '' OR workflow = $1) AND id > $2 AND ($4::text IS NULL OR cairn_namespace(workflow) = $4::text)
 ORDER BY id
 LIMIT $3`
 
@@ -63,6 +65,12 @@ WHERE id = $1`
 	sqlScheduleSavepoint  = `SAVEPOINT schedule_fire`
 	sqlScheduleRollbackTo = `ROLLBACK TO SAVEPOINT schedule_fire`
 	sqlScheduleRelease    = `RELEASE SAVEPOINT schedule_fire`
+
+	// A fire's run of a namespace other than default is a savepoint of its own:
+	// the namespace's runs_per_minute quota may refuse it (fire.create).
+	sqlScheduleRunSavepoint  = `SAVEPOINT schedule_run`
+	sqlScheduleRunRollbackTo = `ROLLBACK TO SAVEPOINT schedule_run`
+	sqlScheduleRunRelease    = `RELEASE SAVEPOINT schedule_run`
 )
 
 // Schedule is a schedule of a workflow's manifest (bundle.Schedule), as the catalog
@@ -146,6 +154,8 @@ type ScheduleListParams struct {
 	After int64
 	// Limit is the page size; default 100.
 	Limit int
+	// Namespace, when not empty, keeps its schedules only (package namespace).
+	Namespace string
 }
 
 // ScheduleList returns a page of schedules by id, active or not.
@@ -155,7 +165,7 @@ func (s *Store) ScheduleList(ctx context.Context, p *ScheduleListParams) ([]Sche
 		limit = 100
 	}
 	out := []Schedule{}
-	if err := s.db.SelectContext(ctx, &out, sqlScheduleList, p.Workflow, p.After, limit); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlScheduleList, p.Workflow, p.After, limit, nullString(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list schedules: %w", translateError(err))
 	}
 	return out, nil
@@ -509,10 +519,39 @@ func (f *fire) lastRunBusy(ctx context.Context, lock bool) (bool, error) {
 	return !st.Terminal(), nil
 }
 
+// create makes the run of the fire at. A fire over its namespace's
+// runs_per_minute quota (quota.go) is skipped, as an overlap skip is, with a
+// schedule.quota_skipped event: a cron fire made late, when the quota has room
+// again, would not be the fire the cron asked for.
 func (f *fire) create(ctx context.Context, at time.Time) error {
+	namespaced := strings.Contains(f.sc.Workflow, "/")
+	if namespaced {
+		if _, err := f.tx.ExecContext(ctx, sqlScheduleRunSavepoint); err != nil {
+			return err
+		}
+	}
 	run, made, err := scheduleRun(ctx, f.tx, f.sc, at)
+	var quota *QuotaError
+	if namespaced && errors.As(translateError(err), &quota) {
+		if _, err := f.tx.ExecContext(ctx, sqlScheduleRunRollbackTo); err != nil {
+			return err
+		}
+		f.skip(at)
+		data, err := json.Marshal(map[string]any{"fire_at": at.UTC(), "namespace": quota.Namespace, "quota": quota.Quota,
+			"limit": quota.Limit})
+		if err != nil {
+			return err
+		}
+		_, err = f.tx.ExecContext(ctx, sqlScheduleEvent, f.sc.ID, EventScheduleQuotaSkipped, "schedule", JSON(data))
+		return err
+	}
 	if err != nil {
 		return err
+	}
+	if namespaced {
+		if _, err := f.tx.ExecContext(ctx, sqlScheduleRunRelease); err != nil {
+			return err
+		}
 	}
 	if made {
 		f.created++

@@ -1,10 +1,10 @@
 package catalog_test
 
 import (
-	"io/fs"
-	"strings"
+	"slices"
 	"testing"
 
+	"github.com/pressly/goose/v3"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cairnrun/cairn/catalog"
@@ -42,42 +42,38 @@ VALUES (99998, '99998_add_x.sql', 'expand'), (99999, '99999_drop_y.sql', 'expand
 }
 
 // TestMigratePhases: on a database that has not applied the binary's last
-// migrations (its last expand one and the contract ones after it), the plan
-// lists them with what they declare; MigratePhase(expand) applies those before
-// the first contract one and records the phase of every applied migration
-// (schema_phases); the binary serves the schema with its contract migrations
-// pending (a rolling upgrade's servers of the new release start before its
-// contract phase), and writes large payloads at their content address until
-// migration 00088, a contract one, is applied (catalog.Store.BlobIndex).
+// migrations (from the last expand one before its newest contract one, 00088, to
+// the end), the plan lists them with what they declare; MigratePhase(expand)
+// applies those before the first contract one and records the phase of every
+// applied migration (schema_phases); the binary serves the schema with contract
+// migrations pending when nothing but contract migrations is (a rolling upgrade's
+// servers of the new release start before its contract phase), and refuses it
+// while an expand migration after them is; it writes large payloads at their
+// content address until migration 00088, a contract one, is applied
+// (catalog.Store.BlobIndex).
 func TestMigratePhases(t *testing.T) {
 	t.Parallel()
 	ctx, tb := setup(t)
 	s := tb.store
 	all, err := migrations.List()
 	require.NoError(t, err)
-	first := len(all) - 1
+	lastContract := len(all) - 1
+	for all[lastContract].Phase != migrations.PhaseContract {
+		lastContract--
+	}
+	require.Equal(t, int64(88), all[lastContract].Version, "the newest contract migration")
+	first := lastContract
 	for all[first].Phase != migrations.PhaseExpand {
 		first--
 	}
 	rolled := all[first:]
-	require.Equal(t, migrations.PhaseContract, rolled[len(rolled)-1].Phase, "the newest migration, 00088, is a contract one")
-	// Undo them, newest first: each one's Down section, statement by statement
-	// (one of a NO TRANSACTION migration may not run in a transaction block).
-	for i := len(rolled) - 1; i >= 0; i-- {
-		m := rolled[i]
-		_, err = s.DB().ExecContext(ctx, `DELETE FROM goose_db_version WHERE version_id = $1`, m.Version)
-		require.NoError(t, err)
-		text, err := fs.ReadFile(migrations.FS, m.Name)
-		require.NoError(t, err)
-		_, down, found := strings.Cut(string(text), "-- +goose Down")
-		require.True(t, found, m.Name)
-		for _, stmt := range strings.Split(down, ";") {
-			if stmt = strings.TrimSpace(stmt); stmt != "" && !strings.HasPrefix(stmt, "--") {
-				_, err = s.DB().ExecContext(ctx, stmt)
-				require.NoError(t, err, stmt)
-			}
-		}
-	}
+	expandAfter := slices.ContainsFunc(all[lastContract:], func(m migrations.Info) bool { return m.Phase == migrations.PhaseExpand })
+	// Undo them, newest first, with their Down sections (goose: statement by
+	// statement as each declares, a NO TRANSACTION one outside a transaction).
+	p, err := goose.NewProvider(goose.DialectPostgres, s.DB().DB, migrations.FS, goose.WithDisableGlobalRegistry(true))
+	require.NoError(t, err)
+	_, err = p.DownTo(ctx, rolled[0].Version-1)
+	require.NoError(t, err)
 	require.ErrorIs(t, s.CheckSchema(ctx), catalog.ErrSchemaBehind)
 
 	plan, err := s.MigrationPlan(ctx)
@@ -92,7 +88,11 @@ func TestMigratePhases(t *testing.T) {
 	applied, err := s.MigratePhase(ctx, nil, migrations.PhaseExpand)
 	require.NoError(t, err)
 	require.Equal(t, []int64{rolled[0].Version}, applied)
-	require.NoError(t, s.CheckSchema(ctx), "its own contract migrations pending")
+	if expandAfter {
+		require.ErrorIs(t, s.CheckSchema(ctx), catalog.ErrSchemaBehind, "expand migrations pending after the contract ones")
+	} else {
+		require.NoError(t, s.CheckSchema(ctx), "its own contract migrations pending")
+	}
 	require.Nil(t, s.BlobIndex(ctx), "before the contract phase, large payloads go to their content address")
 	var recorded int
 	require.NoError(t, s.DB().GetContext(ctx, &recorded, `SELECT count(*) FROM schema_phases`))

@@ -19,7 +19,7 @@ WHERE s.name = $1`
 	sqlSecretList = `
 SELECT v.name, v.version, v.key_id, v.created_at, v.created_by, s.created_at AS first_created_at
 FROM secrets s JOIN secret_versions v ON v.name = s.name AND v.version = s.latest_version
-WHERE s.name > $1
+WHERE s.name > $1 AND ($3::text IS NULL OR cairn_namespace(s.name) = $3::text)
 ORDER BY s.name
 LIMIT $2`
 )
@@ -77,13 +77,15 @@ type SecretListParams struct {
 	After string
 	// Limit is the page size.
 	Limit int
+	// Namespace, when not empty, keeps its secrets only (package namespace).
+	Namespace string
 }
 
 // SecretList returns a page of secrets ordered by name, each by its newest version,
 // without the sealed value.
 func (s *Store) SecretList(ctx context.Context, p *SecretListParams) ([]SecretVersion, error) {
 	var out []SecretVersion
-	if err := s.db.SelectContext(ctx, &out, sqlSecretList, p.After, p.Limit); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlSecretList, p.After, p.Limit, nullString(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list secrets: %w", translateError(err))
 	}
 	return out, nil

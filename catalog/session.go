@@ -15,19 +15,19 @@ import (
 
 const (
 	sqlSessionCreate = `
-INSERT INTO ui_sessions (id_hash, token_hash, name, role, expires_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO ui_sessions (id_hash, token_hash, name, role, expires_at, namespace)
+VALUES ($1, $2, $3, $4, $5, $6)
 RETURNING created_at`
 	// Expired sessions are deleted a batch at a time, by each login.
 	sqlSessionsExpire = `
 DELETE FROM ui_sessions WHERE id_hash IN (
     SELECT id_hash FROM ui_sessions WHERE expires_at <= now() ORDER BY expires_at LIMIT $1)`
 	sqlSessionGet = `
-SELECT id_hash, token_hash, name, role, created_at, expires_at
+SELECT id_hash, token_hash, name, role, namespace, created_at, expires_at
 FROM ui_sessions WHERE id_hash = $1 AND expires_at > now()`
 	sqlSessionDelete = `DELETE FROM ui_sessions WHERE id_hash = $1`
 	sqlSessionList   = `
-SELECT id_hash, token_hash, name, role, created_at, expires_at
+SELECT id_hash, token_hash, name, role, namespace, created_at, expires_at
 FROM ui_sessions WHERE expires_at > now() ORDER BY created_at, id_hash`
 )
 
@@ -42,8 +42,11 @@ type Session struct {
 	TokenHash []byte `db:"token_hash"`
 	// Name and Role are the token's when it logged in (the server's tokens decide
 	// on every request).
-	Name      string    `db:"name"`
-	Role      string    `db:"role"`
+	Name string `db:"name"`
+	Role string `db:"role"`
+	// Namespace is the namespace single sign-on gave the role in; "" every
+	// namespace (and for a token's session: its token decides).
+	Namespace string    `db:"namespace"`
 	CreatedAt time.Time `db:"created_at"`
 	// ExpiresAt ends the session: SessionGet no longer finds it.
 	ExpiresAt time.Time `db:"expires_at"`
@@ -57,7 +60,7 @@ func (s *Store) SessionCreate(ctx context.Context, ss *Session) error {
 		if _, err := tx.ExecContext(ctx, sqlSessionsExpire, sessionsExpireBatch); err != nil {
 			return err
 		}
-		return tx.GetContext(ctx, &ss.CreatedAt, sqlSessionCreate, ss.IDHash, ss.TokenHash, ss.Name, ss.Role, ss.ExpiresAt)
+		return tx.GetContext(ctx, &ss.CreatedAt, sqlSessionCreate, ss.IDHash, ss.TokenHash, ss.Name, ss.Role, ss.ExpiresAt, ss.Namespace)
 	})
 	if err != nil {
 		return fmt.Errorf("create a UI session: %w", err)

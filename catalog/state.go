@@ -323,10 +323,15 @@ const (
 type ScheduleEventType string
 
 // Schedule event types. cairn_schedule_pause writes paused and resumed;
-// ScheduleTrigger and ScheduleBackfill the others.
+// ScheduleTrigger and ScheduleBackfill triggered and backfilled; a fire
+// (ScheduleFire) quota_skipped.
 const (
 	EventSchedulePaused     ScheduleEventType = "schedule.paused"
 	EventScheduleResumed    ScheduleEventType = "schedule.resumed"
 	EventScheduleTriggered  ScheduleEventType = "schedule.triggered"
 	EventScheduleBackfilled ScheduleEventType = "schedule.backfilled"
+	// EventScheduleQuotaSkipped is a fire skipped because its namespace was over
+	// its runs_per_minute quota (actor "schedule"; data: fire_at, namespace,
+	// quota, limit). The fire counts as skipped, as an overlap skip does.
+	EventScheduleQuotaSkipped ScheduleEventType = "schedule.quota_skipped"
 )

@@ -87,6 +87,10 @@ type Store struct {
 	// limitedUntil is when claims try sqlClaimAlone again (unix nanoseconds)
 	// after one fell back because a candidate had a rate limit.
 	limitedUntil atomic.Int64
+	// quotaUntil is until when claims in one statement apply the namespaces'
+	// quotas (sqlClaimAloneQuota, unix nanoseconds), after one found a candidate
+	// of a namespace with a quota.
+	quotaUntil atomic.Int64
 	// wakes sends the dispatchers' wake-ups asked for after a commit (RunCreate).
 	wakes waker
 	// creating counts the RunCreate calls under way.

@@ -18,8 +18,8 @@ const (
 	tokenColumns = `id, name, role, namespace, created_at, created_by, expires_at, revoked_at, revoked_by, last_used_at`
 
 	sqlTokenCreate = `
-INSERT INTO api_tokens (id, name, role, token_hash, created_by, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO api_tokens (id, name, role, token_hash, created_by, expires_at, namespace)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 RETURNING ` + tokenColumns
 
 	// sqlTokenList pages the tokens newest first (ids are UUIDv7: time-ordered;
@@ -59,7 +59,7 @@ type Token struct {
 	Name string    `db:"name"`
 	// Role is "viewer", "operator" or "admin".
 	Role string `db:"role"`
-	// Namespace is reserved for namespaces: nil (every namespace) for now.
+	// Namespace is the one namespace the token acts in; nil: every namespace.
 	Namespace *string   `db:"namespace"`
 	CreatedAt time.Time `db:"created_at"`
 	CreatedBy string    `db:"created_by"`
@@ -82,6 +82,9 @@ type TokenCreateParams struct {
 	CreatedBy string
 	// ExpiresAt, when set, is when the token stops working.
 	ExpiresAt *time.Time
+	// Namespace, when set, is the one namespace the token acts in; nil: every
+	// namespace.
+	Namespace *string
 }
 
 // TokenCreate stores a new token. ErrConflict if its hash is already stored
@@ -93,7 +96,7 @@ func (s *Store) TokenCreate(ctx context.Context, p TokenCreateParams) (*Token, e
 	}
 	var out Token
 	err = s.inTx(ctx, func(tx *sqlx.Tx) error {
-		return tx.GetContext(ctx, &out, sqlTokenCreate, id, p.Name, p.Role, p.Hash, p.CreatedBy, p.ExpiresAt)
+		return tx.GetContext(ctx, &out, sqlTokenCreate, id, p.Name, p.Role, p.Hash, p.CreatedBy, p.ExpiresAt, p.Namespace)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create a token: %w", err)

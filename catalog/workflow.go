@@ -43,7 +43,7 @@ v.workflow, v.version, v.bundle_digest, v.definition, v.fingerprint, v.created_a
 	sqlVersionByDigest = `
 SELECT ` + versionColumns + `
 FROM workflow_versions v JOIN bundles b ON b.digest = v.bundle_digest
-WHERE v.bundle_digest = $1`
+WHERE v.bundle_digest = $1 AND v.workflow = $2`
 
 	sqlVersionGet = `
 SELECT ` + versionColumns + `
@@ -75,7 +75,7 @@ w.created_at, w.updated_at, w.paused, w.paused_by, w.paused_at`
 
 	sqlWorkflowList = `
 SELECT ` + workflowColumns + ` FROM workflows w
-WHERE w.name > $1
+WHERE w.name > $1 AND ($3::text IS NULL OR cairn_namespace(w.name) = $3::text)
 ORDER BY w.name
 LIMIT $2`
 )
@@ -167,7 +167,7 @@ func (s *Store) versionRegisterOnce(ctx context.Context, p *VersionRegisterParam
 		if _, err := tx.ExecContext(ctx, sqlBundleInsert, p.Digest, p.Size, p.BlobKey); err != nil {
 			return err
 		}
-		err := tx.GetContext(ctx, &out, sqlVersionByDigest, p.Digest)
+		err := tx.GetContext(ctx, &out, sqlVersionByDigest, p.Digest, p.Workflow)
 		if err == nil {
 			return promote(ctx, tx, p, &out)
 		}
@@ -267,22 +267,25 @@ type WorkflowListParams struct {
 	After string
 	// Limit is the page size (1..1000).
 	Limit int
+	// Namespace, when not empty, keeps its workflows only (package namespace).
+	Namespace string
 }
 
 // WorkflowList returns a page of workflows ordered by name.
 func (s *Store) WorkflowList(ctx context.Context, p *WorkflowListParams) ([]Workflow, error) {
 	var out []Workflow
-	if err := s.db.SelectContext(ctx, &out, sqlWorkflowList, p.After, p.Limit); err != nil {
+	if err := s.db.SelectContext(ctx, &out, sqlWorkflowList, p.After, p.Limit, nullString(p.Namespace)); err != nil {
 		return nil, fmt.Errorf("list workflows: %w", translateError(err))
 	}
 	return out, nil
 }
 
-// VersionByDigest returns the version registered for a bundle digest; ErrNotFound if
-// the digest was never registered.
-func (s *Store) VersionByDigest(ctx context.Context, digest string) (*Version, error) {
+// VersionByDigest returns the version of workflow registered for a bundle digest;
+// ErrNotFound if the digest was never registered for it (a bundle deployed in two
+// namespaces is a version of two workflows).
+func (s *Store) VersionByDigest(ctx context.Context, digest, workflow string) (*Version, error) {
 	var v Version
-	if err := s.db.GetContext(ctx, &v, sqlVersionByDigest, digest); err != nil {
+	if err := s.db.GetContext(ctx, &v, sqlVersionByDigest, digest, workflow); err != nil {
 		return nil, fmt.Errorf("get version of bundle %s: %w", digest, translateError(err))
 	}
 	return &v, nil

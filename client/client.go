@@ -215,3 +215,15 @@ func problemOf(resp *http.Response, body []byte) *Problem {
 	}
 	return &p
 }
+
+// WithNamespace makes every request of the client act in namespace ns: it sends
+// the Cairn-Namespace header (docs/security.md, "Namespaces"). "" sends none: the
+// token's namespace, else default.
+func WithNamespace(ns string) ClientOption {
+	return WithRequestEditorFn(func(_ context.Context, req *http.Request) error {
+		if ns != "" {
+			req.Header.Set("Cairn-Namespace", ns)
+		}
+		return nil
+	})
+}

@@ -37,3 +37,19 @@ func (c *Client) AuditPages(ctx context.Context, p *ListAuditParams) iter.Seq2[*
 		return resp, resp.JSON200.NextCursor, nil
 	})
 }
+
+// NamespacePages iterates over the pages of GET /v1/namespaces, by name.
+func (c *Client) NamespacePages(ctx context.Context, p *ListNamespacesParams) iter.Seq2[*ListNamespacesResponse, error] {
+	params := copyParams(p)
+	return pages(ctx, "list namespaces", params.Cursor, func(cursor *string) (*ListNamespacesResponse, *string, error) {
+		params.Cursor = cursor
+		resp, err := c.ListNamespacesWithResponse(ctx, &params)
+		if err != nil {
+			return nil, nil, err
+		}
+		if resp.JSON200 == nil {
+			return nil, nil, unexpectedAnswer(resp.StatusCode())
+		}
+		return resp, resp.JSON200.NextCursor, nil
+	})
+}

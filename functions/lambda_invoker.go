@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -102,9 +103,13 @@ type LambdaConfig struct {
 //
 // Lambda is safe for concurrent use.
 type Lambda struct {
-	client   LambdaAPI
 	logger   *slog.Logger
 	emulator bool
+
+	mu     sync.Mutex
+	client LambdaAPI
+	// connect builds client at the first Invoke (NewLambda); nil once it has.
+	connect func(context.Context) (LambdaAPI, error)
 }
 
 // NewLambda returns a Lambda invoker configured by cfg (nil means defaults).
@@ -112,7 +117,11 @@ type Lambda struct {
 // and the shared config files but makes no network call; it fails when cfg is
 // invalid (secret key without access key or the reverse, an endpoint that is
 // not an absolute http or https URL, Emulator without an endpoint) or when no
-// region can be found.
+// region can be found. When the region is given (cfg.Region, or Emulator), the
+// configuration is loaded at the first Invoke instead: loading it runs much of
+// the AWS SDK (about 6 MiB of the binary's pages mapped into a server that may
+// never run a lambda step: bench/results/large-output-write-once.md), and an
+// error then fails that attempt as an infrastructure error, tried again.
 func NewLambda(ctx context.Context, cfg *LambdaConfig) (*Lambda, error) {
 	if cfg == nil {
 		cfg = &LambdaConfig{}
@@ -152,22 +161,48 @@ func NewLambda(ctx context.Context, cfg *LambdaConfig) (*Lambda, error) {
 		// Unsigned requests: the default chain would look for an instance role.
 		opts = append(opts, config.WithCredentialsProvider(aws.AnonymousCredentials{}))
 	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("new lambda invoker: load aws config: %w", err)
-	}
-	if awsCfg.Region == "" {
-		return nil, errors.New("new lambda invoker: no region: set LambdaConfig.Region or AWS_REGION")
-	}
 	endpoint := cfg.Endpoint
-	l.client = lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
-		if endpoint != "" {
-			o.BaseEndpoint = aws.String(endpoint)
+	connect := func(ctx context.Context) (LambdaAPI, error) {
+		awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("load aws config: %w", err)
 		}
-		// Cairn's retry policy owns retries; see Lambda.
-		o.Retryer = aws.NopRetryer{}
-	})
+		if awsCfg.Region == "" {
+			return nil, errors.New("no region: set LambdaConfig.Region or AWS_REGION")
+		}
+		return lambda.NewFromConfig(awsCfg, func(o *lambda.Options) {
+			if endpoint != "" {
+				o.BaseEndpoint = aws.String(endpoint)
+			}
+			// Cairn's retry policy owns retries; see Lambda.
+			o.Retryer = aws.NopRetryer{}
+		}), nil
+	}
+	if cfg.Region != "" || cfg.Emulator {
+		l.connect = connect
+		return l, nil
+	}
+	client, err := connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("new lambda invoker: %w", err)
+	}
+	l.client = client
 	return l, nil
+}
+
+// lambdaClient returns the client, built at the first call when NewLambda
+// left it to then; a failed build is tried again at the next call.
+func (l *Lambda) lambdaClient(ctx context.Context) (LambdaAPI, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.client == nil {
+		client, err := l.connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		l.client, l.connect = client, nil
+	}
+	return l.client, nil
 }
 
 // Invoke runs one attempt of a lambda step; see Lambda for the protocol. It
@@ -206,7 +241,11 @@ func (l *Lambda) Invoke(ctx context.Context, inv *Invocation, sink Sink) error {
 	env := &inv.Envelope
 	logger := l.logger.With("run_id", env.RunID, "step", env.Step, "attempt", env.Attempt)
 
-	out, err := l.client.Invoke(ctx, in)
+	client, err := l.lambdaClient(ctx)
+	if err != nil {
+		return fmt.Errorf("lambda: %w", err)
+	}
+	out, err := client.Invoke(ctx, in)
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)

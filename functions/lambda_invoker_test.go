@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -469,4 +471,32 @@ func TestTruncateUTF8(t *testing.T) {
 	// "é" is two bytes: never cut in the middle.
 	require.Equal(t, "a…", truncateUTF8("aéb", 2))
 	require.Equal(t, "a\uFFFDb", truncateUTF8("a\xffb", 10))
+}
+
+// TestLambdaConfigLoadedAtFirstInvoke: with the region given, NewLambda loads no
+// AWS configuration, so a server that runs no lambda step neither pays for it
+// nor fails to start over it; a configuration that cannot be loaded fails each
+// attempt as an infrastructure error (not a function's *Error) naming why, and
+// the next attempt loads it again. Not parallel: it sets AWS_CA_BUNDLE.
+func TestLambdaConfigLoadedAtFirstInvoke(t *testing.T) {
+	d := newLambdaDouble(t, map[string]http.HandlerFunc{
+		"f": func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`"ok"`)) },
+	})
+	t.Setenv("AWS_CA_BUNDLE", filepath.Join(t.TempDir(), "missing.pem"))
+	l, err := NewLambda(context.Background(), &LambdaConfig{
+		Endpoint: d.server.URL, Region: "eu-west-3", AccessKey: "AKIDTEST", SecretKey: "secret-test",
+	})
+	require.NoError(t, err, "the configuration is not loaded yet")
+	for range 2 {
+		err = l.Invoke(context.Background(), lambdaInvocation("f", ""), &testSink{})
+		require.ErrorContains(t, err, "load aws config")
+		var fe *Error
+		require.False(t, errors.As(err, &fe), "an infrastructure error, not the function's: %v", err)
+	}
+	require.Empty(t, d.seen())
+
+	t.Setenv("AWS_CA_BUNDLE", "")
+	sink := &testSink{}
+	require.NoError(t, l.Invoke(context.Background(), lambdaInvocation("f", ""), sink))
+	require.Equal(t, `"ok"`, sink.out.String())
 }

@@ -1,5 +1,5 @@
 -- cairn-phase: expand
--- cairn-locks: ACCESS EXCLUSIVE on workflows, secrets, limits (small tables: their name checks, loosened); SHARE UPDATE EXCLUSIVE on received_events (its check added NOT VALID, then validated); SHARE on workflow_versions (a unique index of its few rows)
+-- cairn-locks: ACCESS EXCLUSIVE on workflows, secrets, limits (small tables: their name checks, loosened); SHARE UPDATE EXCLUSIVE on received_events (its name and id checks loosened: added NOT VALID, then validated); SHARE on workflow_versions (a unique index of its few rows); ACCESS EXCLUSIVE on ui_sessions (a column with a constant default: no rewrite)
 -- cairn-online: yes
 -- +goose Up
 -- Namespaces (docs/security.md, "Namespaces"). An object of namespace N other
@@ -33,6 +33,14 @@ ALTER TABLE limits DROP CONSTRAINT limits_name_check,
 ALTER TABLE received_events DROP CONSTRAINT received_events_name_check,
     ADD CONSTRAINT received_events_name_check CHECK (name ~ '^([a-z0-9][a-z0-9-]{0,30}/)?[a-z0-9][a-z0-9_.-]{0,62}$') NOT VALID;
 ALTER TABLE received_events VALIDATE CONSTRAINT received_events_name_check;
+-- An event's id is qualified as its name is: room for "namespace/".
+ALTER TABLE received_events DROP CONSTRAINT received_events_id_check,
+    ADD CONSTRAINT received_events_id_check CHECK (length(id) BETWEEN 1 AND 232) NOT VALID;
+ALTER TABLE received_events VALIDATE CONSTRAINT received_events_id_check;
+
+-- A session of the web UI started by single sign-on keeps the namespace its
+-- role was given in ('': every namespace); a token's session asks its token.
+ALTER TABLE ui_sessions ADD COLUMN namespace text NOT NULL DEFAULT '';
 
 -- The same bundle deployed in two namespaces is two versions (of two workflows):
 -- a digest is unique per workflow. Within one namespace a bundle names its
@@ -41,6 +49,9 @@ CREATE UNIQUE INDEX workflow_versions_digest_workflow_key ON workflow_versions (
 ALTER TABLE workflow_versions DROP CONSTRAINT workflow_versions_bundle_digest_key;
 
 -- +goose Down
+ALTER TABLE ui_sessions DROP COLUMN namespace;
+ALTER TABLE received_events DROP CONSTRAINT received_events_id_check,
+    ADD CONSTRAINT received_events_id_check CHECK (length(id) >= 1 AND length(id) <= 200) NOT VALID;
 ALTER TABLE workflow_versions ADD CONSTRAINT workflow_versions_bundle_digest_key UNIQUE (bundle_digest);
 DROP INDEX workflow_versions_digest_workflow_key;
 ALTER TABLE received_events DROP CONSTRAINT received_events_name_check,

@@ -389,7 +389,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 	}
 	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
 	if a.claim.MapIndex != nil {
-		d.mapNudge() // room for the map's next instances
+		d.mapNudgeInstance(a.claim.RunID, a.claim.Key) // room for the map's next instances
 	}
 	d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())
 	if a.span != nil {

@@ -24,12 +24,18 @@ const (
 	CodeChildLimit = "child_limit"
 	// CodeChildNotFound: the child's workflow, version or alias does not exist.
 	CodeChildNotFound = "child_not_found"
+	// CodeQuotaExceeded: the child's namespace is over its runs_per_minute quota
+	// (catalog.QuotaError). The attempt does not count against max_attempts: the
+	// step is tried again when the quota has room (docs/flow.md, "Quotas").
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
 // startChild starts the child run of a claimed workflow step and suspends the step.
 // A bad input expression, a limit reached or a child workflow that does not exist
 // fail the step at once (not retried), as does an input the catalog refuses (code
-// invalid_output); an unavailable database is retried (untilWritten).
+// invalid_output); an unavailable database is retried (untilWritten); a child
+// over its namespace's runs_per_minute quota is tried again after the quota's
+// Retry-After, the attempt uncounted (code quota_exceeded).
 func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.StepDefinition) {
 	c := a.claim
 	w := step.Workflow
@@ -52,8 +58,10 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 	a.reporting.Store(true)
 	var res *catalog.ChildStartResult
 	childError := func(err error) bool {
-		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound)
+		return errors.Is(err, catalog.ErrChildLimit) || errors.Is(err, catalog.ErrChildNotFound) ||
+			errors.Is(err, catalog.ErrQuotaExceeded)
 	}
+	var quota *catalog.QuotaError
 	err := d.suspendWritten(a, "start the child run", "workflow.input", childError, func() (err error) {
 		res, err = d.store.ChildStart(d.life.abandonCtx, a.lease(), p)
 		return err
@@ -64,6 +72,12 @@ func (d *Dispatcher) startChild(ctx context.Context, a *attempt, step *bundle.St
 		a.debug("child run started", "child_run_id", res.Run, "retried", res.Retried, "reused", res.Reused)
 	case errors.Is(err, catalog.ErrChildLimit):
 		d.report(a, outcome{status: catalog.OutcomeFailed, err: &functions.Error{Message: err.Error(), Code: CodeChildLimit}}, step)
+	case errors.As(err, &quota):
+		// Back-pressure, not a fault of the step: tried again once the quota has
+		// room, without counting the attempt (as an infrastructure failure).
+		d.report(a, outcome{status: catalog.OutcomeInfraFailed, retryable: true, retryIn: quota.RetryAfter,
+			err: &functions.Error{Message: fmt.Sprintf("child run of %s not started: %v", w.Name, quota), Retryable: true,
+				Code: CodeQuotaExceeded}}, step)
 	case errors.Is(err, catalog.ErrChildNotFound):
 		version := "latest"
 		if w.Version > 0 {

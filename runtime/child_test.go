@@ -2,7 +2,10 @@ package runtime_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +185,54 @@ steps:
 SELECT count(*) FROM steps WHERE last_error->>'code' = $1 AND last_error->>'message' LIKE '%CAIRN_MAX_TREE_RUNS%'`,
 		runtime.CodeChildLimit))
 	require.Positive(t, limited, "a step failed naming the tree's limit")
+}
+
+// TestChildRunQuota: a workflow step whose child's namespace is over its
+// runs_per_minute quota starts no child: its attempt fails with code
+// quota_exceeded, uncounted (not the step's fault), and the step waits to be
+// tried again when the quota has room; the parent run does not fail.
+func TestChildRunQuota(t *testing.T) {
+	t.Parallel()
+	ctx, tb := setup(t)
+	startDispatcher(t, tb, runtime.Config{})
+	kid := deploy(t, tb, map[string]string{"cairn.yaml": "name: kid\nsteps:\n  - {key: echo, builtin: echo}\n"})
+	parent := deploy(t, tb, map[string]string{"cairn.yaml": "name: parent\nsteps:\n  - {key: call, workflow: {name: kid}}\n"})
+	// kid in namespace a, with a quota of one run a minute, taken; a parent in
+	// default whose step names it by its key (as the API qualifies a child's name).
+	_, err := tb.store.DB().ExecContext(ctx, `INSERT INTO namespaces (name, created_by, updated_by, runs_per_minute) VALUES ('a', 't', 't', 1)`)
+	require.NoError(t, err)
+	register := func(wf, def, key string) {
+		digest := fmt.Sprintf("sha256:%x", sha256.Sum256([]byte(wf)))
+		_, _, err := tb.store.VersionRegister(ctx, &catalog.VersionRegisterParams{Workflow: wf, Digest: digest, Size: 1,
+			BlobKey: "bundles/sha256/" + digest[7:], Definition: []byte(def), Fingerprint: digest,
+			Steps: []catalog.NewStep{{Key: key, MaxAttempts: 1}}})
+		require.NoError(t, err)
+	}
+	register("a/kid", string(kid.Definition), "echo")
+	def := strings.Replace(string(parent.Definition), `"workflow": {"name": "kid"}`, `"workflow": {"name": "a/kid"}`, 1)
+	require.Contains(t, def, `"a/kid"`)
+	register("qparent", def, "call")
+	_, _, err = tb.store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "a/kid"})
+	require.NoError(t, err)
+
+	run, _, err := tb.store.RunCreate(ctx, &catalog.RunCreateParams{Workflow: "qparent"})
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		as := attempts(c, tb, run.ID, "call")
+		if assert.NotEmpty(c, as) {
+			assert.Equal(c, catalog.AttemptFailed, as[0].Status)
+		}
+	}, 20*time.Second, 20*time.Millisecond, "waiting for the step's first attempt to end")
+	as := attempts(t, tb, run.ID, "call")
+	require.False(t, as[0].Counted, "a quota's refusal is not counted against max_attempts")
+	var e map[string]any
+	require.NoError(t, json.Unmarshal(as[0].Error, &e))
+	require.Equal(t, runtime.CodeQuotaExceeded, e["code"])
+	require.Contains(t, e["message"], "runs_per_minute")
+	st := stepMap(t, tb, run.ID)["call"]
+	require.Equal(t, catalog.StepReady, st.Status, "tried again later")
+	require.Nil(t, st.ChildRun)
+	r, err := tb.store.RunGet(ctx, run.ID)
+	require.NoError(t, err)
+	require.False(t, r.Status.Terminal())
 }

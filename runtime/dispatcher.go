@@ -58,6 +58,11 @@ type Dispatcher struct {
 	nextDue  time.Time
 	nextWake time.Time
 	hints    hints
+	// mapDue are the maps whose instances ended since the map loop last looked,
+	// mapAll that a map started (mapNudge, mapNudgeInstance); under mapMu.
+	mapMu  sync.Mutex
+	mapDue map[catalog.MapRef]struct{}
+	mapAll bool
 
 	// lastDBError is when a database call of the loops last failed (unix nanos).
 	// After an outage the sweeper waits two lease TTLs, so that owners can renew

@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
@@ -115,19 +118,60 @@ func (d *Dispatcher) blobFormat(ctx context.Context, key string) (string, error)
 	return "lines", nil
 }
 
-// mapNudge makes the map loop look at the maps now.
+// mapNudge makes the map loop look at every open map now.
 func (d *Dispatcher) mapNudge() {
+	d.mapMu.Lock()
+	d.mapAll = true
+	d.mapMu.Unlock()
+	d.mapWake()
+}
+
+// mapNudgeInstance makes the map loop work the map of the instance key (its
+// step's key, then "[index]": cairn_map_expand) now, without listing the
+// open maps first: an instance that ended left room in its own map only.
+func (d *Dispatcher) mapNudgeInstance(runID uuid.UUID, key string) {
+	i := strings.LastIndexByte(key, '[')
+	if i <= 0 {
+		d.mapNudge()
+		return
+	}
+	d.mapMu.Lock()
+	if d.mapDue == nil {
+		d.mapDue = map[catalog.MapRef]struct{}{}
+	}
+	d.mapDue[catalog.MapRef{RunID: runID, Key: key[:i]}] = struct{}{}
+	d.mapMu.Unlock()
+	d.mapWake()
+}
+
+func (d *Dispatcher) mapWake() {
 	select {
 	case d.hints.maps <- struct{}{}:
 	default:
 	}
 }
 
+// mapTake returns the maps the nudges since the last call named, or all true
+// when one asked for every open map.
+func (d *Dispatcher) mapTake() (refs []catalog.MapRef, all bool) {
+	d.mapMu.Lock()
+	defer d.mapMu.Unlock()
+	for ref := range d.mapDue {
+		refs = append(refs, ref)
+	}
+	clear(d.mapDue)
+	all, d.mapAll = d.mapAll, false
+	return refs, all
+}
+
 // mapLoop is every dispatcher's map expander: every PollInterval, and when a map
-// starts or an instance of this dispatcher ends, it works each open map
-// (catalog.MapWork) until it has nothing more to do for now.
+// starts, it works each open map (catalog.MapWork) until it has nothing more to
+// do for now; when an instance of this dispatcher ends, it works that
+// instance's map the same way (mapNudgeInstance), and the others only if they
+// were not listed within the poll interval.
 func (d *Dispatcher) mapLoop(ctx context.Context) {
 	worker := catalog.MapWorker{Page: d.mapPage, Finish: d.mapFinish, Refused: mapRefused}
+	var listed time.Time // when every open map was last listed
 	for {
 		timer := time.NewTimer(d.cfg.PollInterval)
 		select {
@@ -138,34 +182,53 @@ func (d *Dispatcher) mapLoop(ctx context.Context) {
 			timer.Stop()
 		case <-timer.C:
 		}
-		maps, err := d.store.MapsOpen(ctx, 100)
-		if err != nil {
-			d.noteDBError()
-			if ctx.Err() == nil {
-				d.logger.Warn("list open maps failed", "error", err)
+		maps, every := d.mapTake()
+		// Instances ending one after the other wake the loop before its timer:
+		// every open map is still listed once a poll interval.
+		if every || time.Since(listed) >= d.cfg.PollInterval {
+			open, err := d.store.MapsOpen(ctx, 100)
+			if err != nil {
+				d.noteDBError()
+				if ctx.Err() == nil {
+					d.logger.Warn("list open maps failed", "error", err)
+				}
+				continue
 			}
-			continue
+			listed = time.Now()
+			for _, ref := range open {
+				if !slices.Contains(maps, ref) {
+					maps = append(maps, ref)
+				}
+			}
 		}
 		for _, ref := range maps {
-			for ctx.Err() == nil {
-				created, resolved, err := d.store.MapWork(ctx, ref, worker)
-				if err != nil {
-					if ctx.Err() == nil {
-						d.logger.Warn("map work failed", "run_id", ref.RunID, "step", ref.Key, "error", err)
-					}
-					break
-				}
-				if created > 0 {
-					d.metrics.mapInstances.Add(float64(created))
-					d.nudge()
-				}
-				if resolved {
-					d.nudge()
-				}
-				if created == 0 {
-					break
-				}
+			d.mapWork(ctx, ref, worker)
+		}
+	}
+}
+
+// mapWork works one map until it creates no more instances for now.
+func (d *Dispatcher) mapWork(ctx context.Context, ref catalog.MapRef, worker catalog.MapWorker) {
+	for ctx.Err() == nil {
+		created, resolved, err := d.store.MapWork(ctx, ref, worker)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.logger.Warn("map work failed", "run_id", ref.RunID, "step", ref.Key, "error", err)
 			}
+			return
+		}
+		if created > 0 {
+			d.metrics.mapInstances.Add(float64(created))
+			d.nudge()
+		}
+		if resolved {
+			d.nudge()
+		}
+		// Fewer than a page: the map had no more room (or items) than that, so
+		// another look now would create nothing (one transaction per
+		// instance saved while a map runs at its max_parallel).
+		if created < catalog.MapPageSize {
+			return
 		}
 	}
 }

@@ -5,7 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cairnrun/cairn/catalog"
 )
 
 // TestReadItems: items are read a page at a time from a cursor, for a JSON array and
@@ -107,4 +110,29 @@ func FuzzReadItems(f *testing.F) {
 		}
 		t.Fatalf("more rounds than bytes")
 	})
+}
+
+// TestMapNudgeInstance: an instance that ends names its own map to the map loop
+// (its key without the "[index]" cairn_map_expand gave it), once however many of
+// its instances end; a key that is no instance's asks for every open map.
+func TestMapNudgeInstance(t *testing.T) {
+	t.Parallel()
+	d := &Dispatcher{hints: hints{maps: make(chan struct{}, 1)}}
+	run := uuid.New()
+	d.mapNudgeInstance(run, "each[3]")
+	d.mapNudgeInstance(run, "each[4]")
+	d.mapNudgeInstance(run, "a[b][12]")
+	require.Len(t, d.hints.maps, 1, "the loop is woken")
+	refs, all := d.mapTake()
+	require.False(t, all)
+	require.ElementsMatch(t, []catalog.MapRef{{RunID: run, Key: "each"}, {RunID: run, Key: "a[b]"}}, refs)
+
+	refs, all = d.mapTake()
+	require.Empty(t, refs, "taken once")
+	require.False(t, all)
+
+	d.mapNudgeInstance(run, "plain")
+	refs, all = d.mapTake()
+	require.Empty(t, refs)
+	require.True(t, all, "no map named: every open map")
 }

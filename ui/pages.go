@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,15 +22,22 @@ import (
 
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/client"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // view is what every page template gets.
 type view struct {
-	Title      string
-	Nav        string // the section of the header's navigation the page is in
-	Flash      string // what the last action did (after its redirect)
-	Who        string
-	Role       string
+	Title string
+	Nav   string // the section of the header's navigation the page is in
+	Flash string // what the last action did (after its redirect)
+	Who   string
+	Role  string
+	// Namespace is the namespace the pages show; Namespaces, for a session of
+	// every namespace, those it may choose (POST /ui/namespace); empty for a
+	// session scoped to one.
+	Namespace  string
+	Namespaces []string
+	Scoped     bool
 	CSRF       string
 	CanOperate bool
 	LoggedIn   bool
@@ -87,6 +95,10 @@ func (h *Handler) renderStatus(w http.ResponseWriter, r *http.Request, s *sessio
 	v := view{Title: titleOf(page, data), Nav: navOf[page], Data: data}
 	if s != nil {
 		v.LoggedIn, v.Who, v.Role, v.CSRF, v.CanOperate = true, s.who.Name, s.who.Role.String(), s.csrf, s.canOperate()
+		v.Namespace, v.Scoped = s.ns, s.who.Namespace != ""
+		if s.who.Namespace == "" {
+			v.Namespaces = h.namespaceChoices(r.Context(), s)
+		}
 		v.Flash = takeFlash(w, r)
 	}
 	var buf bytes.Buffer
@@ -940,4 +952,26 @@ func (h *Handler) scheduleAction(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	h.done(w, r, s, err, "/ui/schedules", "Schedule "+r.PathValue("action")+"d.")
+}
+
+// namespaceChoices lists the namespaces a session of every namespace may show:
+// the first page of them (a hundred), and the one it shows; none when the list
+// fails (the header then names the one shown).
+func (h *Handler) namespaceChoices(ctx context.Context, s *session) []string {
+	limit := int64(100)
+	resp, err := s.api.ListNamespacesWithResponse(ctx, &client.ListNamespacesParams{Limit: &limit})
+	if err != nil || resp.JSON200 == nil {
+		return nil
+	}
+	var out []string
+	for _, n := range deref(resp.JSON200.Items) {
+		out = append(out, n.Name)
+	}
+	if !slices.Contains(out, s.ns) {
+		out = append(out, s.ns)
+	}
+	if len(out) == 1 && out[0] == namespace.Default {
+		return nil // nothing to choose: the header stays as it was before namespaces
+	}
+	return out
 }

@@ -146,12 +146,12 @@ func (s *sso) relyingParty(ctx context.Context) (rp.RelyingParty, error) {
 type nonceKey struct{}
 
 // mark is what an SSO session keeps in place of a token's hash: an HMAC of its
-// name and role under a key of the client secret, so a session row names a
+// name, role and namespace under a key of the client secret, so a session row names a
 // role only a server that holds the secret could have written, and changing
 // the secret (or turning SSO off) ends every SSO session.
 func (s *sso) mark(who api.Identity) []byte {
 	m := hmac.New(sha256.New, s.markKey)
-	m.Write([]byte(who.Name + "\x00" + who.Role.String()))
+	m.Write([]byte(who.Name + "\x00" + who.Role.String() + "\x00" + who.Namespace))
 	return m.Sum(nil)
 }
 
@@ -162,7 +162,7 @@ func (s *sso) identify(ss *catalog.Session) api.Identity {
 	if err != nil {
 		return api.Identity{}
 	}
-	who := api.Identity{Role: role, Name: ss.Name}
+	who := api.Identity{Role: role, Name: ss.Name, Namespace: ss.Namespace}
 	if subtle.ConstantTimeCompare(s.mark(who), ss.TokenHash) != 1 {
 		return api.Identity{}
 	}

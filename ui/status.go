@@ -204,12 +204,14 @@ func waitText(st client.Step) string {
 // blockedText is what keeps a ready step from starting.
 func blockedText(b *client.BlockedBy) string {
 	t := string(b.Kind)
-	if b.Kind == client.BlockedByKindConcurrency || b.Kind == client.BlockedByKindRateLimit {
+	if b.Kind == client.BlockedByKindConcurrency || b.Kind == client.BlockedByKindRateLimit || b.Kind == client.BlockedByKindQuota {
 		t = strings.ReplaceAll(t, "_", " ")
 		if b.Name != nil {
 			t += " " + *b.Name
 		}
-		if b.Key != nil && *b.Key != "" {
+		if b.Key != nil && *b.Key != "" && b.Kind == client.BlockedByKindQuota {
+			t += " (namespace " + *b.Key + ")"
+		} else if b.Key != nil && *b.Key != "" {
 			t += " (" + *b.Key + ")"
 		}
 		if b.Limit != nil {

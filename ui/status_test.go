@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,7 @@ func TestWhyOf(t *testing.T) {
 	name, two, one := "paid", int64(2), int64(1)
 	tenant, acme := "tenant", "acme"
 	running := &client.Run{Status: client.RunStatusRunning}
+	runningSteps := "running_steps"
 	tests := []struct {
 		name  string
 		run   *client.Run
@@ -46,6 +48,8 @@ func TestWhyOf(t *testing.T) {
 			"waiting", "waiting: approval 1/2 (sign)"},
 		{"blocked", running, []client.Step{{Key: "nap", Status: client.StepStatusReady, BlockedBy: &client.BlockedBy{Kind: client.BlockedByKindConcurrency, Name: &tenant, Key: &acme, InUse: &two, Limit: &two}}},
 			"blocked", "blocked: concurrency tenant (acme) 2/2"},
+		{"quota", running, []client.Step{{Key: "nap", Status: client.StepStatusReady, BlockedBy: &client.BlockedBy{Kind: client.BlockedByKindQuota, Name: &runningSteps, Key: &acme, InUse: &two, Limit: &two}}},
+			"blocked", "blocked: quota running_steps (namespace acme) 2/2"},
 		{"running", running, []client.Step{{Key: "a", Status: client.StepStatusRunning}}, "running", "running: a"},
 		{"paused", &client.Run{Status: client.RunStatusPaused, PauseReason: ptr(client.RunPauseReason("workflow"))}, nil, "paused", "paused (workflow)"},
 	}
@@ -58,4 +62,29 @@ func TestWhyOf(t *testing.T) {
 		})
 	}
 	require.Nil(t, whyOf(&client.Run{Status: client.RunStatusSucceeded}, nil))
+}
+
+// TestStepPanelBlockedBy: the step panel says what holds a ready step back: a
+// concurrency key by its key, a namespace's quota by its namespace, each with
+// its use.
+func TestStepPanelBlockedBy(t *testing.T) {
+	t.Parallel()
+	pages, err := parsePages()
+	require.NoError(t, err)
+	two, five := int64(2), int64(5)
+	tenant, acme, runningSteps := "tenant", "acme", "running_steps"
+	for _, tt := range []struct {
+		blocked client.BlockedBy
+		want    string
+	}{
+		{client.BlockedBy{Kind: client.BlockedByKindConcurrency, Name: &tenant, Key: &acme, InUse: &two, Limit: &two},
+			"blocked by concurrency tenant (key acme): 2/2 in use"},
+		{client.BlockedBy{Kind: client.BlockedByKindQuota, Name: &runningSteps, Key: &acme, InUse: &five, Limit: &five},
+			"blocked by quota running_steps (namespace acme): 5/5 in use"},
+	} {
+		var b strings.Builder
+		v := view{LoggedIn: true, Data: &stepView{RunID: "r", Step: client.Step{Key: "s", Status: client.StepStatusReady, BlockedBy: &tt.blocked}}}
+		require.NoError(t, pages["step"].ExecuteTemplate(&b, "step.html", v))
+		require.Contains(t, b.String(), tt.want)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cairnrun/cairn/api"
 	"github.com/cairnrun/cairn/catalog"
 	"github.com/cairnrun/cairn/client"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Prefix is the path the UI is served under.
@@ -160,6 +161,7 @@ func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /ui/login", h.loginPage)
 	h.mux.HandleFunc("POST /ui/login", h.login)
 	h.mux.HandleFunc("POST /ui/logout", h.write(h.logout))
+	h.mux.HandleFunc("POST /ui/namespace", h.write(h.chooseNamespace))
 	if h.sso != nil {
 		h.mux.HandleFunc("GET /ui/sso/start", h.ssoStart)
 		h.mux.HandleFunc("GET "+ssoCallbackPath, h.ssoCallback)
@@ -238,7 +240,14 @@ type session struct {
 	csrf   string
 	api    *client.Client
 	idHash []byte
+	// ns is the namespace the session's pages show: its token's, else the one
+	// chosen in the header (namespaceCookie), else default.
+	ns string
 }
+
+// namespaceCookie keeps the namespace a session of every namespace chose to see
+// (POST /ui/namespace).
+const namespaceCookie = "cairn_ns"
 
 // canOperate reports whether the role may take operator actions (the buttons shown).
 func (s *session) canOperate() bool { return s.who.Role >= api.RoleOperator }
@@ -267,11 +276,19 @@ func (h *Handler) sessionOf(r *http.Request) *session {
 	if err != nil || who.Role == api.RoleNone {
 		return nil
 	}
-	cl, err := client.New("http://cairn.in-process", "", client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler, who: who}}))
+	ns := who.Namespace
+	if ns == "" {
+		ns = namespace.Default
+		if c, err := r.Cookie(namespaceCookie); err == nil && namespace.Check(c.Value) == nil {
+			ns = c.Value
+		}
+	}
+	cl, err := client.New("http://cairn.in-process", "", client.WithHTTPClient(&http.Client{Transport: inProcess{h: h.apiHandler, who: who}}),
+		client.WithNamespace(ns))
 	if err != nil {
 		return nil
 	}
-	return &session{who: who, csrf: csrfFor(c.Value), api: cl, idHash: idHash[:]}
+	return &session{who: who, csrf: csrfFor(c.Value), api: cl, idHash: idHash[:], ns: ns}
 }
 
 // csrfFor is the CSRF token of a session: a hash of its ID (which no other site
@@ -385,7 +402,7 @@ func (h *Handler) startSession(w http.ResponseWriter, r *http.Request, who api.I
 	expires := time.Now().Add(h.cfg.SessionTTL)
 	audited := catalog.WithAudit(r.Context(), &catalog.Audit{Actor: who.Name, Role: who.Role.String(), Action: "uiLogin", RequestID: api.RequestID(r.Context())})
 	if err := h.sessions.SessionCreate(audited, &catalog.Session{IDHash: idHash[:], TokenHash: tokenHash,
-		Name: who.Name, Role: who.Role.String(), ExpiresAt: expires}); err != nil {
+		Name: who.Name, Role: who.Role.String(), Namespace: who.Namespace, ExpiresAt: expires}); err != nil {
 		h.logger.ErrorContext(r.Context(), "start a session", "error", err)
 		http.Error(w, "the session could not be started: try again", http.StatusServiceUnavailable)
 		return false
@@ -410,6 +427,22 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 	})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// chooseNamespace keeps the namespace a session of every namespace shows (its
+// pages' requests carry it: sessionOf), then shows its runs. A session scoped to
+// one namespace has nothing to choose.
+func (h *Handler) chooseNamespace(w http.ResponseWriter, r *http.Request, s *session) {
+	ns := r.PostFormValue("namespace")
+	if s.who.Namespace != "" || namespace.Check(ns) != nil {
+		http.Error(w, "no such namespace to choose", http.StatusBadRequest)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: namespaceCookie, Value: ns, Path: Prefix, MaxAge: int(h.cfg.SessionTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+	http.Redirect(w, r, "/ui/runs", http.StatusSeeOther)
 }
 
 // safeNext keeps a post-login redirect inside the UI.

@@ -13,9 +13,12 @@
 -- (p_names[i], p_keys[i]) in the order of their lock ids. It is the one home of a
 -- key's lock id: a claimer that computed another id than its peers for the same key
 -- would start steps over the limit. Every claimer takes its concurrency keys first
--- (cairn_conc_usage), then its rate keys (a rate key's name carries a prefix of its
--- own; catalog's sqlClaimKeyLock), each set in the order of the ids: no two
--- claimers wait for each other in a circle. PL/pgSQL, not SQL: its statement's plan
+-- (cairn_conc_usage), with the running_steps quotas of its candidates' namespaces
+-- among them when it has some (cairn_claim_usage: one set), then its rate keys (a
+-- rate key's name carries a prefix of its own; catalog's sqlClaimKeyLock), each set
+-- in the order of the ids: no two claimers wait for each other in a circle. The
+-- runs_per_minute lock of a namespace (cairn_run_quota) is a creation's, never a
+-- claimer's. PL/pgSQL, not SQL: its statement's plan
 -- is kept for the session.
 CREATE OR REPLACE FUNCTION cairn_limit_lock(p_names text[], p_keys text[])
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
@@ -51,4 +54,39 @@ BEGIN
             WHERE (r.status = 'running') IS TRUE AND r.conc_name = u.n AND r.conc_key = u.k)::integer,
            (SELECT l.concurrency FROM limits l WHERE l.name = u.n)
     FROM (SELECT DISTINCT n, k FROM unnest(p_names, p_keys) AS u(n, k)) u;
+END $$;
+
+-- cairn_claim_usage is cairn_conc_usage for the claims of this release, which also
+-- bound the running steps of a namespace by its running_steps quota (docs/flow.md,
+-- "Quotas"; catalog/quota.go). p_quotas are the quota_ns of the candidates; those
+-- of namespaces without the quota are left out. The locks of the concurrency keys
+-- and those of the quotas, (quota 0x1e running_steps, namespace), are taken
+-- together, in the order of their ids (cairn_limit_lock: one set, before the rate
+-- keys'), then each key's running steps and each namespace's are counted in a
+-- snapshot after them (steps_quota_running_idx): the quota's slot is the running
+-- step itself, as a concurrency slot is, so nothing can leak one. A quota's row has
+-- the namespace as name, a NULL key, and the quota as override (NULL when it was
+-- cleared since p_quotas were read).
+CREATE OR REPLACE FUNCTION cairn_claim_usage(p_names text[], p_keys text[], p_quotas text[],
+                                             OUT name text, OUT key text, OUT running integer, OUT override integer)
+RETURNS SETOF record LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_ns text[];
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT n.name), '{}') INTO v_ns FROM namespaces n
+    WHERE n.name = ANY (p_quotas) AND n.running_steps IS NOT NULL;
+    PERFORM cairn_limit_lock(p_names || array_fill(('quota' || chr(30) || 'running_steps')::text, ARRAY[cardinality(v_ns)]),
+                             p_keys || v_ns);
+    RETURN QUERY
+    SELECT u.n, u.k,
+           (SELECT count(*) FROM steps r
+            WHERE (r.status = 'running') IS TRUE AND r.conc_name = u.n AND r.conc_key = u.k)::integer,
+           (SELECT l.concurrency FROM limits l WHERE l.name = u.n)
+    FROM (SELECT DISTINCT n, k FROM unnest(p_names, p_keys) AS u(n, k)) u
+    UNION ALL
+    SELECT q.ns, NULL::text,
+           (SELECT count(*) FROM steps r
+            WHERE (r.status = 'running') IS TRUE AND r.quota_ns IS NOT NULL AND r.quota_ns = q.ns)::integer,
+           (SELECT n.running_steps FROM namespaces n WHERE n.name = q.ns)
+    FROM unnest(v_ns) AS q(ns);
 END $$;

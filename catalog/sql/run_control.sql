@@ -24,6 +24,10 @@
 --      ends then resolves its parent's step only if the parent's step and row can be
 --      had at once; else the wake sweeper does it in a transaction of its own
 --      (cairn_child_ended, child_run_ends).
+-- A run's creation (sqlRunCreate, cairn_run_rerun, a child's) of a namespace with a
+-- runs_per_minute quota takes the namespace's advisory lock after the workflow's
+-- row (0) and its parent's or source's locks, and then only inserts new rows
+-- (cairn_run_quota, namespaces.sql): its holder waits for no one's lock.
 -- Before all of these, a received event (catalog/received_event.go) takes the
 -- advisory lock of its name, shared, then those of its triggers' flow keys
 -- (singleton, debounce, batch: catalog/event_flow.go), exclusive, each once, in the
@@ -544,8 +548,9 @@ BEGIN
         UPDATE steps s SET needs = l.needs, max_attempts = l.max_attempts, on_exhausted = l.on_exhausted
         FROM cairn_version_layout(v_run.workflow, v_target) l
         WHERE s.run_id = p_run AND s.key = l.key AND s.status <> 'succeeded';
-        INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, on_exhausted)
-        SELECT p_run, l.key, 'waiting', l.needs, cardinality(l.needs), l.max_attempts, l.on_exhausted
+        INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, on_exhausted, quota_ns)
+        SELECT p_run, l.key, 'waiting', l.needs, cardinality(l.needs), l.max_attempts, l.on_exhausted,
+               nullif(cairn_namespace(v_run.workflow), 'default')
         FROM cairn_version_layout(v_run.workflow, v_target) l
         WHERE NOT EXISTS (SELECT 1 FROM steps s WHERE s.run_id = p_run AND s.key = l.key);
         DELETE FROM step_edges WHERE run_id = p_run;
@@ -602,6 +607,8 @@ END $$;
 -- version as in the source (CAV09 names those that differ); p_from must be a step
 -- of the version (CA422); the source must have ended (CAR09) under a share lock, so
 -- that a retry of it waits.
+-- A rerun is a new run of its namespace: over the namespace's runs_per_minute quota
+-- it is refused (CA429, cairn_run_quota), as a start is.
 --
 -- It returns the plan: the keys reused and the keys to run, in the version's order.
 -- With p_dry_run nothing is written. Otherwise the new run's events are run.created
@@ -690,19 +697,21 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Its namespace's runs_per_minute quota (namespaces.sql), as for a run started.
+    PERFORM cairn_run_quota(v_src.workflow);
     INSERT INTO runs (id, workflow, version, input, steps_total, steps_remaining, rerun_of, rerun_from_step,
                       labels, status, pause_reason)
     VALUES (p_new, v_src.workflow, v_target, coalesce(p_input, v_src.input), v_total,
             v_total - cardinality(reused), p_source, p_from, v_src.labels,
             CASE WHEN v_paused THEN 'paused' ELSE 'pending' END, CASE WHEN v_paused THEN 'workflow' END);
     INSERT INTO steps (run_id, key, status, needs, deps_remaining, max_attempts, ready_at, output, started_at,
-                       finished_at, on_exhausted, held)
+                       finished_at, on_exhausted, held, quota_ns)
     SELECT p_new, p.key,
            CASE WHEN p.reuse THEN 'succeeded' WHEN d.unmet = 0 THEN 'ready' ELSE 'waiting' END,
            p.needs, CASE WHEN p.reuse THEN 0 ELSE d.unmet END, p.max_attempts,
            CASE WHEN NOT p.reuse AND d.unmet = 0 THEN now() END,
            p.output, p.started_at, p.finished_at,
-           p.on_exhausted, v_paused AND NOT p.reuse
+           p.on_exhausted, v_paused AND NOT p.reuse, nullif(cairn_namespace(v_src.workflow), 'default')
     FROM cairn_rerun_plan p
     CROSS JOIN LATERAL (SELECT count(*)::integer AS unmet FROM cairn_rerun_plan q
                         WHERE q.key = ANY (p.needs) AND NOT q.reuse) d;

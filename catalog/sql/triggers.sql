@@ -207,13 +207,14 @@ DECLARE
 BEGIN
     IF NEW.map_parent IS NOT NULL THEN
         SELECT p.conc_name, p.conc_key, p.conc_limit, p.rate_name, p.rate_key, p.rate_limit, p.rate_per_s,
-               p.priority, p.runs_on, p.queue_timeout_s
+               p.priority, p.runs_on, p.queue_timeout_s, p.quota_ns
         INTO NEW.conc_name, NEW.conc_key, NEW.conc_limit, NEW.rate_name, NEW.rate_key, NEW.rate_limit,
-             NEW.rate_per_s, NEW.priority, NEW.runs_on, NEW.queue_timeout_s
+             NEW.rate_per_s, NEW.priority, NEW.runs_on, NEW.queue_timeout_s, NEW.quota_ns
         FROM steps p WHERE p.run_id = NEW.run_id AND p.key = NEW.map_parent;
         RETURN NEW;
     END IF;
-    SELECT r.handler_flow -> NEW.key INTO f FROM runs r WHERE r.id = NEW.run_id;
+    SELECT r.handler_flow -> NEW.key, nullif(cairn_namespace(r.workflow), 'default') INTO f, NEW.quota_ns
+    FROM runs r WHERE r.id = NEW.run_id;
     IF f IS NOT NULL THEN
         NEW.conc_name := f ->> 'n';
         NEW.conc_key := f ->> 'k';
@@ -229,7 +230,8 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- steps_flow_inherit: before a map instance or a failure handler is inserted.
+-- steps_flow_inherit: before a map instance or a failure handler is inserted (its
+-- flow settings, and the namespace whose quota bounds it: quota_ns, 00095).
 -- Decision: stays in SQL. It is the one home of "a map instance or a handler has
 -- these flow settings" whatever inserts the row (cairn_map_expand,
 -- cairn_run_compensate, a retry's relayout); moving it would copy the rule into each.

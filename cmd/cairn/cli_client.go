@@ -38,6 +38,7 @@ func newClientCmds(e env, stdout, stderr io.Writer) []*cobra.Command {
 		newEventCmd(e, stdout, stderr),
 		newTokenCmd(e, stdout, stderr),
 		newAuditCmd(e, stdout, stderr),
+		newNamespaceCmd(e, stdout, stderr),
 	}
 }
 
@@ -48,6 +49,9 @@ type cli struct {
 	stdout, stderr io.Writer
 
 	server, token, credentials string
+	// namespace selects the namespace the requests act in (--namespace,
+	// CAIRN_NAMESPACE); "" the token's, else default.
+	namespace string
 	// admin: the command needs the admin role; from the credentials file it takes
 	// CAIRN_ADMIN_TOKEN rather than CAIRN_TOKEN (the operator's).
 	admin bool
@@ -65,6 +69,7 @@ func (c *cli) registerFlags(cmd *cobra.Command) {
 	f.StringVar(&c.server, "server", "", "Cairn server URL (env CAIRN_SERVER)")
 	f.StringVar(&c.token, "token", "", "bearer token (env CAIRN_TOKEN)")
 	f.StringVar(&c.credentials, "credentials", defaultCredentials, "KEY=value file read when neither a server nor a token is given (written by cairn dev)")
+	f.StringVar(&c.namespace, "namespace", "", "the namespace to act in (env CAIRN_NAMESPACE); default: the token's, else default")
 }
 
 // client connects to the server named by --server or CAIRN_SERVER with the token
@@ -96,8 +101,9 @@ func (c *cli) client() (*client.Client, error) {
 	if token == "" {
 		return nil, errors.New("no token: pass --token or set CAIRN_TOKEN")
 	}
+	ns, _ := firstSet(setting{c.namespace, "--namespace"}, setting{c.e("CAIRN_NAMESPACE"), "CAIRN_NAMESPACE"})
 	cl, err := client.New(server, token, client.WithHTTPClient(&diagnosingDoer{next: http.DefaultClient,
-		server: server, serverFrom: serverFrom, tokenFrom: tokenFrom, credentials: c.credentials}))
+		server: server, serverFrom: serverFrom, tokenFrom: tokenFrom, credentials: c.credentials}), client.WithNamespace(ns))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", server, err)
 	}

@@ -29,7 +29,8 @@ import (
 //
 // It returns a nil Invoker when Lambda is not configured (a nil interface, not a
 // nil *functions.Lambda, so the dispatcher sees no invoker), and an error when
-// the configuration is unusable.
+// the configuration is unusable. The AWS configuration itself is loaded at the
+// first lambda attempt (functions.NewLambda: the region is always given here).
 func newLambdaInvoker(ctx context.Context, e env, logger *slog.Logger) (functions.Invoker, error) {
 	endpoint := e.or("CAIRN_LAMBDA_ENDPOINT", e("AWS_ENDPOINT_URL_LAMBDA"))
 	region := e.or("AWS_REGION", e("AWS_DEFAULT_REGION"))

@@ -30,7 +30,7 @@ func TestOIDCFlagsCheck(t *testing.T) {
 		{name: "http issuer", f: oidcFlags{issuer: "http://id.example.com", roleMap: roles, audience: "cairn"}, err: "want an https:// URL"},
 		{name: "issuer only", f: oidcFlags{issuer: issuer, roleMap: roles}, err: "neither CAIRN_OIDC_CLIENT_ID"},
 		{name: "no role map", f: oidcFlags{issuer: issuer, audience: "cairn"}, err: "CAIRN_OIDC_ROLE_MAP is not"},
-		{name: "bad role map", f: oidcFlags{issuer: issuer, audience: "cairn", roleMap: "groups:dev=operator@acme"}, err: `CAIRN_OIDC_ROLE_MAP: rule 1 (groups:dev=operator@acme): namespace "acme"`},
+		{name: "bad role map", f: oidcFlags{issuer: issuer, audience: "cairn", roleMap: "groups:dev=operator@Acme"}, err: `CAIRN_OIDC_ROLE_MAP: rule 1 (groups:dev=operator@Acme): namespace "Acme" must be`},
 		{name: "empty role map", f: oidcFlags{issuer: issuer, audience: "cairn", roleMap: " , "}, err: "CAIRN_OIDC_ROLE_MAP has no rules"},
 		{name: "no secret", f: oidcFlags{issuer: issuer, roleMap: roles, clientID: "cairn"}, publicURL: "https://c.example", err: "both CAIRN_OIDC_CLIENT_ID and CAIRN_OIDC_CLIENT_SECRET"},
 		{name: "short secret", f: oidcFlags{issuer: issuer, roleMap: roles, clientID: "cairn", clientSecret: "short"}, publicURL: "https://c.example", err: "CAIRN_OIDC_CLIENT_SECRET is shorter than 16"},

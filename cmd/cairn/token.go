@@ -32,8 +32,12 @@ func newTokenCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 			}
 			return printList(c, cl.TokenPages(ctx, p), limit, out, func(r *client.ListTokensResponse) ([]client.APIToken, []byte) {
 				return deref(r.JSON200.Items), r.Body
-			}, "ID\tNAME\tROLE\tCREATED\tBY\tEXPIRES\tLAST USED\tREVOKED", func(t client.APIToken) string {
-				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Id, t.Name, t.Role, formatTime(t.CreatedAt), t.CreatedBy,
+			}, "ID\tNAME\tROLE\tNAMESPACE\tCREATED\tBY\tEXPIRES\tLAST USED\tREVOKED", func(t client.APIToken) string {
+				ns := "*"
+				if t.Namespace != nil {
+					ns = *t.Namespace
+				}
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Id, t.Name, t.Role, ns, formatTime(t.CreatedAt), t.CreatedBy,
 					timeOr(t.ExpiresAt, "never"), timeOr(t.LastUsedAt, "never"), timeOr(t.RevokedAt, "-"))
 			})
 		},
@@ -47,6 +51,14 @@ func newTokenCmd(e env, stdout, stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
+// scopeOf says which namespace a token acts in, for a line about it.
+func scopeOf(ns *string) string {
+	if ns == nil {
+		return ", every namespace"
+	}
+	return ", namespace " + *ns
+}
+
 // timeOr formats *t, or none for nil.
 func timeOr(t *time.Time, none string) string {
 	if t == nil {
@@ -57,18 +69,22 @@ func timeOr(t *time.Time, none string) string {
 
 // newTokenCreateCmd is `cairn token create NAME --role ROLE [--expires-in 30d]`.
 func newTokenCreateCmd(c *cli) *cobra.Command {
-	var role, expiresIn, expiresAt string
+	var role, expiresIn, expiresAt, scope string
 	cmd := &cobra.Command{
-		Use:   "create NAME --role viewer|operator|admin [--expires-in 30d | --expires-at TIME]",
+		Use:   "create NAME --role viewer|operator|admin [--scope NAMESPACE] [--expires-in 30d | --expires-at TIME]",
 		Short: "Create a token; its value is printed this once",
 		Long: `create makes a managed API token named NAME (the actor its requests are
 recorded under) with a role, and prints its value on stdout, alone on a line: the
 server keeps only its SHA-256, so store the value now. The token works on every
 server at once, until it expires (--expires-in, --expires-at) or is revoked
-(cairn token revoke). Needs an admin token.`,
+(cairn token revoke). With --scope it acts in that namespace only (cairn
+namespace create); without, in every namespace. Needs an admin token.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			body := client.CreateTokenBody{Name: args[0], Role: client.CreateTokenBodyRole(strings.ToLower(role))}
+			if scope != "" {
+				body.Namespace = &scope
+			}
 			switch {
 			case expiresIn != "" && expiresAt != "":
 				return fmt.Errorf("create token: give --expires-in or --expires-at, not both")
@@ -98,7 +114,7 @@ server at once, until it expires (--expires-in, --expires-at) or is revoked
 				return unexpected("create token", resp.StatusCode())
 			}
 			t := resp.JSON201
-			fmt.Fprintf(c.stderr, "token %s (%s, id %s, expires %s): its value, shown this once:\n", t.Name, t.Role, t.Id, timeOr(t.ExpiresAt, "never"))
+			fmt.Fprintf(c.stderr, "token %s (%s%s, id %s, expires %s): its value, shown this once:\n", t.Name, t.Role, scopeOf(t.Namespace), t.Id, timeOr(t.ExpiresAt, "never"))
 			_, err = fmt.Fprintln(c.stdout, t.Value)
 			return err
 		},
@@ -106,6 +122,7 @@ server at once, until it expires (--expires-in, --expires-at) or is revoked
 	cmd.Flags().StringVar(&role, "role", "", "viewer, operator or admin")
 	cmd.Flags().StringVar(&expiresIn, "expires-in", "", "the token expires after this period (12h, 30d, 1y); default never")
 	cmd.Flags().StringVar(&expiresAt, "expires-at", "", "the token expires at this time (RFC 3339)")
+	cmd.Flags().StringVar(&scope, "scope", "", "the one namespace the token acts in; default every namespace")
 	_ = cmd.MarkFlagRequired("role")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cairnrun/cairn/blobstore"
 	"github.com/cairnrun/cairn/bundle"
 	"github.com/cairnrun/cairn/catalog"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 // Blobs is the blob store method Register calls; every blobstore.Store has it.
@@ -33,6 +34,10 @@ type Config struct {
 	// Actor is who deploys (the token's name), recorded with the move of latest;
 	// default "".
 	Actor string
+	// Namespace is the namespace deployed in (package namespace): the workflow and
+	// every name its definition uses are keyed in it (bundle.Definition.Qualify);
+	// default namespace.Default.
+	Namespace string
 }
 
 // Register deploys the bundle archive (a gzip-compressed tar) read from body: it
@@ -66,14 +71,15 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 	if err != nil {
 		return nil, false, fmt.Errorf("load bundle: %w", err)
 	}
-	if err := checkChildren(ctx, store, b); err != nil {
+	b.Definition.Qualify(c.Namespace)
+	if err := checkChildren(ctx, store, b, c.Namespace); err != nil {
 		return nil, false, fmt.Errorf("load bundle: %w", err)
 	}
 	def, err := b.Definition.CanonicalJSON()
 	if err != nil {
 		return nil, false, fmt.Errorf("bundle %s: %w", b.Digest, err)
 	}
-	if v, err := store.VersionByDigest(ctx, b.Digest); err == nil {
+	if v, err := store.VersionByDigest(ctx, b.Digest, b.Definition.Name); err == nil {
 		if !c.NoPromote {
 			if _, err := store.AliasSet(ctx, &catalog.AliasSetParams{Workflow: v.Workflow, Alias: catalog.AliasLatest,
 				Version: v.Version, Kind: catalog.AliasDeploy, Actor: c.Actor}); err != nil {
@@ -101,18 +107,19 @@ func Register(ctx context.Context, store *catalog.Store, blobs Blobs, body io.Re
 // bundle.ErrInvalid). A step of a workflow that runs the workflow itself may name
 // the version being deployed, or any earlier one. Aliases are resolved when the
 // child starts, not here: they move.
-func checkChildren(ctx context.Context, store *catalog.Store, b *bundle.Bundle) error {
+func checkChildren(ctx context.Context, store *catalog.Store, b *bundle.Bundle, ns string) error {
 	var errs []error
 	for _, cw := range b.Manifest.ChildWorkflows() {
-		_, err := store.VersionGet(ctx, cw.Name, cw.Version)
+		name := namespace.Qualify(ns, cw.Name)
+		_, err := store.VersionGet(ctx, name, cw.Version)
 		switch {
 		case err == nil:
 			continue
 		case !errors.Is(err, catalog.ErrNotFound):
 			return err
 		}
-		if cw.Name == b.Definition.Name {
-			w, err := store.WorkflowGet(ctx, cw.Name)
+		if name == b.Definition.Name {
+			w, err := store.WorkflowGet(ctx, name)
 			switch {
 			case err == nil && cw.Version <= w.LatestVersion+1, errors.Is(err, catalog.ErrNotFound) && cw.Version == 1:
 				continue // the version being deployed

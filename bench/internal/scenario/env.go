@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/cairnrun/cairn/bench/internal/cairn"
@@ -237,7 +238,19 @@ var measuredTables = []string{"runs", "steps", "attempts", "step_edges", "events
 // checkpoint, so that each measurement starts from the same state. No dispatcher
 // may be running.
 func (e *Env) ResetCatalog(ctx context.Context) error {
-	if _, err := e.DB.Exec(ctx, `TRUNCATE `+strings.Join(measuredTables, ", ")+` CASCADE`); err != nil {
+	// A dispatcher left idle between rounds (exec) still polls: its
+	// statements and the TRUNCATE's locks may deadlock, which a second try ends.
+	var err error
+	for try := 0; try < 5; try++ {
+		if _, err = e.DB.Exec(ctx, `TRUNCATE `+strings.Join(measuredTables, ", ")+` CASCADE`); err == nil {
+			break
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("reset catalog: %w", err)
 	}
 	if _, err := e.DB.Exec(ctx, `CHECKPOINT`); err != nil {

@@ -228,7 +228,7 @@ func execScenario(ctx context.Context, e *Env, r *report.Result) error {
 	r.Settings["map"] = fmt.Sprintf("one run: an exec step prints %d items, a map of no-op exec steps over them (max_parallel %d), a builtin join", items, execMapParallel)
 	r.Settings["rounds"] = fmt.Sprintf("%d; in each, every server in turn, its chains then its maps; each figure is the median of its rounds (the machine is shared: compare the variants of one run)", e.Scale.ExecRounds)
 	r.Settings["handlers"] = "sh: `#!/bin/sh\\nexit 0`; python, node, go: read the envelope, print null; *_sdk: the same on sdk/python (cairn_fn.run), sdk/ts (run), fn (fn.Run); sh_nonet: sh with network: none"
-	r.Settings["figures"] = "attempt = attempts.finished_at − started_at (claim → outcome, the catalog's clock); step_to_step = next started_at − previous finished_at; start = cairn_attempt_start_seconds (claim → handler started); phase_* = means of cairn_exec_phase_seconds and cairn_attempt_phase_seconds over the round; cpu_* = processor ms per attempt: cairn (the serve process), children (its reaped children: unsandboxed handlers, bwrap, pasta; a sandboxed handler's own processes are not counted, its PID namespace does not pass their time on), postgres (the cluster), handler and network (cairn_exec_cpu_seconds_total); cairn and postgres include their idle work over the round's wall time"
+	r.Settings["figures"] = "attempt = attempts.finished_at − started_at (claim → outcome, the catalog's clock); step_to_step = next started_at − previous finished_at; start = cairn_attempt_start_seconds (claim → handler started); phase_* = means of cairn_exec_phase_seconds and cairn_attempt_phase_seconds over the round; cpu_* = processor ms per attempt: cairn (the serve process), children (its reaped children: unsandboxed handlers, bwrap, pasta; a sandboxed handler's own processes are not counted, its PID namespace does not pass their time on), postgres (the cluster), handler and network (cairn_exec_cpu_seconds_total); cairn and postgres include their idle work over the round's wall time; statements = top-level statements on the catalog's database per attempt (pg_stat_statements: round trips to PostgreSQL, whatever the load; the benchmark's own polls left out)"
 	r.Settings["machine_note"] = "the machine is shared with other jobs (see machine.load_average_*): compare the variants of one run, whose rounds alternate, not these figures with another run's"
 
 	samples := map[string][]float64{}
@@ -305,6 +305,10 @@ func execRound(ctx context.Context, e *Env, c *execConfig, handlers map[string]e
 			return err
 		}
 		cpu0, pg0 := srv.CPU(), e.PG.CPUSeconds()
+		st0, err := e.catalogStatements(ctx)
+		if err != nil {
+			return err
+		}
 		var ids []string
 		runs := e.Scale.ExecRuns
 		if j.isMap {
@@ -324,6 +328,10 @@ func execRound(ctx context.Context, e *Env, c *execConfig, handlers map[string]e
 		}
 		wall := time.Since(start)
 		cpu1, pg1 := srv.CPU(), e.PG.CPUSeconds()
+		st1, err := e.catalogStatements(ctx)
+		if err != nil {
+			return err
+		}
 		m1, err := srv.MetricSeries(ctx)
 		if err != nil {
 			return err
@@ -343,6 +351,7 @@ func execRound(ctx context.Context, e *Env, c *execConfig, handlers map[string]e
 		add(prefix+"_cpu_cairn_ms", perAttempt(cpu1.Self-cpu0.Self))
 		add(prefix+"_cpu_children_ms", perAttempt(cpu1.Children-cpu0.Children))
 		add(prefix+"_cpu_postgres_ms", perAttempt(pg1-pg0))
+		add(prefix+"_statements", (st1-st0)/float64(attempts))
 		add(prefix+"_wall_s", wall.Seconds())
 		for key, v := range m1 {
 			d := v - m0[key]
@@ -422,6 +431,23 @@ ORDER BY a.run_id, a.started_at`, ids)
 		add(prefix+"_items_per_s", float64(n)/last.Sub(first).Seconds())
 	} else {
 		add(prefix+"_step_to_step_p50_ms", report.Percentile(gaps, 50))
+	}
+	return n, nil
+}
+
+// catalogStatements returns the top-level statements run so far on the
+// catalog's database (pg_stat_statements, updated as each statement ends, where
+// pg_stat_database's commits are flushed up to a second late): what an attempt
+// costs PostgreSQL in round trips, whatever the machine's load. The benchmark's
+// own reads (waitRun's polls, this one) are left out.
+func (e *Env) catalogStatements(ctx context.Context) (float64, error) {
+	var n float64
+	err := e.DB.QueryRow(ctx, `
+SELECT coalesce(sum(calls), 0)::float8 FROM pg_stat_statements
+WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND query <> $1 AND query NOT LIKE '%pg_stat_statements%'`, waitRunQuery).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read statement counts: %w", err)
 	}
 	return n, nil
 }

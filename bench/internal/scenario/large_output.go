@@ -37,6 +37,7 @@ func LargeOutput(ctx context.Context, e *Env) *report.Result {
 	r.Settings["workflow"] = "one exec step: a shell script running `head -c N /dev/zero`"
 	r.Settings["blob_store"] = "versitygw posix backend on the same disk, over loopback"
 	r.Settings["server"] = "a fresh `cairn serve` with its dispatcher (default settings: inline limit 256 KiB, part size 16 MiB), one run per round"
+	r.Settings["memory"] = "serve_peak_rss_mib: VmHWM of the serve process over the scenario; serve_peak_anon_mib and serve_peak_file_mib: the largest RssAnon (its own memory: Go heap, runtime, the blob store's part) and RssFile (pages of the cairn binary and its libraries mapped in, shared with other processes and reclaimable) sampled every 20 ms over the rounds"
 	r.Settings["cpu"] = "CPU seconds per round (Cairn's run, start to end, the PUTs not counted): cairn_cpu_s the serve process, handler_cpu_s its exec children (sh, head), versitygw_cpu_s the gateway, postgres_cpu_s PostgreSQL"
 	r.Settings["s3_ceiling"] = "the S3 server's own PUT rate in the same run: a plain minio-go PutObject of the same size (zeros, part size 16 MiB, no payload SHA-256, as Cairn uploads) to the same bucket, before the first round, between rounds and after the last; s3_put_mib_per_s is their mean; a round's ratio is its MiB/s over the mean of the PUTs either side of it; ratio_to_s3_put is the median round's, ratio_to_s3_put_min the worst's; mib_per_s the median round's"
 	r.Settings["writes"] = "bytes written per byte of output (/proc/PID/io write_bytes, summed over rounds): cairn_written_per_byte by the serve process (a spool file), s3_written_per_byte by versitygw during Cairn's rounds, s3_put_written_per_byte by versitygw during the plain PUTs"
@@ -78,6 +79,8 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 		return err
 	}
 	var cairnCPU, handlerCPU, s3CPU, pgCPU float64
+	peaks := sampleMemory(srv)
+	defer peaks.stop()
 	for i := range largeRounds {
 		e.Logf("large output: round %d of %d, %d MiB", i+1, largeRounds, size>>20)
 		c0, s0 := writeBytes(srv.Pid()), writeBytes(s3pid)
@@ -102,6 +105,9 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 		e.Logf("large output: round %d: %.0f MiB/s, %.2f of the plain PUT", i+1, rates[i], ratios[i])
 	}
 	r.Set("serve_peak_rss_mib", srv.MemoryMiB("VmHWM"))
+	anon, file := peaks.stop()
+	r.Set("serve_peak_anon_mib", anon)
+	r.Set("serve_peak_file_mib", file)
 	r.Set("cairn_cpu_s", cairnCPU/largeRounds)
 	r.Set("handler_cpu_s", handlerCPU/largeRounds)
 	r.Set("versitygw_cpu_s", s3CPU/largeRounds)
@@ -119,6 +125,47 @@ func largeOutput(ctx context.Context, e *Env, r *report.Result, size int64) erro
 	r.Set("s3_written_per_byte", float64(s3Written)/total)
 	r.Set("s3_put_written_per_byte", float64(putWritten)/float64(size*int64(len(puts))))
 	return nil
+}
+
+// memoryPeaks samples a server's RssAnon (its own memory: the Go heap, the
+// blob store's part) and RssFile (the pages of the cairn binary and libraries it
+// has mapped, shared with every process that maps them) every 20 ms, and keeps
+// the largest of each: VmHWM is only their sum's peak.
+type memoryPeaks struct {
+	done       chan struct{}
+	finished   chan struct{}
+	anon, file float64
+	once       bool
+}
+
+func sampleMemory(srv *cairn.Server) *memoryPeaks {
+	m := &memoryPeaks{done: make(chan struct{}), finished: make(chan struct{})}
+	go func() {
+		defer close(m.finished)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			m.anon = max(m.anon, srv.MemoryMiB("RssAnon"))
+			m.file = max(m.file, srv.MemoryMiB("RssFile"))
+			select {
+			case <-m.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+// stop ends the sampling (once; later calls return the same) and returns the
+// peaks in MiB.
+func (m *memoryPeaks) stop() (anon, file float64) {
+	if !m.once {
+		m.once = true
+		close(m.done)
+		<-m.finished
+	}
+	return m.anon, m.file
 }
 
 // largeRun starts one run of the large workflow on srv, waits for it, checks

@@ -134,6 +134,9 @@ WHERE a.run_id = $1 AND a.status = 'succeeded' ORDER BY a.step_key`, run.ID)
 	return l, nil
 }
 
+// waitRunQuery is waitRun's poll (catalogStatements leaves it out).
+const waitRunQuery = `SELECT status FROM runs WHERE id = $1`
+
 // waitRun polls the catalog until the run is terminal: every 2 ms at first, backing
 // off to 20 ms, so that a long run is not measured under a storm of polls.
 func waitRun(ctx context.Context, e *Env, id string, timeout time.Duration) error {
@@ -141,7 +144,7 @@ func waitRun(ctx context.Context, e *Env, id string, timeout time.Duration) erro
 	wait := 2 * time.Millisecond
 	for {
 		var status string
-		if err := e.DB.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1`, id).Scan(&status); err != nil {
+		if err := e.DB.QueryRow(ctx, waitRunQuery, id).Scan(&status); err != nil {
 			return err
 		}
 		switch status {

@@ -61,11 +61,17 @@ export interface CairnClientOptions {
   token?: string;
   /** fetch implementation; default: the global fetch. */
   fetch?: typeof globalThis.fetch;
+  /**
+   * The namespace every request acts in (the Cairn-Namespace header;
+   * CAIRN_NAMESPACE). Default: the token's namespace, else "default".
+   */
+  namespace?: string;
 }
 
 /**
  * Returns a client for the server at options.baseUrl that sends options.token as
- * its bearer credential. The client is stateless and may be shared.
+ * its bearer credential (and options.namespace as its Cairn-Namespace). The
+ * client is stateless and may be shared.
  */
 export function createCairnClient(options: CairnClientOptions): CairnClient {
   const client = createClient<paths>({
@@ -81,6 +87,16 @@ export function createCairnClient(options: CairnClientOptions): CairnClient {
       },
     };
     client.use(auth);
+  }
+  const namespace = options.namespace;
+  if (namespace) {
+    const ns: Middleware = {
+      onRequest({ request }) {
+        request.headers.set("Cairn-Namespace", namespace);
+        return request;
+      },
+    };
+    client.use(ns);
   }
   return client;
 }

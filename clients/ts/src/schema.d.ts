@@ -75,7 +75,7 @@ export interface paths {
         };
         /**
          * List the audit log
-         * @description Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code.
+         * @description Who did what through the API: one record per write (and per UI login), newest first, keyset-paginated. A refused write has outcome `failed` and its problem's code. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -99,7 +99,7 @@ export interface paths {
         put?: never;
         /**
          * Export the audit log
-         * @description Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records.
+         * @description Writes the records of a time range to the blob store as JSON Lines (one record a line, oldest first, as GET /v1/audit shows them) and answers its key. Exports are never collected; keep one before the audit retention (CAIRN_AUDIT_RETENTION) deletes its records. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -183,7 +183,7 @@ export interface paths {
         };
         /**
          * Show the demand of a pool of dispatchers
-         * @description What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held.
+         * @description What a pool of dispatchers that run with these tags (`cairn serve --tags`) has to do now: the steps it could claim, the attempts it holds, and their sum, the demand an autoscaler scales the pool on (KEDA's metrics-api scaler reads `demand`; the gauge cairn_pool_demand is the same number). A pool may scale to zero only when its demand is 0: nothing to claim and no lease held. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `viewer` role.
          */
@@ -311,6 +311,82 @@ export interface paths {
          *     Requires the `admin` role.
          */
         delete: operations["clearLimit"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List namespaces
+         * @description The namespaces by name; a token scoped to one namespace sees that one only.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["listNamespaces"];
+        put?: never;
+        /**
+         * Create a namespace
+         * @description A new namespace: its workflows, runs, secrets, limits, schedules, hooks and events are its own (select it with the Cairn-Namespace header, or a token scoped to it). 409 conflict if it exists. A token scoped to one namespace may not call it (403).
+         *
+         *     Requires the `admin` role.
+         */
+        post: operations["createNamespace"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/namespaces/{namespace}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a namespace
+         * @description Requires the `viewer` role.
+         */
+        get: operations["getNamespace"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/namespaces/{namespace}/quotas": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a namespace's quotas
+         * @description The namespace's running_steps and runs_per_minute quotas (null: none) and their use now: its steps running, its runs created in the last minute. A token scoped to a namespace sees its own only.
+         *
+         *     Requires the `viewer` role.
+         */
+        get: operations["getNamespaceQuotas"];
+        /**
+         * Change a namespace's quotas
+         * @description Sets (a number) or clears (null) the namespace's quotas; a field left out keeps its quota. `running_steps` bounds the steps of the namespace's runs running at once on every server: a step over it stays ready (blocked_by kind quota) until a running one ends; lowered below the steps running, it lets them finish and holds back the next. `runs_per_minute` bounds the runs created in any minute: a start, rerun or hook delivery over it is a 429 quota_exceeded with Retry-After; a schedule's fire is skipped, an event's triggered run is not started, a child run's step fails with code quota_exceeded and is retried by its policy (docs/flow.md, "Quotas"). The default namespace takes no quota. Audited. A token scoped to one namespace may not call it (403).
+         *
+         *     Requires the `admin` role.
+         */
+        put: operations["putNamespaceQuotas"];
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1071,7 +1147,7 @@ export interface paths {
         };
         /**
          * List tokens
-         * @description The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed).
+         * @description The managed tokens, newest first, never their values (the tokens of CAIRN_TOKENS are not listed). A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1079,7 +1155,7 @@ export interface paths {
         put?: never;
         /**
          * Create a token
-         * @description A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second).
+         * @description A new managed bearer token with a name and a role. Its value is in this answer only: the catalog keeps its SHA-256. It works on every server at once, until it expires or is revoked (DELETE /v1/tokens/{id}; every server refuses it within a second). A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1102,7 +1178,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke a token
-         * @description The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it.
+         * @description The token stops working: every server refuses it (401, saying it was revoked) within a second. Revoking a revoked token changes nothing. The token stays in the list (`revoked=true`), with who revoked it. A token scoped to one namespace may not call it (403).
          *
          *     Requires the `admin` role.
          */
@@ -1338,6 +1414,12 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        APINamespace: {
+            /** Format: date-time */
+            created_at: string;
+            created_by: string;
+            name: string;
+        };
         APIToken: {
             /** Format: date-time */
             created_at: string;
@@ -1357,6 +1439,8 @@ export interface components {
             last_used_at?: string;
             /** @description the actor its requests are recorded under */
             name: string;
+            /** @description the one namespace it acts in; absent: every namespace */
+            namespace?: string;
             /**
              * Format: date-time
              * @description when it was revoked; absent: it was not
@@ -1519,10 +1603,10 @@ export interface components {
             /** @description the limit's key */
             key?: string;
             /**
-             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
+             * @description paused: the run is paused (GET /v1/runs/{id} says why); concurrency: every slot of the step's concurrency key is in use (GET /v1/limits); quota: the namespace runs as many steps as its running_steps quota allows (name running_steps, key the namespace; GET /v1/namespaces/{namespace}/quotas); rate_limit: the key's bucket has no token left (in_use: tokens used); no_dispatcher: no live dispatcher has every tag of runs_on (cairn serve --tags)
              * @enum {string}
              */
-            kind: "paused" | "concurrency" | "rate_limit" | "no_dispatcher";
+            kind: "paused" | "concurrency" | "quota" | "rate_limit" | "no_dispatcher";
             /**
              * Format: int64
              * @description the limit
@@ -1581,6 +1665,10 @@ export interface components {
             /** @description a note recorded in the events, with the token's name */
             reason?: string;
         };
+        CreateNamespaceBody: {
+            /** @description 1 to 31 lower-case letters, digits and '-' */
+            name: string;
+        };
         CreateTokenBody: {
             /**
              * Format: date-time
@@ -1589,6 +1677,8 @@ export interface components {
             expires_at?: string;
             /** @description the actor its requests are recorded under (audit log, events) */
             name: string;
+            /** @description the one namespace it acts in (it must exist); absent: every namespace */
+            namespace?: string;
             /** @enum {string} */
             role: "viewer" | "operator" | "admin";
         };
@@ -1611,6 +1701,8 @@ export interface components {
             last_used_at?: string;
             /** @description the actor its requests are recorded under */
             name: string;
+            /** @description the one namespace it acts in; absent: every namespace */
+            namespace?: string;
             /**
              * Format: date-time
              * @description when it was revoked; absent: it was not
@@ -1863,6 +1955,12 @@ export interface components {
             /** @description every rate limit bucket, by name and key (at most 1000): one per key a step has started under */
             rates: components["schemas"]["RateKey"][] | null;
         };
+        ListAPINamespace: {
+            /** @description this page */
+            items: components["schemas"]["APINamespace"][] | null;
+            /** @description cursor of the next page; absent on the last page */
+            next_cursor?: string;
+        };
         ListAPIToken: {
             /** @description this page */
             items: components["schemas"]["APIToken"][] | null;
@@ -1950,6 +2048,33 @@ export interface components {
              */
             total: number | null;
         };
+        NamespaceQuotas: {
+            namespace: string;
+            /**
+             * Format: int64
+             * @description the namespace's steps running now
+             */
+            running: number;
+            /**
+             * Format: int64
+             * @description the most steps of the namespace's runs running at once, on every server; null: none
+             */
+            running_steps: number | null;
+            /**
+             * Format: int64
+             * @description the runs the namespace created in the last minute
+             */
+            runs_last_minute: number;
+            /**
+             * Format: int64
+             * @description the most runs the namespace's workflows start in any minute (starts, reruns, hooks, schedules, triggers, child runs); null: none
+             */
+            runs_per_minute: number | null;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description the name of the token that last changed the namespace */
+            updated_by: string;
+        };
         Operation: {
             /** @enum {string} */
             action: "cancel" | "retry" | "pause" | "resume";
@@ -2033,6 +2158,12 @@ export interface components {
             concurrency?: number;
             /** @description the rate limit's tokens per window */
             rate_limit?: components["schemas"]["RateSpec"];
+        };
+        PutQuotasBody: {
+            /** @description the most steps running at once; null clears it; absent keeps it */
+            running_steps?: number | null;
+            /** @description the most runs started in any minute; null clears it; absent keeps it */
+            runs_per_minute?: number | null;
         };
         PutSecretBody: {
             /** @description the secret's value (UTF-8 text, at most 64 KiB): stored encrypted, never shown again */
@@ -2691,6 +2822,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -2825,6 +2957,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -2934,6 +3079,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3111,6 +3269,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Request Timeout:
              *
              *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
@@ -3243,6 +3414,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -3522,6 +3694,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -3644,6 +3829,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -3753,6 +3951,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3918,6 +4129,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -3985,7 +4197,10 @@ export interface operations {
     };
     deliverHook: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default */
+                namespace?: string;
+            };
             header?: never;
             path: {
                 /** @description workflow name */
@@ -4030,6 +4245,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -4072,6 +4288,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4162,6 +4393,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4282,6 +4526,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4430,6 +4687,738 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listNamespaces: {
+        parameters: {
+            query?: {
+                /** @description next_cursor of the previous page */
+                cursor?: string;
+                /** @description page size */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ListAPINamespace"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `invalid_cursor`: The cursor was not issued by this deployment, was altered, or belongs to another list or to other filters: list again without it.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createNamespace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateNamespaceBody"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APINamespace"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Conflict:
+             *
+             *     - `conflict`: The request conflicts with a change made at the same time; try again.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getNamespace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APINamespace"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getNamespaceQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the namespace's name */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceQuotas"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unprocessable Entity:
+             *
+             *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Internal Server Error:
+             *
+             *     - `internal`: A fault of the server. The problem carries only the request ID (`instance`): quote it when reporting it.
+             */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Service Unavailable:
+             *
+             *     - `unavailable`: The database or the blob store cannot be reached, the server has its maximum of open connections or event streams, or (GET /readyz) a readiness check failed; try again after Retry-After.
+             */
+            503: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Gateway Timeout:
+             *
+             *     - `timeout`: The request ran out of time inside the server; try again.
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putNamespaceQuotas: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description the namespace's name */
+                namespace: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PutQuotasBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NamespaceQuotas"];
+                };
+            };
+            /**
+             * @description Bad Request:
+             *
+             *     - `bad_request`: The request is malformed: a body that is not valid JSON, a path parameter or header of the wrong form.
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unauthorized:
+             *
+             *     - `unauthorized`: No bearer token, or one the server does not know (PUT …/checkpoint: no valid lease credential; POST /v1/callbacks/{token}: a token the server did not sign; POST /v1/hooks/…: no valid signature, or the hook's secret is not set). Nothing was started.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Forbidden:
+             *
+             *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Timeout:
+             *
+             *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
+             */
+            408: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Request Entity Too Large:
+             *
+             *     - `payload_too_large`: The body, or a bundle's archive or files, is over the server's limit. Nothing was stored.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unsupported Media Type:
+             *
+             *     - `unsupported_media_type`: The body's Content-Type is not one the operation takes.
+             */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -4549,6 +5538,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -4684,6 +5674,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -4828,6 +5819,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -4947,6 +5951,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5080,6 +6085,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5267,6 +6273,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5402,6 +6409,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5535,6 +6543,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5733,6 +6742,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -5803,6 +6813,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5920,6 +6945,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6108,6 +7134,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6303,6 +7330,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6472,6 +7500,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6601,6 +7630,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6736,6 +7766,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -6919,6 +7950,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7051,6 +8083,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7343,6 +8376,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7476,6 +8510,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7614,6 +8649,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7748,6 +8784,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -7888,6 +8925,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8020,6 +9058,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8155,6 +9194,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8335,6 +9375,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Request Timeout:
              *
              *     - `request_timeout`: The request body arrived more slowly than the server accepts (CAIRN_MIN_BODY_RATE); the connection is closed.
@@ -8490,6 +9543,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -8610,6 +9676,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -8716,6 +9795,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8849,6 +9929,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -8904,6 +9985,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9004,6 +10100,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9120,6 +10217,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9236,6 +10334,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -9265,6 +10364,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -9369,6 +10483,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9489,6 +10616,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9657,6 +10797,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -9766,6 +10919,19 @@ export interface operations {
              *     - `forbidden`: The token's role is below the one the operation needs, or (approve, reject) not among the approval step's roles, or (approve) a token without a name on a step that needs more than one approver.
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9932,6 +11098,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10060,6 +11227,19 @@ export interface operations {
                 };
             };
             /**
+             * @description Not Found:
+             *
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
              * @description Unprocessable Entity:
              *
              *     - `validation_failed`: A parameter or body value breaks the operation's schema (a bound, a pattern, a required field) or holds text the catalog cannot store; `errors` names each location.
@@ -10166,6 +11346,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10300,6 +11481,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10418,6 +11600,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10553,6 +11736,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10710,6 +11894,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -10856,6 +12041,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11028,6 +12214,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11204,6 +12391,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11272,6 +12460,21 @@ export interface operations {
              */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Too Many Requests:
+             *
+             *     - `quota_exceeded`: The run would go over its namespace's runs_per_minute quota (`detail` names the quota and the namespace; GET /v1/namespaces/{namespace}/quotas). Nothing was created; try again after Retry-After.
+             */
+            429: {
+                headers: {
+                    /** @description seconds to wait before trying again */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -11390,6 +12593,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {
@@ -11508,6 +12712,7 @@ export interface operations {
              * @description Not Found:
              *
              *     - `not_found`: The workflow, version, run, step, output, log or bundle does not exist (an output: not yet).
+             *     - `namespace_not_found`: The namespace the Cairn-Namespace header (or a webhook's ?namespace=) names does not exist, or the token is scoped to another one.
              */
             404: {
                 headers: {

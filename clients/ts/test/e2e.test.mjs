@@ -129,4 +129,14 @@ describe("TypeScript client against a live server", { skip }, () => {
     const anonymous = createCairnClient({ baseUrl: server });
     await assert.rejects(startRun(anonymous, workflow), (err) => err instanceof CairnProblemError && err.status === 401);
   });
+
+  test("a client of a namespace acts in it (Cairn-Namespace)", async () => {
+    const elsewhere = createCairnClient({ baseUrl: server, token, namespace: "no-such-namespace" });
+    await assert.rejects(startRun(elsewhere, workflow), (err) => {
+      assert.ok(err instanceof CairnProblemError, String(err));
+      assert.equal(err.status, 404);
+      assert.equal(err.problem?.code, "namespace_not_found");
+      return true;
+    });
+  });
 });
