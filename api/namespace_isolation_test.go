@@ -67,6 +67,10 @@ var nsCases = map[string]nsCase{
 	"getNamespace":    {kind: nsHidden},
 	"listNamespaces":  {kind: nsList},
 	"createNamespace": {kind: nsRefused, body: `{"name":"{fresh}"}`},
+	// Quotas: A's token reads A's only; changing them is for tokens of every
+	// namespace (403 whatever the namespace, which nsHidden allows).
+	"getNamespaceQuotas": {kind: nsHidden},
+	"putNamespaceQuotas": {kind: nsHidden, body: `{"running_steps":5}`},
 
 	"getArchivedRun": {kind: nsHidden},
 	"listAudit":      {kind: nsList, variants: []string{"actor={marker}-admin"}},
@@ -669,7 +673,7 @@ func (w *nsWorld) snapshotB(t *testing.T) map[string]string {
 	b := &w.b
 	paths := []string{"/v1/runs?limit=100", "/v1/workflows?limit=100", "/v1/secrets?limit=100", "/v1/limits",
 		"/v1/schedules?limit=100", "/v1/events?limit=100", "/v1/tokens?limit=100", "/v1/operations/" + b.op,
-		"/v1/archived-runs/" + b.archived}
+		"/v1/archived-runs/" + b.archived, "/v1/namespaces/" + b.ns + "/quotas"}
 	for _, id := range b.runs {
 		if id != b.archived {
 			paths = append(paths, "/v1/runs/"+id, "/v1/runs/"+id+"/steps", "/v1/runs/"+id+"/events?limit=100")
@@ -697,12 +701,14 @@ func must[T any](v T, err error) T {
 }
 
 // dropVolatile removes what changes without a write: when a token was last
-// used, when a schedule fires next (computed by a server's pass).
+// used, when a schedule fires next (computed by a server's pass), the runs of a
+// namespace's last minute.
 func dropVolatile(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		delete(x, "last_used_at")
 		delete(x, "next_fire_at")
+		delete(x, "runs_last_minute") // a quota's use: its minute moves on
 		for k, e := range x {
 			x[k] = dropVolatile(e)
 		}
@@ -735,6 +741,7 @@ func (w *nsWorld) ownObjects(t *testing.T) {
 			{"/v1/operations/" + a.op, a.op},
 			{"/v1/namespaces/" + a.ns, a.ns},
 			{"/v1/namespaces", a.ns},
+			{"/v1/namespaces/" + a.ns + "/quotas", a.ns},
 		} {
 			r := w.do(t, tok, "", http.MethodGet, c.path, "")
 			w.noLeak(t, c.path, r)
