@@ -30,9 +30,10 @@ import (
 // server (API, web UI, a dispatcher and the bulk operation worker, on PostgreSQL
 // and S3), two namespaces, and in each the same names: workflows shared and
 // waiter (with a hook, two schedules, an event trigger), secrets, a limit,
-// received events, tokens. B also has what only B has (a workflow, a secret and a
-// limit named only-<B's marker>, an archived run, a bulk operation), so that
-// A's answers can be searched for anything of B's.
+// received events, tokens, a bulk operation. B also has what only B has (a
+// workflow, a secret and a limit named only-<B's marker>, a viewer token, an
+// archived run, a quota), and a marker in everything, so that A's answers can be
+// searched for anything of B's.
 
 const (
 	nsRootToken  = "ns-root-token-0123456789abcdef" // CAIRN_TOKENS admin: every namespace

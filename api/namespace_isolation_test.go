@@ -759,11 +759,14 @@ func (w *nsWorld) ownObjects(t *testing.T) {
 	assert.Contains(t, string(r.body), `"hooksecret"`)
 }
 
-// webUI logs in with A's admin token: none of B's pages open, the search box
-// finds none of B's runs, and the lists show nothing of B's; B's session opens
-// the same pages.
+// webUI logs in with A's admin token: none of B's pages open (with the
+// namespace cookie naming B too), the search box finds none of B's runs, and the
+// lists show nothing of B's; B's session opens the same pages.
 func (w *nsWorld) webUI(t *testing.T) {
-	login := func(token string) *http.Cookie {
+	// login returns the Cookie header of a session of token; A's also names B in
+	// the namespace cookie (which a session of every namespace chooses with), as
+	// a user could forge it.
+	login := func(token, ns string) string {
 		t.Helper()
 		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 		resp, err := noRedirect.PostForm(w.tb.url+"/ui/login", url.Values{"token": {token}, "next": {"/ui/runs"}})
@@ -772,15 +775,15 @@ func (w *nsWorld) webUI(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 		for _, c := range resp.Cookies() {
 			if c.Name == "cairn_session" {
-				return c
+				return c.Name + "=" + c.Value + "; cairn_ns=" + ns
 			}
 		}
 		t.Fatalf("no session cookie in %v", resp.Header.Values("Set-Cookie"))
-		return nil
+		return ""
 	}
-	get := func(c *http.Cookie, path string) *answer {
+	get := func(cookie, path string) *answer {
 		t.Helper()
-		return w.send(t, "", http.MethodGet, path, map[string]string{"Cookie": c.Name + "=" + c.Value}, nil)
+		return w.send(t, "", http.MethodGet, path, map[string]string{"Cookie": cookie}, nil)
 	}
 	b := &w.b
 	hexID := strings.ReplaceAll(b.finished, "-", "")
@@ -793,7 +796,7 @@ func (w *nsWorld) webUI(t *testing.T) {
 		"/ui/runs/" + b.finished + "/steps/fan/items/0/output", "/ui/runs/" + b.finished + "/steps/fan/items/0/logs",
 		"/ui/workflows/" + b.only, "/ui/operations/" + b.op, "/ui/events/" + b.event,
 	}
-	ca, cb := login(w.a.admin), login(b.admin)
+	ca, cb := login(w.a.admin, b.ns), login(b.admin, b.ns)
 	for _, p := range pages {
 		a := get(ca, p)
 		w.noLeak(t, "UI "+p, a, b.finished, b.waiting, b.only, b.op, b.event)
