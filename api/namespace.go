@@ -55,6 +55,22 @@ func qualify(ctx context.Context, name string) string {
 	return namespace.Qualify(requestNamespace(ctx), name)
 }
 
+// withNamespaceHeader declares the Cairn-Namespace header on op, an operation
+// that acts in a namespace (one that needs a role, and webhook deliveries), for
+// the OpenAPI document; enterNamespace reads it. The Go client sends it with
+// client.WithNamespace (its generator leaves the parameter out: client/gen).
+func withNamespaceHeader(op huma.Operation, role Role) huma.Operation {
+	if role == RoleNone && op.OperationID != "deliverHook" {
+		return op
+	}
+	op.Parameters = append(op.Parameters, &huma.Param{
+		Name: namespace.Header, In: "header",
+		Description: "the namespace the request acts in; default: the token's, else default (docs/security.md, \"Namespaces\")",
+		Schema:      &huma.Schema{Type: "string", Pattern: namespace.Pattern.String()},
+	})
+	return op
+}
+
 // everyNamespace marks op as one only a token of every namespace may call.
 func everyNamespace(op huma.Operation) huma.Operation {
 	if op.Metadata == nil {

@@ -268,6 +268,7 @@ func register[I, O any](s *Server, op huma.Operation, role Role, errs []problemC
 		panic("register " + op.OperationID + ": list the error classes in errs, not statuses in op.Errors") // a programming error
 	}
 	op = withRole(op, role)
+	op = withNamespaceHeader(op, role)
 	op.Responses = errorResponses[I](s.api, op, role, errs)
 	checked := withTextChecks(h)
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {

@@ -11,8 +11,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+
+	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/cairnrun/cairn/api"
+	"github.com/cairnrun/cairn/namespace"
 )
 
 func main() {
@@ -25,7 +29,18 @@ func main() {
 }
 
 func write(path string) error {
-	b, err := api.New(nil, nil, nil).API().OpenAPI().DowngradeYAML()
+	doc := api.New(nil, nil, nil).API().OpenAPI()
+	// The Cairn-Namespace header of every operation is the client's, not each
+	// call's: client.WithNamespace sends it. Left in, it would add a parameter to
+	// every generated method.
+	for _, item := range doc.Paths {
+		for _, op := range []*huma.Operation{item.Get, item.Put, item.Post, item.Delete, item.Patch} {
+			if op != nil {
+				op.Parameters = slices.DeleteFunc(op.Parameters, func(p *huma.Param) bool { return p.Name == namespace.Header })
+			}
+		}
+	}
+	b, err := doc.DowngradeYAML()
 	if err != nil {
 		return fmt.Errorf("downgrade openapi: %w", err)
 	}

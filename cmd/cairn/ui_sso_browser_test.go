@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 
@@ -11,11 +12,14 @@ import (
 	"github.com/cairnrun/cairn/internal/testenv/oidcprovider"
 )
 
+// ssoAdminToken creates the namespace a role of TestSSOInBrowser is scoped to.
+const ssoAdminToken = "admin-token-for-sso-tests-0123456789"
+
 // TestSSOInBrowser signs in to the web UI of a real `cairn serve` through "Sign
 // in with SSO" in Chromium, against a real OpenID provider the test runs
 // (internal/testenv/oidcprovider): the user types their password at the
 // provider, and lands on the page they asked for with the role their groups map
-// to; a user whose groups map to no role gets a 403 page that says which claim
+// to (in its namespace, for a role scoped to one); a user whose groups map to no role gets a 403 page that says which claim
 // was looked at. One server, one browser, a few page loads each.
 func TestSSOInBrowser(t *testing.T) {
 	t.Parallel()
@@ -24,6 +28,7 @@ func TestSSOInBrowser(t *testing.T) {
 	p := oidcprovider.Start(t, oidcprovider.Config{Host: "localhost", Users: []oidcprovider.User{
 		{ID: "u1", Username: "alice", Password: "alice-pw", Email: "alice@example.com", Claims: map[string]any{"groups": []string{"everyone", "platform"}}},
 		{ID: "u2", Username: "dana", Password: "dana-pw", Email: "dana@example.com", Claims: map[string]any{"groups": []string{"acme-dev"}}},
+		{ID: "u4", Username: "sam", Password: "sam-pw", Email: "sam@example.com", Claims: map[string]any{"groups": []string{"acme-ops"}}},
 		{ID: "u3", Username: "mallory", Password: "mallory-pw", Email: "mallory@example.com", Claims: map[string]any{"groups": []string{"marketing"}}},
 	}})
 	addr := freeAddr(t)
@@ -32,13 +37,21 @@ func TestSSOInBrowser(t *testing.T) {
 	server := startServeAt(t, addr,
 		"CAIRN_DATABASE_URL="+testenv.DatabaseURL(t),
 		"CAIRN_BLOBSTORE=file://"+t.TempDir(),
-		"CAIRN_TOKENS=operator:"+operatorTokenForTest,
+		"CAIRN_TOKENS=operator:"+operatorTokenForTest+",admin:"+ssoAdminToken,
 		"CAIRN_PUBLIC_URL=http://"+addr,
 		"CAIRN_OIDC_ISSUER="+p.Issuer,
 		"CAIRN_OIDC_CLIENT_ID="+clientID,
 		"CAIRN_OIDC_CLIENT_SECRET="+secret,
-		"CAIRN_OIDC_ROLE_MAP=groups:platform=admin@*,groups:acme-dev=operator",
+		"CAIRN_OIDC_ROLE_MAP=groups:platform=admin@*,groups:acme-dev=operator,groups:acme-ops=operator@acme",
 	)
+	req, err := http.NewRequest(http.MethodPost, server+"/v1/namespaces", strings.NewReader(`{"name":"acme"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+ssoAdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	e := &browserEnv{server: server, browser: startChromium(t, chromium)}
 
 	// signIn opens the runs list logged out, follows "Sign in with SSO" and signs
@@ -71,6 +84,12 @@ func TestSSOInBrowser(t *testing.T) {
 		b, _ := signIn(t, "dana", "dana-pw")
 		b.do(chromedp.WaitVisible(chromedp.ID("runs")))
 		require.Equal(t, "dana@example.com (operator)", b.text("#who"))
+	})
+
+	t.Run("scoped to a namespace", func(t *testing.T) {
+		b, _ := signIn(t, "sam", "sam-pw")
+		b.do(chromedp.WaitVisible(chromedp.ID("runs")))
+		require.Equal(t, "sam@example.com (operator, namespace acme)", b.text("#who"))
 	})
 
 	t.Run("unmapped", func(t *testing.T) {

@@ -2,10 +2,18 @@ package main
 
 import "runtime/debug"
 
-// binaryVersion names this binary: the commit it was built from (12 hex digits,
-// "+dirty" when the work tree had changes), else the module's version, else
-// "devel". The servers' registry records it (cairn servers).
+// buildVersion, when the linker sets it (go build -ldflags "-X
+// main.buildVersion=v1.4.0"), is the binary's version: a release build's name.
+var buildVersion string
+
+// binaryVersion names this binary: buildVersion if set, else the commit it was
+// built from (12 hex digits, "+dirty" when the work tree had changes), else the
+// module's version, else "devel". The servers' registry records it (cairn
+// servers).
 func binaryVersion() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "devel"

@@ -64,8 +64,8 @@ func TestRollingUpgrade(t *testing.T) {
 	plan := cairnCmd(t, cairnBinary(t), dbURL, "migrate", "plan")
 	t.Logf("cairn migrate plan:\n%s", plan)
 	require.Contains(t, plan, "LOCKS")
-	require.Contains(t, plan, "00057_rolling_upgrades.sql")
-	require.Contains(t, plan, "ACCESS EXCLUSIVE on dispatchers")
+	require.Contains(t, plan, "00089_namespaces.sql")
+	require.Contains(t, plan, "ACCESS EXCLUSIVE on workflows")
 	t.Logf("cairn migrate up --phase expand: %s", cairnCmd(t, cairnBinary(t), dbURL, "migrate", "up", "--phase", "expand"))
 	cs.live = append(cs.live, st.start(newOpts), st.start(newOpts))
 
@@ -75,7 +75,8 @@ func TestRollingUpgrade(t *testing.T) {
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "CAIRN_DATABASE_URL=" + dbURL}
 		out, err := cmd.CombinedOutput()
 		require.NoError(c, err, "%s", out)
-		assert.Contains(c, string(out), "unknown (an older release) ×2")
+		assert.Contains(c, string(out), "devel ×2") // the previous release's build (testenv.PreviousCairnBinary)
+		assert.Contains(c, string(out), testenv.TestBuildVersion+" ×2")
 		assert.Contains(c, string(out), "4 live")
 	}, 30*time.Second, 500*time.Millisecond, "cairn servers lists the old and new servers")
 

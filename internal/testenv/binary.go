@@ -83,13 +83,18 @@ func buildCairn() (dir, path string, err error) {
 		return "", "", fmt.Errorf("build cairn: %w", err)
 	}
 	path = filepath.Join(dir, "cairn")
-	out, err := exec.Command("go", "build", "-o", path, "github.com/cairnrun/cairn/cmd/cairn").CombinedOutput()
+	// Named, so that `cairn servers` tells it from a previous release's build
+	// (PreviousCairnBinary: "devel") in a rolling upgrade's test.
+	out, err := exec.Command("go", "build", "-ldflags=-X main.buildVersion="+TestBuildVersion, "-o", path, "github.com/cairnrun/cairn/cmd/cairn").CombinedOutput()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", "", fmt.Errorf("go build ./cmd/cairn: %v\n%s", err, out)
 	}
 	return dir, path, nil
 }
+
+// TestBuildVersion is the version CairnBinary's build reports (cairn servers).
+const TestBuildVersion = "test-build"
 
 // binRemoveStale removes the folders of binaries built by test binaries that are
 // gone.

@@ -2761,7 +2761,10 @@ export interface operations {
     getArchivedRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -2902,7 +2905,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3028,7 +3034,10 @@ export interface operations {
     exportAudit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3200,7 +3209,10 @@ export interface operations {
                 /** @description when true (the default), the alias latest moves to the version (also to the existing version of a bundle uploaded before); false leaves latest where it is */
                 promote?: boolean;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3366,7 +3378,10 @@ export interface operations {
     getBundle: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description bundle digest */
                 digest: string;
@@ -3652,7 +3667,10 @@ export interface operations {
                 /** @description the pool's tags, comma-separated (gpu,cuda); empty or absent: the untagged pool */
                 tags?: string;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3774,7 +3792,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3900,7 +3921,10 @@ export interface operations {
     sendEvent: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4082,7 +4106,10 @@ export interface operations {
     getReceivedEvent: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 id: string;
             };
@@ -4201,7 +4228,10 @@ export interface operations {
                 /** @description the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default */
                 namespace?: string;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 workflow: string;
@@ -4359,7 +4389,10 @@ export interface operations {
                 /** @description only this limit */
                 name?: string;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4472,7 +4505,10 @@ export interface operations {
     putLimit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description the limit's name */
                 name: string;
@@ -4644,7 +4680,10 @@ export interface operations {
     clearLimit: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description the limit's name */
                 name: string;
@@ -4763,7 +4802,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4889,7 +4931,10 @@ export interface operations {
     createNamespace: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5071,7 +5116,10 @@ export interface operations {
     getNamespace: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 namespace: string;
             };
@@ -5187,7 +5235,10 @@ export interface operations {
     getNamespaceQuotas: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description the namespace's name */
                 namespace: string;
@@ -5304,7 +5355,10 @@ export interface operations {
     putNamespaceQuotas: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description the namespace's name */
                 namespace: string;
@@ -5477,7 +5531,10 @@ export interface operations {
     getOperation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description operation ID */
                 id: string;
@@ -5612,7 +5669,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description operation ID */
                 id: string;
@@ -5764,7 +5824,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5890,7 +5953,10 @@ export interface operations {
     getRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -6020,7 +6086,10 @@ export interface operations {
     cancelRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -6211,7 +6280,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -6346,6 +6418,8 @@ export interface operations {
                 after?: number;
             };
             header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
                 /** @description seq of the last event received; replay starts after it */
                 "Last-Event-ID"?: string;
             };
@@ -6478,7 +6552,10 @@ export interface operations {
     pauseRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -6665,6 +6742,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
                 /** @description makes the request safe to retry */
                 "Idempotency-Key"?: string;
             };
@@ -6880,7 +6959,10 @@ export interface operations {
     resumeRun: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -7067,6 +7149,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
                 /** @description makes the request safe to retry */
                 "Idempotency-Key"?: string;
             };
@@ -7258,6 +7342,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
                 /** @description application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store */
                 "Content-Type"?: string;
                 /** @description a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused */
@@ -7439,7 +7525,10 @@ export interface operations {
     listStepHistory: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -7569,7 +7658,10 @@ export interface operations {
     listSteps: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -7699,7 +7791,10 @@ export interface operations {
     approveStep: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -7887,7 +7982,10 @@ export interface operations {
     listAttempts: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8019,7 +8117,10 @@ export interface operations {
     getStepCheckpoint: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8313,7 +8414,10 @@ export interface operations {
                 /** @description instances per page */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8445,7 +8549,10 @@ export interface operations {
     listItemAttempts: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8584,7 +8691,10 @@ export interface operations {
                 /** @description byte offset to read from (0: the start) */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8718,7 +8828,10 @@ export interface operations {
     getItemOutput: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8858,7 +8971,10 @@ export interface operations {
                 /** @description byte offset to read from (0: the start) */
                 offset?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -8994,7 +9110,10 @@ export interface operations {
     getStepOutput: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -9127,7 +9246,10 @@ export interface operations {
     rejectStep: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description run ID */
                 id: string;
@@ -9315,7 +9437,10 @@ export interface operations {
     bulkRuns: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9488,7 +9613,10 @@ export interface operations {
                 /** @description a run ID, whole or short */
                 id: string;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9621,7 +9749,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -9747,7 +9878,10 @@ export interface operations {
     getSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description schedule id (GET /v1/schedules) */
                 id: number;
@@ -9864,7 +9998,10 @@ export interface operations {
     backfillSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description schedule id (GET /v1/schedules) */
                 id: number;
@@ -10052,7 +10189,10 @@ export interface operations {
     pauseSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description schedule id (GET /v1/schedules) */
                 id: number;
@@ -10169,7 +10309,10 @@ export interface operations {
     resumeSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description schedule id (GET /v1/schedules) */
                 id: number;
@@ -10286,7 +10429,10 @@ export interface operations {
     triggerSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description schedule id (GET /v1/schedules) */
                 id: number;
@@ -10436,7 +10582,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -10562,7 +10711,10 @@ export interface operations {
     putSecret: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description secret name, like a step key */
                 name: string;
@@ -10742,7 +10894,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -10868,7 +11023,10 @@ export interface operations {
     createToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -11037,7 +11195,10 @@ export interface operations {
     revokeToken: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description the token's ID */
                 id: string;
@@ -11172,7 +11333,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -11298,7 +11462,10 @@ export interface operations {
     getWorkflow: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -11420,7 +11587,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -11550,7 +11720,10 @@ export interface operations {
     getAlias: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -11669,7 +11842,10 @@ export interface operations {
     setAlias: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -11844,7 +12020,10 @@ export interface operations {
     rollbackAlias: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -11976,7 +12155,10 @@ export interface operations {
     pauseWorkflow: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -12149,7 +12331,10 @@ export interface operations {
     resumeWorkflow: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -12323,6 +12508,8 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
                 /** @description makes the request safe to retry */
                 "Idempotency-Key"?: string;
             };
@@ -12532,7 +12719,10 @@ export interface operations {
                 /** @description page size */
                 limit?: number;
             };
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
@@ -12662,7 +12852,10 @@ export interface operations {
     getVersion: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description the namespace the request acts in; default: the token's, else default (docs/security.md, "Namespaces") */
+                "Cairn-Namespace"?: string;
+            };
             path: {
                 /** @description workflow name */
                 name: string;
