@@ -52,7 +52,14 @@ func (tb *testBundle) send(t *testing.T, method, rawURL string, header map[strin
 // sendAs is send with another bearer token.
 func (tb *testBundle) sendAs(t *testing.T, token, method, rawURL string, header map[string]string, body []byte) *answer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return tb.sendWithin(t, 30*time.Second, token, method, rawURL, header, body)
+}
+
+// sendWithin is sendAs with a bound on the whole exchange: an answer whose body
+// has not ended by then (an event stream) has status -1.
+func (tb *testBundle) sendWithin(t *testing.T, within time.Duration, token, method, rawURL string, header map[string]string, body []byte) *answer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	var r io.Reader
 	if body != nil {
@@ -72,6 +79,10 @@ func (tb *testBundle) sendAs(t *testing.T, token, method, rawURL string, header 
 	defer resp.Body.Close()
 	a := &answer{status: resp.StatusCode, header: resp.Header}
 	a.body, err = io.ReadAll(resp.Body)
+	if ctx.Err() != nil {
+		a.status = -1
+		return a
+	}
 	require.NoError(t, err)
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
 		require.NoError(t, json.Unmarshal(a.body, &a.problem), "%s", a.body)
