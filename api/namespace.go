@@ -126,7 +126,9 @@ func (s *Server) enterNamespace(ctx huma.Context, who Identity, next func(huma.C
 }
 
 // inScope returns a not-found error when the object the operation's path reaches by
-// its ID is not of namespace ns; nil for an operation that reaches none by ID.
+// its ID is not of namespace ns; nil for an operation that reaches none by ID. The
+// error is the one a missing object's lookup gives (catalog.ErrNotFound, no detail
+// of its own): a detail naming the object would tell that it exists.
 func (s *Server) inScope(ctx huma.Context, ns string) error {
 	path := ctx.Operation().Path
 	c := ctx.Context()
@@ -147,7 +149,7 @@ func (s *Server) inScope(ctx huma.Context, ns string) error {
 			}
 		}
 		if have != ns && err == nil {
-			err = withDetail(errNotFound, "run %s not found", id)
+			err = catalog.ErrNotFound
 		}
 	case strings.HasPrefix(path, "/v1/schedules/{id}"):
 		id, perr := strconv.ParseInt(ctx.Param("id"), 10, 64)
@@ -155,7 +157,7 @@ func (s *Server) inScope(ctx huma.Context, ns string) error {
 			return nil
 		}
 		if have, err = s.store.ScheduleNamespace(c, id); err == nil && have != ns {
-			err = withDetail(errNotFound, "schedule %d not found", id)
+			err = catalog.ErrNotFound
 		}
 	case strings.HasPrefix(path, "/v1/operations/{id}"):
 		id, perr := uuid.Parse(ctx.Param("id"))
@@ -164,12 +166,12 @@ func (s *Server) inScope(ctx huma.Context, ns string) error {
 		}
 		var op *catalog.Operation
 		if op, err = s.store.OperationGet(c, id); err == nil && operationNamespace(op) != ns {
-			err = withDetail(errNotFound, "operation %s not found", id)
+			err = catalog.ErrNotFound
 		}
 	case strings.HasPrefix(path, "/v1/bundles/{digest}"):
 		var ok bool
 		if ok, err = s.store.BundleInNamespace(c, ctx.Param("digest"), ns); err == nil && !ok {
-			err = withDetail(errNotFound, "bundle %s not found", ctx.Param("digest"))
+			err = catalog.ErrNotFound
 		}
 	}
 	return err
