@@ -45,8 +45,8 @@ func netnsOf(t *testing.T, out string) string {
 
 // TestSandboxNetnsReuseLeavesNothing: a handler that leaves a listener on its
 // loopback behind (a process that left its group with setsid) and exits: the
-// next attempt gets the same namespace from the pool, and nothing of the
-// first one listens in it any more (the sandbox's PID namespace, the listener
+// next attempt gets the same namespace from the pool (within 5 tries of the
+// pair), and nothing of the first one listens in it any more (the sandbox's PID namespace, the listener
 // with it, was torn down before the namespace went back to the pool).
 func TestSandboxNetnsReuseLeavesNothing(t *testing.T) {
 	t.Parallel()
@@ -74,11 +74,20 @@ except OSError:
 				require.NoError(t, b.exec.Invoke(context.Background(), inv, sink), sink.LogText())
 				return sink.Out()
 			}
-			first := run("leave-" + network.name)
-			require.Contains(t, first, "listening")
-			second := run("probe-" + network.name)
-			require.Equal(t, netnsOf(t, first), netnsOf(t, second), "the namespace is reused: %s / %s", first, second)
-			require.Contains(t, second, "left:no")
+			// A namespace whose pasta ended, or whose attempt did not exit on its
+			// own, is not reused (a loaded CI machine saw it once): the pair is
+			// tried again, up to 5 times, until the probe gets the leaver's.
+			for try := 1; ; try++ {
+				first := run("leave-" + network.name)
+				require.Contains(t, first, "listening")
+				second := run("probe-" + network.name)
+				if netnsOf(t, first) == netnsOf(t, second) {
+					require.Contains(t, second, "left:no")
+					return
+				}
+				require.Less(t, try, 5, "the namespace was never reused: %s / %s", first, second)
+				t.Logf("try %d: the probe got another namespace (%s / %s)", try, netnsOf(t, first), netnsOf(t, second))
+			}
 		})
 	}
 }
