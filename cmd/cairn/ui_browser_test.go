@@ -454,11 +454,21 @@ func (b *browserTab) poll(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Poll[chromedp.Void](expr, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(50*time.Millisecond))
 }
 
+// text is the text of sel's first element. An empty text is read again for up
+// to 3 s: the live pages redraw their parts as events come (the run's header,
+// its status), and a read between two redraws found them empty (CI, twice). No
+// test expects an element without text here (texts lists them).
 func (b *browserTab) text(sel string) string {
 	b.t.Helper()
-	s, err := untilFresh(func() (string, error) { return chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel))) })
-	require.NoError(b.t, err, sel)
-	return strings.TrimSpace(s)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		s, err := untilFresh(func() (string, error) { return chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel))) })
+		require.NoError(b.t, err, sel)
+		if s = strings.TrimSpace(s); s != "" || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func (b *browserTab) value(sel string) string {
