@@ -34,8 +34,8 @@ ON CONFLICT (address) DO UPDATE SET blob_key = excluded.blob_key, recorded_at = 
 var _ blobstore.Index = (*Store)(nil)
 
 // ownKeysMigration is the contract migration after which every server reads
-// payloads under keys of their own (migrations/00088_blob_own_keys.sql).
-const ownKeysMigration = 88
+// payloads under keys of their own (migrations/00099_blob_own_keys.sql).
+const ownKeysMigration = 99
 
 // ownKeysRecheck is how long a server that found ownKeysMigration pending
 // writes at content addresses before it looks again.
@@ -54,7 +54,7 @@ type ownKeysCache struct {
 
 // BlobIndex returns the index a writer passes as blobstore.PutOptions.Index, so
 // that a large payload is written once under a key of its own, or nil while
-// servers of an earlier release may run beside this one (migration 00088, a
+// servers of an earlier release may run beside this one (migration 00099, a
 // contract one, not applied yet): they read a payload at its content address
 // only, where a Put without an index writes it. On an error it answers nil:
 // the content address is always readable.

@@ -17,7 +17,7 @@ import (
 )
 
 // Start-time flow control of event triggers (docs/events.md): a trigger's
-// singleton, debounce or batch. Its state is rows (migration 00071), each written
+// singleton, debounce or batch. Its state is rows (migration 00091), each written
 // under the transaction-scoped advisory lock of its key (flowLockName), never timers
 // in memory:
 //   - event_singletons names the run each singleton key started last (the key is

@@ -64,7 +64,7 @@ WHERE s.status = 'suspended' AND s.wait_kind = 'event' AND s.wait_name = $1 AND 
 ORDER BY s.run_id, s.key`
 
 	// sqlEventWaitersKeyed: sqlEventWaiters, of the steps whose key is among $3
-	// and of those without a key, each read from its index (00076): one
+	// and of those without a key, each read from its index (00093): one
 	// statement with "wait_key IS NULL OR wait_key = ANY($3)" was planned as a
 	// read of every step waiting for the name.
 	sqlEventWaitersKeyed = `
@@ -89,7 +89,7 @@ WHERE v.definition -> 'steps' @> jsonb_build_array(jsonb_build_object('wait_for_
 
 	sqlEventRunInput = `SELECT input FROM runs WHERE id = $1`
 
-	// sqlEventWaitKey records a suspended step's key (00075), when it changed.
+	// sqlEventWaitKey records a suspended step's key (00092), when it changed.
 	sqlEventWaitKey = `UPDATE steps SET wait_key = $3 WHERE run_id = $1 AND key = $2 AND wait_key IS DISTINCT FROM $3`
 
 	// sqlEventCancelVersions: the versions with a cancel_on for event $1.

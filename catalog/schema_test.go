@@ -42,14 +42,14 @@ VALUES (99998, '99998_add_x.sql', 'expand'), (99999, '99999_drop_y.sql', 'expand
 }
 
 // TestMigratePhases: on a database that has not applied the binary's last
-// migrations (from the last expand one before its newest contract one, 00088, to
+// migrations (from the last expand one before its newest contract one, 00099, to
 // the end), the plan lists them with what they declare; MigratePhase(expand)
 // applies those before the first contract one and records the phase of every
 // applied migration (schema_phases); the binary serves the schema with contract
 // migrations pending when nothing but contract migrations is (a rolling upgrade's
 // servers of the new release start before its contract phase), and refuses it
 // while an expand migration after them is; it writes large payloads at their
-// content address until migration 00088, a contract one, is applied
+// content address until migration 00099, a contract one, is applied
 // (catalog.Store.BlobIndex).
 func TestMigratePhases(t *testing.T) {
 	t.Parallel()
@@ -61,7 +61,7 @@ func TestMigratePhases(t *testing.T) {
 	for all[lastContract].Phase != migrations.PhaseContract {
 		lastContract--
 	}
-	require.Equal(t, int64(88), all[lastContract].Version, "the newest contract migration")
+	require.Equal(t, int64(99), all[lastContract].Version, "the newest contract migration")
 	first := lastContract
 	for all[first].Phase != migrations.PhaseExpand {
 		first--

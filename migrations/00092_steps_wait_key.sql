@@ -4,7 +4,7 @@
 -- The key of a suspended wait_for_event step whose match is an equality of one
 -- event field with a value of the run (event.data.order_id == input.order_id):
 -- that field's name and the run's value (expr.Equality, catalog/received_event.go).
--- An event finds such a step by its key (00076's index) instead of evaluating the
+-- An event finds such a step by its key (00093's index) instead of evaluating the
 -- match of every step waiting for its name. NULL: the step's match has no such
 -- equality, and is evaluated against every event of its name. A server of the
 -- previous release leaves it NULL, and evaluates every match as before.

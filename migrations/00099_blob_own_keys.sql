@@ -9,7 +9,7 @@
 -- of this release write large payloads at their content address, as before
 -- (catalog.Store.BlobIndex).
 -- +goose Up
-COMMENT ON TABLE blob_digests IS 'Which object holds which content: large payloads written once under keys of their own (every server reads them: migration 00088).';
+COMMENT ON TABLE blob_digests IS 'Which object holds which content: large payloads written once under keys of their own (every server reads them: migration 00099).';
 
 -- +goose Down
 COMMENT ON TABLE blob_digests IS NULL;

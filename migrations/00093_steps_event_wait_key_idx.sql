@@ -1,7 +1,7 @@
 -- cairn-phase: expand
 -- cairn-locks: SHARE UPDATE EXCLUSIVE on steps (CREATE INDEX CONCURRENTLY)
 -- cairn-online: yes
--- The steps waiting for an event of a name, by their key (00075), and those
+-- The steps waiting for an event of a name, by their key (00092), and those
 -- without one: an event reads the steps whose key it has from the first index
 -- and every step without a key from the second (catalog/received_event.go),
 -- each an index of its own so that neither lookup reads the other's steps. Built
