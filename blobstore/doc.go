@@ -12,7 +12,7 @@
 //     through a synced temporary file renamed into place; the content type sits
 //     in a JSON sidecar next to each object.
 //   - S3Store keeps them in an S3-compatible bucket through minio-go. Content
-//     that fits in one part (16 MiB by default) is hashed in memory and written
+//     that fits in one part (8 MiB by default) is hashed in memory and written
 //     to its final key directly. Larger content is written once too: a payload
 //     whose writer passes an index (PutOptions.Index, the catalog) is streamed
 //     as a multipart upload to a key of its own, "<kind>/u/<hex>", as it is

@@ -14,37 +14,39 @@ import (
 // s3OwnFree is how many part buffers of finished Puts under keys of their own
 // (putOwn) an S3Store keeps for the next ones; more are released.
 //
-// A Put under a key of its own holds one part (S3Config.PartSize). Parts of
-// half the size halve the memory but not the requests' waits: each part waits
-// for the server's answer before the next is read, and on versitygw over
-// loopback, 8 MiB parts ran at 0.29–0.54 of a plain PUT's rate where 16 MiB ones
-// ran at 0.8–0.95 (bench/README.md, large_output).
+// A Put under a key of its own holds one part (S3Config.PartSize), and more
+// only past 1,000 parts (ownPartSize).
 const s3OwnFree = 2
 
-// putOwn stores content (PutOptions.Index) that did not end within small
-// (read and hashed already) under a fresh key of its own, as a multipart upload
+// putOwn stores content (PutOptions.Index) of unknown size, or larger than
+// s3SmallRead, under a fresh key of its own, as a multipart upload
 // (uploadStream); settle then finds the content stored already or records the
-// new object. Content that ends within its first part is put at its content
-// address from memory instead (putSmall). Memory: one part, outside the Go
-// heap on Linux (allocPart).
+// new object. Content that ends within its first s3SmallRead bytes, or within
+// its first part, is put at its content address from memory instead
+// (putSmall). Memory: one part, outside the Go heap on Linux (allocPart), which
+// the start of the content is read into too.
 //
 // Crash safety: until the upload completes, a crash leaves an incomplete upload,
 // which CleanTemp aborts; once it completes, an object no row names, which the
 // collector deletes (maintenance.Collector). A failed or canceled Put removes
 // both itself.
-func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, src io.Reader, small []byte, opts PutOptions) (Object, error) {
+func (s *S3Store) putOwn(ctx context.Context, kind string, hr *hashingReader, src io.Reader, opts PutOptions) (Object, error) {
+	// Every request reads buf through a partStream, revoked once the request
+	// returns: buf is free again when uploadStream returns, failed or not.
+	buf := s.takePart()
+	defer s.givePart(buf)
+	filled, err := readFull(src, buf[:s3SmallRead])
+	if err != nil {
+		return Object{}, fmt.Errorf("read content: %w", err)
+	}
+	if filled < s3SmallRead {
+		return s.putSmall(ctx, kind, hr, bytes.Clone(buf[:filled]), opts)
+	}
 	key, err := newUniqueKey(kind)
 	if err != nil {
 		return Object{}, err
 	}
 	ct := contentType(opts.ContentType)
-	// Every request reads buf through a partStream, revoked once the request
-	// returns: buf is free again when uploadStream returns, failed or not.
-	buf := s.takePart()
-	defer s.givePart(buf)
-	// small is in buf from here: the heap copy is not kept alive by the upload.
-	filled := copy(buf, small)
-	small = nil
 	var whole []byte // the content, when it ended within the first part
 	err = s.upload(ctx, key, minio.PutObjectOptions{ContentType: ct}, func(uploadID string) ([]minio.CompletePart, error) {
 		parts, first, err := s.uploadStream(ctx, key, uploadID, src, filled, buf)
@@ -102,18 +104,54 @@ var errWholeInFirstPart = errors.New("the content ended within its first part")
 // it, that request is abandoned and the part sent again with its true length
 // from buf. When src ends within the first part, nothing is uploaded and first
 // is the whole content.
+//
+// Once a full part's request has taken all of buf, buf holds the next part
+// while the server still answers for the previous one (it stores the part
+// before it answers: on versitygw over loopback a few milliseconds per part, in
+// which the handler would otherwise wait); at most one answer is awaited so.
 func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io.Reader, filled int, buf []byte) (parts []minio.CompletePart, first []byte, err error) {
+	var grown []byte // a part buffer larger than buf, once parts grow
+	defer func() {
+		if grown != nil {
+			freePart(grown) // after the last answer: deferred first
+		}
+	}()
+	var answer <-chan partAnswer // the previous part's, not yet read
+	defer func() {
+		if answer != nil {
+			<-answer // its request no longer runs when uploadStream returns
+		}
+	}()
+	// settle reads the previous part's answer, if one is awaited.
+	settle := func() error {
+		if answer == nil {
+			return nil
+		}
+		a := <-answer
+		answer = nil
+		if a.err != nil {
+			return a.err
+		}
+		parts = append(parts, a.part)
+		return nil
+	}
 	for number := 1; ; number++ {
 		if number > s3MaxParts {
-			return nil, nil, fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+			return nil, nil, fmt.Errorf("content exceeds %d parts of up to %d bytes", s3MaxParts, s3MaxPartSize)
+		}
+		if size := ownPartSize(s.partSize, s.partsPerSize, number); size > int64(len(buf)) {
+			// The previous request has taken all of buf: nothing reads it now.
+			if grown != nil {
+				freePart(grown)
+			}
+			grown = allocPart(size)
+			buf = grown
 		}
 		ps := newPartStream(buf, filled)
-		sent := make(chan error, 1)
-		var part minio.CompletePart
+		sent := make(chan partAnswer, 1)
 		go func() {
-			var err error
-			part, err = s.uploadPartStream(ctx, key, uploadID, number, ps, int64(len(buf)))
-			sent <- err
+			part, err := s.uploadPartStream(ctx, key, uploadID, number, ps, int64(len(buf)))
+			sent <- partAnswer{part: part, err: err}
 		}()
 		n, rerr := ps.fill(ctxReader{ctx: ctx, r: src})
 		filled = 0
@@ -121,9 +159,13 @@ func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io
 			// src failed or ended: abandon the request that waits for a full part.
 			ps.revoke()
 			<-sent
-			switch {
-			case rerr != nil:
+			if rerr != nil {
 				return nil, nil, fmt.Errorf("read content: %w", rerr)
+			}
+			if err := settle(); err != nil {
+				return nil, nil, err
+			}
+			switch {
 			case number == 1:
 				return nil, buf[:n], nil
 			case n == 0:
@@ -137,11 +179,38 @@ func (s *S3Store) uploadStream(ctx context.Context, key, uploadID string, src io
 			}
 			return append(parts, p), nil, nil
 		}
-		if err := <-sent; err != nil {
+		// The request has the whole part, or has failed: either way it reads
+		// buf no more, and the next part can be read into it.
+		ps.taken()
+		if err := settle(); err != nil {
+			<-sent
 			return nil, nil, err
 		}
-		parts = append(parts, part)
+		answer = sent
 	}
+}
+
+// s3PartsPerSize is how many parts of an upload under a key of its own have
+// one size (ownPartSize).
+const s3PartsPerSize = 1000
+
+// ownPartSize is the size of part number (from 1) of an upload under a key of
+// its own: partSize for the first perSize (s3PartsPerSize) parts, twice that for the next
+// ones, and so on up to S3's largest part. A small part size, which a Put holds
+// in memory, thus still reaches S3's largest object (5 TiB) within its 10,000
+// parts: an output holds more than one part size only past 1,000 parts.
+func ownPartSize(partSize int64, perSize, number int) int64 {
+	grow := (number - 1) / perSize
+	if grow > 10 || partSize<<grow > s3MaxPartSize {
+		return s3MaxPartSize
+	}
+	return partSize << grow
+}
+
+// partAnswer is the outcome of one part's request.
+type partAnswer struct {
+	part minio.CompletePart
+	err  error
 }
 
 // uploadPartStream uploads part number from ps, then revokes ps: the
@@ -190,6 +259,9 @@ func (p *partStream) Read(b []byte) (int, error) {
 	}
 	k := copy(b, p.buf[p.off:p.n])
 	p.off += k
+	if p.off == len(p.buf) {
+		p.cond.Broadcast() // taken
+	}
 	return k, nil
 }
 
@@ -221,6 +293,17 @@ func (p *partStream) fill(r io.Reader) (int, error) {
 	p.mu.Unlock()
 	p.cond.Broadcast()
 	return n, err
+}
+
+// taken waits until the request has read all of a full part, or is over:
+// from then on it reads buf no more (a request that read it all reads once
+// more only to see its end, which Read answers from off and n).
+func (p *partStream) taken() {
+	p.mu.Lock()
+	for p.off < len(p.buf) && !p.revoked {
+		p.cond.Wait()
+	}
+	p.mu.Unlock()
 }
 
 // revoke fails the request's next read: once it returns, the request reads

@@ -26,8 +26,12 @@ import (
 // S3 limits and layout.
 const (
 	// DefaultPartSize is the multipart part size S3Store uses unless configured:
-	// memory per Put in flight is about one part when nothing is spooled.
-	DefaultPartSize = 16 << 20
+	// memory per Put in flight is about one part when nothing is spooled. A
+	// request that sends a part waits for the server's answer beside the next
+	// part's reading (uploadStream), so a small part costs little rate: on
+	// versitygw over loopback, 8 MiB parts keep up with a plain PUT of 16 MiB
+	// ones (bench/README.md, large_output).
+	DefaultPartSize = 8 << 20
 	// s3MinPartSize and s3MaxPartSize bound parts (S3's own limits).
 	s3MinPartSize = 5 << 20
 	s3MaxPartSize = 5 << 30
@@ -75,9 +79,11 @@ type S3Config struct {
 	// (MinIO, versitygw, LocalStack).
 	PathStyle bool
 	// PartSize of multipart uploads, between 5 MiB and 5 GiB; default
-	// DefaultPartSize (16 MiB). Without a spool folder, each Put in flight holds
-	// about one part in memory; objects are limited to 10,000 parts (about 156
-	// GiB at the default).
+	// DefaultPartSize (8 MiB). Each Put in flight holds about one part in
+	// memory. Objects are limited to 10,000 parts: under keys of their own
+	// (PutOptions.Index) parts double in size every 1,000 (ownPartSize), which
+	// reaches S3's largest object; otherwise 10,000 parts of this size (about 78
+	// GiB at the default; spooled content takes larger parts when it needs them).
 	PartSize int64
 	// SpoolDir is the local folder where Put writes content larger than one part
 	// while hashing it, so that it is uploaded once, to its final key. Default
@@ -133,6 +139,9 @@ type S3Store struct {
 	spoolDir string      // "" spools nothing
 	parts    sync.Pool   // of *[]byte, len partSize
 	ownFree  chan []byte // part buffers of putOwn, s3OwnFree at most
+	// partsPerSize is how many parts of an upload under a key of its own have
+	// one size (ownPartSize): s3PartsPerSize but in tests.
+	partsPerSize int
 }
 
 // NewS3 returns a store on cfg.Bucket at cfg.Endpoint. It does no I/O: use Ping
@@ -174,6 +183,8 @@ func NewS3(cfg S3Config) (*S3Store, error) {
 		partSize: cfg.PartSize,
 		spoolDir: cfg.SpoolDir,
 		ownFree:  make(chan []byte, s3OwnFree),
+
+		partsPerSize: s3PartsPerSize,
 	}
 	s.parts.New = func() any {
 		b := make([]byte, s.partSize)
@@ -235,6 +246,9 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 	// With an index, content over a small part goes to a key of its own, never
 	// to the spool.
 	own := opts.Index != nil && opts.Digest == ""
+	if own && (opts.Size <= 0 || opts.Size > s3SmallRead) {
+		return s.putOwn(ctx, kind, hr, src, opts)
+	}
 	var small []byte
 	if s.spoolDir != "" || own || opts.Size <= s3SmallRead {
 		data, ended, err := readSmall(src, opts.Size)
@@ -245,7 +259,8 @@ func (s *S3Store) put(ctx context.Context, kind string, r io.Reader, opts PutOpt
 			return s.putSmall(ctx, kind, hr, data, opts)
 		}
 		if own {
-			return s.putOwn(ctx, kind, hr, src, data, opts)
+			// Its size is known and at most s3SmallRead: hr refused more.
+			return Object{}, fmt.Errorf("%w: more than %d bytes", ErrSizeMismatch, opts.Size)
 		}
 		if s.spoolDir != "" {
 			if spool, err := newSpoolFile(s.spoolDir); err == nil {
@@ -548,9 +563,12 @@ func (s *S3Store) multipart(ctx context.Context, key string, meta minio.PutObjec
 // waits on the server more than on the disk (versitygw on 2 cores: 1 GiB at 0.75
 // of a plain PUT's rate part after part, whose reader is memory).
 func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.PutObjectOptions, size int64, spool *spoolFile) error {
-	count := int((size + s.partSize - 1) / s.partSize)
-	if count > s3MaxParts {
-		return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s.partSize)
+	// Parts of the configured size, or larger where 10,000 of them would not
+	// hold the content (its size is known).
+	partSize := max(s.partSize, (size+s3MaxParts-1)/s3MaxParts)
+	count := int((size + partSize - 1) / partSize)
+	if partSize > s3MaxPartSize {
+		return fmt.Errorf("content exceeds %d parts of %d bytes", s3MaxParts, s3MaxPartSize)
 	}
 	return s.upload(ctx, key, meta, func(uploadID string) ([]minio.CompletePart, error) {
 		parts := make([]minio.CompletePart, count)
@@ -558,8 +576,8 @@ func (s *S3Store) multipartSpool(ctx context.Context, key string, meta minio.Put
 		g.SetLimit(s3SpoolUploads)
 		for i := range count {
 			g.Go(func() error {
-				off := int64(i) * s.partSize
-				n := min(s.partSize, size-off)
+				off := int64(i) * partSize
+				n := min(partSize, size-off)
 				// The buffer goes back to the pool only after a success, as in putSpooled.
 				bp := spoolPool.Get().(*[]byte)
 				p, err := s.uploadPart(gctx, key, uploadID, i+1, spool.reader(off, n, *bp), n)

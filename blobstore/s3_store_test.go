@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,4 +292,37 @@ func TestS3StoreListAndCleanTemp(t *testing.T) {
 		uploads = append(uploads, u.Key)
 	}
 	require.Equal(t, []string{"elsewhere/upload"}, uploads)
+}
+
+// TestS3StoreWriteOnceGrowingParts: an upload under a key of its own doubles
+// its part size every s3PartsPerSize parts (here every 2), so that a small
+// part size still reaches S3's largest object within 10,000 parts; content
+// ending within a grown part, and at a grown part's end, is stored whole.
+func TestS3StoreWriteOnceGrowingParts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv, bucket := testenv.S3Bucket(t)
+	cfg := srv.Config(bucket)
+	cfg.PartSize = 5 << 20
+	s, err := blobstore.NewS3(cfg)
+	require.NoError(t, err)
+	blobstore.SetPartsPerSize(s, 2)
+	client := rawClient(t, srv)
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		size  int
+		parts int
+	}{
+		{5*mib + 5*mib + 10*mib + 10*mib + 7*mib, 5}, // fixed 5 MiB parts would be 8
+		{5*mib + 5*mib + 10*mib, 3},                  // ends at a grown part's end
+	} {
+		content := blobstoretest.Bytes(tt.size, uint64(tt.size))
+		obj, err := s.Put(ctx, blobstore.KindPayloads, onlyReader{bytes.NewReader(content)}, blobstore.PutOptions{Index: blobstoretest.NewIndex()})
+		require.NoError(t, err)
+		got, _ := readObject(t, s, obj.Key)
+		require.True(t, bytes.Equal(content, got), "%d bytes stored whole", tt.size)
+		info, err := client.StatObject(ctx, bucket, obj.Key, minio.StatObjectOptions{})
+		require.NoError(t, err)
+		require.True(t, strings.HasSuffix(info.ETag, "-"+strconv.Itoa(tt.parts)), "%d bytes in %d parts: ETag %s", tt.size, tt.parts, info.ETag)
+	}
 }

@@ -51,9 +51,12 @@ const (
 	// copyBufferSize is the chunk size of the stdout and stderr copies.
 	copyBufferSize = 32 << 10
 	// outputPipeSize is the buffer asked for stdout's pipe (growPipe) once an
-	// output is larger than one read, and the size of each read after that: a
-	// large output moves in few, large reads.
+	// output is larger than one read, and outputReadSize the size of each read
+	// after that: a large output moves in few, large reads, and the handler
+	// writes on while a read's piece is handed on. The read buffer is on the
+	// heap, for the attempt's time: a quarter of the pipe.
 	outputPipeSize = 1 << 20
+	outputReadSize = 256 << 10
 	// startTries bounds the starts of a program that fail with ETXTBSY.
 	startTries = 5
 )
@@ -805,7 +808,7 @@ func (r *execRun) copyStdout() {
 			// More than a small output: the rest moves in large pieces. Only
 			// then, so that small outputs keep the default pipe (a user's pipes
 			// share a quota, past which new pipes get a single page).
-			buf, grown = make([]byte, outputPipeSize), true
+			buf, grown = make([]byte, outputReadSize), true
 			growPipe(r.stdout.f)
 		}
 		if err != nil {

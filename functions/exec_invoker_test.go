@@ -253,9 +253,9 @@ func TestExecLargeOutputIsStreamed(t *testing.T) {
 	_, err := h.Write(make([]byte, size))
 	require.NoError(t, err)
 	require.Equal(t, hex.EncodeToString(h.Sum(nil)), sink.OutSHA256())
-	// Handed over in chunks (of a megabyte once the output is larger than one
+	// Handed over in chunks (of outputReadSize once the output is larger than one
 	// small read), never as one buffered whole.
-	require.LessOrEqual(t, sink.MaxWrite(), outputPipeSize)
+	require.LessOrEqual(t, sink.MaxWrite(), outputReadSize)
 }
 
 func TestExecOutputArrivesBeforeExit(t *testing.T) {

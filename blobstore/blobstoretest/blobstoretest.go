@@ -120,7 +120,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 	t.Run("DigestOfContent", func(t *testing.T) {
 		t.Parallel()
 		// Sizes around the buffers backends switch on: 1 MiB (S3's small read)
-		// and 16 MiB (S3's default part size), each with the size known and not.
+		// and S3's default part size, each with the size known and not.
 		tests := []struct {
 			name string
 			size int
@@ -129,9 +129,9 @@ func Exercise(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 			{name: "OneByte", size: 1},
 			{name: "OneMiB", size: 1 << 20},
 			{name: "OneMiBPlusOne", size: 1<<20 + 1},
-			{name: "OnePart", size: 16 << 20},
-			{name: "OnePartPlusOne", size: 16<<20 + 1},
-			{name: "ThreeParts", size: 33<<20 + 7},
+			{name: "OnePart", size: blobstore.DefaultPartSize},
+			{name: "OnePartPlusOne", size: blobstore.DefaultPartSize + 1},
+			{name: "ThreeParts", size: 2*blobstore.DefaultPartSize + 7},
 		}
 		for _, tt := range tests {
 			for _, known := range []bool{false, true} {
@@ -395,9 +395,9 @@ func Exercise(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 
 	t.Run("ConcurrentPuts", func(t *testing.T) {
 		t.Parallel()
-		// Small content goes in one request; large content (past a 16 MiB part)
+		// Small content goes in one request; large content (past a part)
 		// races through temporary objects on S3.
-		for _, size := range []int{64 << 10, 17 << 20} {
+		for _, size := range []int{64 << 10, blobstore.DefaultPartSize + 1<<20} {
 			t.Run(fmt.Sprintf("size=%d", size), func(t *testing.T) {
 				t.Parallel()
 				ctx, s := setup(t, newStore)
@@ -506,7 +506,7 @@ func Exercise(t *testing.T, newStore func(t *testing.T) blobstore.Store) {
 		ctx, s := setup(t, newStore)
 		idx := NewIndex()
 		claims := &claimLog{}
-		content := Bytes(33<<20+7, 12) // three parts of 16 MiB
+		content := Bytes(2*blobstore.DefaultPartSize+7, 12) // three parts
 		opts := blobstore.PutOptions{Size: -1, ContentType: "text/plain", Claim: claims.claim, Index: idx}
 
 		first, err := s.Put(ctx, "payloads", onlyReader{bytes.NewReader(content)}, opts)
