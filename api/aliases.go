@@ -42,7 +42,7 @@ type aliasOutput struct{ Body Alias }
 // AliasParams are the {name} and {alias} path parameters.
 type AliasParams struct {
 	WorkflowNameParam
-	Alias string `path:"alias" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"alias name: lower case, starting with a letter (latest, stable, canary, …)"`
+	Alias string `path:"alias" pattern:"^[a-z][a-z0-9-]*$" maxLength:"63" doc:"alias name: lower case, starting with a letter (latest, stable, canary, …)"`
 }
 
 // aliasHistoryLimit is how many changes GET, PUT and rollback of an alias show.

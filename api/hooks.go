@@ -45,8 +45,8 @@ const maxHookKey = 255
 // hookInput is a delivery: its raw body (Huma reads it whole, up to MaxBodyBytes,
 // else 413) and its headers.
 type hookInput struct {
-	Workflow string `path:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
-	Hook     string `path:"hook" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"hook name, as in the manifest's hooks:"`
+	Workflow string `path:"workflow" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"63" doc:"workflow name"`
+	Hook     string `path:"hook" pattern:"^[a-z0-9][a-z0-9_-]*$" maxLength:"63" doc:"hook name, as in the manifest's hooks:"`
 	// Namespace is read by enterNamespace (api/namespace.go); declared here for the
 	// OpenAPI document.
 	Namespace string `query:"namespace" maxLength:"31" doc:"the workflow's namespace, for a sender that cannot set the Cairn-Namespace header; default: the header's, else default"`

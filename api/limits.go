@@ -64,7 +64,7 @@ type PutLimitBody struct {
 
 // LimitNameParam is the {name} path parameter of a limit.
 type LimitNameParam struct {
-	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the limit's name"`
+	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]*$" maxLength:"63" doc:"the limit's name"`
 }
 
 // Resolve qualifies Name in the request's namespace (api/namespace.go).
@@ -118,7 +118,7 @@ func (s *Server) registerLimits() {
 		Description: "The slots in use and the steps waiting, per key of each concurrency limit, the limits set at run time, and the token buckets of the rate limits. A slot is a running step: it is free again when the step's lease ends (finish, suspend, cancel, or the sweep of a dead dispatcher's lease).",
 		Tags:        []string{"limits"},
 	}, RoleViewer, nil, func(ctx context.Context, in *struct {
-		Name string `query:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"only this limit"`
+		Name string `query:"name" pattern:"^[a-z0-9][a-z0-9_.-]*$" maxLength:"63" doc:"only this limit"`
 	}) (*struct{ Body Limits }, error) {
 		// The limits of the request's namespace only (api/namespace.go).
 		ns, name := requestNamespace(ctx), qualify(ctx, in.Name)

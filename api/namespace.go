@@ -271,7 +271,7 @@ func apiNamespaceOf(n *catalog.Namespace) APINamespace {
 
 // CreateNamespaceBody is the body of POST /v1/namespaces.
 type CreateNamespaceBody struct {
-	Name string `json:"name" pattern:"^[a-z0-9][a-z0-9-]{0,30}$" doc:"1 to 31 lower-case letters, digits and '-'"`
+	Name string `json:"name" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"31" doc:"1 to 31 lower-case letters, digits and '-'"`
 }
 
 func (s *Server) registerNamespaces() {

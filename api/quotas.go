@@ -62,7 +62,7 @@ type PutQuotasBody struct {
 
 // NamespaceParam is the {namespace} path parameter.
 type NamespaceParam struct {
-	Namespace string `path:"namespace" pattern:"^[a-z0-9][a-z0-9-]{0,30}$" doc:"the namespace's name"`
+	Namespace string `path:"namespace" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"31" doc:"the namespace's name"`
 }
 
 func quotasOf(q *catalog.NamespaceQuotas) NamespaceQuotas {

@@ -20,7 +20,7 @@ const maxEventBody = 16 << 20
 
 // EventBody is an event to receive.
 type EventBody struct {
-	Name string          `json:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the event's name, as triggers:, wait_for_event and cancel_on name it"`
+	Name string          `json:"name" pattern:"^[a-z0-9][a-z0-9_.-]*$" maxLength:"63" doc:"the event's name, as triggers:, wait_for_event and cancel_on name it"`
 	ID   string          `json:"id,omitempty" minLength:"1" maxLength:"200" doc:"identifies the event: the same id again is the same event, received once (its first answer is returned); the same id with another name or data is a 409 idempotency_key_reused. Unset: a new id."`
 	Data json.RawMessage `json:"data,omitempty" doc:"the event's JSON (null when unset); stored in the blob store when large"`
 }

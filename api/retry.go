@@ -17,15 +17,15 @@ import (
 // RetryRunBody is the body of POST /v1/runs/{id}/retry.
 type RetryRunBody struct {
 	Version int    `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"move the run onto this version of its workflow first (every step it keeps must be there with the same key and needs); its own version when absent or 0"`
-	Alias   string `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"move the run onto the version this alias of its workflow names now, as version would. Not with version"`
+	Alias   string `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]*$" maxLength:"63" doc:"move the run onto the version this alias of its workflow names now, as version would. Not with version"`
 }
 
 // RerunRunBody is the body of POST /v1/runs/{id}/rerun.
 type RerunRunBody struct {
-	FromStep string          `json:"from_step" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"the step to run again: it and every step downstream of it run fresh"`
+	FromStep string          `json:"from_step" pattern:"^[a-z0-9][a-z0-9_-]*$" maxLength:"63" doc:"the step to run again: it and every step downstream of it run fresh"`
 	Input    json.RawMessage `json:"input,omitempty" doc:"the new run's input, any JSON value; the source run's when absent"`
 	Version  int             `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"the version to run; the source run's when absent or 0. Every step reused must be there with the same needs"`
-	Alias    string          `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"run on the version this alias of the workflow names now, as version would. Not with version"`
+	Alias    string          `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]*$" maxLength:"63" doc:"run on the version this alias of the workflow names now, as version would. Not with version"`
 	DryRun   bool            `json:"dry_run,omitempty" doc:"only answer the plan (200); nothing is created"`
 }
 

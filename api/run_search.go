@@ -22,7 +22,7 @@ import (
 // operation (POST /v1/runs:bulk, its JSON filter): one shape for both. Every one
 // given must match. Which index serves each is said beside runFilter (catalog).
 type RunFilterParams struct {
-	Workflow      string    `query:"workflow" json:"workflow,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only runs of this workflow"`
+	Workflow      string    `query:"workflow" json:"workflow,omitempty" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"63" doc:"only runs of this workflow"`
 	Status        string    `query:"status" json:"status,omitempty" enum:"pending,running,paused,compensating,succeeded,failed,canceled" doc:"only runs in this state"`
 	Labels        []string  `query:"label,explode" json:"label,omitempty" maxItems:"32" doc:"only runs carrying this label, given as key=value (split at the first '='); repeat for more, all must match"`
 	Version       int       `query:"version" json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"only runs of this version of the workflow (needs workflow)"`

@@ -95,7 +95,7 @@ func utc(t *time.Time) *time.Time {
 // StartRunBody is the body of POST /v1/workflows/{name}/runs.
 type StartRunBody struct {
 	Version  int               `json:"version,omitempty" minimum:"0" maximum:"2147483647" doc:"version to run; when absent or 0, the version alias names"`
-	Alias    string            `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]{0,62}$" doc:"alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version"`
+	Alias    string            `json:"alias,omitempty" pattern:"^[a-z][a-z0-9-]*$" maxLength:"63" doc:"alias whose version to run (latest when absent), resolved when the run is created: the run keeps that version when the alias moves. Not with version"`
 	Input    json.RawMessage   `json:"input,omitempty" doc:"the run's input, any JSON value"`
 	Labels   map[string]string `json:"labels,omitempty" maxProperties:"32" doc:"labels of the run, to find it by (GET /v1/runs?label=key=value): at most 32; keys like step keys (^[a-z0-9][a-z0-9_-]{0,62}$), values of at most 256 bytes of UTF-8"`
 	Deadline *time.Time        `json:"deadline,omitempty" doc:"when the run fails (error code deadline_exceeded) if it has not ended (RFC 3339); default its creation plus the manifest's timeout, if any"`

@@ -90,7 +90,7 @@ type backfillOutput struct{ Body BackfillResult }
 
 // ScheduleListParams are the filters of GET /v1/schedules.
 type ScheduleListParams struct {
-	Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"only this workflow's schedules"`
+	Workflow string `query:"workflow" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"63" doc:"only this workflow's schedules"`
 }
 
 func (s *Server) registerSchedules() {

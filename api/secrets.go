@@ -28,7 +28,7 @@ type PutSecretBody struct {
 
 // SecretNameParam is the {name} path parameter of a secret.
 type SecretNameParam struct {
-	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_-]{0,62}$" doc:"secret name, like a step key"`
+	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9_-]*$" maxLength:"63" doc:"secret name, like a step key"`
 }
 
 // Resolve qualifies Name in the request's namespace (api/namespace.go).

@@ -17,7 +17,7 @@ import (
 // signalInput streams the body of a signal.
 type signalInput struct {
 	RunIDParam
-	Name           string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]{0,62}$" doc:"the signal's name, as a signal step of the run's version names it"`
+	Name           string `path:"name" pattern:"^[a-z0-9][a-z0-9_.-]*$" maxLength:"63" doc:"the signal's name, as a signal step of the run's version names it"`
 	ContentType    string `header:"Content-Type" doc:"application/json for a JSON payload (stored inline when small); anything else is stored as bytes in the blob store"`
 	IdempotencyKey string `header:"Idempotency-Key" maxLength:"255" doc:"a repeat with the same key and payload (same run and name) is the same signal, applied once; the same key with another payload is a 409 idempotency_key_reused"`
 	streamedBody

@@ -182,10 +182,10 @@ func apiTokenOf(t *catalog.Token) APIToken {
 
 // CreateTokenBody is the body of POST /v1/tokens.
 type CreateTokenBody struct {
-	Name      string     `json:"name" pattern:"^[A-Za-z0-9][A-Za-z0-9._@-]{0,62}$" doc:"the actor its requests are recorded under (audit log, events)"`
+	Name      string     `json:"name" pattern:"^[A-Za-z0-9][A-Za-z0-9._@-]*$" maxLength:"63" doc:"the actor its requests are recorded under (audit log, events)"`
 	Role      string     `json:"role" enum:"viewer,operator,admin"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty" doc:"when it stops working (RFC 3339, in the future); absent: never"`
-	Namespace string     `json:"namespace,omitempty" pattern:"^[a-z0-9][a-z0-9-]{0,30}$" doc:"the one namespace it acts in (it must exist); absent: every namespace"`
+	Namespace string     `json:"namespace,omitempty" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"31" doc:"the one namespace it acts in (it must exist); absent: every namespace"`
 }
 
 // CreatedToken is a new token with its value: the only time the value is shown.

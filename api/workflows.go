@@ -145,7 +145,7 @@ type versionOutput struct{ Body Version }
 // WorkflowNameParam is the {name} path parameter. Once validated, Name is the
 // catalog's key of the workflow in the request's namespace (Resolve).
 type WorkflowNameParam struct {
-	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9-]{0,62}$" doc:"workflow name"`
+	Name string `path:"name" pattern:"^[a-z0-9][a-z0-9-]*$" maxLength:"63" doc:"workflow name"`
 }
 
 // Resolve qualifies Name in the request's namespace (api/namespace.go). Huma calls
