@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -102,6 +104,34 @@ WITH d AS MATERIALIZED (
           FROM unnest($5::uuid[], $6::text[]) AS f(run_id, key)
           JOIN step_edges e ON e.run_id = f.run_id AND e.from_key = f.key) x
     CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s
+    WHERE ` + sqlClaimableCheap + `
+      AND s.conc_name IS NULL AND s.rate_name IS NULL
+      AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
+                                             WHERE n.name = s.quota_ns AND n.running_steps IS NOT NULL))
+      AND NOT EXISTS (SELECT 1 FROM steps o
+                      WHERE o.status = 'ready' AND NOT o.held AND o.ready_at < now()
+                        AND o.condition IS DISTINCT FROM 'pending'
+                        AND (o.runs_on IS NULL OR o.runs_on <@ $2::text[]))
+    ORDER BY s.priority DESC, s.ready_at, s.run_id, s.key
+    LIMIT $4
+), c AS (
+    SELECT s.run_id, s.key, s.ctid AS tid FROM d JOIN steps s ON s.run_id = d.run_id AND s.key = d.key
+    WHERE s.status = 'ready' AND s.held IS NOT TRUE AND s.condition IS DISTINCT FROM 'pending'
+    FOR UPDATE OF s SKIP LOCKED
+)` + sqlClaimSteps
+
+	// sqlClaimMapInstances is sqlClaimDependents for the next instances of maps
+	// ($5 runs, $6 map steps) that the finish of earlier ones has just created
+	// (StepFinishClaim, expandMaps): the same simple steps only, and only when no
+	// other step waits for a claim (their own ready_at is now(), the
+	// transaction's start). steps_map_idx finds a map's ready instances.
+	sqlClaimMapInstances = `
+WITH d AS MATERIALIZED (
+    SELECT s.run_id, s.key
+    FROM unnest($5::uuid[], $6::text[]) AS m(run_id, parent)
+    CROSS JOIN LATERAL (SELECT * FROM steps s
+                        WHERE s.run_id = m.run_id AND s.map_parent = m.parent AND s.status = 'ready'
+                        ORDER BY s.map_index LIMIT $4) s
     WHERE ` + sqlClaimableCheap + `
       AND s.conc_name IS NULL AND s.rate_name IS NULL
       AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
@@ -619,6 +649,11 @@ type ClaimNext struct {
 	Tags  []string
 	Limit int
 	TTL   time.Duration
+	// Page reads the next items of a blob map (MapWorker.Page) for the next
+	// instances of maps whose instances succeeded; nil: only inline maps get
+	// theirs in the finish. It runs in the finish's transaction: it should not
+	// wait (an error leaves the map to the map loop).
+	Page func(ctx context.Context, st *MapState, n int) (json.RawMessage, int64, bool, error)
 }
 
 // StepFinishClaim is StepFinishBatch that also leases, in the same transaction,
@@ -696,6 +731,16 @@ func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, 
 				if _, err := tx.ExecContext(ctx, sqlWake); err != nil {
 					return err
 				}
+			}
+			// Map instances that succeeded left room in their maps: the
+			// next ones are created and leased here, not by the map loop and
+			// the claim loop in two more transactions each.
+			if room := leaseRoom(next) - len(claimed); room > 0 && len(ords) > 0 {
+				more, err := s.expandMaps(ctx, tx, next, room, a, ords)
+				if err != nil {
+					return err
+				}
+				claimed = append(claimed, more...)
 			}
 		}
 		if len(other) > 0 {
@@ -819,6 +864,129 @@ func (s *Store) claimDependents(ctx context.Context, tx *sqlx.Tx, next *ClaimNex
 		return nil, s.retryStale(sqlClaimDependents, err)
 	}
 	return out, nil
+}
+
+// leaseRoom is how many steps next may lease: none when it is nil.
+func leaseRoom(next *ClaimNext) int {
+	if next == nil {
+		return 0
+	}
+	return next.Limit
+}
+
+// expandMaps creates the next instances of the maps whose instances among the
+// finished steps (ords into a) succeeded, as MapWork would (a blob map's items
+// from next.Page), and leases up to limit of them (sqlClaimMapInstances). A map
+// another transaction works (lockMap skips it), whose items next.Page has not,
+// or that has no room is left to the map loop, which the finishing
+// dispatcher nudges anyway. Lock order (catalog/sql/run_control.sql): the
+// finish holds the runs' advisory locks, the finished steps and the runs' rows
+// already; the map's row is only tried (SKIP LOCKED), and its new instances are
+// rows no one else can hold.
+func (s *Store) expandMaps(ctx context.Context, tx *sqlx.Tx, next *ClaimNext, limit int, a *finishArrays, ords []int64) ([]Claimed, error) {
+	var refs []MapRef
+	for _, o := range ords {
+		parent, ok := MapParentOf(a.keys[o-1])
+		if !ok {
+			continue
+		}
+		run, err := uuid.Parse(a.runs[o-1])
+		if err != nil {
+			return nil, err
+		}
+		if ref := (MapRef{RunID: run, Key: parent}); !slices.Contains(refs, ref) {
+			refs = append(refs, ref)
+		}
+	}
+	slices.SortFunc(refs, func(x, y MapRef) int {
+		if c := strings.Compare(x.RunID.String(), y.RunID.String()); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	var runs, keys []string
+	for _, ref := range refs {
+		st, err := lockMap(ctx, tx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil || st.Expanded || st.FailingFast() || (!st.Inline && next.Page == nil) {
+			continue
+		}
+		room := int64(st.MaxParallel) - st.Live
+		if room <= 0 {
+			continue
+		}
+		n := int(min(room, MapPageSize))
+		var items json.RawMessage
+		var offset int64
+		var end bool
+		if !st.Inline {
+			var err error
+			if items, offset, end, err = next.Page(ctx, st, n); err != nil {
+				continue // the map loop reads them, or refuses them
+			}
+		}
+		var created int
+		if st.Inline {
+			if err := tx.GetContext(ctx, &created, sqlMapExpand, ref.RunID, ref.Key, n, nullJSON(items), offset, end); err != nil {
+				return nil, err
+			}
+		} else if created, err = expandPage(ctx, tx, ref, n, items, offset, end); err != nil {
+			return nil, err
+		}
+		if created > 0 {
+			runs, keys = append(runs, ref.RunID.String()), append(keys, ref.Key)
+		}
+	}
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	tags := next.Tags
+	if tags == nil {
+		tags = []string{}
+	}
+	st, err := s.txPrepared(ctx, tx, sqlClaimMapInstances)
+	if err != nil {
+		return nil, err
+	}
+	var out []Claimed
+	if err := st.SelectContext(ctx, &out, next.Owner, pq.StringArray(tags), next.TTL.Seconds(), limit,
+		pq.StringArray(runs), pq.StringArray(keys)); err != nil {
+		return nil, s.retryStale(sqlClaimMapInstances, err)
+	}
+	return out, nil
+}
+
+// expandPage creates the instances of a blob map's page of items in a
+// savepoint: a page's items are a function's output, which PostgreSQL may
+// refuse (a \u0000): the finish then goes on without them, and the map loop
+// refuses them (MapWorker.Refused).
+func expandPage(ctx context.Context, tx *sqlx.Tx, ref MapRef, n int, items json.RawMessage, offset int64, end bool) (int, error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT map_page`); err != nil {
+		return 0, err
+	}
+	var created int
+	err := tx.GetContext(ctx, &created, sqlMapExpand, ref.RunID, ref.Key, n, nullJSON(items), offset, end)
+	if err != nil {
+		if !errors.Is(translateError(err), ErrInvalidInput) {
+			return 0, err
+		}
+		_, err = tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT map_page`)
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, `RELEASE SAVEPOINT map_page`)
+	return created, err
+}
+
+// MapParentOf returns the map step of an instance's key ("each[3]" → "each"):
+// only instances' keys have brackets (bundle: step keys are [a-z0-9_-]).
+func MapParentOf(key string) (string, bool) {
+	i := strings.LastIndexByte(key, '[')
+	if i <= 0 {
+		return "", false
+	}
+	return key[:i], true
 }
 
 // finishArrays lays out some of StepFinishBatch's items as the parallel arrays its

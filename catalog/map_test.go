@@ -3,10 +3,14 @@ package catalog_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -292,6 +296,91 @@ func TestMapItemsRefused(t *testing.T) {
 			for _, o := range open {
 				require.NotEqual(t, ref, o, "the map is no longer open")
 			}
+		})
+	}
+}
+
+// TestMapFinishLeasesNextInstances: the finish of a map's instance that leases
+// (StepFinishClaim with room) creates the map's next instances in its
+// transaction and leases them to the finishing dispatcher, never past
+// max_parallel: an inline map's items, and a blob map's from ClaimNext.Page. A
+// page it cannot have leaves the map to the map loop (MapWork), which also
+// resolves the map once its instances have ended.
+func TestMapFinishLeasesNextInstances(t *testing.T) {
+	t.Parallel()
+	for _, blob := range []bool{false, true} {
+		t.Run(fmt.Sprintf("blob=%v", blob), func(t *testing.T) {
+			t.Parallel()
+			ctx, tb := setup(t)
+			s := tb.store
+			run, m := mapRun(t, ctx, s, 1)
+			start := &catalog.MapStartParams{MaxParallel: 2, Items: json.RawMessage(`["a","b","c","d","e"]`)}
+			if blob {
+				start = &catalog.MapStartParams{MaxParallel: 2, BlobKey: "payloads/x", BlobFormat: "lines"}
+			}
+			require.NoError(t, s.MapStart(ctx, lease(m), start))
+			page := func(_ context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
+				var items []string
+				n = min(n, 5-int(st.NextIndex))
+				for i := range n {
+					items = append(items, fmt.Sprintf("%q", string(rune('a'+st.NextIndex+int64(i)))))
+				}
+				return json.RawMessage("[" + strings.Join(items, ",") + "]"), st.NextOffset + 2*int64(n), st.NextIndex+int64(n) >= 5, nil
+			}
+			w := catalog.MapWorker{Page: page, Finish: listFinisher(t)}
+			ref := catalog.MapRef{RunID: run.ID, Key: "m"}
+			created, _, err := s.MapWork(ctx, ref, w)
+			require.NoError(t, err)
+			require.Equal(t, 2, created)
+			live := claimKeys(t, ctx, s, "d1", 2)
+			refused := false
+			next := &catalog.ClaimNext{Owner: "d1", Limit: 10, TTL: time.Minute,
+				Page: func(ctx context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
+					if !refused {
+						refused = true
+						return nil, 0, false, errors.New("not read ahead")
+					}
+					return page(ctx, st, n)
+				}}
+			items := map[int64]string{}
+			var byFinish int
+			for round := 0; len(live) > 0; round++ {
+				require.Less(t, round, 10)
+				keys := slices.Sorted(maps.Keys(live))
+				c := live[keys[0]]
+				delete(live, c.Key)
+				items[*c.MapIndex] = string(c.MapItem)
+				res, claimed, err := s.StepFinishClaim(ctx, []*catalog.StepFinishParams{succeeded(c, fmt.Sprintf(`{"i":%d}`, *c.MapIndex))}, next)
+				require.NoError(t, err)
+				require.NoError(t, res[0])
+				require.LessOrEqual(t, len(claimed), 1, "one ended: room for one")
+				byFinish += len(claimed)
+				for _, n := range claimed {
+					require.Equal(t, fmt.Sprintf("m[%d]", *n.MapIndex), n.Key)
+					live[n.Key] = n
+				}
+				if len(claimed) == 0 && blob && round == 0 {
+					// The refused page: the map loop creates the instance, a claim leases it.
+					created, _, err := s.MapWork(ctx, ref, w)
+					require.NoError(t, err)
+					require.Equal(t, 1, created)
+					maps.Copy(live, claimKeys(t, ctx, s, "d1", 1))
+				}
+				require.LessOrEqual(t, len(live), 2, "never more than max_parallel live")
+			}
+			require.Equal(t, map[int64]string{0: `"a"`, 1: `"b"`, 2: `"c"`, 3: `"d"`, 4: `"e"`}, items)
+			if blob {
+				require.Equal(t, 2, byFinish, "the refused page's instance came from the map loop")
+			} else {
+				require.Equal(t, 3, byFinish)
+			}
+			_, resolved, err := s.MapWork(ctx, ref, w)
+			require.NoError(t, err)
+			require.True(t, resolved)
+			st, err := s.StepGet(ctx, run.ID, "m")
+			require.NoError(t, err)
+			require.Equal(t, catalog.StepSucceeded, st.Status)
+			require.JSONEq(t, `[{"i":0},{"i":1},{"i":2},{"i":3},{"i":4}]`, string(st.Output))
 		})
 	}
 }

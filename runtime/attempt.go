@@ -370,8 +370,9 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	a.reporting.Store(true)
+	mapWorked := false
 	err := d.untilWritten(a, "finish", "record the outcome", nil, func() (err error) {
-		a.followed, err = d.finish(p, a.claim.MapIndex != nil)
+		a.followed, mapWorked, err = d.finish(p)
 		return err
 	})
 	if errors.Is(err, catalog.ErrInvalidInput) && (out.err == nil || out.err.Code != CodeInvalidOutput) {
@@ -388,7 +389,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		return
 	}
 	d.metrics.attempts.WithLabelValues(string(out.status)).Inc()
-	if a.claim.MapIndex != nil {
+	if a.claim.MapIndex != nil && !mapWorked {
 		d.mapNudgeInstance(a.claim.RunID, a.claim.Key) // room for the map's next instances
 	}
 	d.metrics.attemptDuration.WithLabelValues(a.claim.Workflow, string(out.status)).Observe(time.Since(a.start).Seconds())

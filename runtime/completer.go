@@ -17,9 +17,7 @@ const maxCompletionBatch = 256
 
 // completion is an attempt's outcome waiting to be committed.
 type completion struct {
-	p *catalog.StepFinishParams
-	// leaf: the step has no dependents to lease (a map's instance).
-	leaf bool
+	p    *catalog.StepFinishParams
 	done chan finished
 }
 
@@ -28,6 +26,9 @@ type completion struct {
 type finished struct {
 	err      error
 	followed bool
+	// mapWorked: the finish leased next instances of the step's map (a map
+	// instance's): the map loop has nothing to do for it now.
+	mapWorked bool
 }
 
 // completeLoop commits outcomes in batches: a group commit. When idle it commits an
@@ -76,14 +77,33 @@ func (d *Dispatcher) completeLoop(ctx context.Context) {
 			continue
 		}
 		followed := len(claimed) > 0 && len(claimed) < room
+		worked := mapsLeased(claimed)
 		for i, c := range batch {
 			if err != nil {
 				c.done <- finished{err: err}
-			} else {
-				c.done <- finished{err: results[i], followed: followed && results[i] == nil}
+				continue
 			}
+			f := finished{err: results[i], followed: followed && results[i] == nil}
+			if parent, ok := catalog.MapParentOf(c.p.Key); ok && results[i] == nil {
+				f.mapWorked = worked[catalog.MapRef{RunID: c.p.RunID, Key: parent}]
+			}
+			c.done <- f
 		}
 	}
+}
+
+// mapsLeased returns the maps of which claimed has instances.
+func mapsLeased(claimed []catalog.Claimed) map[catalog.MapRef]bool {
+	var out map[catalog.MapRef]bool
+	for _, c := range claimed {
+		if parent, ok := catalog.MapParentOf(c.Key); ok {
+			if out == nil {
+				out = map[catalog.MapRef]bool{}
+			}
+			out[catalog.MapRef{RunID: c.RunID, Key: parent}] = true
+		}
+	}
+	return out
 }
 
 // finishEach commits the outcomes of a batch the catalog refused for a value of
@@ -103,26 +123,27 @@ func (d *Dispatcher) finishEach(batch []*completion) {
 }
 
 // finish commits one outcome through the batcher and returns its result, or
-// errAbandoned once Stop gave up on writing outcomes. leaf says the step has no
-// dependents (claimNext). followed says the finish also leased steps and had
-// room left: every step it made ready that this dispatcher may claim is leased.
-func (d *Dispatcher) finish(p *catalog.StepFinishParams, leaf bool) (followed bool, err error) {
-	c := &completion{p: p, leaf: leaf, done: make(chan finished, 1)}
+// errAbandoned once Stop gave up on writing outcomes. followed says the finish
+// also leased steps and had room left: every step it made ready that this
+// dispatcher may claim is leased.
+func (d *Dispatcher) finish(p *catalog.StepFinishParams) (followed, mapWorked bool, err error) {
+	c := &completion{p: p, done: make(chan finished, 1)}
 	select {
 	case d.completions <- c:
 	case <-d.life.abandonCtx.Done():
-		return false, errAbandoned
+		return false, false, errAbandoned
 	}
 	select {
 	case f := <-c.done:
-		return f.followed, f.err
+		return f.followed, f.mapWorked, f.err
 	case <-d.life.abandonCtx.Done():
-		return false, errAbandoned
+		return false, false, errAbandoned
 	}
 }
 
 // claimNext says whether the finish of batch should also lease the dependents
-// its successes make ready (catalog.StepFinishClaim), and takes the free slots
+// its successes make ready, and the next instances of the maps whose instances
+// succeeded (catalog.StepFinishClaim), and takes the free slots
 // they may use (room; the caller gives back what they do not use, startClaimed):
 // when the dispatcher claims, has a free slot, and its last claim left no step
 // waiting. Nil otherwise: the claim loop claims them, woken when the finishing
@@ -133,21 +154,20 @@ func (d *Dispatcher) claimNext(batch []*completion) (*catalog.ClaimNext, int) {
 	}
 	succeeded := false
 	for _, c := range batch {
-		if c.p.Outcome == catalog.OutcomeSucceeded && !c.leaf {
+		if c.p.Outcome == catalog.OutcomeSucceeded {
 			succeeded = true
 			break
 		}
 	}
 	if !succeeded {
-		// Nothing can be made ready: the slots stay with the claim loop (a map's
-		// instances finish by the hundred, and their next ones are claimed).
+		// Nothing can be made ready: the slots stay with the claim loop.
 		return nil, 0
 	}
 	room := d.takeSlots()
 	if room == 0 {
 		return nil, 0
 	}
-	return &catalog.ClaimNext{Owner: d.cfg.ID, Tags: d.cfg.Tags, Limit: room, TTL: d.cfg.LeaseTTL}, room
+	return &catalog.ClaimNext{Owner: d.cfg.ID, Tags: d.cfg.Tags, Limit: room, TTL: d.cfg.LeaseTTL, Page: d.mapPageCached}, room
 }
 
 // startClaimed starts the attempts of the steps a finish leased (claimNext), and

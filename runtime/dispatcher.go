@@ -58,6 +58,7 @@ type Dispatcher struct {
 	nextDue  time.Time
 	nextWake time.Time
 	hints    hints
+	mapItems mapItemsCache // blob maps' items read ahead (mapPage)
 	// mapDue are the maps whose instances ended since the map loop last looked,
 	// mapAll that a map started (mapNudge, mapNudgeInstance); under mapMu.
 	mapMu  sync.Mutex

@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -130,8 +132,8 @@ func (d *Dispatcher) mapNudge() {
 // step's key, then "[index]": cairn_map_expand) now, without listing the
 // open maps first: an instance that ended left room in its own map only.
 func (d *Dispatcher) mapNudgeInstance(runID uuid.UUID, key string) {
-	i := strings.LastIndexByte(key, '[')
-	if i <= 0 {
+	parent, ok := catalog.MapParentOf(key)
+	if !ok {
 		d.mapNudge()
 		return
 	}
@@ -139,7 +141,7 @@ func (d *Dispatcher) mapNudgeInstance(runID uuid.UUID, key string) {
 	if d.mapDue == nil {
 		d.mapDue = map[catalog.MapRef]struct{}{}
 	}
-	d.mapDue[catalog.MapRef{RunID: runID, Key: key[:i]}] = struct{}{}
+	d.mapDue[catalog.MapRef{RunID: runID, Key: parent}] = struct{}{}
 	d.mapMu.Unlock()
 	d.mapWake()
 }
@@ -233,22 +235,135 @@ func (d *Dispatcher) mapWork(ctx context.Context, ref catalog.MapRef, worker cat
 	}
 }
 
-// mapPage reads up to n items of a blob map from its cursor: the blob is read from
-// that offset, as a stream, and only as far as the n items.
+// mapPage reads up to n items of a blob map from its cursor: from the items
+// cache (mapItemsCache) when an earlier read read ahead to there, else from the
+// blob, read from that offset as a stream, as far as the n items and a read-ahead
+// (mapReadAhead items, at most mapReadAheadBytes), which the cache keeps. A map
+// at max_parallel creates an instance or two each time one ends: its items come
+// from memory, not from a request to the blob store each.
 func (d *Dispatcher) mapPage(ctx context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
-	rc, _, err := d.blobs.Get(ctx, st.BlobKey, blobstore.GetOptions{Offset: st.NextOffset})
+	return d.mapItems.page(st, n, func(offset int64) (io.ReadCloser, error) {
+		rc, _, err := d.blobs.Get(ctx, st.BlobKey, blobstore.GetOptions{Offset: offset})
+		return rc, err
+	})
+}
+
+// page is mapPage with open reading st's blob from an offset.
+func (c *mapItemsCache) page(st *catalog.MapState, n int, open func(offset int64) (io.ReadCloser, error)) (json.RawMessage, int64, bool, error) {
+	if items, next, end, ok := c.take(st.BlobKey, st.NextOffset, n); ok {
+		return items, next, end, nil
+	}
+	rc, err := open(st.NextOffset)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	defer rc.Close()
 	r := &readErr{r: rc}
-	items, next, end, err := readItems(r, st.BlobFormat, st.NextOffset, n)
+	list, ends, end, err := readItemList(r, st.BlobFormat, st.NextOffset, n, max(n, mapReadAhead), mapReadAheadBytes)
 	if err != nil && r.err == nil {
 		// The blob was read: bytes that are not items stay so, no try will
 		// change them (a read that failed is tried again).
 		err = fmt.Errorf("%w: %w", catalog.ErrInvalidInput, err)
 	}
-	return items, next, end, err
+	if err != nil {
+		return nil, 0, false, err
+	}
+	k := min(n, len(list))
+	next := st.NextOffset
+	if k > 0 {
+		next = ends[k-1]
+	}
+	if k < len(list) {
+		c.put(st.BlobKey, next, list[k:], ends[k:], end)
+	}
+	return itemArray(list[:k]), next, end && k == len(list), nil
+}
+
+// mapPageCached is mapPage from the items cache only: ok false when it has not
+// read ahead to st's cursor (a finish that creates instances never waits for
+// the blob store; the map loop reads it).
+func (d *Dispatcher) mapPageCached(_ context.Context, st *catalog.MapState, n int) (json.RawMessage, int64, bool, error) {
+	if items, next, end, ok := d.mapItems.take(st.BlobKey, st.NextOffset, n); ok {
+		return items, next, end, nil
+	}
+	return nil, 0, false, errNotCached
+}
+
+// errNotCached: mapPageCached has not the items asked for.
+var errNotCached = errors.New("map items not read ahead")
+
+const (
+	// mapReadAhead and mapReadAheadBytes bound what mapPage reads past the items
+	// asked for, kept for the next pages (mapItemsCache).
+	mapReadAhead      = 1000
+	mapReadAheadBytes = 256 << 10
+	// mapItemsCached is how many maps' read-ahead the cache keeps.
+	mapItemsCached = 16
+)
+
+// mapItemsCache keeps items of blob maps read ahead of their cursors, by blob
+// key: a blob never changes, so an item read once is the same at its offset
+// for every dispatcher. Safe for concurrent use.
+type mapItemsCache struct {
+	mu      sync.Mutex
+	entries map[string]*mapItemsAhead
+}
+
+// mapItemsAhead are a blob's items from offset start on: each item and the
+// offset just after it; end says the last one ends the blob.
+type mapItemsAhead struct {
+	start int64
+	items []json.RawMessage
+	ends  []int64
+	end   bool
+}
+
+func (c *mapItemsCache) put(key string, start int64, items []json.RawMessage, ends []int64, end bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.entries == nil {
+		c.entries = map[string]*mapItemsAhead{}
+	}
+	if _, ok := c.entries[key]; !ok && len(c.entries) >= mapItemsCached {
+		for k := range c.entries { // any one: maps go on where they left off
+			delete(c.entries, k)
+			break
+		}
+	}
+	c.entries[key] = &mapItemsAhead{start: start, items: items, ends: ends, end: end}
+}
+
+// take returns up to n items of key's blob from offset on, as mapPage does,
+// and moves the entry past them; ok false when the cache has none from there.
+func (c *mapItemsCache) take(key string, offset int64, n int) (json.RawMessage, int64, bool, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.entries[key]
+	if e == nil || len(e.items) == 0 || e.start != offset || n <= 0 {
+		return nil, 0, false, false
+	}
+	k := min(n, len(e.items))
+	items, next := itemArray(e.items[:k]), e.ends[k-1]
+	e.items, e.ends, e.start = e.items[k:], e.ends[k:], next
+	end := e.end && len(e.items) == 0
+	if len(e.items) == 0 {
+		delete(c.entries, key)
+	}
+	return items, next, end, true
+}
+
+// itemArray is the JSON array of items.
+func itemArray(items []json.RawMessage) json.RawMessage {
+	var out bytes.Buffer
+	out.WriteByte('[')
+	for i, v := range items {
+		if i > 0 {
+			out.WriteByte(',')
+		}
+		out.Write(v)
+	}
+	out.WriteByte(']')
+	return out.Bytes()
 }
 
 // readErr keeps the error of a read other than io.EOF.
@@ -279,6 +394,22 @@ func mapRefused(st *catalog.MapState, err error) catalog.Resolution {
 // space). It returns them as a JSON array, the offset after the last one read, and
 // whether the blob ended.
 func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, int64, bool, error) {
+	list, ends, end, err := readItemList(r, format, base, n, n, 0)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	next := base
+	if len(ends) > 0 {
+		next = ends[len(ends)-1]
+	}
+	return itemArray(list), next, end, nil
+}
+
+// readItemList reads items as readItems does: need of them (fewer where the
+// blob ends), then more while there are at most ahead in all and the extra ones
+// hold fewer than aheadBytes. ends are the offsets just after each item: the
+// cursors to resume from.
+func readItemList(r io.Reader, format string, base int64, need, ahead, aheadBytes int) ([]json.RawMessage, []int64, bool, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var src io.Reader = br
 	var skipped, shift int64
@@ -288,7 +419,7 @@ func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, 
 		for {
 			b, err := br.ReadByte()
 			if err != nil {
-				return nil, 0, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d): %w", base+skipped, err)
+				return nil, nil, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d): %w", base+skipped, err)
 			}
 			if b == ' ' || b == '\t' || b == '\n' || b == '\r' || b == ',' {
 				skipped++
@@ -303,31 +434,37 @@ func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, 
 	offset := func() int64 { return base + skipped + dec.InputOffset() - shift }
 	if format == "array" {
 		if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
-			return nil, 0, false, fmt.Errorf("items: the blob is not a JSON array at byte %d", base)
+			return nil, nil, false, fmt.Errorf("items: the blob is not a JSON array at byte %d", base)
 		}
 	}
-	var out bytes.Buffer
-	out.WriteByte('[')
-	count := 0
-	for count < n && dec.More() {
+	var items []json.RawMessage
+	var ends []int64
+	extra := 0 // bytes of the items past need
+	for len(items) < ahead && (len(items) < need || extra < aheadBytes) && dec.More() {
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, 0, false, fmt.Errorf("items: the item at byte %d: %w", offset(), err)
+			if len(items) >= need {
+				return items, ends, false, nil // a bad item past those asked for: its own page says so
+			}
+			return nil, nil, false, fmt.Errorf("items: the item at byte %d: %w", offset(), err)
 		}
-		if count > 0 {
-			out.WriteByte(',')
+		if len(items) >= need {
+			extra += len(v)
 		}
-		out.Write(v)
-		count++
+		items = append(items, v)
+		ends = append(ends, offset())
 	}
-	out.WriteByte(']')
-	next, end := offset(), !dec.More()
+	end := !dec.More()
 	if end && format == "array" {
 		if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
-			return nil, 0, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d)", offset())
+			if len(items) > need {
+				// Past those asked for: the page that reaches the end says so.
+				return items[:need], ends[:need], false, nil
+			}
+			return nil, nil, false, fmt.Errorf("items: the JSON array ends without \"]\" (byte %d)", offset())
 		}
 	}
-	return out.Bytes(), next, end, nil
+	return items, ends, end, nil
 }
 
 // mapFinish resolves a map whose instances have all ended: the list of their

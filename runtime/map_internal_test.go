@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -135,4 +137,76 @@ func TestMapNudgeInstance(t *testing.T) {
 	refs, all = d.mapTake()
 	require.Empty(t, refs)
 	require.True(t, all, "no map named: every open map")
+}
+
+// TestMapItemsReadAhead: pages of a blob map taken through the items cache (as
+// the map loop and the finishes that create instances take them) give every
+// item once, in order, with the end seen, for any page size and read-ahead, and
+// the blob is read once per read-ahead, not once per page; a cursor the cache
+// has not reached (another dispatcher moved it) reads the blob again.
+func TestMapItemsReadAhead(t *testing.T) {
+	t.Parallel()
+	var lines, array strings.Builder
+	array.WriteString("[")
+	var want []string
+	for i := range 2500 {
+		item := fmt.Sprintf(`{"i":%d}`, i)
+		want = append(want, item)
+		lines.WriteString(item + "\n")
+		if i > 0 {
+			array.WriteString(" ,")
+		}
+		array.WriteString(item)
+	}
+	array.WriteString("]")
+	for _, blob := range []struct{ format, body string }{{"lines", lines.String()}, {"array", array.String()}} {
+		for _, page := range []int{1, 7, 1000} {
+			var c mapItemsCache
+			opens := 0
+			open := func(off int64) (io.ReadCloser, error) {
+				opens++
+				return io.NopCloser(strings.NewReader(blob.body[off:])), nil
+			}
+			st := &catalog.MapState{BlobKey: "payloads/u/x", BlobFormat: blob.format}
+			var got []string
+			for round := 0; ; round++ {
+				require.Less(t, round, 3000)
+				items, next, end, err := c.page(st, page, open)
+				require.NoError(t, err)
+				var arr []rawItem
+				require.NoError(t, jsonUnmarshal(items, &arr))
+				require.LessOrEqual(t, len(arr), page)
+				for _, it := range arr {
+					got = append(got, string(it))
+				}
+				st.NextOffset = next
+				if end {
+					break
+				}
+			}
+			require.Equal(t, want, got, "%s, pages of %d", blob.format, page)
+			require.LessOrEqual(t, opens, 2500/mapReadAhead+2, "%s, pages of %d: the blob read once per read-ahead", blob.format, page)
+			if page == 1 {
+				require.Greater(t, opens, 1, "2,500 items are more than one read-ahead")
+			}
+		}
+		// A cursor elsewhere than where the cache stands reads the blob.
+		var c mapItemsCache
+		opens := 0
+		open := func(off int64) (io.ReadCloser, error) {
+			opens++
+			return io.NopCloser(strings.NewReader(blob.body[off:])), nil
+		}
+		st := &catalog.MapState{BlobKey: "payloads/u/y", BlobFormat: blob.format}
+		_, next, _, err := c.page(st, 1, open)
+		require.NoError(t, err)
+		_, next2, _, err := c.page(&catalog.MapState{BlobKey: st.BlobKey, BlobFormat: blob.format, NextOffset: next}, 1, open)
+		require.NoError(t, err)
+		require.Equal(t, 1, opens, "the second item comes from the cache")
+		items, _, _, err := c.page(&catalog.MapState{BlobKey: st.BlobKey, BlobFormat: blob.format, NextOffset: 0}, 1, open)
+		require.NoError(t, err)
+		require.Equal(t, 2, opens, "the first item again: the blob is read")
+		require.JSONEq(t, "["+want[0]+"]", string(items))
+		require.Greater(t, next2, next)
+	}
 }
