@@ -103,7 +103,13 @@ WITH d AS MATERIALIZED (
     FROM (SELECT DISTINCT e.run_id, e.to_key AS key
           FROM unnest($5::uuid[], $6::text[]) AS f(run_id, key)
           JOIN step_edges e ON e.run_id = f.run_id AND e.from_key = f.key) x
-    CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s
+    CROSS JOIN LATERAL (SELECT * FROM steps s WHERE s.run_id = x.run_id AND s.key = x.key LIMIT 1) s` + sqlClaimFollowing
+
+	// sqlClaimFollowing is the rest of the statements that lease the steps a
+	// finish made ready (sqlClaimDependents, sqlClaimMapInstances), after their
+	// candidates s in d: the simple ones (no concurrency or rate limit or quota),
+	// when no other step waits for a claim, and c, which locks them.
+	sqlClaimFollowing = `
     WHERE ` + sqlClaimableCheap + `
       AND s.conc_name IS NULL AND s.rate_name IS NULL
       AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
@@ -131,22 +137,7 @@ WITH d AS MATERIALIZED (
     FROM unnest($5::uuid[], $6::text[]) AS m(run_id, parent)
     CROSS JOIN LATERAL (SELECT * FROM steps s
                         WHERE s.run_id = m.run_id AND s.map_parent = m.parent AND s.status = 'ready'
-                        ORDER BY s.map_index LIMIT $4) s
-    WHERE ` + sqlClaimableCheap + `
-      AND s.conc_name IS NULL AND s.rate_name IS NULL
-      AND (s.quota_ns IS NULL OR NOT EXISTS (SELECT 1 FROM namespaces n
-                                             WHERE n.name = s.quota_ns AND n.running_steps IS NOT NULL))
-      AND NOT EXISTS (SELECT 1 FROM steps o
-                      WHERE o.status = 'ready' AND NOT o.held AND o.ready_at < now()
-                        AND o.condition IS DISTINCT FROM 'pending'
-                        AND (o.runs_on IS NULL OR o.runs_on <@ $2::text[]))
-    ORDER BY s.priority DESC, s.ready_at, s.run_id, s.key
-    LIMIT $4
-), c AS (
-    SELECT s.run_id, s.key, s.ctid AS tid FROM d JOIN steps s ON s.run_id = d.run_id AND s.key = d.key
-    WHERE s.status = 'ready' AND s.held IS NOT TRUE AND s.condition IS DISTINCT FROM 'pending'
-    FOR UPDATE OF s SKIP LOCKED
-)` + sqlClaimSteps
+                        ORDER BY s.map_index LIMIT $4) s` + sqlClaimFollowing
 
 	// sqlGenericPlans makes the prepared statements of the rest of a transaction
 	// run their generic plan (SET LOCAL, as an expression). The finish that leases
