@@ -168,7 +168,7 @@ func Run(ctx context.Context, cfg Config, stdout, stderr io.Writer) (err error) 
 		printProfiles(stdout, e.Profiles)
 	}
 	if f, err := os.Create(filepath.Join(cfg.ResultsDir, "table.md")); err == nil {
-		report.Markdown(f, results)
+		report.Markdown(f, tableResults(cfg.ResultsDir, results))
 		f.Close()
 	}
 	fmt.Fprintf(stdout, "\nresults in %s\n", cfg.ResultsDir)
@@ -286,4 +286,30 @@ func printProfiles(w io.Writer, profiles []scenario.Profile) {
 			fmt.Fprintf(w, "  %10.0f %9d %9.3f %6s  %s\n", s.TotalMS, s.Calls, s.MeanMS, level, q)
 		}
 	}
+}
+
+// tableResults are the results table.md shows: this run's, and those of the
+// scenarios it did not run as their <scenario>.json in dir holds them, so that
+// a run of some scenarios updates their rows and leaves the others'.
+func tableResults(dir string, ran []*report.Result) []*report.Result {
+	byName := map[string]*report.Result{}
+	for _, r := range ran {
+		byName[r.Scenario] = r
+	}
+	var out []*report.Result
+	for _, name := range allScenarios {
+		if r := byName[name]; r != nil {
+			out = append(out, r)
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name+".json"))
+		if err != nil {
+			continue
+		}
+		var r report.Result
+		if json.Unmarshal(b, &r) == nil && r.Scenario == name {
+			out = append(out, &r)
+		}
+	}
+	return out
 }
