@@ -53,6 +53,9 @@ type attempt struct {
 	// and had room left (completeLoop): nothing it made ready waits, and the slot
 	// the attempt gives back needs no look from the claim loop.
 	followed bool
+	// slotGiven: the attempt gave its slot back once its handler returned, and
+	// holds a finishing token instead (finishEarly).
+	slotGiven bool
 }
 
 // logger is the dispatcher's logger with the attempt's run, step, number and
@@ -113,7 +116,11 @@ func (d *Dispatcher) startAttempt(c catalog.Claimed, claimStart time.Time) {
 			d.mu.Unlock()
 			cancel(nil)
 			d.metrics.running.Dec()
-			d.slots <- struct{}{}
+			if a.slotGiven {
+				<-d.finishing
+			} else {
+				d.slots <- struct{}{}
+			}
 			d.life.work.Done()
 			if !a.followed {
 				d.nudge()
@@ -370,6 +377,7 @@ func (d *Dispatcher) report(a *attempt, out outcome, step *bundle.StepDefinition
 		p.RetryIn = max(delay, out.retryIn)
 	}
 	a.reporting.Store(true)
+	d.finishEarly(a)
 	mapWorked := false
 	err := d.untilWritten(a, "finish", "record the outcome", nil, func() (err error) {
 		a.followed, mapWorked, err = d.finish(p)
@@ -589,4 +597,21 @@ func (d *Dispatcher) resolvePayload(ctx context.Context, v json.RawMessage, kind
 		// reference without a URL: such handlers read it through the API.
 	}
 	return ref.JSON(), nil
+}
+
+// finishEarly gives the attempt's slot back once its handler has returned, for
+// a finishing token: the outcome's commit (a group commit, completeLoop) then
+// holds no slot, so the dispatcher starts other handlers meanwhile, and more
+// outcomes share each commit. Without a free finishing token the attempt keeps
+// its slot.
+func (d *Dispatcher) finishEarly(a *attempt) {
+	if a.slotGiven {
+		return // a report that reports again (a refused value)
+	}
+	select {
+	case d.finishing <- struct{}{}:
+		a.slotGiven = true
+		d.slots <- struct{}{}
+	default:
+	}
 }

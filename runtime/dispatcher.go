@@ -47,6 +47,10 @@ type Dispatcher struct {
 	wake        chan struct{}    // a hint that work may be claimable
 	completions chan *completion // outcomes for the group commit
 	slots       chan struct{}    // one token per free concurrency slot
+	// finishing holds a token per attempt whose handler has returned and whose
+	// outcome waits for its commit, having given its slot back (finishEarly):
+	// at most Concurrency of them.
+	finishing chan struct{}
 	// admit lowers how many attempts run at once while handlers start slowly.
 	admit *admission
 
@@ -142,6 +146,7 @@ func New(store *catalog.Store, blobs Blobs, cfg *Config) (*Dispatcher, error) {
 
 		completions: make(chan *completion, c.Concurrency),
 		slots:       make(chan struct{}, c.Concurrency),
+		finishing:   make(chan struct{}, c.Concurrency),
 		admit:       newAdmission(c.Concurrency, c.StartLatencyTarget),
 		active:      map[int64]*attempt{},
 		life:        lifecycle{noClaim: make(chan struct{}), done: make(chan struct{}), claimDone: make(chan struct{})},
@@ -385,7 +390,7 @@ func (d *Dispatcher) claimOnce(ctx context.Context) (n int, full bool, err error
 	// the rest stays ready in the catalog. An attempt that ends nudges the claim
 	// loop, which looks again.
 	d.mu.Lock()
-	running := len(d.active)
+	running := len(d.active) - len(d.finishing)
 	d.mu.Unlock()
 	if allowed := d.admit.allowed(running); allowed < want {
 		d.release(want - allowed)
