@@ -841,18 +841,24 @@ func (s *Store) claimDependents(ctx context.Context, tx *sqlx.Tx, next *ClaimNex
 	for i, o := range ords {
 		runs[i], keys[i] = a.runs[o-1], a.keys[o-1]
 	}
+	return s.claimFollowing(ctx, tx, sqlClaimDependents, next, next.Limit, runs, keys)
+}
+
+// claimFollowing leases, for next and up to limit, what query (a statement of
+// sqlClaimFollowing) finds from runs and keys ($5, $6), in tx.
+func (s *Store) claimFollowing(ctx context.Context, tx *sqlx.Tx, query string, next *ClaimNext, limit int, runs, keys []string) ([]Claimed, error) {
 	tags := next.Tags
 	if tags == nil {
 		tags = []string{}
 	}
-	st, err := s.txPrepared(ctx, tx, sqlClaimDependents)
+	st, err := s.txPrepared(ctx, tx, query)
 	if err != nil {
 		return nil, err
 	}
 	var out []Claimed
-	if err := st.SelectContext(ctx, &out, next.Owner, pq.StringArray(tags), next.TTL.Seconds(), next.Limit,
+	if err := st.SelectContext(ctx, &out, next.Owner, pq.StringArray(tags), next.TTL.Seconds(), limit,
 		pq.StringArray(runs), pq.StringArray(keys)); err != nil {
-		return nil, s.retryStale(sqlClaimDependents, err)
+		return nil, s.retryStale(query, err)
 	}
 	return out, nil
 }
@@ -901,14 +907,13 @@ func (s *Store) expandMaps(ctx context.Context, tx *sqlx.Tx, next *ClaimNext, li
 		if err != nil {
 			return nil, err
 		}
-		if st == nil || st.Expanded || st.FailingFast() || (!st.Inline && next.Page == nil) {
+		if st == nil || (!st.Inline && next.Page == nil) {
 			continue
 		}
-		room := int64(st.MaxParallel) - st.Live
-		if room <= 0 {
+		n := st.room()
+		if n == 0 {
 			continue
 		}
-		n := int(min(room, MapPageSize))
 		var items json.RawMessage
 		var offset int64
 		var end bool
@@ -933,20 +938,7 @@ func (s *Store) expandMaps(ctx context.Context, tx *sqlx.Tx, next *ClaimNext, li
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	tags := next.Tags
-	if tags == nil {
-		tags = []string{}
-	}
-	st, err := s.txPrepared(ctx, tx, sqlClaimMapInstances)
-	if err != nil {
-		return nil, err
-	}
-	var out []Claimed
-	if err := st.SelectContext(ctx, &out, next.Owner, pq.StringArray(tags), next.TTL.Seconds(), limit,
-		pq.StringArray(runs), pq.StringArray(keys)); err != nil {
-		return nil, s.retryStale(sqlClaimMapInstances, err)
-	}
-	return out, nil
+	return s.claimFollowing(ctx, tx, sqlClaimMapInstances, next, limit, runs, keys)
 }
 
 // expandPage creates the instances of a blob map's page of items in a

@@ -208,6 +208,15 @@ func (m *MapState) FailingFast() bool {
 	return m.ToleratePercent == nil && !m.Tolerated(m.Failed, 0)
 }
 
+// room is how many instances a locked map (lockMap) may create now: none once
+// expanded or failing fast, else up to max_parallel live, a page at most.
+func (m *MapState) room() int {
+	if m.Expanded || m.FailingFast() {
+		return 0
+	}
+	return int(min(max(int64(m.MaxParallel)-m.Live, 0), MapPageSize))
+}
+
 // MapItem is an instance as the finisher reads it.
 type MapItem struct {
 	Index     int64      `db:"map_index"`
@@ -250,23 +259,20 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 		if st == nil {
 			return err // finished, held, or another dispatcher has it
 		}
-		if !st.Expanded && !st.FailingFast() {
-			if room := int64(st.MaxParallel) - st.Live; room > 0 {
-				n := int(min(room, MapPageSize))
-				var items json.RawMessage
-				var next int64
-				var end bool
-				if !st.Inline {
-					var err error
-					if items, next, end, err = w.Page(ctx, st, n); err != nil {
-						return fmt.Errorf("read items: %w", err)
-					}
+		if n := st.room(); n > 0 {
+			var items json.RawMessage
+			var next int64
+			var end bool
+			if !st.Inline {
+				var err error
+				if items, next, end, err = w.Page(ctx, st, n); err != nil {
+					return fmt.Errorf("read items: %w", err)
 				}
-				if err := tx.GetContext(ctx, &created, sqlMapExpand, ref.RunID, ref.Key, n, nullJSON(items), next, end); err != nil {
-					return err
-				}
-				return nil
 			}
+			if err := tx.GetContext(ctx, &created, sqlMapExpand, ref.RunID, ref.Key, n, nullJSON(items), next, end); err != nil {
+				return err
+			}
+			return nil
 		}
 		if st.Live > 0 || (!st.Expanded && !st.FailingFast()) {
 			return nil

@@ -163,10 +163,7 @@ func TestMapItemsReadAhead(t *testing.T) {
 		for _, page := range []int{1, 7, 1000} {
 			var c mapItemsCache
 			opens := 0
-			open := func(off int64) (io.ReadCloser, error) {
-				opens++
-				return io.NopCloser(strings.NewReader(blob.body[off:])), nil
-			}
+			open := countingOpen(blob.body, &opens)
 			st := &catalog.MapState{BlobKey: "payloads/u/x", BlobFormat: blob.format}
 			var got []string
 			for round := 0; ; round++ {
@@ -193,10 +190,7 @@ func TestMapItemsReadAhead(t *testing.T) {
 		// A cursor elsewhere than where the cache stands reads the blob.
 		var c mapItemsCache
 		opens := 0
-		open := func(off int64) (io.ReadCloser, error) {
-			opens++
-			return io.NopCloser(strings.NewReader(blob.body[off:])), nil
-		}
+		open := countingOpen(blob.body, &opens)
 		st := &catalog.MapState{BlobKey: "payloads/u/y", BlobFormat: blob.format}
 		_, next, _, err := c.page(st, 1, open)
 		require.NoError(t, err)
@@ -208,5 +202,13 @@ func TestMapItemsReadAhead(t *testing.T) {
 		require.Equal(t, 2, opens, "the first item again: the blob is read")
 		require.JSONEq(t, "["+want[0]+"]", string(items))
 		require.Greater(t, next2, next)
+	}
+}
+
+// countingOpen opens body at an offset, as a blob store would, counting the opens.
+func countingOpen(body string, opens *int) func(int64) (io.ReadCloser, error) {
+	return func(off int64) (io.ReadCloser, error) {
+		*opens++
+		return io.NopCloser(strings.NewReader(body[off:])), nil
 	}
 }
