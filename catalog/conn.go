@@ -22,16 +22,20 @@ import (
 // (readOnlyConn) to report it bad to database/sql.
 
 // connector opens lib/pq connections that database/sql discards once they have
-// met a read-only server.
-type connector struct{ pq *pq.Connector }
+// met a read-only server, each running the statements setup first.
+type connector struct {
+	pq    *pq.Connector
+	setup []string
+}
 
-// newConnector is a connector for dsn (a lib/pq URL or DSN).
-func newConnector(dsn string) (*connector, error) {
+// newConnector is a connector for dsn (a lib/pq URL or DSN) whose connections
+// run setup first.
+func newConnector(dsn string, setup ...string) (*connector, error) {
 	c, err := pq.NewConnector(dsn)
 	if err != nil {
 		return nil, err
 	}
-	return &connector{pq: c}, nil
+	return &connector{pq: c, setup: setup}, nil
 }
 
 // Connect implements driver.Connector.
@@ -44,6 +48,12 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if !ok {
 		_ = dc.Close()
 		return nil, fmt.Errorf("lib/pq connection %T lacks the methods the catalog uses", dc)
+	}
+	for _, q := range c.setup {
+		if _, err := pc.ExecContext(ctx, q, nil); err != nil {
+			_ = pc.Close()
+			return nil, fmt.Errorf("set up a connection (%s): %w", q, err)
+		}
 	}
 	return &readOnlyConn{pqConn: pc}, nil
 }

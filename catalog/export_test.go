@@ -3,6 +3,8 @@ package catalog
 import (
 	"context"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // ClaimAlone is the claim in one statement (claimAlone), which StepClaim uses
@@ -14,3 +16,7 @@ func ClaimAlone(s *Store, ctx context.Context, owner string, limit int, ttl time
 	}
 	return out, err
 }
+
+// DispatchDB is the pool of the dispatcher's claims and finishes
+// (Store.dispatch).
+func DispatchDB(s *Store) *sqlx.DB { return s.dispatch.db }

@@ -465,12 +465,12 @@ func (s *Store) StepClaimNext(ctx context.Context, owner string, tags []string, 
 	}
 	if now := time.Now().UnixNano(); !fair && now >= s.limitedUntil.Load() {
 		quota := now < s.quotaUntil.Load()
-		out, next, fallback, quoted, err := s.claimAlone(ctx, owner, tags, limit, ttl, quota)
+		out, next, fallback, quoted, err := s.dispatch.claimAlone(ctx, owner, tags, limit, ttl, quota)
 		if err == nil && quoted {
 			// Steps of a namespace with a running_steps quota are ready: the
 			// claims of the next second apply the quotas at once.
 			s.quotaUntil.Store(time.Now().Add(fairCheckEvery).UnixNano())
-			out, next, fallback, _, err = s.claimAlone(ctx, owner, tags, limit, ttl, true)
+			out, next, fallback, _, err = s.dispatch.claimAlone(ctx, owner, tags, limit, ttl, true)
 		}
 		if err != nil || !fallback {
 			return out, next, err
@@ -557,7 +557,11 @@ func claimAloneQuery(limit int, quota bool) string {
 // sqlClaimAloneQuota with quota), for when no concurrency key takes turns;
 // fallback when a candidate has a rate limit and the claim must take the
 // buckets' tokens, quoted when (without quota) a candidate is of a namespace
-// with a running_steps quota: nothing was leased then.
+// with a running_steps quota: nothing was leased then. StepClaimNext runs it on
+// the dispatch pool (Store.dispatch), where its plan is generic from the first
+// call, which its constant LIMIT makes the custom one. The claim in a
+// transaction (keys taking turns, rate limits) stays on the main pool: its
+// candidates' LIMIT $1 is a parameter, whose plans PostgreSQL chooses itself.
 func (s *Store) claimAlone(ctx context.Context, owner string, tags []string, limit int, ttl time.Duration, quota bool) (
 	out []Claimed, next time.Duration, fallback, quoted bool, err error) {
 	type row struct {
@@ -655,8 +659,14 @@ type ClaimNext struct {
 // waits for a claim, so that no step goes ahead of one that waited longer
 // (sqlClaimDependents); the others stay ready for StepClaimNext. The leases are
 // those StepClaimNext gives (fencing tokens, attempt rows, step.started events).
-// A batch with other outcomes than successes leases none (finishMixed).
+// A batch with other outcomes than successes leases none (finishMixed). It runs
+// on the dispatch pool (Store.dispatch).
 func (s *Store) StepFinishClaim(ctx context.Context, items []*StepFinishParams, next *ClaimNext) ([]error, []Claimed, error) {
+	return s.dispatch.stepFinishClaim(ctx, items, next)
+}
+
+// stepFinishClaim is StepFinishClaim on s's pool.
+func (s *Store) stepFinishClaim(ctx context.Context, items []*StepFinishParams, next *ClaimNext) ([]error, []Claimed, error) {
 	var ok, other []int // indexes into items
 	for i, p := range items {
 		if p.Outcome == OutcomeSucceeded {

@@ -79,8 +79,14 @@ type Store struct {
 	// finishes of a busy dispatcher, whose leases it must keep. db itself for
 	// a Store made by New.
 	leaseDB *sqlx.DB
-	cfg     Config
-	stmts   *preparedCache
+	// dispatch carries the dispatcher's claims and finishes (StepClaimNext's
+	// claim in one statement, StepFinishClaim): a Store on a pool of its own
+	// whose connections plan prepared statements generically from their first
+	// call (Open: dispatchSetup). s itself for a Store made by New, and in
+	// transaction pooling, where nothing is prepared.
+	dispatch *Store
+	cfg      Config
+	stmts    *preparedCache
 	// fair caches whether claims take turns between concurrency keys
 	// (fairClaims).
 	fair fairCache
@@ -129,13 +135,51 @@ func Open(ctx context.Context, url string, cfg *Config) (*Store, error) {
 	lease.SetMaxIdleConns(leaseConns)
 	lease.SetConnMaxLifetime(s.cfg.ConnMaxLifetime)
 	s.leaseDB = lease
+	if !s.cfg.TransactionPooling {
+		hot, err := openPool(url, dispatchSetup)
+		if err != nil {
+			lease.Close()
+			db.Close()
+			return nil, err
+		}
+		hot.SetMaxOpenConns(dispatchConns)
+		hot.SetMaxIdleConns(dispatchConns)
+		hot.SetConnMaxLifetime(s.cfg.ConnMaxLifetime)
+		s.dispatch = &Store{db: hot, leaseDB: lease, cfg: s.cfg, stmts: &preparedCache{}}
+		s.dispatch.dispatch = s.dispatch
+		s.dispatch.wakes.send = s.wakes.send
+	}
 	return s, nil
 }
 
+// The dispatch pool (Store.dispatch): a dispatcher claims in one statement and
+// commits its outcomes in one batch at a time, so it uses two connections at
+// once; dispatchConns leaves room for a second dispatcher on the same Store.
+//
+// Its connections start with dispatchSetup: the statements they prepare (the
+// claim, prepared once for each power of two of its batch, the finish, the
+// lease of dependents) and the catalog functions those call are planned
+// generically from their first call. PostgreSQL's default plans a prepared
+// statement afresh for its first five calls on each connection before it keeps
+// the generic plan, and the functions' statements likewise: in the bench's
+// throughput rounds of fresh servers, 0.018–0.024 plans a step (0.012–0.021 ms
+// of PostgreSQL's ≈ 0.25 ms), against 0.008–0.012 (0.005–0.011 ms) on this
+// pool (bench/README.md, "Throughput: where PostgreSQL's time goes"). The
+// claim's candidates are a constant LIMIT (claimAloneQuery), so its generic
+// plan is its custom one, and the finish was written for generic plans
+// (catalog/sql/steps.sql). The main pool keeps the default: there lib/pq's
+// unnamed statements (the API's searches, with their optional filters) are
+// planned for their values.
+const (
+	dispatchConns = 4
+	dispatchSetup = "SET plan_cache_mode = force_generic_plan"
+)
+
 // openPool is a pool of connections to url that are discarded once they meet a
 // read-only server (conn.go).
-func openPool(url string) (*sqlx.DB, error) {
-	c, err := newConnector(url)
+// Each new connection runs setup first, when given.
+func openPool(url string, setup ...string) (*sqlx.DB, error) {
+	c, err := newConnector(url, setup...)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
@@ -173,6 +217,7 @@ func New(db *sqlx.DB, cfg *Config) *Store {
 	db.SetMaxIdleConns(c.MaxIdleConns)
 	db.SetConnMaxLifetime(c.ConnMaxLifetime)
 	s := &Store{db: db, leaseDB: db, cfg: c, stmts: &preparedCache{}}
+	s.dispatch = s
 	s.wakes.send = func(ctx context.Context) error {
 		_, err := s.db.ExecContext(ctx, sqlWake)
 		if err != nil {
@@ -190,6 +235,10 @@ func (s *Store) DB() *sqlx.DB { return s.db }
 // Close closes the connection pool.
 func (s *Store) Close() error {
 	s.stmts.closeAll()
+	if s.dispatch != s {
+		s.dispatch.stmts.closeAll()
+		_ = s.dispatch.db.Close() // its connections only claim and finish
+	}
 	if s.leaseDB != s.db {
 		_ = s.leaseDB.Close() // its connections only carry heartbeats
 	}

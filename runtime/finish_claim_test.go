@@ -17,10 +17,10 @@ import (
 // a success makes ready in the transaction that records the success (the lease in
 // the finish, catalog.StepFinishClaim), and starts it at once; the events then
 // show it: a step's step.succeeded and the next step's step.started carry one
-// transaction's time (for most steps: see inFinish). With a single slot, the
-// finishing attempt still holds it when its outcome is written, so the finish
-// leases nothing and the claim loop starts the next step, in a transaction of
-// its own.
+// transaction's time (for most steps: see inFinish). With a single slot, which
+// an attempt gives back when its handler returns (before its outcome is
+// written), the claim loop and the finish race for it: either may start the
+// next step, never both (one attempt a step), and the chain runs through.
 func TestFinishLeasesTheNextStep(t *testing.T) {
 	const steps = 10
 	var manifest strings.Builder
@@ -34,7 +34,7 @@ func TestFinishLeasesTheNextStep(t *testing.T) {
 		inFinish    bool
 	}{
 		{"free slots", 4, true},
-		{"one slot", 1, false},
+		{"one slot", 1, false}, // the claim loop or the finish, whichever takes the slot
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, tb := setup(t)
@@ -71,8 +71,6 @@ func TestFinishLeasesTheNextStep(t *testing.T) {
 				// Not every time: a claim of the claim loop in flight (woken by
 				// the previous attempt's end) holds the free slots meanwhile.
 				require.Positive(t, inFinish, "no step was leased in the finish of the one before")
-			} else {
-				require.Zero(t, inFinish, "a step was leased in a finish without a free slot")
 			}
 			for i := 0; i < steps; i++ {
 				attempts, err := tb.store.AttemptList(context.Background(), id, fmt.Sprintf("s%d", i))
