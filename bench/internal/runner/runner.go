@@ -26,21 +26,23 @@ const bucket = "cairn-bench"
 
 // pgSettings are the server's settings: durable (fsync and synchronous_commit on:
 // the headline), PostgreSQL's defaults otherwise, plus pg_stat_statements tracking
-// nested statements so the profile sees inside the catalog's PL/pgSQL functions.
+// nested statements so the profile sees inside the catalog's PL/pgSQL functions,
+// and their planning.
 func pgSettings() map[string]string {
 	return map[string]string{
-		"fsync":                        "on",
-		"synchronous_commit":           "on",
-		"full_page_writes":             "on",
-		"max_connections":              "300",
-		"shared_buffers":               "128MB",
-		"shared_preload_libraries":     "pg_stat_statements",
-		"pg_stat_statements.track":     "all",
-		"pg_stat_statements.max":       "5000",
-		"logging_collector":            "off",
-		"log_min_messages":             "warning",
-		"max_wal_size":                 "1GB",
-		"checkpoint_completion_target": "0.9",
+		"fsync":                             "on",
+		"synchronous_commit":                "on",
+		"full_page_writes":                  "on",
+		"max_connections":                   "300",
+		"shared_buffers":                    "128MB",
+		"shared_preload_libraries":          "pg_stat_statements",
+		"pg_stat_statements.track":          "all",
+		"pg_stat_statements.max":            "5000",
+		"pg_stat_statements.track_planning": "on",
+		"logging_collector":                 "off",
+		"log_min_messages":                  "warning",
+		"max_wal_size":                      "1GB",
+		"checkpoint_completion_target":      "0.9",
 	}
 }
 
@@ -269,7 +271,7 @@ func printProfiles(w io.Writer, profiles []scenario.Profile) {
 		if sql == nil {
 			continue
 		}
-		fmt.Fprintf(w, "  per %s: %.2f round trips, %.3f ms SQL execution\n", sql.Per, sql.RoundTripsPer, sql.SQLExecMSPer)
+		fmt.Fprintf(w, "  per %s: %.2f round trips, %.3f ms SQL execution, %.4f plans (%.3f ms)\n", sql.Per, sql.RoundTripsPer, sql.SQLExecMSPer, sql.PlansPer, sql.PlanMSPer)
 		fmt.Fprintf(w, "  %10s %9s %9s %6s  %s\n", "total_ms", "calls", "mean_ms", "level", "query")
 		for i, s := range sql.Statements {
 			if i == 8 {

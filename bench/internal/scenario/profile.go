@@ -109,15 +109,21 @@ LIMIT $1`, limit)
 // the statistics on it (migration 00033), and pg_stat_statements files each call
 // of the SQL function's statement as a top-level one of Cairn's role (under an
 // ANALYZE statement, the same calls are nested). Those are left out.
-func (e *Env) topLevelCalls(ctx context.Context) (calls, execMS, buffers float64, err error) {
+//
+// plans and planMS are the plans PostgreSQL made of Cairn's statements, nested
+// ones included (a prepared statement is planned again for its first five calls
+// on each connection unless told to keep its generic plan), and their time.
+func (e *Env) topLevelCalls(ctx context.Context) (calls, execMS, buffers, plans, planMS float64, err error) {
 	err = e.DB.QueryRow(ctx, `
-SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_exec_time), 0)::float8,
-       coalesce(sum(shared_blks_hit + shared_blks_read), 0)::float8
+SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0)::float8,
+       coalesce(sum(total_exec_time) FILTER (WHERE toplevel), 0)::float8,
+       coalesce(sum(shared_blks_hit + shared_blks_read) FILTER (WHERE toplevel), 0)::float8,
+       coalesce(sum(plans), 0)::float8, coalesce(sum(total_plan_time), 0)::float8
 FROM pg_stat_statements
-WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND userid = (SELECT oid FROM pg_roles WHERE rolname = '`+CatalogRole+`')
-  AND query NOT LIKE '%FROM jsonb_each_text(p_labels)%' -- cairn_label_pairs' body`).Scan(&calls, &execMS, &buffers)
-	return calls, execMS, buffers, err
+  AND query NOT LIKE '%FROM jsonb_each_text(p_labels)%' -- cairn_label_pairs' body`).Scan(&calls, &execMS, &buffers, &plans, &planMS)
+	return calls, execMS, buffers, plans, planMS, err
 }
 
 // SQLProfile is what Cairn's SQL cost per unit of work (a step, a create-run, a
@@ -131,17 +137,22 @@ type SQLProfile struct {
 	SQLExecMSPer float64 `json:"sql_exec_ms_per"`
 	// BuffersPer counts the top-level statements' buffer accesses (shared_blks_hit
 	// and _read): the work of their plans, which the machine's speed does not move.
-	BuffersPer float64     `json:"buffers_per"`
+	BuffersPer float64 `json:"buffers_per"`
+	// PlansPer and PlanMSPer are the plans made of its statements, nested ones
+	// included, and their time (pg_stat_statements.track_planning).
+	PlansPer   float64     `json:"plans_per"`
+	PlanMSPer  float64     `json:"plan_ms_per"`
 	Statements []Statement `json:"statements"`
 }
 
 // sqlProfile reads pg_stat_statements for count units of work named per.
 func (e *Env) sqlProfile(ctx context.Context, per string, count float64, top int) (*SQLProfile, error) {
-	calls, execMS, buffers, err := e.topLevelCalls(ctx)
+	calls, execMS, buffers, plans, planMS, err := e.topLevelCalls(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &SQLProfile{Per: per, Count: count, RoundTripsPer: calls / count, SQLExecMSPer: execMS / count, BuffersPer: buffers / count}
+	p := &SQLProfile{Per: per, Count: count, RoundTripsPer: calls / count, SQLExecMSPer: execMS / count, BuffersPer: buffers / count,
+		PlansPer: plans / count, PlanMSPer: planMS / count}
 	if p.Statements, err = e.topStatements(ctx, top); err != nil {
 		return nil, err
 	}
