@@ -924,14 +924,9 @@ func (s *Store) expandMaps(ctx context.Context, tx *sqlx.Tx, next *ClaimNext, li
 		if n == 0 {
 			continue
 		}
-		var items json.RawMessage
-		var offset int64
-		var end bool
-		if !st.Inline {
-			var err error
-			if items, offset, end, err = next.Page(ctx, st, n); err != nil {
-				continue // the map loop reads them, or refuses them
-			}
+		items, offset, end, err := st.nextItems(ctx, n, next.Page)
+		if err != nil {
+			continue // the map loop reads them, or refuses them
 		}
 		var created int
 		if st.Inline {

@@ -217,6 +217,17 @@ func (m *MapState) room() int {
 	return int(min(max(int64(m.MaxParallel)-m.Live, 0), MapPageSize))
 }
 
+// nextItems reads the items of a locked map's next n instances with page (a
+// MapWorker's Page) when it is a blob map; an inline map's items are in the
+// catalog already, and sqlMapExpand reads them there.
+func (m *MapState) nextItems(ctx context.Context, n int,
+	page func(context.Context, *MapState, int) (json.RawMessage, int64, bool, error)) (json.RawMessage, int64, bool, error) {
+	if m.Inline {
+		return nil, 0, false, nil
+	}
+	return page(ctx, m, n)
+}
+
 // MapItem is an instance as the finisher reads it.
 type MapItem struct {
 	Index     int64      `db:"map_index"`
@@ -260,14 +271,9 @@ func (s *Store) MapWork(ctx context.Context, ref MapRef, w MapWorker) (created i
 			return err // finished, held, or another dispatcher has it
 		}
 		if n := st.room(); n > 0 {
-			var items json.RawMessage
-			var next int64
-			var end bool
-			if !st.Inline {
-				var err error
-				if items, next, end, err = w.Page(ctx, st, n); err != nil {
-					return fmt.Errorf("read items: %w", err)
-				}
+			items, next, end, err := st.nextItems(ctx, n, w.Page)
+			if err != nil {
+				return fmt.Errorf("read items: %w", err)
 			}
 			if err := tx.GetContext(ctx, &created, sqlMapExpand, ref.RunID, ref.Key, n, nullJSON(items), next, end); err != nil {
 				return err
