@@ -388,27 +388,13 @@ func mapRefused(st *catalog.MapState, err error) catalog.Resolution {
 	return catalog.Resolution{Outcome: catalog.OutcomeFailed, Error: b, Reason: CodeInvalidOutput}
 }
 
-// readItems reads up to n JSON values from r, which starts at byte offset base of a
+// readItemList reads JSON values from r, which starts at byte offset base of a
 // blob in format "array" (a JSON array: base 0 is before its "[", any other base
 // just after an item) or "lines" (JSON Lines, or any values separated by white
-// space). It returns them as a JSON array, the offset after the last one read, and
-// whether the blob ended.
-func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, int64, bool, error) {
-	list, ends, end, err := readItemList(r, format, base, n, n, 0)
-	if err != nil {
-		return nil, 0, false, err
-	}
-	next := base
-	if len(ends) > 0 {
-		next = ends[len(ends)-1]
-	}
-	return itemArray(list), next, end, nil
-}
-
-// readItemList reads items as readItems does: need of them (fewer where the
-// blob ends), then more while there are at most ahead in all and the extra ones
-// hold fewer than aheadBytes. ends are the offsets just after each item: the
-// cursors to resume from.
+// space): need of them (fewer where the blob ends), then more while there are at
+// most ahead in all and the extra ones hold fewer than aheadBytes. ends are the
+// offsets just after each item: the cursors to resume from; end says the blob
+// ended after the last one.
 func readItemList(r io.Reader, format string, base int64, need, ahead, aheadBytes int) ([]json.RawMessage, []int64, bool, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var src io.Reader = br

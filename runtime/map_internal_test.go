@@ -13,6 +13,21 @@ import (
 	"github.com/cairnrun/cairn/catalog"
 )
 
+// readItems reads a page of up to n items from r with no read-ahead, as
+// mapPage's first read does: the items as a JSON array, the offset after the
+// last one, and whether the blob ended.
+func readItems(r io.Reader, format string, base int64, n int) (json.RawMessage, int64, bool, error) {
+	list, ends, end, err := readItemList(r, format, base, n, n, 0)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	next := base
+	if len(ends) > 0 {
+		next = ends[len(ends)-1]
+	}
+	return itemArray(list), next, end, nil
+}
+
 // TestReadItems: items are read a page at a time from a cursor, for a JSON array and
 // JSON Lines: every item once, in order, and the end seen.
 func TestReadItems(t *testing.T) {
