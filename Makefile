@@ -52,14 +52,19 @@ TEST_OUTPUT ?= $(CURDIR)/test-output
 QUIET_TESTS = ^TestRateLimitStarts$$
 test-go: test-go-parallel test-go-quiet
 
+# A package's tests may take this long (go test's default, 10m, is the whole of
+# internal/e2e's or cmd/cairn's run on a loaded 2-core machine: at a load average
+# of 20 both took longer and every test still running failed with the package).
+GO_TEST_TIMEOUT ?= 30m
+
 # Every package but the image's test, which has a stage of its own (test-image).
 GO_TEST_PACKAGES = $(shell $(GO) list ./... | grep -v '/internal/imagetest$$')
 test-go-parallel:
 	@mkdir -p $(TEST_OUTPUT)
-	gotestsum --format testname -- -race -count=1 -artifacts -outputdir=$(TEST_OUTPUT) -skip '$(QUIET_TESTS)' $(GO_TEST_PACKAGES)
+	gotestsum --format testname -- -race -count=1 -timeout $(GO_TEST_TIMEOUT) -artifacts -outputdir=$(TEST_OUTPUT) -skip '$(QUIET_TESTS)' $(GO_TEST_PACKAGES)
 
 test-go-quiet:
-	gotestsum --format testname -- -count=1 -run '$(QUIET_TESTS)' ./internal/e2e/
+	gotestsum --format testname -- -count=1 -timeout $(GO_TEST_TIMEOUT) -run '$(QUIET_TESTS)' ./internal/e2e/
 
 # The end-to-end suite's core (runs, retries, waits, maps, limits, a short
 # chaos) with a PgBouncer in transaction mode between the servers and PostgreSQL
@@ -67,7 +72,7 @@ test-go-quiet:
 PGBOUNCER_TESTS = ^(TestRetryAndRerun|TestSleepSurvivesKill|TestMapSurvivesKill|TestConcurrencyChaos|TestChaos)$$
 ## test-pgbouncer: the end-to-end suite's core through a PgBouncer in transaction mode.
 test-pgbouncer:
-	CAIRN_E2E_PGBOUNCER=1 CAIRN_CHAOS_SECONDS=15 CAIRN_CHAOS_RUNS=12 gotestsum --format testname -- -count=1 -run '$(PGBOUNCER_TESTS)' ./internal/e2e/
+	CAIRN_E2E_PGBOUNCER=1 CAIRN_CHAOS_SECONDS=15 CAIRN_CHAOS_RUNS=12 gotestsum --format testname -- -count=1 -timeout $(GO_TEST_TIMEOUT) -run '$(PGBOUNCER_TESTS)' ./internal/e2e/
 
 ## test-helm: `helm lint --strict` and `helm template` of deploy/helm/cairn with Helm v4's own packages (pinned in deploy/helm/test/go.mod), for its default values and each example, every object decoded strictly into its Kubernetes type.
 test-helm:

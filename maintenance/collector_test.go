@@ -398,13 +398,19 @@ SELECT id FROM runs WHERE workflow = 'pair' AND status = 'succeeded' ORDER BY ra
 	}()
 	// Wait until the loops have done their work on each other's results: runs
 	// reaped, blobs they named collected, and writers reusing shared content all
-	// along.
-	require.Eventually(t, func() bool {
+	// along. On a loaded machine this takes minutes (at a load average of 20, over
+	// five); the loops are stopped before a failure says how far they got.
+	enough := func() bool {
 		return reaped.Load() >= 50 && deleted.Load() >= 30 && writes.Load() >= 200 && reruns.Load() >= 20
-	}, 5*time.Minute, 50*time.Millisecond)
+	}
+	for deadline := time.Now().Add(10 * time.Minute); !enough() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	close(done)
 	require.NoError(t, g.Wait())
 	loops.Wait()
+	require.Truef(t, enough(), "after 10 minutes: %d runs reaped (want 50), %d objects collected (30), %d writes (200), %d reruns (20)",
+		reaped.Load(), deleted.Load(), writes.Load(), reruns.Load())
 	// One more pass with every writer done: still nothing referenced goes.
 	_, err = collector.Collect(ctx, true)
 	require.NoError(t, err)
