@@ -56,7 +56,10 @@ func TestBulkRetrySurvivesKill(t *testing.T) {
 		require.Equal(c, n, failed)
 	}, 3*time.Minute, 200*time.Millisecond, "every run fails first")
 
-	ctx, cancel := withTimeout(time.Minute)
+	// The requests' context outlasts the waits below (a minute for the operation
+	// to start, two for it to finish): with one minute in all, a loaded machine
+	// ended it while the new server was still working (context deadline exceeded).
+	ctx, cancel := withTimeout(4 * time.Minute)
 	defer cancel()
 	workflow, failed := "doomed", client.RunFilterParamsStatusFailed
 	resp, err := api.cl.BulkRunsWithResponse(ctx, client.BulkRunsJSONRequestBody{

@@ -41,7 +41,9 @@ func TestPauseStopsAWideRun(t *testing.T) {
 		require.NoError(ct, err)
 		assert.Less(ct, r.StepsRemaining, int64(width+1)-50)
 	}, time.Minute, 20*time.Millisecond, "waiting for 50 steps to finish")
-	ctx, cancel := withTimeout(30 * time.Second)
+	// The pause and the resume below share it: it outlasts the minute of waiting
+	// between them.
+	ctx, cancel := withTimeout(3 * time.Minute)
 	defer cancel()
 	paused, err := c.cl.PauseRunWithResponse(ctx, uid, client.ControlBody{})
 	require.NoError(t, err)
