@@ -63,9 +63,12 @@ func multiHostURL(t *testing.T, dbURL string, ports ...int) string {
 // so an interrupted attempt would be a live lease swept).
 func TestFailover(t *testing.T) {
 	t.Parallel()
+	// The lease TTL is 3 s: with 2 s, "two lease TTLs" was 4 s, and a loaded CI
+	// machine once stalled a server's readiness probe of its file store (2 s) and
+	// made it ready 4.2 s after the promotion, its database already back.
 	const (
 		runs     = 24
-		leaseTTL = 2 * time.Second
+		leaseTTL = 3 * time.Second
 	)
 	primary := testenv.PGPrimary(t)
 	dbURL := testenv.ClusterDatabaseURL(t, primary)
@@ -83,13 +86,25 @@ func TestFailover(t *testing.T) {
 
 	// Runs are started every 200 ms through the servers in turn, each retried
 	// with its idempotency key until a server accepts it, as a client would.
+	// When the test ends early (a failed require), the clients stop before it
+	// completes: an Errorf of theirs after that would panic and fail every other
+	// test of the package.
 	ids := make([]string, runs)
 	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+	})
 	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(i) * 200 * time.Millisecond)
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Duration(i) * 200 * time.Millisecond):
+			}
 			key := fmt.Sprintf("failover-%d", i)
 			for try := 0; ; try++ {
 				api := servers[(i+try)%len(servers)].api()
@@ -104,7 +119,11 @@ func TestFailover(t *testing.T) {
 					t.Errorf("run %d: not accepted: %v", i, err)
 					return
 				}
-				time.Sleep(100 * time.Millisecond)
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
 		}()
 	}
