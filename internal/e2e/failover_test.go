@@ -63,12 +63,15 @@ func multiHostURL(t *testing.T, dbURL string, ports ...int) string {
 // so an interrupted attempt would be a live lease swept).
 func TestFailover(t *testing.T) {
 	t.Parallel()
-	// The lease TTL is 3 s: with 2 s, "two lease TTLs" was 4 s, and a loaded CI
-	// machine once stalled a server's readiness probe of its file store (2 s) and
-	// made it ready 4.2 s after the promotion, its database already back.
+	// The lease TTL is 5 s (production's default is 30 s), and the sweep's grace
+	// after an outage two TTLs. On a 2-core CI machine loaded by the rest of the
+	// suite, a TTL of 2 s had a server's readiness probe of its file store stall
+	// (2 s) past "two TTLs" (4 s), and one of 3 s had a live dispatcher, starved,
+	// renew its liveness later than the 6 s grace after the promotion, which then
+	// swept one of its leases.
 	const (
 		runs     = 24
-		leaseTTL = 3 * time.Second
+		leaseTTL = 5 * time.Second
 	)
 	primary := testenv.PGPrimary(t)
 	dbURL := testenv.ClusterDatabaseURL(t, primary)
