@@ -13,7 +13,7 @@ FUZZTIME  ?= 1000x
 # Seconds `make test` gives fuzzing: its instrumented builds (one per package) and
 # runs, as many as fit, starting from another package each day; `make fuzz` runs
 # every target.
-TEST_FUZZ_BUDGET ?= 150
+TEST_FUZZ_BUDGET ?= 240
 
 export PATH := $(GOBIN):$(PATH)
 
