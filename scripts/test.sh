@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: its stages in turn (tools, build, the Go tests, the quiet test, the
 # end-to-end core through PgBouncer, the Helm chart, the container image, the
-# TypeScript client, fuzzing within a budget), then the wall time of each. A stage
+# TypeScript client, fuzzing within a budget), then the wall time of each (and of
+# the wait, before the quiet test, for the builds started beside the Go tests). A stage
 # that fails stops the run, as make would, and the times so far are printed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,20 +34,22 @@ helm_prebuild_log=$(mktemp)
 for stage in "${stages[@]}"; do
 	name=${stage%%|*}
 	target=${stage#*|}
+	if [ "$target" = test-go-quiet ]; then
+		waited=$(date +%s)
+		# The image's build and the chart test's compile, started beside the Go
+		# tests, end before the quiet test, which no other load may disturb
+		# (TestRateLimitStarts counted 12 starts in a second beside the
+		# compile). A failure of either shows again in its own stage, with its
+		# output.
+		if [ -n "$prebuild_pid" ]; then
+			wait "$prebuild_pid" || { echo "image prebuild failed:"; tail -n 40 "$prebuild_log"; }
+		fi
+		if [ -n "$helm_prebuild_pid" ]; then
+			wait "$helm_prebuild_pid" || { echo "helm prebuild failed:"; tail -n 40 "$helm_prebuild_log"; }
+		fi
+		report+=("$(printf '  %-11s %7s' "prebuilds" "$(clock $(($(date +%s) - waited)))") (waiting for the rest of the image's build and the chart test's compile)")
+	fi
 	start=$(date +%s)
-	if [ "$target" = test-image ] && [ -n "$prebuild_pid" ]; then
-		# The image's build, started beside the Go tests: its own failure shows
-		# again in the stage's build, with its output.
-		wait "$prebuild_pid" || { echo "image prebuild failed:"; tail -n 40 "$prebuild_log"; }
-	fi
-	if [ "$target" = test-go-quiet ] && [ -n "$helm_prebuild_pid" ]; then
-		# The chart test's compile, started beside the Go tests (as the image's
-		# build), ends before the quiet test, which no other load may disturb
-		# (TestRateLimitStarts counted 12 starts in a second beside it). A
-		# failure shows again in the helm stage, with its output.
-		wait "$helm_prebuild_pid" || { echo "helm prebuild failed:"; tail -n 40 "$helm_prebuild_log"; }
-		helm_prebuild_pid=""
-	fi
 	"$make" --no-print-directory "$target"
 	rc=$?
 	if [ "$target" = build ] && [ "$rc" -eq 0 ]; then
