@@ -1,3 +1,6 @@
+-- cairn-phase: expand
+-- cairn-locks: ACCESS EXCLUSIVE on signals, span_outbox, run_trees and runs (brief: constraints dropped, no rewrite)
+-- cairn-online: yes
 -- +goose Up
 -- Rows that name a busy run no longer lock it. A foreign key's check takes a
 -- KEY SHARE lock on the row it references, and five tables referenced runs (id)
@@ -22,7 +25,9 @@
 -- finished; it deletes their signals, queued spans and tree counts, and clears
 -- rerun_of and parent_id in the runs that name them, in the same statement.
 -- child_run_ends and step_history keep their keys: the transaction that writes
--- them has written the run's row first.
+-- them has written the run's row first. An expand migration: a binary of an
+-- earlier release works without these keys (its reaper relied on them only to
+-- delete a deleted run's signals, spans and tree count, which then stay behind).
 ALTER TABLE signals DROP CONSTRAINT signals_run_id_fkey;
 ALTER TABLE span_outbox DROP CONSTRAINT span_outbox_run_id_fkey;
 ALTER TABLE run_trees DROP CONSTRAINT run_trees_root_id_fkey;

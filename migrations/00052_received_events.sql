@@ -1,3 +1,6 @@
+-- cairn-phase: expand
+-- cairn-locks: SHARE on received_events (the indexes of a new, empty table)
+-- cairn-online: yes
 -- +goose Up
 -- Received events (POST /v1/events; catalog/event.go, docs/events.md). An event is
 -- stored once per id: the same id again answers the first outcome (outcome, written
@@ -29,11 +32,6 @@ CREATE TABLE event_takes (
     PRIMARY KEY (run_id, step_key, event_seq)
 );
 
--- The steps waiting for an event of a name, across runs: what an event looks at.
-CREATE INDEX steps_event_wait_idx ON steps (wait_name)
-    WHERE status = 'suspended' AND wait_kind = 'event';
-
 -- +goose Down
-DROP INDEX steps_event_wait_idx;
 DROP TABLE event_takes;
 DROP TABLE received_events;

@@ -9,7 +9,4 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS steps_event_wait_idx ON steps (wait_name
     WHERE status = 'suspended' AND wait_kind = 'event';
 
 -- +goose Down
--- Nothing: the index is 00052's (CREATE INDEX, in its transaction), and its Down
--- drops it. A catalog whose 00052 did not build it got it here, and keeps it until
--- 00052's Down.
-SELECT 1;
+DROP INDEX CONCURRENTLY IF EXISTS steps_event_wait_idx;
